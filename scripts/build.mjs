@@ -1,0 +1,85 @@
+#!/usr/bin/env node
+// Builds what runs outside the source tree: the agent's native addon, then the agent bundle
+// (dist/agent/envd.mjs) with every native addon it loads copied beside it in build/Release/.
+import { spawnSync } from "node:child_process";
+import { copyFileSync, existsSync, mkdirSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { build } from "esbuild";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const out = join(root, "dist", "agent");
+const release = join(out, "build", "Release");
+
+function step(message) {
+  process.stderr.write(`build: ${message}\n`);
+}
+
+function newerThan(target, sources) {
+  if (!existsSync(target)) return false;
+  const built = statSync(target).mtimeMs;
+  return sources.every((source) => statSync(source).mtimeMs <= built);
+}
+
+function buildAddon(dir, name, sources) {
+  const target = join(dir, "build", "Release", `${name}.node`);
+  if (
+    newerThan(
+      target,
+      sources.map((file) => join(dir, file)),
+    )
+  )
+    return target;
+  const args = ["rebuild", "-C", dir, "--loglevel=error"];
+  // Build against the running Node's own headers: no download, works offline.
+  const prefix = dirname(dirname(process.execPath));
+  if (existsSync(join(prefix, "include", "node", "node_api.h"))) args.push(`--nodedir=${prefix}`);
+  const gyp = join(root, "node_modules", "node-gyp", "bin", "node-gyp.js");
+  const result = spawnSync(process.execPath, [gyp, ...args], {
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  if (result.status !== 0) throw new Error(`node-gyp failed in ${dir}`);
+  return target;
+}
+
+step("native addon inotify");
+const inotifyAddon = buildAddon(join(root, "src", "agent", "native", "inotify"), "inotify", [
+  "inotify.c",
+  "binding.gyp",
+]);
+
+step("bundling the agent");
+mkdirSync(release, { recursive: true });
+await build({
+  entryPoints: [join(root, "src", "agent", "main.ts")],
+  outfile: join(out, "envd.mjs"),
+  bundle: true,
+  platform: "node",
+  target: "node20",
+  format: "esm",
+  sourcemap: true,
+  legalComments: "none",
+  logLevel: "warning",
+  // Bundled CommonJS (node-pty) uses require() and __dirname; give the ESM bundle real ones.
+  banner: {
+    js: [
+      "import { createRequire as __warrenRequire } from 'node:module';",
+      "import { fileURLToPath as __warrenPath } from 'node:url';",
+      "const require = __warrenRequire(import.meta.url);",
+      "const __filename = __warrenPath(import.meta.url);",
+      "const __dirname = __warrenPath(new URL('.', import.meta.url));",
+    ].join(" "),
+  },
+});
+
+const addons = [
+  [inotifyAddon, "inotify.node"],
+  [join(root, "node_modules", "node-pty", "build", "Release", "pty.node"), "pty.node"],
+  [join(root, "node_modules", "fs-xattr", "build", "Release", "xattr.node"), "xattr.node"],
+];
+for (const [from, name] of addons) {
+  if (!existsSync(from))
+    throw new Error(`missing native addon ${from}: run npm install (with install scripts allowed)`);
+  copyFileSync(from, join(release, name));
+}
+step(`agent ready in ${out}`);

@@ -1,0 +1,18 @@
+// Installs the locked dependencies when node_modules is missing or older than the lockfile,
+// so that `npm start` and `npm test` work straight from a fresh clone. Built-ins only.
+import { spawnSync } from "node:child_process";
+import { existsSync, statSync } from "node:fs";
+import { join } from "node:path";
+
+export function ensureDeps(root) {
+  const marker = join(root, "node_modules", ".package-lock.json");
+  const lock = join(root, "package-lock.json");
+  if (existsSync(marker) && statSync(marker).mtimeMs >= statSync(lock).mtimeMs) return;
+  process.stderr.write("setup: installing npm dependencies (npm ci)\n");
+  const npm = process.platform === "win32" ? "npm.cmd" : "npm";
+  const result = spawnSync(npm, ["ci", "--no-audit", "--no-fund"], { cwd: root, stdio: "inherit" });
+  if (result.status !== 0) {
+    process.stderr.write("setup: npm ci failed\n");
+    process.exit(result.status ?? 1);
+  }
+}

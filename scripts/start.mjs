@@ -1,0 +1,28 @@
+#!/usr/bin/env node
+// `npm start`: sets the machine up on first run, then starts Warren. Until the node server
+// lands (issue 4) this builds the agent and runs it on the host for development.
+import { spawn, spawnSync } from "node:child_process";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { ensureDeps } from "./ensure-deps.mjs";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+ensureDeps(root);
+const build = spawnSync(process.execPath, [join(root, "scripts", "build.mjs")], {
+  stdio: "inherit",
+  cwd: root,
+});
+if (build.status !== 0) process.exit(build.status ?? 1);
+
+process.stderr.write(
+  "start: the node server is not built yet; running the agent (envd) on this host\n",
+);
+const agent = spawn(
+  process.execPath,
+  [join(root, "dist", "agent", "envd.mjs"), ...process.argv.slice(2)],
+  {
+    stdio: "inherit",
+  },
+);
+for (const signal of ["SIGINT", "SIGTERM"]) process.on(signal, () => agent.kill(signal));
+agent.on("exit", (code) => process.exit(code ?? 1));

@@ -1,0 +1,82 @@
+import { createHash, timingSafeEqual } from "node:crypto";
+import { WarrenError } from "../shared/index.js";
+import type { AgentState } from "./state.js";
+
+export const ACCESS_TOKEN_HEADER = "x-access-token";
+
+function sameSecret(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+export function hasValidToken(state: AgentState, presented: string | null | undefined): boolean {
+  return (
+    state.accessToken === undefined || (!!presented && sameSecret(presented, state.accessToken))
+  );
+}
+
+/** Throws `unauthenticated` unless no token is configured or the request carries it. */
+export function requireAccessToken(state: AgentState, presented: string | null | undefined): void {
+  if (!hasValidToken(state, presented)) {
+    throw new WarrenError(
+      "unauthenticated",
+      "unauthorized access, please provide a valid access token or method signing if supported",
+    );
+  }
+}
+
+/** The user named in `Authorization: Basic base64("<user>:")`, if any. */
+export function userFromBasicAuth(header: string | null | undefined): string | undefined {
+  if (!header) return undefined;
+  const match = /^basic\s+(\S+)$/i.exec(header.trim());
+  if (!match?.[1]) throw new WarrenError("unauthenticated", "malformed Authorization header");
+  const decoded = Buffer.from(match[1], "base64").toString("utf8");
+  const name = decoded.split(":")[0];
+  return name || undefined;
+}
+
+export type FileOperation = "read" | "write";
+
+/** `v1_` + unpadded base64 of sha256("<path>:<op>:<user>:<token>[:<expiration>]"), as the SDK signs. */
+export function fileSignature(
+  path: string,
+  operation: FileOperation,
+  username: string,
+  token: string,
+  expiration?: number,
+): string {
+  const raw = `${path}:${operation}:${username}:${token}${expiration === undefined ? "" : `:${expiration}`}`;
+  return `v1_${createHash("sha256").update(raw).digest("base64").replace(/=+$/, "")}`;
+}
+
+export interface FileAuthRequest {
+  readonly token: string | null | undefined;
+  readonly path: string;
+  readonly username: string | undefined;
+  readonly signature: string | undefined;
+  readonly signatureExpiration: string | undefined;
+  readonly operation: FileOperation;
+  readonly nowMs?: number;
+}
+
+/** `/files` accepts either the access token or a valid, unexpired URL signature. */
+export function requireFileAccess(state: AgentState, req: FileAuthRequest): void {
+  const token = state.accessToken;
+  if (token === undefined || (req.token && sameSecret(req.token, token))) return;
+  if (!req.signature) requireAccessToken(state, req.token);
+  let expiration: number | undefined;
+  if (req.signatureExpiration !== undefined) {
+    expiration = Number(req.signatureExpiration);
+    if (!Number.isInteger(expiration)) {
+      throw new WarrenError("invalid_argument", "signature_expiration must be unix seconds");
+    }
+    if (expiration * 1000 < (req.nowMs ?? Date.now())) {
+      throw new WarrenError("unauthenticated", "signature is already expired");
+    }
+  }
+  const expected = fileSignature(req.path, req.operation, req.username ?? "", token, expiration);
+  if (!req.signature || !sameSecret(req.signature, expected)) {
+    throw new WarrenError("unauthenticated", "invalid signature");
+  }
+}

@@ -1,0 +1,107 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { ENVD_VERSION, type EnvdInitRequest } from "../../protocol/index.js";
+import { WarrenError } from "../../shared/index.js";
+import { ACCESS_TOKEN_HEADER, hasValidToken } from "../auth.js";
+import { type ClockSetter, clockNeedsSetting } from "../clock.js";
+import type { AgentState } from "../state.js";
+import { sendEmpty } from "./respond.js";
+
+const MAX_INIT_BYTES = 1 << 20;
+
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > MAX_INIT_BYTES)
+      throw new WarrenError("payload_too_large", "init body is larger than 1 MiB");
+    chunks.push(chunk as Buffer);
+  }
+  const text = Buffer.concat(chunks).toString("utf8").trim();
+  if (!text) return {};
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new WarrenError("invalid_argument", "init body is not valid JSON");
+  }
+}
+
+function stringMap(value: unknown, field: string): Record<string, string> {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new WarrenError("invalid_argument", `${field} must be an object of strings`);
+  }
+  for (const [key, v] of Object.entries(value)) {
+    if (typeof v !== "string")
+      throw new WarrenError("invalid_argument", `${field}.${key} must be a string`);
+  }
+  return value as Record<string, string>;
+}
+
+function optionalString(
+  body: Record<string, unknown>,
+  field: keyof EnvdInitRequest,
+): string | undefined {
+  const value = body[field];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "string")
+    throw new WarrenError("invalid_argument", `${field} must be a string`);
+  return value;
+}
+
+/**
+ * POST /init (orchestrator only): global env vars, access token, default user and workdir,
+ * host time. Once a token is set, /init must present it (header or body) to change anything;
+ * an /init older than the last one applied is ignored.
+ */
+export async function handleInit(
+  state: AgentState,
+  setClock: ClockSetter | undefined,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  const raw = await readJson(req);
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    throw new WarrenError("invalid_argument", "init body must be a JSON object");
+  }
+  const body = raw as Record<string, unknown>;
+  const accessToken = optionalString(body, "accessToken");
+  const timestamp = optionalString(body, "timestamp");
+  const envVars =
+    body.envVars === undefined || body.envVars === null
+      ? undefined
+      : stringMap(body.envVars, "envVars");
+  const defaultUser = optionalString(body, "defaultUser");
+  const defaultWorkdir = optionalString(body, "defaultWorkdir");
+
+  if (state.accessToken !== undefined) {
+    const presented = req.headers[ACCESS_TOKEN_HEADER] as string | undefined;
+    const proven = hasValidToken(state, presented) || hasValidToken(state, accessToken);
+    if (!proven) {
+      throw new WarrenError(
+        "unauthenticated",
+        accessToken === undefined
+          ? "access token reset not authorized"
+          : "access token validation failed",
+      );
+    }
+  }
+
+  let hostMs: number | undefined;
+  if (timestamp !== undefined) {
+    hostMs = Date.parse(timestamp);
+    if (Number.isNaN(hostMs))
+      throw new WarrenError("invalid_argument", "timestamp must be an RFC 3339 time");
+    if (state.lastInitMs !== undefined && hostMs <= state.lastInitMs) {
+      sendEmpty(res, 204, { "X-Envd-Version": ENVD_VERSION });
+      return;
+    }
+    state.lastInitMs = hostMs;
+  }
+
+  if (envVars) state.envVars = { ...state.envVars, ...envVars };
+  if (accessToken !== undefined) state.accessToken = accessToken || undefined;
+  if (defaultUser) state.defaultUser = defaultUser;
+  if (defaultWorkdir) state.defaultWorkdir = defaultWorkdir;
+  if (hostMs !== undefined && setClock && clockNeedsSetting(hostMs, Date.now())) setClock(hostMs);
+  sendEmpty(res, 204, { "X-Envd-Version": ENVD_VERSION });
+}

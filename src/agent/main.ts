@@ -1,0 +1,66 @@
+import { parseArgs } from "node:util";
+import { ENVD_PORT, ENVD_VERSION } from "../protocol/index.js";
+import { setSystemClock } from "./clock.js";
+import { createAgent } from "./server.js";
+
+const HELP = `envd — Warren's in-guest agent (E2B envd protocol ${ENVD_VERSION})
+
+Usage: envd [--port N] [--host ADDR] [--default-user NAME] [--set-clock]
+
+  --port N             port to listen on (default ${ENVD_PORT})
+  --host ADDR          address to bind (default 0.0.0.0)
+  --default-user NAME  user for requests that name none (default "user", root if absent)
+  --set-clock          let POST /init set the system clock (in a guest; never on a host)
+  --version            print the protocol version and exit
+`;
+
+function fail(message: string): never {
+  process.stderr.write(`envd: ${message}\n\n${HELP}`);
+  process.exit(2);
+}
+
+let args: ReturnType<typeof parseArgs>["values"];
+try {
+  ({ values: args } = parseArgs({
+    options: {
+      port: { type: "string" },
+      host: { type: "string" },
+      "default-user": { type: "string" },
+      "set-clock": { type: "boolean" },
+      version: { type: "boolean" },
+      help: { type: "boolean", short: "h" },
+    },
+  }));
+} catch (err) {
+  fail((err as Error).message);
+}
+
+if (args.help) {
+  process.stdout.write(HELP);
+  process.exit(0);
+}
+if (args.version) {
+  process.stdout.write(`${ENVD_VERSION}\n`);
+  process.exit(0);
+}
+const port = args.port === undefined ? ENVD_PORT : Number(args.port);
+if (!Number.isInteger(port) || port < 0 || port > 65535)
+  fail(`--port must be a port number, got '${args.port}'`);
+const host = typeof args.host === "string" ? args.host : "0.0.0.0";
+
+// Files the agent creates are 0644 and directories 0755, whatever umask it inherited.
+process.umask(0o022);
+
+const agent = createAgent({
+  defaultUser: typeof args["default-user"] === "string" ? args["default-user"] : undefined,
+  setClock: args["set-clock"] ? setSystemClock : undefined,
+});
+agent.server.on("error", (err) => fail(`cannot listen on ${host}:${port}: ${err.message}`));
+agent.server.listen(port, host, () => {
+  process.stderr.write(`envd ${ENVD_VERSION} listening on ${host}:${port}\n`);
+});
+for (const signal of ["SIGTERM", "SIGINT"] as const) {
+  process.on(signal, () => {
+    agent.close().finally(() => process.exit(0));
+  });
+}

@@ -1,0 +1,45 @@
+/**
+ * The envd version Warren's agent reports. The E2B SDK gates features on this string
+ * (recursive watch 0.1.4, stdin control 0.3.0, default user 0.4.0, closeStdin 0.5.2,
+ * octet-stream upload 0.5.7, file metadata 0.6.2, watch entries 0.6.3, network-mount
+ * watch 0.6.4): the agent implements all of them, so it claims 0.6.4 and no more.
+ */
+export const ENVD_VERSION = "0.6.4";
+
+/** Port envd listens on inside every sandbox. */
+export const ENVD_PORT = 49983;
+
+/** Paths only the orchestrator may call; the sandbox proxy refuses them from outside. */
+export const ENVD_INTERNAL_PATHS = [
+  "/init",
+  "/freeze",
+  "/unfreeze",
+  "/fsfreeze",
+  "/fsthaw",
+  "/collapse",
+  "/upgrade",
+] as const;
+
+/** Body of envd's `POST /init`, as E2B's orchestrator sends it. */
+export interface EnvdInitRequest {
+  envVars?: Record<string, string>;
+  accessToken?: string;
+  defaultUser?: string;
+  defaultWorkdir?: string;
+  /** RFC 3339 time on the host when the request was made. */
+  timestamp?: string;
+}
+
+/** Body of envd's `GET /metrics`. */
+export interface EnvdMetrics {
+  ts: number;
+  cpu_count: number;
+  cpu_used_pct: number;
+  mem_total: number;
+  mem_used: number;
+  mem_cache: number;
+  mem_total_mib: number;
+  mem_used_mib: number;
+  disk_used: number;
+  disk_total: number;
+}

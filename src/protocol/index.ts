@@ -1,0 +1,3 @@
+export * from "./envd.js";
+export * as filesystemPb from "./gen/filesystem/filesystem_pb.js";
+export * as processPb from "./gen/process/process_pb.js";

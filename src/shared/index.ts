@@ -1,0 +1,2 @@
+export { AsyncQueue } from "./async-queue.js";
+export { ERROR_KINDS, type ErrorKind, toWarrenError, WarrenError } from "./errors.js";
