@@ -47,11 +47,20 @@ describe("file URL signatures", () => {
     });
     assert.throws(
       () => requireFileAccess(state, { ...base, token: undefined, signature: undefined }),
-      /unauthorized/,
+      /missing signature query parameter/,
     );
     assert.throws(
       () => requireFileAccess(state, { ...base, token: "bad", signature: undefined }),
-      /unauthorized/,
+      /present in header but does not match/,
+    );
+    assert.throws(
+      () =>
+        requireFileAccess(state, {
+          ...base,
+          token: "bad",
+          signature: fileSignature("f", "read", "", "tok"),
+        }),
+      /present in header but does not match/,
     );
     assert.throws(
       () =>

@@ -60,23 +60,29 @@ export interface FileAuthRequest {
   readonly nowMs?: number;
 }
 
-/** `/files` accepts either the access token or a valid, unexpired URL signature. */
+/**
+ * `/files` accepts the access token or, without a token header, a valid unexpired URL
+ * signature; checks run in envd's order so the messages match.
+ */
 export function requireFileAccess(state: AgentState, req: FileAuthRequest): void {
   const token = state.accessToken;
-  if (token === undefined || (req.token && sameSecret(req.token, token))) return;
-  if (!req.signature) requireAccessToken(state, req.token);
+  if (token === undefined) return;
+  if (req.token) {
+    if (sameSecret(req.token, token)) return;
+    throw new WarrenError("unauthenticated", "access token present in header but does not match");
+  }
+  if (!req.signature) throw new WarrenError("unauthenticated", "missing signature query parameter");
   let expiration: number | undefined;
   if (req.signatureExpiration !== undefined) {
     expiration = Number(req.signatureExpiration);
     if (!Number.isInteger(expiration)) {
       throw new WarrenError("invalid_argument", "signature_expiration must be unix seconds");
     }
-    if (expiration * 1000 < (req.nowMs ?? Date.now())) {
-      throw new WarrenError("unauthenticated", "signature is already expired");
-    }
   }
   const expected = fileSignature(req.path, req.operation, req.username ?? "", token, expiration);
-  if (!req.signature || !sameSecret(req.signature, expected)) {
+  if (!sameSecret(req.signature, expected))
     throw new WarrenError("unauthenticated", "invalid signature");
+  if (expiration !== undefined && expiration * 1000 < (req.nowMs ?? Date.now())) {
+    throw new WarrenError("unauthenticated", "signature is already expired");
   }
 }

@@ -24,10 +24,13 @@ export async function entryInfo(path: string): Promise<EntryInit> {
   // bigint stats: the modification time to the nanosecond, as Go reports it.
   const st = await lstat(path, { bigint: true });
   let type = fileType(st);
+  let mode = Number(st.mode) & 0o777;
   let symlinkTarget: string | undefined;
   if (st.isSymbolicLink()) {
     const target = await stat(path).catch(() => undefined);
     type = target ? fileType(target) : FileType.SYMLINK;
+    // A link's own bits are always 0777; envd reports the target's.
+    if (target) mode = target.mode & 0o777;
     symlinkTarget = await realpath(path).catch(() => undefined);
   }
   return {
@@ -35,7 +38,7 @@ export async function entryInfo(path: string): Promise<EntryInit> {
     type,
     path,
     size: st.size,
-    mode: Number(st.mode) & 0o777,
+    mode,
     permissions: permissionString({ mode: Number(st.mode) }),
     owner: userNameOf(Number(st.uid)),
     group: groupNameOf(Number(st.gid)),

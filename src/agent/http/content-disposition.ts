@@ -6,7 +6,6 @@ const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
  */
 export function inlineDisposition(filename: string): string {
   if (TOKEN.test(filename)) return `inline; filename=${filename}`;
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: printable ASCII is exactly what may be quoted
   if (/^[\x20-\x7e]*$/.test(filename)) {
     return `inline; filename="${filename.replace(/["\\]/g, (c) => `\\${c}`)}"`;
   }

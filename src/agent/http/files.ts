@@ -2,7 +2,7 @@ import { createReadStream } from "node:fs";
 import { open, stat } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { basename } from "node:path";
-import type { Readable } from "node:stream";
+import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { createGunzip, createGzip, constants as zlib } from "node:zlib";
 import busboy from "busboy";
@@ -201,6 +201,14 @@ function decodedBody(req: IncomingMessage): Readable {
   throw new WarrenError("invalid_argument", `unsupported Content-Encoding '${encoding}'`);
 }
 
+/** Text parts (FormData strings, no filename) may be up to this large. */
+const MAX_TEXT_PART_BYTES = 64 * 1024 * 1024;
+
+/**
+ * Writes every part named `file`, one after another, and answers in request order. A
+ * failed part stops the writing; the rest of the body is read and discarded so the client
+ * gets its error response, and nothing is left half-handled.
+ */
 function uploadMultipart(
   body: Readable,
   req: IncomingMessage,
@@ -211,53 +219,81 @@ function uploadMultipart(
     const written: WrittenFile[] = [];
     const seen = new Set<string>();
     let chain = Promise.resolve();
-    let failed = false;
-    const fail = (err: unknown) => {
-      if (failed) return;
-      failed = true;
-      body.unpipe();
-      req.resume();
-      reject(err);
+    let failure: unknown;
+    let settled = false;
+    const settle = () => {
+      if (settled) return;
+      settled = true;
+      chain.then(() => (failure === undefined ? resolve(written) : reject(failure)));
     };
-    let parser: busboy.Busboy;
-    try {
-      // preservePath keeps the directories in a part's filename: it is the destination.
-      parser = busboy({ headers: req.headers, preservePath: true });
-    } catch (err) {
-      throw toWarrenError(err, "error parsing multipart form");
-    }
-    parser.on("file", (field, stream, info) => {
-      if (failed || field !== "file") {
-        stream.resume();
+    const fail = (err: unknown) => {
+      failure ??= err;
+    };
+    const enqueue = (filename: string | undefined, data: Readable) => {
+      if (failure !== undefined) {
+        data.resume();
         return;
       }
       let path: string;
       try {
-        path = destination(info.filename);
+        path = destination(filename);
         if (seen.has(path)) {
           throw new WarrenError(
             "invalid_argument",
             `you cannot upload multiple files to the same path '${path}' in one upload request`,
           );
         }
+        seen.add(path);
       } catch (err) {
-        stream.resume();
         fail(err);
+        data.resume();
         return;
       }
-      seen.add(path);
-      // Parts arrive one after another; busboy waits until each stream is consumed.
-      const done = write(path, stream).then((file) => {
-        written.push(file);
+      chain = chain
+        .then(async () => {
+          if (failure !== undefined) {
+            data.resume();
+            return;
+          }
+          written.push(await write(path, data));
+        })
+        .catch((err: unknown) => {
+          fail(err);
+          data.resume();
+        });
+    };
+
+    let parser: busboy.Busboy;
+    try {
+      // preservePath keeps the directories in a part's filename: it is the destination.
+      parser = busboy({
+        headers: req.headers,
+        preservePath: true,
+        limits: { fieldSize: MAX_TEXT_PART_BYTES },
       });
-      done.catch(fail);
-      chain = chain.then(() => done);
+    } catch (err) {
+      reject(toWarrenError(err, "error parsing multipart form"));
+      return;
+    }
+    parser.on("file", (field, stream, info) => {
+      if (field === "file") enqueue(info.filename, stream);
+      else stream.resume();
     });
-    parser.on("error", (err) => fail(toWarrenError(err, "error parsing multipart form")));
-    parser.on("close", () => {
-      chain.then(() => !failed && resolve(written), fail);
+    // A FormData string (no filename) arrives as a field: it is a file too when named `file`.
+    parser.on("field", (field, value: string) => {
+      if (field === "file") enqueue(undefined, Readable.from([Buffer.from(value, "utf8")]));
     });
-    body.on("error", (err) => fail(toWarrenError(err, "error decompressing request body")));
+    parser.on("close", settle);
+    parser.on("error", (err) => {
+      fail(toWarrenError(err, "error parsing multipart form"));
+      body.unpipe(parser);
+      body.resume();
+      settle();
+    });
+    body.on("error", (err) => {
+      fail(toWarrenError(err, "error decompressing request body"));
+      settle();
+    });
     body.pipe(parser);
   });
 }
