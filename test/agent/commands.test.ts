@@ -203,6 +203,31 @@ describe("envd commands through the e2b SDK", () => {
     );
   });
 
+  it("accepts stdin as a client stream (StreamInput)", async () => {
+    const client = rpc();
+    const handle = await sbx.commands.run("cat", { background: true, stdin: true });
+    async function* input() {
+      yield {
+        event: {
+          case: "start" as const,
+          value: { process: { selector: { case: "pid" as const, value: handle.pid } } },
+        },
+      };
+      for (const part of ["streamed ", "input"]) {
+        yield {
+          event: {
+            case: "data" as const,
+            value: { input: { input: { case: "stdin" as const, value: Buffer.from(part) } } },
+          },
+        };
+      }
+    }
+    await client.streamInput(input());
+    await sbx.commands.closeStdin(handle.pid);
+    const result = await handle.wait();
+    assert.equal(result.stdout, "streamed input");
+  });
+
   it("finds a process by tag", async () => {
     const client = rpc();
     const controller = new AbortController();
