@@ -1,0 +1,101 @@
+import { EgressPolicyError } from "./errors.js";
+import { formatCidr, parseCidr } from "./ipv4.js";
+
+/**
+ * What a guest may reach. Host-initiated connections to the guest (envd) are not affected.
+ * Order of evaluation: the host's own addresses and every slot are always refused; then
+ * `allowOut` accepts; then `denyOut` refuses; then private ranges are refused; then
+ * `allowInternet` decides. So allow wins over deny, and `allowOut` is the only way to open
+ * a private range.
+ */
+export interface EgressPolicy {
+  /** Whether the guest may reach public addresses (those in no list below). */
+  readonly allowInternet: boolean;
+  /** IPv4 addresses or CIDRs always reachable, even with allowInternet false or in denyOut. */
+  readonly allowOut: readonly string[];
+  /** IPv4 addresses or CIDRs never reachable, unless also matched by allowOut. */
+  readonly denyOut: readonly string[];
+}
+
+export const DEFAULT_EGRESS_POLICY: EgressPolicy = Object.freeze({
+  allowInternet: true,
+  allowOut: Object.freeze([]),
+  denyOut: Object.freeze([]),
+});
+
+/** Refused unless an allowOut entry covers the destination. */
+export const PRIVATE_RANGES: readonly string[] = Object.freeze([
+  "10.0.0.0/8",
+  "172.16.0.0/12",
+  "192.168.0.0/16",
+  "169.254.0.0/16",
+  "100.64.0.0/10",
+]);
+
+/** Never useful as a destination out of a NAT: "this network", loopback, multicast, reserved. */
+export const NEVER_RANGES: readonly string[] = Object.freeze([
+  "0.0.0.0/8",
+  "127.0.0.0/8",
+  "224.0.0.0/4",
+  "240.0.0.0/4",
+]);
+
+/** Upper bound per list: each entry is one iptables rule evaluated per guest packet. */
+export const MAX_POLICY_ENTRIES = 1000;
+
+/**
+ * Checks a policy given by a caller and returns it normalized (CIDRs with host bits cleared,
+ * single addresses as /32, duplicates removed) and frozen. Throws EgressPolicyError naming
+ * the first bad entry.
+ */
+export function validateEgressPolicy(policy: EgressPolicy): EgressPolicy {
+  if (typeof policy !== "object" || policy === null) {
+    throw new EgressPolicyError("egress policy must be an object", String(policy));
+  }
+  if (typeof policy.allowInternet !== "boolean") {
+    throw new EgressPolicyError(
+      "egress policy allowInternet must be true or false",
+      String(policy.allowInternet),
+    );
+  }
+  return Object.freeze({
+    allowInternet: policy.allowInternet,
+    allowOut: normalizeList("allowOut", policy.allowOut),
+    denyOut: normalizeList("denyOut", policy.denyOut),
+  });
+}
+
+function normalizeList(name: string, list: unknown): readonly string[] {
+  if (!Array.isArray(list)) {
+    throw new EgressPolicyError(`egress policy ${name} must be a list of strings`, String(list));
+  }
+  if (list.length > MAX_POLICY_ENTRIES) {
+    throw new EgressPolicyError(
+      `egress policy ${name} has ${list.length} entries, more than ${MAX_POLICY_ENTRIES}`,
+      String(list[MAX_POLICY_ENTRIES]),
+    );
+  }
+  const out = new Set<string>();
+  for (const entry of list) {
+    const cidr = typeof entry === "string" ? parseCidr(entry.trim()) : undefined;
+    if (!cidr) {
+      throw new EgressPolicyError(
+        `egress policy ${name} entry "${String(entry)}" is not an IPv4 address or CIDR ` +
+          "(e.g. 203.0.113.7 or 203.0.113.0/24)",
+        String(entry),
+      );
+    }
+    out.add(formatCidr(cidr));
+  }
+  return Object.freeze([...out]);
+}
+
+export function sameEgressPolicy(a: EgressPolicy, b: EgressPolicy): boolean {
+  const sameList = (x: readonly string[], y: readonly string[]) =>
+    x.length === y.length && x.every((v, i) => v === y[i]);
+  return (
+    a.allowInternet === b.allowInternet &&
+    sameList(a.allowOut, b.allowOut) &&
+    sameList(a.denyOut, b.denyOut)
+  );
+}

@@ -1,0 +1,140 @@
+import type { CommandRunner } from "./command-runner.js";
+import type { SlotAddresses } from "./slot-addressing.js";
+
+// A slot's rules in the host's own tables. Each carries the comment `warren:<index>`, so a
+// restarted server finds and removes the rules of slots it no longer owns. Everything else
+// about a slot lives inside its namespace and disappears with it.
+
+export interface HostRule {
+  readonly table: "filter" | "nat";
+  readonly chain: string;
+  /** Match and target, without the chain, e.g. ["-i", "wv3", "-j", "DROP"]. */
+  readonly spec: readonly string[];
+}
+
+export function hostRuleComment(index: number): string {
+  return `warren:${index}`;
+}
+
+/** Matches the comment in `iptables-save` output (quoted or not); group 1 is the index. */
+const COMMENT_PATTERN = /--comment "?warren:([0-9]+)"?(?:\s|$)/;
+
+/**
+ * The host rules of one slot, in order. `egressInterface` undefined means the guest has no
+ * way out of the host (and only the refusals are installed).
+ */
+export function hostRules(slot: SlotAddresses, egressInterface: string | undefined): HostRule[] {
+  const veth = slot.hostVeth;
+  const out = egressInterface;
+  const established = "-m conntrack --ctstate ESTABLISHED,RELATED";
+  const rules: HostRule[] = [
+    // Replies to the host's own connections (envd) come back; nothing the guest starts
+    // reaches a local address: any interface's, 127/8, whatever the namespace allows.
+    rule("filter", "INPUT", `-i ${veth} ${established} -j ACCEPT`),
+    rule("filter", "INPUT", `-i ${veth} -j DROP`),
+    ...(out
+      ? [
+          rule("filter", "FORWARD", `-i ${veth} -o ${out} -j ACCEPT`),
+          rule("filter", "FORWARD", `-i ${out} -o ${veth} ${established} -j ACCEPT`),
+        ]
+      : []),
+    // Not to other slots, not to any other interface; nothing routed in from elsewhere.
+    rule("filter", "FORWARD", `-i ${veth} -j DROP`),
+    rule("filter", "FORWARD", `-o ${veth} -j DROP`),
+    ...(out
+      ? [rule("nat", "POSTROUTING", `-s ${slot.hostAddress}/32 -o ${out} -j MASQUERADE`)]
+      : []),
+  ];
+  // The comment goes just before the target, where iptables-save prints it.
+  const comment = ["-m", "comment", "--comment", hostRuleComment(slot.index)];
+  return rules.map((r) => ({
+    ...r,
+    spec: [...r.spec.slice(0, -2), ...comment, ...r.spec.slice(-2)],
+  }));
+}
+
+/** `spec` is split on spaces: only for the fixed rules above (no quoting needed). */
+function rule(table: HostRule["table"], chain: string, spec: string): HostRule {
+  return { table, chain, spec: spec.split(" ") };
+}
+
+/**
+ * Inserts the rules at the top of their chains (ahead of a host firewall's own rules), in
+ * the given order, in one transaction.
+ */
+export async function insertHostRules(
+  run: CommandRunner,
+  rules: readonly HostRule[],
+): Promise<void> {
+  // Each -I lands at position 1, so insert in reverse to keep the order.
+  const lines = [...rules]
+    .reverse()
+    .map((r) => ({ table: r.table, line: `-I ${r.chain} ${r.spec.join(" ")}` }));
+  await withHostLock(() => restore(run, lines));
+}
+
+/** Deletes exactly these rules, in one transaction (fails if one of them is missing). */
+export async function deleteHostRules(
+  run: CommandRunner,
+  rules: readonly HostRule[],
+): Promise<void> {
+  const lines = rules.map((r) => ({ table: r.table, line: `-D ${r.chain} ${r.spec.join(" ")}` }));
+  await withHostLock(() => restore(run, lines));
+}
+
+/** A Warren rule found in the host's tables: `-A ...` line as iptables-save prints it. */
+export interface FoundHostRule {
+  readonly table: string;
+  readonly line: string;
+  readonly index: number;
+}
+
+/** Every host rule carrying a `warren:<n>` comment. */
+export async function findHostRules(run: CommandRunner): Promise<FoundHostRule[]> {
+  const { stdout } = await run("iptables-save", []);
+  const found: FoundHostRule[] = [];
+  let table = "";
+  for (const line of stdout.split("\n")) {
+    if (line.startsWith("*")) table = line.slice(1).trim();
+    const match = line.startsWith("-A ") ? COMMENT_PATTERN.exec(line) : null;
+    if (match?.[1]) found.push({ table, line, index: Number(match[1]) });
+  }
+  return found;
+}
+
+/** Deletes rules found by findHostRules, in one transaction. */
+export async function deleteFoundHostRules(
+  run: CommandRunner,
+  rules: readonly FoundHostRule[],
+): Promise<void> {
+  if (rules.length === 0) return;
+  const lines = rules.map((r) => ({ table: r.table, line: `-D${r.line.slice(2)}` }));
+  await withHostLock(() => restore(run, lines));
+}
+
+/** Removes every host rule of one slot, whichever of them exist. */
+export async function purgeHostRules(run: CommandRunner, index: number): Promise<void> {
+  const found = (await findHostRules(run)).filter((r) => r.index === index);
+  await deleteFoundHostRules(run, found);
+}
+
+/** Runs `iptables-restore --noflush` on lines (each tagged with its table) in one transaction. */
+async function restore(
+  run: CommandRunner,
+  lines: readonly { table: string; line: string }[],
+): Promise<void> {
+  const tables = new Map<string, string[]>();
+  for (const { table, line } of lines) tables.set(table, [...(tables.get(table) ?? []), line]);
+  let input = "";
+  for (const [table, list] of tables) input += `*${table}\n${list.join("\n")}\nCOMMIT\n`;
+  await run("iptables-restore", ["-w", "--noflush"], { input });
+}
+
+// The host's tables are shared by every slot: one transaction at a time from this process.
+let hostQueue: Promise<unknown> = Promise.resolve();
+
+function withHostLock<T>(fn: () => Promise<T>): Promise<T> {
+  const result = hostQueue.then(fn, fn);
+  hostQueue = result.catch(() => {});
+  return result;
+}

@@ -1,0 +1,95 @@
+import { type EgressPolicy, NEVER_RANGES, PRIVATE_RANGES } from "./egress-policy.js";
+import { GUEST_ADDRESS, NETNS_VETH, type SlotAddresses, TAP_NAME } from "./slot-addressing.js";
+
+// The iptables ruleset inside one slot's namespace (iptables-restore input). The namespace
+// is a router between the guest (tap0) and the host (eth0); nothing listens in it.
+
+/** Per-packet egress decision for guest-initiated traffic; rebuilt on every policy change. */
+export const EGRESS_CHAIN = "WARREN-EGRESS";
+/** Refuses fast: TCP gets a reset, the rest an ICMP "administratively prohibited". */
+export const REJECT_CHAIN = "WARREN-REJECT";
+
+/**
+ * The whole ruleset of a new slot namespace, applied with a plain `iptables-restore`
+ * (replacing the namespace's empty tables).
+ *
+ * @param blocked destinations no policy can open: the slots' base block, the host's own
+ *   addresses, and NEVER_RANGES.
+ */
+export function netnsRuleset(
+  slot: SlotAddresses,
+  policy: EgressPolicy,
+  blocked: readonly string[],
+): string {
+  const guest = `${GUEST_ADDRESS}/32`;
+  return lines(
+    "*nat",
+    ":PREROUTING ACCEPT [0:0]",
+    ":INPUT ACCEPT [0:0]",
+    ":OUTPUT ACCEPT [0:0]",
+    ":POSTROUTING ACCEPT [0:0]",
+    // The host reaches the guest at the slot's own address.
+    `-A PREROUTING -i ${NETNS_VETH} -d ${slot.hostAddress}/32 -j DNAT --to-destination ${GUEST_ADDRESS}`,
+    // The guest's traffic leaves as the slot's address (the host then masquerades it).
+    `-A POSTROUTING -o ${NETNS_VETH} -s ${guest} -j SNAT --to-source ${slot.hostAddress}`,
+    "COMMIT",
+    "*filter",
+    ":INPUT DROP [0:0]",
+    ":FORWARD DROP [0:0]",
+    ":OUTPUT ACCEPT [0:0]",
+    `:${EGRESS_CHAIN} - [0:0]`,
+    `:${REJECT_CHAIN} - [0:0]`,
+    // Nothing in the namespace serves anyone: neither the guest (tap0) nor the host side
+    // may open connections to the namespace's own addresses.
+    "-A INPUT -i lo -j ACCEPT",
+    "-A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
+    // A guest may only send from its own address (no spoofing past the SNAT).
+    `-A FORWARD -i ${TAP_NAME} ! -s ${guest} -j DROP`,
+    // Host-initiated connections (DNATed above), both directions, whatever the policy.
+    `-A FORWARD -i ${NETNS_VETH} -o ${TAP_NAME} -d ${guest} -m conntrack --ctstate DNAT -j ACCEPT`,
+    `-A FORWARD -i ${TAP_NAME} -o ${NETNS_VETH} -m conntrack --ctstate DNAT -j ACCEPT`,
+    // Every packet the guest sends on its own connections goes through the policy, not just
+    // the first: a policy change also cuts connections that are already open.
+    `-A FORWARD -i ${TAP_NAME} -o ${NETNS_VETH} -j ${EGRESS_CHAIN}`,
+    `-A FORWARD -i ${NETNS_VETH} -o ${TAP_NAME} -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT`,
+    `-A ${REJECT_CHAIN} -p tcp -j REJECT --reject-with tcp-reset`,
+    `-A ${REJECT_CHAIN} -j REJECT --reject-with icmp-admin-prohibited`,
+    ...egressChainRules(policy, blocked),
+    "COMMIT",
+  );
+}
+
+/** Replaces the egress chain alone, atomically: input for `iptables-restore --noflush`. */
+export function egressUpdate(policy: EgressPolicy, blocked: readonly string[]): string {
+  // Declaring a chain under --noflush empties it first.
+  return lines(
+    "*filter",
+    `:${EGRESS_CHAIN} - [0:0]`,
+    ...egressChainRules(policy, blocked),
+    "COMMIT",
+  );
+}
+
+/** The egress chain, in evaluation order (see EgressPolicy for why this order). */
+export function egressChainRules(policy: EgressPolicy, blocked: readonly string[]): string[] {
+  const rule = (cidr: string, target: string) => `-A ${EGRESS_CHAIN} -d ${cidr} -j ${target}`;
+  return [
+    ...blocked.map((cidr) => rule(cidr, REJECT_CHAIN)),
+    ...policy.allowOut.map((cidr) => rule(cidr, "ACCEPT")),
+    ...policy.denyOut.map((cidr) => rule(cidr, REJECT_CHAIN)),
+    ...PRIVATE_RANGES.map((cidr) => rule(cidr, REJECT_CHAIN)),
+    `-A ${EGRESS_CHAIN} -j ${policy.allowInternet ? "ACCEPT" : REJECT_CHAIN}`,
+  ];
+}
+
+/** Destinations refused whatever the policy. */
+export function blockedDestinations(
+  baseCidr: string,
+  hostAddresses: readonly string[],
+): readonly string[] {
+  return [baseCidr, ...hostAddresses.map((a) => `${a}/32`), ...NEVER_RANGES];
+}
+
+function lines(...items: string[]): string {
+  return `${items.join("\n")}\n`;
+}

@@ -1,0 +1,253 @@
+import { existsSync } from "node:fs";
+import { WarrenError } from "../shared/index.js";
+import type { CommandRunner } from "./command-runner.js";
+import { DEFAULT_EGRESS_POLICY, type EgressPolicy, validateEgressPolicy } from "./egress-policy.js";
+import { SlotTakenError } from "./errors.js";
+import { hostIpv4Addresses } from "./host-info.js";
+import {
+  deleteHostRules,
+  type HostRule,
+  hostRules,
+  insertHostRules,
+  purgeHostRules,
+} from "./host-rules.js";
+import { formatCidr, type Ipv4Cidr } from "./ipv4.js";
+import { blockedDestinations, egressUpdate, netnsRuleset } from "./netns-rules.js";
+import {
+  GATEWAY_ADDRESS,
+  GUEST_ADDRESS,
+  GUEST_LINK_PREFIX,
+  GUEST_MAC,
+  NETNS_VETH,
+  type SlotAddresses,
+  slotAddresses,
+  TAP_MAC,
+  TAP_NAME,
+} from "./slot-addressing.js";
+
+/** What every slot of a pool shares. */
+export interface SlotSettings {
+  /** Block the slots' /31s are carved from. */
+  readonly base: Ipv4Cidr;
+  /** Owner of the tap, so a QEMU running as this user can open it; root only when absent. */
+  readonly tapOwner: { readonly uid: number; readonly gid: number } | undefined;
+  /** Host interface guest traffic leaves by; no egress at all when undefined. */
+  readonly egressInterface: string | undefined;
+  readonly run: CommandRunner;
+}
+
+/**
+ * One sandbox's network: namespace `warren-<n>` holding the guest's tap (`tap0`,
+ * 169.254.0.22/30, fixed MAC) and the namespace end (`eth0`) of a veth pair whose host end is
+ * `wv<n>`. The host reaches the guest at `hostAddress`; the egress policy can change while
+ * the guest runs. Create through SlotPool (or `NetworkSlot.create` directly).
+ */
+export class NetworkSlot implements SlotAddresses {
+  readonly index: number;
+  readonly netns: string;
+  readonly netnsPath: string;
+  readonly hostVeth: string;
+  readonly hostVethAddress: string;
+  readonly hostAddress: string;
+  /** The device QEMU opens inside the namespace (`-netdev tap,ifname=tap0,script=no`). */
+  readonly tapName = TAP_NAME;
+  readonly tapMac = TAP_MAC;
+  readonly guestAddress = GUEST_ADDRESS;
+  readonly guestMac = GUEST_MAC;
+  readonly gateway = GATEWAY_ADDRESS;
+
+  readonly #settings: SlotSettings;
+  readonly #hostRules: readonly HostRule[];
+  #policy: EgressPolicy;
+  #queue: Promise<unknown> = Promise.resolve();
+  #destroyed = false;
+  #removed = false;
+
+  private constructor(settings: SlotSettings, addresses: SlotAddresses, policy: EgressPolicy) {
+    this.index = addresses.index;
+    this.netns = addresses.netns;
+    this.netnsPath = addresses.netnsPath;
+    this.hostVeth = addresses.hostVeth;
+    this.hostVethAddress = addresses.hostVethAddress;
+    this.hostAddress = addresses.hostAddress;
+    this.#settings = settings;
+    this.#hostRules = hostRules(addresses, settings.egressInterface);
+    this.#policy = policy;
+  }
+
+  /**
+   * Creates slot `index`. If any step fails, whatever was created is removed before the
+   * error (a NetworkError naming the failed command) is thrown. Throws SlotTakenError,
+   * touching nothing, if the slot's namespace or host veth already exists.
+   */
+  static async create(
+    settings: SlotSettings,
+    index: number,
+    policy: EgressPolicy = DEFAULT_EGRESS_POLICY,
+  ): Promise<NetworkSlot> {
+    const slot = new NetworkSlot(
+      settings,
+      slotAddresses(settings.base, index),
+      validateEgressPolicy(policy),
+    );
+    if (existsSync(slot.netnsPath) || existsSync(`/sys/class/net/${slot.hostVeth}`)) {
+      throw new SlotTakenError(
+        `network slot ${index} already exists on this host (${slot.netns} or ${slot.hostVeth}); ` +
+          "SlotPool.cleanupStale() removes what an earlier server left",
+        index,
+      );
+    }
+    const { run } = settings;
+    // Steps run in parallel where they do not depend on each other (rules name interfaces
+    // that need not exist yet); every step settles before any rollback starts.
+    const inNamespace = async () => {
+      await run("ip", ["-batch", "-"], { input: slot.#hostBatch() });
+      await settleAll([
+        run("ip", ["-n", slot.netns, "-batch", "-"], { input: slot.#netnsBatch() }),
+        run("nsenter", [`--net=${slot.netnsPath}`, "iptables-restore"], {
+          input: netnsRuleset(slot, slot.#policy, slot.#blocked()),
+        }),
+      ]);
+    };
+    try {
+      await settleAll([inNamespace(), insertHostRules(run, slot.#hostRules)]);
+    } catch (err) {
+      slot.#destroyed = true;
+      try {
+        await removeSlotResources(run, slot);
+      } catch (cleanupErr) {
+        throw new WarrenError(
+          "internal",
+          `creating network slot ${index} failed (${String(err)}), and removing what was created failed too: ${String(cleanupErr)}`,
+          { cause: err },
+        );
+      }
+      slot.#removed = true;
+      throw err;
+    }
+    return slot;
+  }
+
+  /** The policy in force (normalized). */
+  get policy(): EgressPolicy {
+    return this.#policy;
+  }
+
+  /** True once destroy() was called (even if it failed). A destroyed slot cannot be used. */
+  get destroyed(): boolean {
+    return this.#destroyed;
+  }
+
+  /**
+   * Replaces the egress policy, atomically; applies to the guest's next packet, including on
+   * connections already open. Throws EgressPolicyError for a bad entry (nothing changes).
+   */
+  async setPolicy(policy: EgressPolicy): Promise<void> {
+    const next = validateEgressPolicy(policy);
+    await this.#serially(async () => {
+      if (this.#destroyed) {
+        throw new WarrenError("conflict", `network slot ${this.index} is destroyed`);
+      }
+      await this.#settings.run(
+        "nsenter",
+        [`--net=${this.netnsPath}`, "iptables-restore", "--noflush"],
+        {
+          input: egressUpdate(next, this.#blocked()),
+        },
+      );
+      this.#policy = next;
+    });
+  }
+
+  /**
+   * Removes the namespace (with the tap and veth pair in it) and the host rules. Idempotent;
+   * call it after the VMM using the tap has exited.
+   */
+  async destroy(): Promise<void> {
+    this.#destroyed = true;
+    await this.#serially(async () => {
+      if (this.#removed) return;
+      await removeSlotResources(this.#settings.run, this, this.#hostRules);
+      this.#removed = true;
+    });
+  }
+
+  #serially<T>(fn: () => Promise<T>): Promise<T> {
+    const result = this.#queue.then(fn, fn);
+    this.#queue = result.catch(() => {});
+    return result;
+  }
+
+  #blocked(): readonly string[] {
+    const base = this.#settings.base;
+    return blockedDestinations(formatCidr(base), hostIpv4Addresses(base));
+  }
+
+  /** Host side: the namespace, its sysctls, the veth pair and the host end's address. */
+  #hostBatch(): string {
+    return lines(
+      `netns add ${this.netns}`,
+      // ip_forward: the namespace routes between tap and veth. No IPv6 at all: the guest is
+      // IPv4-only and must not reach the namespace over link-local IPv6.
+      `netns exec ${this.netns} sysctl -q -w net.ipv4.ip_forward=1 net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1`,
+      `link add ${this.hostVeth} type veth peer name ${NETNS_VETH} netns ${this.netns}`,
+      `addr add ${this.hostVethAddress}/31 dev ${this.hostVeth}`,
+      `link set ${this.hostVeth} up`,
+    );
+  }
+
+  /** Namespace side: veth end, tap (fixed MAC, owned by the VMM's user), routes, neighbour. */
+  #netnsBatch(): string {
+    const owner = this.#settings.tapOwner;
+    const ownerArgs = owner ? ` user ${owner.uid} group ${owner.gid}` : "";
+    return lines(
+      "link set lo up",
+      `addr add ${this.hostAddress}/31 dev ${NETNS_VETH}`,
+      `link set ${NETNS_VETH} up`,
+      `tuntap add dev ${TAP_NAME} mode tap${ownerArgs}`,
+      `link set ${TAP_NAME} address ${TAP_MAC}`,
+      `addr add ${GATEWAY_ADDRESS}/${GUEST_LINK_PREFIX} dev ${TAP_NAME}`,
+      `link set ${TAP_NAME} up`,
+      `route add default via ${this.hostVethAddress} dev ${NETNS_VETH}`,
+      // The guest's MAC never changes: no ARP round trip after boot or restore.
+      `neigh replace ${GUEST_ADDRESS} lladdr ${GUEST_MAC} dev ${TAP_NAME} nud permanent`,
+    );
+  }
+}
+
+/**
+ * Removes whatever exists of a slot: host veth (its peer goes with it), namespace (and the
+ * tap in it), host rules. `rules` when the exact rules are known (one transaction); else,
+ * or if that fails, every host rule commented with the slot's index.
+ */
+export async function removeSlotResources(
+  run: CommandRunner,
+  slot: SlotAddresses,
+  rules?: readonly HostRule[],
+): Promise<void> {
+  const batch: string[] = [];
+  // The veth first: deleting a namespace frees its devices asynchronously, and the next
+  // slot with this index needs the name `wv<n>` free at once.
+  if (existsSync(`/sys/class/net/${slot.hostVeth}`)) batch.push(`link del ${slot.hostVeth}`);
+  if (existsSync(slot.netnsPath)) batch.push(`netns del ${slot.netns}`);
+  const devices = async () => {
+    if (batch.length > 0) await run("ip", ["-force", "-batch", "-"], { input: lines(...batch) });
+  };
+  const hostRulesGone = async () => {
+    if (!rules) return purgeHostRules(run, slot.index);
+    // Exact deletion is one command; if a rule is missing, fall back to a search.
+    await deleteHostRules(run, rules).catch(() => purgeHostRules(run, slot.index));
+  };
+  await settleAll([devices(), hostRulesGone()]);
+}
+
+/** Waits for every promise; then throws the first rejection, if any. */
+async function settleAll(promises: readonly Promise<unknown>[]): Promise<void> {
+  const results = await Promise.allSettled(promises);
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
+  if (failed) throw failed.reason;
+}
+
+function lines(...items: string[]): string {
+  return `${items.join("\n")}\n`;
+}

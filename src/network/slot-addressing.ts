@@ -1,0 +1,75 @@
+import { WarrenError } from "../shared/index.js";
+import { cidrSize, formatIpv4, type Ipv4Cidr, parseCidr } from "./ipv4.js";
+
+// What every guest sees (docs/guest-boot.md): the same address, gateway and MACs in every
+// sandbox, so snapshots and forks resume without re-addressing.
+export const GUEST_ADDRESS = "169.254.0.21";
+export const GUEST_MAC = "02:fc:00:00:00:15";
+/** The tap's own address: the guest's gateway. */
+export const GATEWAY_ADDRESS = "169.254.0.22";
+export const GUEST_LINK_PREFIX = 30;
+/** The tap's MAC is fixed too: a restored guest's ARP cache still points at it. */
+export const TAP_MAC = "02:fc:00:00:00:16";
+export const TAP_NAME = "tap0";
+/** Name of the veth end inside each slot's namespace. */
+export const NETNS_VETH = "eth0";
+export const DEFAULT_BASE_CIDR = "10.201.0.0/16";
+
+export const NETNS_PREFIX = "warren-";
+export const HOST_VETH_PREFIX = "wv";
+/** Matches the names of slot namespaces and host veths; group 1 is the slot index. */
+export const SLOT_NETNS_PATTERN = /^warren-([0-9]+)$/;
+export const HOST_VETH_PATTERN = /^wv([0-9]+)$/;
+
+/** Where one slot lives: names and the /31 its veth pair sits on. */
+export interface SlotAddresses {
+  readonly index: number;
+  /** Network namespace name, `warren-<index>`. */
+  readonly netns: string;
+  /** Its bind mount, for `nsenter --net=` or setns(2). */
+  readonly netnsPath: string;
+  /** Host end of the veth pair, `wv<index>`. */
+  readonly hostVeth: string;
+  /** Address of the host end (even address of the /31). */
+  readonly hostVethAddress: string;
+  /**
+   * Address of the namespace end (odd address of the /31): where the host reaches the guest.
+   * Traffic to it is DNATed to the guest address inside the namespace.
+   */
+  readonly hostAddress: string;
+}
+
+/** Parses and checks the block slots are carved from. */
+export function parseBaseCidr(text: string): Ipv4Cidr {
+  const cidr = parseCidr(text);
+  if (!cidr || !text.includes("/") || cidr.prefix < 8 || cidr.prefix > 30) {
+    throw new WarrenError(
+      "invalid_argument",
+      `baseCidr must be an IPv4 block from /8 to /30 (e.g. ${DEFAULT_BASE_CIDR}), got "${text}"`,
+    );
+  }
+  return cidr;
+}
+
+/** Highest usable slot index in a base block: one /31 per index, index 0 left unused. */
+export function maxSlotIndex(base: Ipv4Cidr): number {
+  return cidrSize(base) / 2 - 1;
+}
+
+export function slotAddresses(base: Ipv4Cidr, index: number): SlotAddresses {
+  if (!Number.isInteger(index) || index < 1 || index > maxSlotIndex(base)) {
+    throw new WarrenError(
+      "invalid_argument",
+      `slot index ${index} is outside 1..${maxSlotIndex(base)} for the base block`,
+    );
+  }
+  const even = base.address + index * 2;
+  return {
+    index,
+    netns: `${NETNS_PREFIX}${index}`,
+    netnsPath: `/run/netns/${NETNS_PREFIX}${index}`,
+    hostVeth: `${HOST_VETH_PREFIX}${index}`,
+    hostVethAddress: formatIpv4(even),
+    hostAddress: formatIpv4(even + 1),
+  };
+}

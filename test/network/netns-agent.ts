@@ -1,0 +1,111 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { Socket } from "node:net";
+import { dirname, join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+
+const AGENT = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "netns-agent.mjs");
+
+export type AgentReply = { ok: true; data?: string; conn?: number } | { ok: false; error: string };
+
+/** A TCP client/server running inside a network namespace (fixtures/netns-agent.mjs). */
+export class NetnsAgent {
+  readonly #child: ChildProcess;
+  readonly #pending = new Map<number, (reply: AgentReply) => void>();
+  #nextId = 1;
+  #stderr = "";
+
+  private constructor(child: ChildProcess) {
+    this.#child = child;
+  }
+
+  /** Starts an agent in the namespace mounted at `netnsPath`. */
+  static async start(netnsPath: string): Promise<NetnsAgent> {
+    const child = spawn("nsenter", [`--net=${netnsPath}`, process.execPath, AGENT], {
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    const agent = new NetnsAgent(child);
+    child.stderr?.on("data", (d: Buffer) => {
+      agent.#stderr += d.toString();
+    });
+    const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream });
+    const ready = new Promise<void>((resolve, reject) => {
+      child.once("exit", (code) =>
+        reject(new Error(`netns agent in ${netnsPath} exited with ${code}: ${agent.#stderr}`)),
+      );
+      lines.on("line", (line) => {
+        const msg = JSON.parse(line) as { ready?: boolean; id?: number } & AgentReply;
+        if (msg.ready) resolve();
+        else if (msg.id !== undefined) {
+          const { id, ...reply } = msg;
+          agent.#pending.get(id)?.(reply);
+        }
+      });
+    });
+    await ready;
+    return agent;
+  }
+
+  listen(port: number, reply: string): Promise<AgentReply> {
+    return this.#request({ op: "listen", port, reply });
+  }
+
+  /** Connects and reads the listener's greeting; `ok: false` with an error code if it can't. */
+  connect(host: string, port: number, timeoutMs = 2000): Promise<AgentReply> {
+    return this.#request({ op: "connect", host, port, timeoutMs });
+  }
+
+  /** Like connect, but keeps the connection open for send(). */
+  open(host: string, port: number, timeoutMs = 2000): Promise<AgentReply> {
+    return this.#request({ op: "open", host, port, timeoutMs });
+  }
+
+  /** Sends a line on an open connection and reads the echo. */
+  send(conn: number, data: string, timeoutMs = 2000): Promise<AgentReply> {
+    return this.#request({ op: "send", conn, data, timeoutMs });
+  }
+
+  async close(): Promise<void> {
+    if (this.#child.exitCode !== null || this.#child.signalCode !== null) return;
+    const exited = new Promise((resolve) => this.#child.once("exit", resolve));
+    this.#child.stdin?.end();
+    const timer = setTimeout(() => this.#child.kill("SIGKILL"), 2000);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  #request(body: Record<string, unknown>): Promise<AgentReply> {
+    const id = this.#nextId++;
+    return new Promise((resolve) => {
+      this.#pending.set(id, (reply) => {
+        this.#pending.delete(id);
+        resolve(reply);
+      });
+      this.#child.stdin?.write(`${JSON.stringify({ id, ...body })}\n`);
+    });
+  }
+}
+
+/** From the host (this process): connects and reads the listener's greeting. */
+export function hostConnect(host: string, port: number, timeoutMs = 2000): Promise<AgentReply> {
+  return new Promise((resolve) => {
+    const socket = new Socket();
+    let buffered = "";
+    const timer = setTimeout(() => done({ ok: false, error: "ETIMEDOUT" }), timeoutMs);
+    function done(reply: AgentReply) {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(reply);
+    }
+    socket.on("data", (chunk: Buffer) => {
+      buffered += chunk.toString();
+      const nl = buffered.indexOf("\n");
+      if (nl !== -1) done({ ok: true, data: buffered.slice(0, nl) });
+    });
+    socket.on("error", (err: NodeJS.ErrnoException) =>
+      done({ ok: false, error: err.code ?? err.message }),
+    );
+    socket.on("close", () => done({ ok: false, error: "ECLOSED" }));
+    socket.connect(port, host);
+  });
+}
