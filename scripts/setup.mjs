@@ -1,0 +1,73 @@
+#!/usr/bin/env node
+// `npm run setup`: makes this host ready to run Warren's microVMs (as root): Debian packages,
+// then the guest kernel, initramfs, agent drive and base rootfs in <data dir>/images/.
+// Idempotent: a second run checks everything and does nothing. See src/images/README.md.
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { ensureDeps } from "./ensure-deps.mjs";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const GUEST_ARTIFACTS = ["kernel", "initramfs", "agent-drive", "base-rootfs"];
+// debootstrap: the cached bootstrap tarball the base rootfs is built on.
+const ARTIFACTS = [...GUEST_ARTIFACTS, "debootstrap"];
+const HELP = `Usage: npm run setup -- [--data-dir DIR] [--only LIST] [--rebuild LIST] [--no-packages]
+
+  --data-dir DIR   Warren's data directory (default $WARREN_HOME, else /var/lib/warren)
+  --only LIST      check and build only these guest artifacts (comma-separated)
+  --rebuild LIST   rebuild these even when up to date ("all" for every one); rebuilding
+                   "kernel" also moves to the newest Debian cloud kernel, "debootstrap"
+                   (the cached bootstrap tarball) also rebuilds the base rootfs
+  --no-packages    do not install missing Debian packages
+Artifacts: ${ARTIFACTS.join(", ")}
+`;
+
+function fail(message) {
+  process.stderr.write(`setup: ${message}\n\n${HELP}`);
+  process.exit(2);
+}
+
+let args;
+try {
+  ({ values: args } = parseArgs({
+    options: {
+      "data-dir": { type: "string" },
+      only: { type: "string" },
+      rebuild: { type: "string" },
+      "no-packages": { type: "boolean" },
+      help: { type: "boolean", short: "h" },
+    },
+  }));
+} catch (err) {
+  fail(err.message);
+}
+if (args.help) {
+  process.stdout.write(HELP);
+  process.exit(0);
+}
+function list(value, name, allowed) {
+  if (value === undefined) return undefined;
+  const names = value === "all" ? allowed : value.split(",").map((s) => s.trim());
+  const unknown = names.filter((n) => !allowed.includes(n));
+  if (unknown.length > 0) fail(`--${name}: unknown artifact ${unknown.join(", ")}`);
+  return names;
+}
+
+ensureDeps(root);
+const { register } = await import("tsx/esm/api");
+register();
+const { DEFAULT_DATA_DIR, ensureHostSetup } = await import("../src/images/index.ts");
+const dataDir = args["data-dir"] || process.env.WARREN_HOME || DEFAULT_DATA_DIR;
+try {
+  const artifacts = await ensureHostSetup({
+    dataDir,
+    only: list(args.only, "only", GUEST_ARTIFACTS),
+    rebuild: list(args.rebuild, "rebuild", ARTIFACTS),
+    installPackages: !args["no-packages"],
+  });
+  for (const [key, value] of Object.entries(artifacts))
+    process.stderr.write(`  ${key}: ${value}\n`);
+} catch (err) {
+  process.stderr.write(`setup: ${err.message}\n`);
+  process.exit(1);
+}

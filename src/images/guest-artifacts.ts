@@ -1,0 +1,58 @@
+import { stat } from "node:fs/promises";
+import { join } from "node:path";
+import { WarrenError } from "../shared/index.js";
+import { imagesLayout } from "./layout.js";
+import { type ArtifactName, readManifest } from "./manifest.js";
+
+/** What the VMM driver boots (docs/guest-boot.md): absolute paths, plus the kernel release. */
+export interface GuestArtifacts {
+  readonly kernel: string;
+  readonly initramfs: string;
+  /** Attached read-only to every VM (/dev/vdb, mounted at /.warren). */
+  readonly agentDrive: string;
+  /** Backing file of every VM's root overlay; never written. */
+  readonly baseRootfs: string;
+  /** `uname -r` of the guest kernel, e.g. 6.1.0-57-cloud-amd64 (for snapshot metadata). */
+  readonly kernelVersion: string;
+  /** images/manifest.json: recipe, input and output hashes of each artifact. */
+  readonly manifest: string;
+}
+
+/** The four artifacts a VM boots from, in the order setup builds them. */
+export const GUEST_ARTIFACTS: readonly ArtifactName[] = [
+  "kernel",
+  "initramfs",
+  "agent-drive",
+  "base-rootfs",
+];
+
+export function guestArtifactPaths(dataDir: string, kernelVersion: string): GuestArtifacts {
+  const layout = imagesLayout(dataDir);
+  return {
+    kernel: layout.kernel,
+    initramfs: layout.initramfs,
+    agentDrive: layout.agentDrive,
+    baseRootfs: layout.baseRootfs,
+    kernelVersion,
+    manifest: layout.manifest,
+  };
+}
+
+/**
+ * The artifacts a previous setup built, for a server that must not build (or is not root):
+ * checks that each is recorded and on disk with its recorded size, without hashing it.
+ */
+export async function loadGuestArtifacts(dataDir: string): Promise<GuestArtifacts> {
+  const layout = imagesLayout(dataDir);
+  const manifest = await readManifest(layout.manifest);
+  for (const name of GUEST_ARTIFACTS) {
+    const record = manifest.artifacts[name];
+    const size = record && (await stat(join(layout.dir, record.file)).catch(() => undefined))?.size;
+    if (!record || size !== record.sizeBytes)
+      throw new WarrenError(
+        "not_found",
+        `guest artifact ${name} is missing or incomplete in ${layout.dir}: run \`npm run setup\` as root`,
+      );
+  }
+  return guestArtifactPaths(dataDir, manifest.artifacts.kernel?.details.kernelRelease ?? "");
+}
