@@ -15,3 +15,4 @@ export {
 } from "./manifest.js";
 export type { ProgressSink } from "./progress.js";
 export { ensureHostSetup, type HostSetupOptions } from "./setup.js";
+export { ensureVmmUser, type SystemAccount, VMM_USER } from "./vmm-user.js";

@@ -1,0 +1,156 @@
+// The microVM driver on this machine, in one run: cold boot, restore (with and without a
+// pre-spawned VMM), incremental snapshot (pause and fork capture) at ~2 MB and ~50 MB
+// dirtied, and restore / cold boot. Run: npm run bench:vmm (as root; builds images first).
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { ensureVmmUser } from "../src/images/index.js";
+import { type NetworkSlot, SlotPool } from "../src/network/index.js";
+import type { Vm, VmSpec } from "../src/vmm/index.js";
+import { probeAccelerator, QemuDriver, qemuVersion } from "../src/vmm/qemu/index.js";
+import {
+  DATA_DIR,
+  envdUrl,
+  guestArtifacts,
+  initEnvd,
+  sandboxAt,
+  waitForEnvd,
+} from "../test/helpers/guest.js";
+import { report, type Summary, summarize } from "./lib/report.js";
+
+const COLD_BOOTS = Number(process.env.BENCH_COLD_BOOTS ?? 3);
+const RESTORES = Number(process.env.BENCH_RESTORES ?? 10);
+const SNAPSHOTS = Number(process.env.BENCH_SNAPSHOTS ?? 5);
+const SHAPE = { vcpus: 1, memoryMiB: 512 };
+
+const images = await guestArtifacts();
+const probe = await probeAccelerator(images.kernel, images.initramfs);
+const runAs = await ensureVmmUser();
+const driver = new QemuDriver({ accel: probe.accel, qemuVersion: await qemuVersion(), runAs });
+const work = mkdtempSync(join(DATA_DIR, "bench-vmm-"));
+chmodSync(work, 0o711); // the unprivileged QEMU must reach its runtime dir below
+const pool = new SlotPool({ size: 2, tapOwner: runAs });
+let counter = 0;
+
+const spec = (slot: NetworkSlot): VmSpec => {
+  const id = `b${++counter}`;
+  return {
+    id,
+    shape: SHAPE,
+    images,
+    baseDisk: images.baseRootfs,
+    network: { kind: "tap", netns: slot.netns, tap: slot.tapName },
+    runtimeDir: join(work, "run", id),
+    guestIp: `${slot.guestAddress}/30`,
+    guestGateway: slot.gateway,
+  };
+};
+
+/** Milliseconds from `start` until envd answers /health (polled every 2 ms). */
+async function untilReady(slot: NetworkSlot, start: number, vm: Vm): Promise<number> {
+  await waitForEnvd(envdUrl(slot.hostAddress), 180_000, vm);
+  return performance.now() - start;
+}
+
+async function withSlot<T>(fn: (slot: NetworkSlot) => Promise<T>): Promise<T> {
+  const slot = await pool.acquire();
+  try {
+    return await fn(slot);
+  } finally {
+    await pool.release(slot);
+  }
+}
+
+const rows: Summary[] = [];
+const extra: Record<string, unknown> = {
+  accel: probe.accel,
+  accelReason: probe.reason,
+  shape: SHAPE,
+};
+try {
+  // Cold boot: QEMU start to envd ready.
+  const cold: number[] = [];
+  for (let i = 0; i < COLD_BOOTS; i++) {
+    await withSlot(async (slot) => {
+      const start = performance.now();
+      const vm = await driver.boot(spec(slot));
+      cold.push(await untilReady(slot, start, vm));
+      await vm.destroy();
+    });
+  }
+  rows.push(summarize("cold boot → envd ready", "ms", cold));
+
+  // The template every restore starts from: booted, initialised, paused.
+  const template = join(work, "template");
+  await withSlot(async (slot) => {
+    const vm = await driver.boot(spec(slot));
+    await untilReady(slot, performance.now(), vm);
+    await initEnvd(envdUrl(slot.hostAddress), { defaultUser: "user" });
+    await vm.snapshot(template, { resume: false });
+    await vm.destroy();
+  });
+
+  const restoreCold: number[] = [];
+  const restoreWarm: number[] = [];
+  for (let i = 0; i < RESTORES; i++) {
+    await withSlot(async (slot) => {
+      const start = performance.now();
+      const vm = await driver.restore(template, spec(slot));
+      restoreCold.push(await untilReady(slot, start, vm));
+      await vm.destroy();
+    });
+    await withSlot(async (slot) => {
+      const prepared = await driver.prepareRestore(template, spec(slot));
+      const start = performance.now();
+      const vm = await prepared.start();
+      restoreWarm.push(await untilReady(slot, start, vm));
+      await vm.destroy();
+    });
+  }
+  rows.push(summarize("restore → envd ready (spawn QEMU)", "ms", restoreCold));
+  rows.push(summarize("restore → envd ready (pre-spawned VMM)", "ms", restoreWarm));
+
+  // Incremental snapshots of restored VMs after dirtying ~N MB (tmpfs writes).
+  for (const mb of [2, 50]) {
+    for (const resume of [false, true]) {
+      const paused: number[] = [];
+      const dirtyMiB: number[] = [];
+      for (let i = 0; i < SNAPSHOTS; i++) {
+        await withSlot(async (slot) => {
+          const vm = await driver.restore(template, spec(slot));
+          await untilReady(slot, performance.now(), vm);
+          await sandboxAt(envdUrl(slot.hostAddress)).commands.run(
+            `head -c ${mb}M /dev/urandom > /dev/shm/fill`,
+          );
+          const timing = await vm.snapshot(join(work, `inc-${mb}-${resume}-${i}`), { resume });
+          paused.push(timing.pausedMs);
+          dirtyMiB.push((timing.dirtyPages * 4096) / 2 ** 20);
+          await vm.destroy();
+        });
+      }
+      const label = resume ? "fork capture (source paused)" : "pause (incremental snapshot)";
+      rows.push(summarize(`${label}, ~${mb} MB dirtied`, "ms", paused));
+      extra[`dirtyMiB_${mb}_${resume ? "fork" : "pause"}`] = summarize(
+        "dirty",
+        "MiB",
+        dirtyMiB,
+      ).p50;
+    }
+  }
+
+  const p50 = (name: string) => rows.find((r) => r.name.startsWith(name))?.p50 ?? Number.NaN;
+  extra.ratios = {
+    restorePrespawnedOverColdBoot:
+      Math.round((p50("restore → envd ready (pre-spawned") / p50("cold boot")) * 1000) / 1000,
+    restoreSpawnOverColdBoot:
+      Math.round((p50("restore → envd ready (spawn") / p50("cold boot")) * 1000) / 1000,
+  };
+  extra.targets = {
+    "restore (pre-spawned) p50 <= 150 ms": p50("restore → envd ready (pre-spawned") <= 150,
+    "incremental snapshot <= 100 ms at <= 50 MB dirty":
+      p50("pause (incremental snapshot), ~50") <= 100,
+  };
+  report("vmm", rows, extra);
+} finally {
+  await pool.close();
+  rmSync(work, { recursive: true, force: true });
+}

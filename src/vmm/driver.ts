@@ -1,0 +1,105 @@
+/**
+ * The VMM driver seam: the orchestrator boots, snapshots and restores microVMs through this
+ * interface and never sees QEMU. `qemu/` implements it; a Firecracker driver can later.
+ */
+
+export type Accelerator = "kvm" | "tcg";
+
+/** The guest's NIC: inside a network slot (tap in a netns) or QEMU user networking (dev only). */
+export type VmNetwork =
+  | { readonly kind: "tap"; readonly netns: string; readonly tap: string }
+  | {
+      readonly kind: "user";
+      readonly forwards: ReadonlyArray<{ hostPort: number; guestPort: number }>;
+    }
+  | { readonly kind: "none" };
+
+export interface GuestImages {
+  readonly kernel: string;
+  /** Identifies the kernel in snapshot metadata (a snapshot only restores on the same one). */
+  readonly kernelVersion: string;
+  readonly initramfs: string;
+  readonly agentDrive: string;
+}
+
+export interface MachineShape {
+  readonly vcpus: number;
+  readonly memoryMiB: number;
+}
+
+export interface VmSpec {
+  /** Names logs and runtime files; [a-z0-9]+. */
+  readonly id: string;
+  readonly shape: MachineShape;
+  readonly images: GuestImages;
+  /** The disk the VM boots from when cold: a read-only image its overlay is stacked on. */
+  readonly baseDisk: string;
+  readonly network: VmNetwork;
+  /** Where the VM keeps its sockets, overlay, memory file and logs; removed by `destroy()`. */
+  readonly runtimeDir: string;
+  /** Guest address/gateway for the kernel command line (the slot's fixed guest address). */
+  readonly guestIp: string;
+  readonly guestGateway: string;
+  readonly extraKernelArgs?: string;
+}
+
+/** What a snapshot was taken on; a restore on anything else is refused, never attempted. */
+export interface SnapshotMeta {
+  readonly formatVersion: number;
+  readonly accel: Accelerator;
+  readonly cpuModel: string;
+  readonly qemuVersion: string;
+  readonly kernel: string;
+  readonly shape: MachineShape;
+  /** Absolute path of the full memory image the guest's RAM is mapped from (maybe another snapshot's). */
+  readonly memoryImage: string;
+  /** Pages that differ from `memoryImage` (file in the snapshot directory), written in at restore. */
+  readonly memoryDiff?: string;
+  readonly diffPages: number;
+  /** Files inside the snapshot directory. */
+  readonly deviceStateFile: string;
+  readonly diskFile: string;
+  readonly createdAt: string;
+}
+
+export interface SnapshotTiming {
+  readonly pausedMs: number;
+  readonly deviceStateMs: number;
+  readonly memoryMs: number;
+  readonly diskMs: number;
+  readonly dirtyPages: number;
+}
+
+export interface ExitInfo {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+  /** False when the VMM died on its own rather than being stopped by us. */
+  readonly expected: boolean;
+  readonly reason: string;
+}
+
+export interface Vm {
+  readonly id: string;
+  readonly pid: number;
+  readonly spec: VmSpec;
+  /** The guest's serial console, as a file (kernel and init messages). */
+  readonly consoleLog: string;
+  /** Settles when the VMM process exits, for whatever reason. */
+  readonly exited: Promise<ExitInfo>;
+  /**
+   * Captures the VM into `dir` (memory image, device state, frozen disk, meta.json). With
+   * `resume`, the VM continues afterwards on a fresh overlay (fork); otherwise the VMM exits
+   * (pause) and its CPU and private memory are released.
+   */
+  snapshot(dir: string, opts: { resume: boolean }): Promise<SnapshotTiming>;
+  /** Stops the VMM and removes the runtime directory. */
+  destroy(): Promise<void>;
+}
+
+export interface VmmDriver {
+  readonly accel: Accelerator;
+  /** Cold boot: kernel + initramfs + an overlay of the base disk + the agent drive. */
+  boot(spec: VmSpec): Promise<Vm>;
+  /** Starts a VM from a snapshot directory; the guest continues where it was captured. */
+  restore(snapshotDir: string, spec: VmSpec): Promise<Vm>;
+}

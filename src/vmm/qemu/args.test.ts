@@ -1,0 +1,75 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import type { VmSpec } from "../driver.js";
+import { kernelCommandLine, qemuArgs } from "./args.js";
+import { hostTscKhz } from "./host-tsc.js";
+
+const spec: VmSpec = {
+  id: "abc",
+  shape: { vcpus: 2, memoryMiB: 512 },
+  images: { kernel: "/k", kernelVersion: "6.1", initramfs: "/i", agentDrive: "/a" },
+  baseDisk: "/base.ext4",
+  network: { kind: "tap", netns: "warren-3", tap: "tap0" },
+  runtimeDir: "/run/abc",
+  guestIp: "169.254.0.21/30",
+  guestGateway: "169.254.0.22",
+};
+
+const input = {
+  spec,
+  memoryFile: "/run/abc/memory.img",
+  memoryShared: true,
+  rootDisk: "/run/abc/disk.qcow2",
+  qmpSocket: "/run/abc/qmp.sock",
+  consoleLog: "/run/abc/console.log",
+  incoming: false,
+};
+
+function value(args: string[], flag: string): string[] {
+  return args.flatMap((a, i) => (a === flag ? [args[i + 1] ?? ""] : []));
+}
+
+describe("qemuArgs", () => {
+  it("builds a TCG microvm with shared guest RAM, both drives, the tap NIC and QMP", () => {
+    const args = qemuArgs({ ...input, accel: "tcg", tscKhz: 2_096_023 });
+    assert.deepEqual(value(args, "-accel"), ["tcg,thread=multi,tb-size=64"]);
+    assert.match(value(args, "-machine")[0] ?? "", /^microvm,.*pit=on,pic=on.*ioapic2=off/);
+    assert.deepEqual(value(args, "-object"), [
+      "memory-backend-file,id=mem,size=512M,mem-path=/run/abc/memory.img,share=on",
+    ]);
+    assert.deepEqual(value(args, "-smp"), ["2"]);
+    assert.ok(
+      value(args, "-drive").some((d) => d.startsWith("id=agent,") && d.includes("readonly=on")),
+    );
+    assert.deepEqual(value(args, "-netdev"), ["tap,id=net0,ifname=tap0,script=no,downscript=no"]);
+    assert.match(value(args, "-append")[0] ?? "", /tsc_early_khz=2096023/);
+    assert.ok(!args.includes("-incoming"));
+    assert.ok(value(args, "-sandbox")[0]?.startsWith("on,"));
+  });
+
+  it("maps a snapshot's RAM privately and waits for the device state on restore", () => {
+    const args = qemuArgs({ ...input, accel: "tcg", memoryShared: false, incoming: true });
+    assert.match(value(args, "-object")[0] ?? "", /share=off$/);
+    assert.deepEqual(value(args, "-incoming"), ["defer"]);
+  });
+
+  it("uses the host CPU and kvm-clock under KVM, without the TSC hint", () => {
+    const args = qemuArgs({ ...input, accel: "kvm", tscKhz: 2_096_023 });
+    assert.deepEqual(value(args, "-accel"), ["kvm"]);
+    assert.match(value(args, "-machine")[0] ?? "", /pit=off,pic=off/);
+    assert.doesNotMatch(value(args, "-append")[0] ?? "", /tsc_early_khz/);
+  });
+
+  it("puts the slot's guest address on the kernel command line", () => {
+    assert.match(
+      kernelCommandLine(spec),
+      /warren\.ip=169\.254\.0\.21\/30 warren\.gw=169\.254\.0\.22/,
+    );
+  });
+});
+
+describe("hostTscKhz", () => {
+  it("reads cpu MHz as kHz", () =>
+    assert.equal(hostTscKhz("model\t: x\ncpu MHz\t\t: 2096.023\n"), 2_096_023));
+  it("is undefined without it", () => assert.equal(hostTscKhz("flags: fpu\n"), undefined));
+});

@@ -1,0 +1,105 @@
+import type { Accelerator, VmSpec } from "../driver.js";
+
+/** Fixed guest MAC: every guest has the same one, so snapshots need no re-addressing. */
+export const GUEST_MAC = "02:fc:00:00:00:15";
+
+export interface QemuArgsInput {
+  readonly spec: VmSpec;
+  readonly accel: Accelerator;
+  readonly memoryFile: string;
+  /** Boot VMs map guest RAM shared (the file *is* RAM); restored ones map it privately. */
+  readonly memoryShared: boolean;
+  readonly rootDisk: string;
+  readonly qmpSocket: string;
+  readonly consoleLog: string;
+  /** Restore: wait for the device state on `migrate-incoming`. */
+  readonly incoming: boolean;
+  /** Drop root after setup (QEMU's -runas). */
+  readonly runAs?: string;
+  /** TCG only: the host TSC rate handed to the guest kernel (see host-tsc.ts). */
+  readonly tscKhz?: number;
+}
+
+export function cpuModel(accel: Accelerator): string {
+  return accel === "kvm" ? "host" : "max";
+}
+
+export function kernelCommandLine(spec: VmSpec, tscKhz?: number): string {
+  return [
+    "console=ttyS0 reboot=t panic=-1 quiet loglevel=3",
+    "root=/dev/vda rw rootfstype=ext4 warren.agent=/dev/vdb",
+    `warren.ip=${spec.guestIp} warren.gw=${spec.guestGateway}`,
+    tscKhz ? `tsc_early_khz=${tscKhz}` : "",
+    spec.extraKernelArgs ?? "",
+  ]
+    .filter(Boolean)
+    .join(" ");
+}
+
+function netdev(spec: VmSpec): string[] {
+  const net = spec.network;
+  if (net.kind === "none") return [];
+  const backend =
+    net.kind === "tap"
+      ? `tap,id=net0,ifname=${net.tap},script=no,downscript=no`
+      : `user,id=net0${net.forwards.map((f) => `,hostfwd=tcp:127.0.0.1:${f.hostPort}-:${f.guestPort}`).join("")}`;
+  return ["-netdev", backend, "-device", `virtio-net-device,netdev=net0,mac=${GUEST_MAC}`];
+}
+
+/**
+ * QEMU's command line for one microVM. A restore must use exactly the device list of the
+ * boot that produced its snapshot, so both go through here.
+ */
+export function qemuArgs(input: QemuArgsInput): string[] {
+  const { spec, accel } = input;
+  const mem = `${spec.shape.memoryMiB}M`;
+  const args = [
+    "-nodefaults",
+    "-no-user-config",
+    "-nographic",
+    "-no-reboot",
+    "-machine",
+    // Under TCG the kernel has no kvm-clock and needs the PIT to calibrate its timers.
+    `microvm,acpi=on,${accel === "kvm" ? "pit=off,pic=off" : "pit=on,pic=on"},rtc=on,ioapic2=off,isa-serial=on,memory-backend=mem,suppress-vmdesc=on`,
+    "-accel",
+    accel === "kvm" ? "kvm" : "tcg,thread=multi,tb-size=64",
+    "-cpu",
+    cpuModel(accel),
+    "-smp",
+    String(spec.shape.vcpus),
+    "-m",
+    mem,
+    "-object",
+    // Not readonly=on even for snapshots: QEMU 7.2 would then map guest RAM read-only (a
+    // ROM the guest cannot write). share=off alone keeps the file untouched (MAP_PRIVATE).
+    `memory-backend-file,id=mem,size=${mem},mem-path=${input.memoryFile},share=${input.memoryShared ? "on" : "off"}`,
+    "-kernel",
+    spec.images.kernel,
+    "-initrd",
+    spec.images.initramfs,
+    "-append",
+    kernelCommandLine(spec, accel === "tcg" ? input.tscKhz : undefined),
+    "-drive",
+    `id=root,file=${input.rootDisk},format=qcow2,if=none,discard=unmap`,
+    "-device",
+    "virtio-blk-device,drive=root",
+    "-drive",
+    `id=agent,file=${spec.images.agentDrive},format=raw,if=none,readonly=on`,
+    "-device",
+    "virtio-blk-device,drive=agent",
+    ...netdev(spec),
+    "-serial",
+    `file:${input.consoleLog}`,
+    "-qmp",
+    `unix:${input.qmpSocket},server=on,wait=off`,
+    "-global",
+    "migration.send-configuration=off",
+    "-sandbox",
+    // With -runas QEMU must make the set*id calls that drop root itself; once dropped, it
+    // has no way back, so denying them afterwards would add nothing.
+    `on,obsolete=deny,elevateprivileges=${input.runAs ? "allow" : "deny"},spawn=deny,resourcecontrol=deny`,
+  ];
+  if (input.runAs) args.push("-runas", input.runAs);
+  if (input.incoming) args.push("-incoming", "defer");
+  return args;
+}

@@ -1,0 +1,167 @@
+import { execFile } from "node:child_process";
+import { open, readFile } from "node:fs/promises";
+import { promisify } from "node:util";
+import { VmmError } from "../errors.js";
+
+const run = promisify(execFile);
+export const PAGE_SIZE = 4096;
+const DIFF_MAGIC = "WRNMEM01";
+/** Pages moved per read/write when copying runs of guest memory. */
+const RUN_PAGES = 256;
+
+export interface RamMapping {
+  readonly start: number;
+  readonly size: number;
+}
+
+/** Finds where QEMU mapped the guest-RAM file (by its path) in its address space. */
+export async function findRamMapping(pid: number, memoryFile: string): Promise<RamMapping> {
+  const maps = await readFile(`/proc/${pid}/maps`, "utf8");
+  let best: RamMapping | undefined;
+  for (const line of maps.split("\n")) {
+    if (!line.endsWith(` ${memoryFile}`)) continue;
+    const [range] = line.split(" ");
+    const [from, to] = (range ?? "").split("-").map((hex) => Number.parseInt(hex, 16));
+    if (from === undefined || to === undefined) continue;
+    if (!best || to - from > best.size) best = { start: from, size: to - from };
+  }
+  if (!best)
+    throw new VmmError(`guest RAM mapping of ${memoryFile} not found in /proc/${pid}/maps`);
+  return best;
+}
+
+/**
+ * Pages of a privately mapped RAM file that differ from the file: present and no longer
+ * file-backed (pagemap bit 63 set, bit 61 clear), or swapped out (bit 62).
+ */
+export async function dirtyPages(pid: number, mapping: RamMapping): Promise<Uint32Array> {
+  const pages = mapping.size / PAGE_SIZE;
+  const buffer = Buffer.alloc(pages * 8);
+  const handle = await open(`/proc/${pid}/pagemap`, "r");
+  try {
+    let done = 0;
+    while (done < buffer.length) {
+      const position = (mapping.start / PAGE_SIZE) * 8 + done;
+      const { bytesRead } = await handle.read(buffer, done, buffer.length - done, position);
+      if (bytesRead === 0) break;
+      done += bytesRead;
+    }
+  } finally {
+    await handle.close();
+  }
+  // Little-endian: the high half of entry i is word 2i+1; bits 63/62/61 are its bits 31/30/29.
+  const words = new Uint32Array(buffer.buffer, buffer.byteOffset, pages * 2);
+  const dirty = new Uint32Array(pages);
+  let count = 0;
+  for (let i = 0; i < pages; i++) {
+    const high = words[i * 2 + 1] as number;
+    // `>>> 0`: bitwise results are signed; compare them as unsigned.
+    if ((high & 0xa0000000) >>> 0 === 0x80000000 || (high & 0x40000000) !== 0) dirty[count++] = i;
+  }
+  return dirty.subarray(0, count);
+}
+
+/** Calls `fn(firstPage, count)` for each run of consecutive pages (at most RUN_PAGES long). */
+function forEachRun(
+  pages: Uint32Array,
+  fn: (first: number, count: number) => Promise<void>,
+): Promise<void> {
+  return (async () => {
+    let i = 0;
+    while (i < pages.length) {
+      const first = pages[i] as number;
+      let count = 1;
+      while (i + count < pages.length && pages[i + count] === first + count && count < RUN_PAGES)
+        count++;
+      await fn(first, count);
+      i += count;
+    }
+  })();
+}
+
+function diffDataOffset(count: number): number {
+  const header = 16 + count * 4;
+  return Math.ceil(header / PAGE_SIZE) * PAGE_SIZE;
+}
+
+/**
+ * Writes the given guest pages, read from QEMU's memory, as a memory diff: a header with
+ * the page numbers, then the pages back to back. The snapshot's full image plus this diff
+ * is the guest's RAM; writing only the diff keeps a pause proportional to what changed.
+ */
+export async function writeMemoryDiff(
+  pid: number,
+  mapping: RamMapping,
+  pages: Uint32Array,
+  path: string,
+): Promise<void> {
+  const header = Buffer.alloc(diffDataOffset(pages.length));
+  header.write(DIFF_MAGIC, 0, "ascii");
+  header.writeUInt32LE(PAGE_SIZE, 8);
+  header.writeUInt32LE(pages.length, 12);
+  Buffer.from(pages.buffer, pages.byteOffset, pages.byteLength).copy(header, 16);
+  const mem = await open(`/proc/${pid}/mem`, "r");
+  const out = await open(path, "wx", 0o600);
+  const chunk = Buffer.alloc(RUN_PAGES * PAGE_SIZE);
+  try {
+    await out.write(header, 0, header.length, 0);
+    let offset = header.length;
+    await forEachRun(pages, async (first, count) => {
+      const bytes = count * PAGE_SIZE;
+      const { bytesRead } = await mem.read(chunk, 0, bytes, mapping.start + first * PAGE_SIZE);
+      if (bytesRead !== bytes) throw new VmmError(`short read of guest memory at page ${first}`);
+      await out.write(chunk, 0, bytes, offset);
+      offset += bytes;
+    });
+  } finally {
+    await mem.close();
+    await out.close();
+  }
+}
+
+/** Writes a memory diff into a stopped QEMU's guest RAM (copy-on-write of its private mapping). */
+export async function applyMemoryDiff(
+  pid: number,
+  mapping: RamMapping,
+  path: string,
+): Promise<number> {
+  const diff = await open(path, "r");
+  const mem = await open(`/proc/${pid}/mem`, "r+");
+  try {
+    const head = Buffer.alloc(16);
+    await diff.read(head, 0, 16, 0);
+    if (head.toString("ascii", 0, 8) !== DIFF_MAGIC || head.readUInt32LE(8) !== PAGE_SIZE) {
+      throw new VmmError(`${path} is not a memory diff`);
+    }
+    const count = head.readUInt32LE(12);
+    const index = Buffer.alloc(count * 4);
+    await diff.read(index, 0, index.length, 16);
+    const pages = new Uint32Array(index.buffer, index.byteOffset, count);
+    const chunk = Buffer.alloc(RUN_PAGES * PAGE_SIZE);
+    let offset = diffDataOffset(count);
+    await forEachRun(pages, async (first, run) => {
+      const bytes = run * PAGE_SIZE;
+      if (first * PAGE_SIZE + bytes > mapping.size)
+        throw new VmmError(`${path} has pages beyond guest RAM`);
+      const { bytesRead } = await diff.read(chunk, 0, bytes, offset);
+      if (bytesRead !== bytes) throw new VmmError(`${path} is truncated`);
+      await mem.write(chunk, 0, bytes, mapping.start + first * PAGE_SIZE);
+      offset += bytes;
+    });
+    return count;
+  } finally {
+    await diff.close();
+    await mem.close();
+  }
+}
+
+/** Copies a (sparse) memory image, keeping holes; reflinks where the filesystem can. */
+export async function copySparse(from: string, to: string): Promise<void> {
+  try {
+    await run("cp", ["--sparse=always", "--reflink=auto", from, to]);
+  } catch (err) {
+    throw new VmmError(`cannot copy memory image ${from}: ${(err as Error).message}`, undefined, {
+      cause: err,
+    });
+  }
+}

@@ -1,0 +1,82 @@
+import { open } from "node:fs/promises";
+import { VmmError } from "../errors.js";
+
+/**
+ * Writes an empty qcow2 (v3) overlay on a backing image, as `qemu-img create -b` would, in
+ * process: snapshots, pauses and restores each need a fresh overlay, and spawning qemu-img
+ * costs tens of milliseconds. Layout: cluster 0 header (+ backing format extension and
+ * backing name), 1 refcount table, 2 refcount block (clusters 0-3 in use), 3 L1 table.
+ */
+const CLUSTER_BITS = 16;
+const CLUSTER = 1 << CLUSTER_BITS;
+const HEADER_LENGTH = 104;
+const EXT_BACKING_FORMAT = 0xe2792aca;
+const L2_ENTRIES = CLUSTER / 8;
+
+function align8(n: number): number {
+  return (n + 7) & ~7;
+}
+
+/** Virtual size of a disk image: a qcow2's header field, or a raw file's length. */
+export async function virtualSize(path: string): Promise<bigint> {
+  const handle = await open(path, "r");
+  try {
+    const header = Buffer.alloc(32);
+    await handle.read(header, 0, 32, 0);
+    if (header.readUInt32BE(0) === 0x514649fb) return header.readBigUInt64BE(24);
+    return BigInt((await handle.stat()).size);
+  } finally {
+    await handle.close();
+  }
+}
+
+export async function createOverlay(
+  path: string,
+  backing: string,
+  backingFormat: "qcow2" | "raw",
+): Promise<void> {
+  const size = await virtualSize(backing);
+  const l1Size = Number((size + BigInt(CLUSTER * L2_ENTRIES) - 1n) / BigInt(CLUSTER * L2_ENTRIES));
+  const backingName = Buffer.from(backing, "utf8");
+  const formatName = Buffer.from(backingFormat, "ascii");
+  const extensionsLength = 8 + align8(formatName.length) + 8;
+  const backingOffset = HEADER_LENGTH + extensionsLength;
+  if (backingOffset + backingName.length > CLUSTER)
+    throw new VmmError(`backing path too long: ${backing}`);
+
+  const file = Buffer.alloc(3 * CLUSTER + Math.max(l1Size, 1) * 8);
+  file.writeUInt32BE(0x514649fb, 0); // "QFI\xfb"
+  file.writeUInt32BE(3, 4); // version
+  file.writeBigUInt64BE(BigInt(backingOffset), 8);
+  file.writeUInt32BE(backingName.length, 16);
+  file.writeUInt32BE(CLUSTER_BITS, 20);
+  file.writeBigUInt64BE(size, 24);
+  file.writeUInt32BE(0, 32); // no encryption
+  file.writeUInt32BE(l1Size, 36);
+  file.writeBigUInt64BE(BigInt(3 * CLUSTER), 40); // L1 table
+  file.writeBigUInt64BE(BigInt(CLUSTER), 48); // refcount table
+  file.writeUInt32BE(1, 56); // refcount table clusters
+  // nb_snapshots, snapshots_offset, feature bits: zero
+  file.writeUInt32BE(4, 96); // refcount_order: 16-bit refcounts
+  file.writeUInt32BE(HEADER_LENGTH, 100);
+  let at = HEADER_LENGTH;
+  file.writeUInt32BE(EXT_BACKING_FORMAT, at);
+  file.writeUInt32BE(formatName.length, at + 4);
+  formatName.copy(file, at + 8);
+  at += 8 + align8(formatName.length);
+  at += 8; // end-of-extensions marker: type 0, length 0
+  backingName.copy(file, backingOffset);
+  file.writeBigUInt64BE(BigInt(2 * CLUSTER), CLUSTER); // refcount table → block at cluster 2
+  for (let cluster = 0; cluster < 4; cluster++) file.writeUInt16BE(1, 2 * CLUSTER + cluster * 2);
+
+  const handle = await open(path, "wx", 0o600);
+  try {
+    await handle.write(file, 0, file.length, 0);
+  } finally {
+    await handle.close();
+  }
+}
+
+export function imageFormat(path: string): "qcow2" | "raw" {
+  return path.endsWith(".qcow2") ? "qcow2" : "raw";
+}

@@ -1,0 +1,65 @@
+import { readFile } from "node:fs/promises";
+import { Sandbox } from "e2b";
+import { ensureHostSetup, type GuestArtifacts } from "../../src/images/index.js";
+import { ENVD_PORT, ENVD_VERSION } from "../../src/protocol/index.js";
+import type { Vm } from "../../src/vmm/index.js";
+
+export const DATA_DIR = process.env.WARREN_HOME ?? "/var/lib/warren";
+
+let artifacts: Promise<GuestArtifacts> | undefined;
+
+/** The guest kernel, initramfs, agent drive and base rootfs (built on first use, then cached). */
+export function guestArtifacts(): Promise<GuestArtifacts> {
+  artifacts ??= ensureHostSetup({ dataDir: DATA_DIR });
+  return artifacts;
+}
+
+export function envdUrl(hostAddress: string): string {
+  return `http://${hostAddress}:${ENVD_PORT}`;
+}
+
+/**
+ * Polls envd's /health until it answers 204; returns the milliseconds it took. On timeout
+ * the error carries the end of the guest's console, when a VM is given.
+ */
+export async function waitForEnvd(url: string, timeoutMs = 180_000, vm?: Vm): Promise<number> {
+  const started = performance.now();
+  for (;;) {
+    const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2_000) }).catch(
+      () => undefined,
+    );
+    if (res?.status === 204) return performance.now() - started;
+    if (performance.now() - started > timeoutMs) {
+      const console = vm
+        ? await readFile(vm.consoleLog, "utf8").catch(() => "(no console log)")
+        : "";
+      throw new Error(`envd at ${url} not healthy after ${timeoutMs} ms\n${console.slice(-2_000)}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** An e2b SDK Sandbox talking straight to one guest's envd (debug mode: no control plane). */
+export function sandboxAt(url: string, envdAccessToken?: string): Sandbox {
+  return new Sandbox({
+    sandboxId: "guest",
+    envdVersion: ENVD_VERSION,
+    envdAccessToken,
+    sandboxUrl: url,
+    debug: true,
+  });
+}
+
+/** POST /init as the orchestrator does after every start and resume. */
+export async function initEnvd(
+  url: string,
+  body: Record<string, unknown>,
+  token?: string,
+): Promise<void> {
+  const res = await fetch(`${url}/init`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...(token ? { "x-access-token": token } : {}) },
+    body: JSON.stringify({ timestamp: new Date().toISOString(), ...body }),
+  });
+  if (res.status !== 204) throw new Error(`/init answered ${res.status}: ${await res.text()}`);
+}
