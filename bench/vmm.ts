@@ -6,13 +6,13 @@ import { join } from "node:path";
 import { ensureVmmUser } from "../src/images/index.js";
 import { type NetworkSlot, SlotPool } from "../src/network/index.js";
 import type { Vm, VmSpec } from "../src/vmm/index.js";
-import { probeAccelerator, QemuDriver, qemuVersion } from "../src/vmm/qemu/index.js";
+import { chooseAccelerator, QemuDriver, qemuVersion } from "../src/vmm/qemu/index.js";
 import {
   DATA_DIR,
   envdUrl,
   guestArtifacts,
   initEnvd,
-  sandboxAt,
+  runInGuest,
   waitForEnvd,
 } from "../test/helpers/guest.js";
 import { report, type Summary, summarize } from "./lib/report.js";
@@ -23,7 +23,13 @@ const SNAPSHOTS = Number(process.env.BENCH_SNAPSHOTS ?? 5);
 const SHAPE = { vcpus: 1, memoryMiB: 512 };
 
 const images = await guestArtifacts();
-const probe = await probeAccelerator(images.kernel, images.initramfs);
+const probe = await chooseAccelerator({
+  configured: (process.env.WARREN_ACCEL as "kvm" | "tcg" | "auto" | undefined) ?? "auto",
+  kernel: images.kernel,
+  initramfs: images.initramfs,
+  qemuVersion: await qemuVersion(),
+  cacheFile: join(DATA_DIR, "accel.json"),
+});
 const runAs = await ensureVmmUser();
 const driver = new QemuDriver({ accel: probe.accel, qemuVersion: await qemuVersion(), runAs });
 const work = mkdtempSync(join(DATA_DIR, "bench-vmm-"));
@@ -118,7 +124,8 @@ try {
         await withSlot(async (slot) => {
           const vm = await driver.restore(template, spec(slot));
           await untilReady(slot, performance.now(), vm);
-          await sandboxAt(envdUrl(slot.hostAddress)).commands.run(
+          await runInGuest(
+            envdUrl(slot.hostAddress),
             `head -c ${mb}M /dev/urandom > /dev/shm/fill`,
           );
           const timing = await vm.snapshot(join(work, `inc-${mb}-${resume}-${i}`), { resume });

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// `npm start`: sets the machine up on first run, then starts Warren. Until the node server
-// lands (issue 4) this builds the agent and runs it on the host for development.
+// `npm start`: sets the machine up on first run (npm dependencies, the build, then the host
+// setup: Debian packages, guest kernel and images, with progress), then starts Warren. Until
+// the node server lands (issue 4) it runs the agent on the host for development.
 import { spawn, spawnSync } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -8,11 +9,13 @@ import { ensureDeps } from "./ensure-deps.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 ensureDeps(root);
-const build = spawnSync(process.execPath, [join(root, "scripts", "build.mjs")], {
-  stdio: "inherit",
-  cwd: root,
-});
-if (build.status !== 0) process.exit(build.status ?? 1);
+for (const script of ["build.mjs", "setup.mjs"]) {
+  const step = spawnSync(process.execPath, [join(root, "scripts", script)], {
+    stdio: "inherit",
+    cwd: root,
+  });
+  if (step.status !== 0) process.exit(step.status ?? 1);
+}
 
 process.stderr.write(
   "start: the node server is not built yet; running the agent (envd) on this host\n",

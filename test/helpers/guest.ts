@@ -1,6 +1,9 @@
 import { readFile } from "node:fs/promises";
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
 import { Sandbox } from "e2b";
 import { ensureHostSetup, type GuestArtifacts } from "../../src/images/index.js";
+import { Process } from "../../src/protocol/gen/process/process_pb.js";
 import { ENVD_PORT, ENVD_VERSION } from "../../src/protocol/index.js";
 import type { Vm } from "../../src/vmm/index.js";
 
@@ -62,4 +65,29 @@ export async function initEnvd(
     body: JSON.stringify({ timestamp: new Date().toISOString(), ...body }),
   });
   if (res.status !== 204) throw new Error(`/init answered ${res.status}: ${await res.text()}`);
+}
+
+/**
+ * Runs a shell command in a guest over a connection of its own, and returns its stdout.
+ * The SDK keeps its connections in a process-wide pool; a later guest behind the same
+ * (reused) slot address would be sent requests on a dead guest's connection.
+ */
+export async function runInGuest(url: string, cmd: string, user = "user"): Promise<string> {
+  const client = createClient(
+    Process,
+    createConnectTransport({ baseUrl: url, httpVersion: "1.1" }),
+  );
+  const headers = { authorization: `Basic ${Buffer.from(`${user}:`).toString("base64")}` };
+  let stdout = "";
+  for await (const res of client.start(
+    { process: { cmd: "/bin/bash", args: ["-l", "-c", cmd] }, stdin: false },
+    { headers },
+  )) {
+    const event = res.event?.event;
+    if (event?.case === "data" && event.value.output.case === "stdout")
+      stdout += Buffer.from(event.value.output.value).toString();
+    if (event?.case === "end" && event.value.exitCode !== 0)
+      throw new Error(`'${cmd}' exited with ${event.value.status}`);
+  }
+  return stdout;
 }

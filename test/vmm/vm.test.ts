@@ -13,7 +13,7 @@ import {
   VmmError,
   type VmSpec,
 } from "../../src/vmm/index.js";
-import { probeAccelerator, QemuDriver, qemuVersion } from "../../src/vmm/qemu/index.js";
+import { chooseAccelerator, QemuDriver, qemuVersion } from "../../src/vmm/qemu/index.js";
 import {
   DATA_DIR,
   envdUrl,
@@ -84,7 +84,13 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
   before(async () => {
     await removeLeftovers();
     images = await guestArtifacts();
-    const probe = await probeAccelerator(images.kernel, images.initramfs);
+    const probe = await chooseAccelerator({
+      configured: (process.env.WARREN_ACCEL as "kvm" | "tcg" | "auto" | undefined) ?? "auto",
+      kernel: images.kernel,
+      initramfs: images.initramfs,
+      qemuVersion: await qemuVersion(),
+      cacheFile: join(DATA_DIR, "accel.json"),
+    });
     // Least privilege, as the server runs it: QEMU drops to the VMM account after setup.
     const runAs = await ensureVmmUser();
     driver = new QemuDriver({ accel: probe.accel, qemuVersion: await qemuVersion(), runAs });

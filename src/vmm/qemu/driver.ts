@@ -2,7 +2,7 @@ import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { chown, link, mkdir, readFile, rename, rm } from "node:fs/promises";
 import { connect } from "node:net";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import type { Accelerator, ExitInfo, SnapshotTiming, Vm, VmmDriver, VmSpec } from "../driver.js";
 import { VmmError } from "../errors.js";
@@ -161,6 +161,8 @@ export class QemuDriver implements VmmDriver {
 
   /** The VM's runtime directory, owned by the account QEMU runs as (it creates sockets there). */
   async #makeRuntimeDir(spec: VmSpec): Promise<void> {
+    // Parents stay traversable (0755) for the unprivileged QEMU; only the leaf is private.
+    await mkdir(dirname(spec.runtimeDir), { recursive: true });
     await mkdir(spec.runtimeDir, { recursive: true, mode: 0o700 });
     await this.#giveToVmm(spec.runtimeDir);
   }
@@ -242,8 +244,7 @@ export class QemuDriver implements VmmDriver {
       start: async () => {
         try {
           // RAM first: loading virtio devices reads their rings from guest memory.
-          if (diff)
-            await applyMemoryDiff(proc.pid, await findRamMapping(proc.pid, memory.file), diff);
+          if (diff) applyMemoryDiff(proc.pid, await findRamMapping(proc.pid, memory.file), diff);
           await loadDeviceState(qmp, paths.migrateSocket, deviceState, spec.id);
           await qmp.execute("cont");
         } catch (err) {
@@ -343,8 +344,7 @@ class QemuVm implements Vm {
         const mapping = await findRamMapping(this.pid, this.memory.file);
         const pages = await dirtyPages(this.pid, mapping);
         diffPages = pages.length;
-        if (diffPages > 0)
-          await writeMemoryDiff(this.pid, mapping, pages, join(dir, MEMORY_DIFF_FILE));
+        if (diffPages > 0) writeMemoryDiff(this.pid, mapping, pages, join(dir, MEMORY_DIFF_FILE));
       } else {
         memoryImage = join(dir, MEMORY_FILE);
         if (opts.resume) await copySparse(this.memory.file, memoryImage);
@@ -370,7 +370,7 @@ class QemuVm implements Vm {
         await this.qmp.execute("cont");
         resumed = true;
       } else {
-        await this.#quit();
+        this.#quit();
         await rename(this.rootDisk, join(dir, DISK_FILE));
         if (this.memory.shared) await rename(this.memory.file, memoryImage);
       }
@@ -414,8 +414,9 @@ class QemuVm implements Vm {
    * overlay is consistent on disk, and a boot VM's RAM file lives in the page cache: a
    * SIGKILL loses nothing and skips QEMU's slow orderly teardown.
    */
-  async #quit(): Promise<void> {
+  #quit(): void {
     this.qmp.close();
-    await this.proc.kill();
+    // Not awaited: the capture is complete; the process's teardown is off the critical path.
+    void this.proc.kill();
   }
 }

@@ -1,4 +1,5 @@
 export { type AccelProbeResult, probeAccelerator } from "./accel.js";
+export { type AccelChoice, type AccelChoiceOptions, chooseAccelerator } from "./accel-choice.js";
 export {
   type PreparedRestore,
   QemuDriver,

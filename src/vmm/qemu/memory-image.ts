@@ -1,4 +1,5 @@
 import { execFile } from "node:child_process";
+import { closeSync, openSync, readSync, writeSync } from "node:fs";
 import { open, readFile } from "node:fs/promises";
 import { promisify } from "node:util";
 import { VmmError } from "../errors.js";
@@ -61,22 +62,20 @@ export async function dirtyPages(pid: number, mapping: RamMapping): Promise<Uint
   return dirty.subarray(0, count);
 }
 
-/** Calls `fn(firstPage, count)` for each run of consecutive pages (at most RUN_PAGES long). */
+/** Calls `fn(firstPage, count, index)` for each run of consecutive pages (at most RUN_PAGES long). */
 function forEachRun(
   pages: Uint32Array,
-  fn: (first: number, count: number) => Promise<void>,
-): Promise<void> {
-  return (async () => {
-    let i = 0;
-    while (i < pages.length) {
-      const first = pages[i] as number;
-      let count = 1;
-      while (i + count < pages.length && pages[i + count] === first + count && count < RUN_PAGES)
-        count++;
-      await fn(first, count);
-      i += count;
-    }
-  })();
+  fn: (first: number, count: number, index: number) => void,
+): void {
+  let i = 0;
+  while (i < pages.length) {
+    const first = pages[i] as number;
+    let count = 1;
+    while (i + count < pages.length && pages[i + count] === first + count && count < RUN_PAGES)
+      count++;
+    fn(first, count, i);
+    i += count;
+  }
 }
 
 function diffDataOffset(count: number): number {
@@ -84,74 +83,87 @@ function diffDataOffset(count: number): number {
   return Math.ceil(header / PAGE_SIZE) * PAGE_SIZE;
 }
 
+// The two functions below use synchronous I/O on purpose: they run while the guest is
+// stopped, one read or write per run of pages, and a thread-pool round trip per call would
+// cost more than the copy itself. They move pages through one reused, already-touched
+// buffer: on a virtualized host, first touches of fresh memory cost more than the copying.
+const CHUNK_BYTES = RUN_PAGES * PAGE_SIZE;
+let chunk: Buffer | undefined;
+
+function scratch(): Buffer {
+  chunk ??= Buffer.alloc(CHUNK_BYTES);
+  return chunk;
+}
+
 /**
  * Writes the given guest pages, read from QEMU's memory, as a memory diff: a header with
  * the page numbers, then the pages back to back. The snapshot's full image plus this diff
  * is the guest's RAM; writing only the diff keeps a pause proportional to what changed.
  */
-export async function writeMemoryDiff(
+export function writeMemoryDiff(
   pid: number,
   mapping: RamMapping,
   pages: Uint32Array,
   path: string,
-): Promise<void> {
-  const header = Buffer.alloc(diffDataOffset(pages.length));
+): void {
+  const dataOffset = diffDataOffset(pages.length);
+  const header = Buffer.alloc(dataOffset);
   header.write(DIFF_MAGIC, 0, "ascii");
   header.writeUInt32LE(PAGE_SIZE, 8);
   header.writeUInt32LE(pages.length, 12);
   Buffer.from(pages.buffer, pages.byteOffset, pages.byteLength).copy(header, 16);
-  const mem = await open(`/proc/${pid}/mem`, "r");
-  const out = await open(path, "wx", 0o600);
-  const chunk = Buffer.alloc(RUN_PAGES * PAGE_SIZE);
+  const buffer = scratch();
+  const mem = openSync(`/proc/${pid}/mem`, "r");
+  const out = openSync(path, "wx", 0o600);
   try {
-    await out.write(header, 0, header.length, 0);
-    let offset = header.length;
-    await forEachRun(pages, async (first, count) => {
+    writeFully(out, header, 0);
+    forEachRun(pages, (first, count, index) => {
       const bytes = count * PAGE_SIZE;
-      const { bytesRead } = await mem.read(chunk, 0, bytes, mapping.start + first * PAGE_SIZE);
-      if (bytesRead !== bytes) throw new VmmError(`short read of guest memory at page ${first}`);
-      await out.write(chunk, 0, bytes, offset);
-      offset += bytes;
+      const read = readSync(mem, buffer, 0, bytes, mapping.start + first * PAGE_SIZE);
+      if (read !== bytes) throw new VmmError(`short read of guest memory at page ${first}`);
+      writeFully(out, buffer.subarray(0, bytes), dataOffset + index * PAGE_SIZE);
     });
   } finally {
-    await mem.close();
-    await out.close();
+    closeSync(mem);
+    closeSync(out);
   }
 }
 
+function writeFully(fd: number, data: Buffer, position: number): void {
+  let done = 0;
+  while (done < data.length) done += writeSync(fd, data, done, data.length - done, position + done);
+}
+
 /** Writes a memory diff into a stopped QEMU's guest RAM (copy-on-write of its private mapping). */
-export async function applyMemoryDiff(
-  pid: number,
-  mapping: RamMapping,
-  path: string,
-): Promise<number> {
-  const diff = await open(path, "r");
-  const mem = await open(`/proc/${pid}/mem`, "r+");
+export function applyMemoryDiff(pid: number, mapping: RamMapping, path: string): number {
+  const diff = openSync(path, "r");
+  const mem = openSync(`/proc/${pid}/mem`, "r+");
   try {
     const head = Buffer.alloc(16);
-    await diff.read(head, 0, 16, 0);
+    readSync(diff, head, 0, 16, 0);
     if (head.toString("ascii", 0, 8) !== DIFF_MAGIC || head.readUInt32LE(8) !== PAGE_SIZE) {
       throw new VmmError(`${path} is not a memory diff`);
     }
     const count = head.readUInt32LE(12);
     const index = Buffer.alloc(count * 4);
-    await diff.read(index, 0, index.length, 16);
+    if (readSync(diff, index, 0, index.length, 16) !== index.length)
+      throw new VmmError(`${path} is truncated`);
     const pages = new Uint32Array(index.buffer, index.byteOffset, count);
-    const chunk = Buffer.alloc(RUN_PAGES * PAGE_SIZE);
-    let offset = diffDataOffset(count);
-    await forEachRun(pages, async (first, run) => {
+    const dataOffset = diffDataOffset(count);
+    const buffer = scratch();
+    forEachRun(pages, (first, run, at) => {
       const bytes = run * PAGE_SIZE;
       if (first * PAGE_SIZE + bytes > mapping.size)
         throw new VmmError(`${path} has pages beyond guest RAM`);
-      const { bytesRead } = await diff.read(chunk, 0, bytes, offset);
-      if (bytesRead !== bytes) throw new VmmError(`${path} is truncated`);
-      await mem.write(chunk, 0, bytes, mapping.start + first * PAGE_SIZE);
-      offset += bytes;
+      if (readSync(diff, buffer, 0, bytes, dataOffset + at * PAGE_SIZE) !== bytes) {
+        throw new VmmError(`${path} is truncated`);
+      }
+      writeSync(mem, buffer, 0, bytes, mapping.start + first * PAGE_SIZE);
     });
     return count;
   } finally {
-    await diff.close();
-    await mem.close();
+    closeSync(diff);
+    closeSync(mem);
   }
 }
 
