@@ -1,20 +1,11 @@
 // The microVM driver on this machine, in one run: cold boot, restore (with and without a
 // pre-spawned VMM), incremental snapshot (pause and fork capture) at ~2 MB and ~50 MB
 // dirtied, and restore / cold boot. Run: npm run bench:vmm (as root; builds images first).
-import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
-import { ensureVmmUser } from "../src/images/index.js";
 import { type NetworkSlot, SlotPool } from "../src/network/index.js";
 import type { Vm, VmSpec } from "../src/vmm/index.js";
-import { chooseAccelerator, QemuDriver, qemuVersion } from "../src/vmm/qemu/index.js";
-import {
-  DATA_DIR,
-  envdUrl,
-  guestArtifacts,
-  initEnvd,
-  runInGuest,
-  waitForEnvd,
-} from "../test/helpers/guest.js";
+import { envdUrl, initEnvd, runInGuest, testVmm, waitForEnvd } from "../test/helpers/guest.js";
 import { report, type Summary, summarize } from "./lib/report.js";
 
 const COLD_BOOTS = Number(process.env.BENCH_COLD_BOOTS ?? 3);
@@ -22,18 +13,7 @@ const RESTORES = Number(process.env.BENCH_RESTORES ?? 10);
 const SNAPSHOTS = Number(process.env.BENCH_SNAPSHOTS ?? 5);
 const SHAPE = { vcpus: 1, memoryMiB: 512 };
 
-const images = await guestArtifacts();
-const probe = await chooseAccelerator({
-  configured: (process.env.WARREN_ACCEL as "kvm" | "tcg" | "auto" | undefined) ?? "auto",
-  kernel: images.kernel,
-  initramfs: images.initramfs,
-  qemuVersion: await qemuVersion(),
-  cacheFile: join(DATA_DIR, "accel.json"),
-});
-const runAs = await ensureVmmUser();
-const driver = new QemuDriver({ accel: probe.accel, qemuVersion: await qemuVersion(), runAs });
-const work = mkdtempSync(join(DATA_DIR, "bench-vmm-"));
-chmodSync(work, 0o711); // the unprivileged QEMU must reach its runtime dir below
+const { images, driver, accel: probe, runAs, work } = await testVmm("bench-vmm");
 const pool = new SlotPool({ size: 2, tapOwner: runAs });
 let counter = 0;
 

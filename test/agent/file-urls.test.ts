@@ -1,28 +1,24 @@
 // envd with an access token: signed /files URLs (Sandbox.uploadUrl/downloadUrl used with plain
 // fetch), token checks on the SDK's RPC and REST calls, and the token-free /health.
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
-import { chown, mkdir, rm, stat } from "node:fs/promises";
-import { after, before, describe, it, type TestContext } from "node:test";
+import { rm, stat } from "node:fs/promises";
+import { after, before, describe, it } from "node:test";
 import { AuthenticationError, Sandbox } from "e2b";
 import { ENVD_VERSION } from "../../src/protocol/index.js";
-import { type RunningEnvd, startEnvd, TEST_USER } from "../helpers/envd.js";
+import { type RunningEnvd, startEnvd, testUserIds, userWorkdir } from "../helpers/envd.js";
 
 const TOKEN = `token-${randomUUID()}`;
 
+const { uid } = testUserIds();
 let env: RunningEnvd;
 /** Knows the token: RPC/REST calls carry X-Access-Token and URLs get signatures. */
 let sbx: Sandbox;
 /** Plain debug-mode Sandbox.create(): no token. */
 let anon: Sandbox;
-let uid = 0;
-let gid = 0;
 
 before(async () => {
   env = await startEnvd();
-  uid = Number(execFileSync("id", ["-u", TEST_USER]).toString());
-  gid = Number(execFileSync("id", ["-g", TEST_USER]).toString());
   const res = await env.init({ accessToken: TOKEN });
   assert.equal(res.status, 204);
   // In debug mode Sandbox.create()/connect() never call the API, so they cannot learn (or be
@@ -41,15 +37,6 @@ before(async () => {
 after(async () => {
   await env?.stop();
 });
-
-/** A fresh directory under /home/user owned by `user`, removed when the test ends. */
-async function workdir(t: TestContext): Promise<string> {
-  const dir = `/home/${TEST_USER}/t-${randomUUID().slice(0, 8)}`;
-  await mkdir(dir);
-  await chown(dir, uid, gid);
-  t.after(() => rm(dir, { recursive: true, force: true }));
-  return dir;
-}
 
 function form(part: string | Blob, filename?: string): FormData {
   const body = new FormData();
@@ -77,14 +64,14 @@ function tamper(url: string): string {
 
 describe("file URLs with signatures", () => {
   it("the tokened SDK sandbox reads, writes and runs commands", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/a.txt`, "hello");
     assert.equal(await sbx.files.read(`${dir}/a.txt`), "hello");
     assert.equal((await sbx.commands.run("echo hi")).stdout, "hi\n");
   });
 
   it("upload URL accepts a text FormData part (no filename), as E2B's signing test sends", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const path = `${dir}/hello.txt`;
     const res = await fetch(await sbx.uploadUrl(path), {
       method: "POST",
@@ -98,7 +85,7 @@ describe("file URLs with signatures", () => {
   });
 
   it("signed upload and download URLs round-trip bytes, with and without expiration", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     for (const opts of [{}, { useSignatureExpiration: 120 }]) {
       const path = `${dir}/bytes-${"useSignatureExpiration" in opts ? "exp" : "plain"}.bin`;
       const data = randomBytes(64 * 1024);
@@ -134,7 +121,7 @@ describe("file URLs with signatures", () => {
   });
 
   it("an expired signature is rejected with 401 on GET and POST", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/hello.txt`, "hello world");
     const expired = { code: 401, message: "signature is already expired" };
     const get = await fetch(
@@ -155,7 +142,7 @@ describe("file URLs with signatures", () => {
   });
 
   it("a tampered or misused signature is rejected with 401", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/a.txt`, "a");
     await sbx.files.write(`${dir}/b.txt`, "b");
     const invalid = { code: 401, message: "invalid signature" };
@@ -177,7 +164,7 @@ describe("file URLs with signatures", () => {
   });
 
   it("/files without token or signature is 401", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/a.txt`, "a");
     const url = `${env.url}/files?path=${encodeURIComponent(`${dir}/a.txt`)}`;
     const get = await fetch(url);
@@ -190,13 +177,13 @@ describe("file URLs with signatures", () => {
   });
 
   it("/files without token or signature says 'missing signature query parameter' (as envd)", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const res = await fetch(`${env.url}/files?path=${encodeURIComponent(`${dir}/a.txt`)}`);
     assert.deepEqual(await json(res), { code: 401, message: "missing signature query parameter" });
   });
 
   it("/files accepts the X-Access-Token header instead of a signature", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/a.txt`, "via header");
     const res = await fetch(`${env.url}/files?path=${encodeURIComponent(`${dir}/a.txt`)}`, {
       headers: { "X-Access-Token": TOKEN },
@@ -206,7 +193,7 @@ describe("file URLs with signatures", () => {
   });
 
   it("a wrong X-Access-Token header is rejected even with a valid signature", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/a.txt`, "secret");
     const res = await fetch(await sbx.downloadUrl(`${dir}/a.txt`), {
       headers: { "X-Access-Token": "wrong" },
@@ -221,7 +208,7 @@ describe("file URLs with signatures", () => {
 
 describe("token checks", () => {
   it("an SDK sandbox without the token gets AuthenticationError", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/a.txt`, "a");
     await assert.rejects(anon.files.read(`${dir}/a.txt`), AuthenticationError);
     await assert.rejects(anon.files.write(`${dir}/b.txt`, "b"), AuthenticationError);

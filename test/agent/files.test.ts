@@ -1,9 +1,8 @@
 // envd filesystem through the real E2B SDK (debug mode: it talks to the envd on localhost:49983).
 // Covers /files upload/download and the Filesystem RPCs (Stat, MakeDir, Move, ListDir, Remove).
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
-import { chown, mkdir, rm } from "node:fs/promises";
+import { mkdir, rm } from "node:fs/promises";
 import { after, afterEach, before, describe, it, type TestContext } from "node:test";
 import {
   type EntryInfo,
@@ -12,17 +11,13 @@ import {
   NotFoundError,
   Sandbox,
 } from "e2b";
-import { type RunningEnvd, startEnvd, TEST_USER } from "../helpers/envd.js";
+import { type RunningEnvd, startEnvd, userWorkdir } from "../helpers/envd.js";
 
 let env: RunningEnvd;
 let sbx: Sandbox;
-let uid = 0;
-let gid = 0;
 
 before(async () => {
   env = await startEnvd();
-  uid = Number(execFileSync("id", ["-u", TEST_USER]).toString());
-  gid = Number(execFileSync("id", ["-g", TEST_USER]).toString());
   sbx = await Sandbox.create();
 });
 
@@ -34,15 +29,6 @@ after(async () => {
 afterEach(async () => {
   if (env.process.exitCode !== null || env.process.signalCode !== null) env = await startEnvd();
 });
-
-/** A fresh directory under /home/user owned by `user`, removed when the test ends. */
-async function workdir(t: TestContext): Promise<string> {
-  const dir = `/home/${TEST_USER}/t-${randomUUID().slice(0, 8)}`;
-  await mkdir(dir);
-  await chown(dir, uid, gid);
-  t.after(() => rm(dir, { recursive: true, force: true }));
-  return dir;
-}
 
 const utf8 = (bytes: Uint8Array) => Buffer.from(bytes).toString("utf8");
 
@@ -56,7 +42,7 @@ function closeToNow(date: Date | undefined): void {
 
 describe("files: write and read", () => {
   it("writes a string and reads it back as text", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const info = await sbx.files.write(`${dir}/hello.txt`, "hello world");
     assert.deepEqual(
       { ...info },
@@ -68,7 +54,7 @@ describe("files: write and read", () => {
   });
 
   it("writes an ArrayBuffer and a Blob; reads them back as bytes and as a Blob", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const data = new Uint8Array([0, 1, 2, 250, 255, 10, 13]);
     await sbx.files.write(`${dir}/bin.dat`, data.buffer);
     const bytes = await sbx.files.read(`${dir}/bin.dat`, { format: "bytes" });
@@ -81,7 +67,7 @@ describe("files: write and read", () => {
   });
 
   it("writes a ReadableStream and reads it back as a stream", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const chunks = ["first chunk\n", "second chunk\n", "third"];
     const stream = new ReadableStream<Uint8Array>({
       start(controller) {
@@ -96,7 +82,7 @@ describe("files: write and read", () => {
   });
 
   it("writes several files in one call: relative, absolute and root-level paths", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const rootLevel = `/t-${randomUUID().slice(0, 8)}`;
     t.after(() => rm(rootLevel, { recursive: true, force: true }));
     const files = [
@@ -121,7 +107,7 @@ describe("files: write and read", () => {
   });
 
   it("returns the written files in request order", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     // The first file needs 20 new directories, so it finishes last if the parts are written
     // concurrently; envd writes them one after another and answers in request order.
     const deep = `${dir}/${Array.from({ length: 20 }, (_, i) => `n${i}`).join("/")}/deep.txt`;
@@ -137,7 +123,7 @@ describe("files: write and read", () => {
   });
 
   it("creates missing parent directories owned by the user", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/a/b/c.txt`, "x");
     for (const path of [`${dir}/a`, `${dir}/a/b`]) {
       const info = await sbx.files.getInfo(path);
@@ -152,7 +138,7 @@ describe("files: write and read", () => {
   });
 
   it("writes as root when user is root", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/rootdir/r.txt`, "owned by root", { user: "root" });
     const file = await sbx.files.getInfo(`${dir}/rootdir/r.txt`);
     assert.deepEqual([file.owner, file.group, file.mode], ["root", "root", 0o644]);
@@ -162,7 +148,7 @@ describe("files: write and read", () => {
   });
 
   it("reading a missing file throws FileNotFoundError; a directory InvalidArgumentError", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const err = await sbx.files.read(`${dir}/missing.txt`).catch((e: unknown) => e);
     assert.ok(err instanceof FileNotFoundError, `got ${String(err)}`);
     assert.ok(err instanceof NotFoundError);
@@ -170,7 +156,7 @@ describe("files: write and read", () => {
   });
 
   it("writing onto a directory path fails and the agent keeps running", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await mkdir(`${dir}/sub`);
     for (const useOctetStream of [true, false]) {
       const write = sbx.files.write(`${dir}/sub`, "x", { useOctetStream });
@@ -183,7 +169,7 @@ describe("files: write and read", () => {
   });
 
   it("reading an empty file returns empty text, bytes and blob", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/empty.txt`, "");
     assert.equal(await sbx.files.read(`${dir}/empty.txt`), "");
     assert.equal((await sbx.files.read(`${dir}/empty.txt`, { format: "bytes" })).length, 0);
@@ -192,7 +178,7 @@ describe("files: write and read", () => {
   });
 
   it("round-trips with gzip on write and read", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const text = "compressible line\n".repeat(5_000);
     const info = await sbx.files.write(`${dir}/gz.txt`, text, { gzip: true });
     assert.equal(info.path, `${dir}/gz.txt`);
@@ -203,7 +189,7 @@ describe("files: write and read", () => {
   });
 
   it("round-trips 5 MB of random bytes exactly", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const data = randomBytes(5 * 1024 * 1024);
     await sbx.files.write(`${dir}/big.bin`, new Uint8Array(data).buffer);
     assert.equal((await sbx.files.getInfo(`${dir}/big.bin`)).size, data.length);
@@ -212,7 +198,7 @@ describe("files: write and read", () => {
   });
 
   it("stores metadata, surfaces it on getInfo/list/rename and clears it on overwrite", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const metadata = { a: "1", author: "mish" };
     const info = await sbx.files.write(`${dir}/m.txt`, "with metadata", { metadata });
     assert.deepEqual(info.metadata, metadata);
@@ -229,7 +215,7 @@ describe("files: write and read", () => {
 
 describe("files: list", () => {
   async function tree(t: TestContext): Promise<string> {
-    const root = `${await workdir(t)}/test_directory`;
+    const root = `${await userWorkdir(t)}/test_directory`;
     for (const sub of ["1/subdir1_1", "1/subdir1_2", "2/subdir2_1", "2/subdir2_2"]) {
       await sbx.files.makeDir(`${root}/subdir${sub}`);
     }
@@ -285,7 +271,7 @@ describe("files: list", () => {
   });
 
   it("listing a file path fails and a missing path is FileNotFoundError", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/f.txt`, "x");
     await assert.rejects(sbx.files.list(`${dir}/f.txt`), InvalidArgumentError);
     await assert.rejects(sbx.files.list(`${dir}/nope`), FileNotFoundError);
@@ -294,7 +280,7 @@ describe("files: list", () => {
 
 describe("files: exists and getInfo", () => {
   it("getInfo of a file", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/test_file.txt`, "test");
     const info = await sbx.files.getInfo(`${dir}/test_file.txt`);
     const { modifiedTime, ...rest } = info;
@@ -314,7 +300,7 @@ describe("files: exists and getInfo", () => {
   });
 
   it("getInfo of a directory", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.makeDir(`${dir}/test_dir`);
     const info = await sbx.files.getInfo(`${dir}/test_dir`);
     assert.deepEqual(
@@ -326,7 +312,7 @@ describe("files: exists and getInfo", () => {
   });
 
   it("getInfo of a symlink reports the target's type and mode and the absolute target", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/test_file.txt`, "test");
     await sbx.files.makeDir(`${dir}/target_dir`);
     await sbx.commands.run("ln -s test_file.txt link.txt; ln -s target_dir dir_link", { cwd: dir });
@@ -341,7 +327,7 @@ describe("files: exists and getInfo", () => {
   });
 
   it("exists is true for a file and a directory; a missing path is false / FileNotFoundError", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/f.txt`, "x");
     assert.equal(await sbx.files.exists(`${dir}/f.txt`), true);
     assert.equal(await sbx.files.exists(dir), true);
@@ -352,7 +338,7 @@ describe("files: exists and getInfo", () => {
 
 describe("files: makeDir, remove, rename", () => {
   it("makeDir creates nested directories once", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     assert.equal(await sbx.files.makeDir(`${dir}/x/y/z`), true);
     assert.equal(await sbx.files.makeDir(`${dir}/x/y/z`), false);
     for (const path of [`${dir}/x`, `${dir}/x/y`, `${dir}/x/y/z`]) {
@@ -368,7 +354,7 @@ describe("files: makeDir, remove, rename", () => {
   });
 
   it("remove deletes a file and a whole directory tree; a missing path is not an error", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/f.txt`, "x");
     await sbx.files.write(`${dir}/tree/a/b/deep.txt`, "deep");
     await sbx.files.remove(`${dir}/f.txt`);
@@ -380,7 +366,7 @@ describe("files: makeDir, remove, rename", () => {
   });
 
   it("rename moves a file and returns its new info", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/old.txt`, "content");
     const info = await sbx.files.rename(`${dir}/old.txt`, `${dir}/new.txt`);
     assert.deepEqual(
@@ -395,7 +381,7 @@ describe("files: makeDir, remove, rename", () => {
   });
 
   it("rename of a missing source throws FileNotFoundError", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const rename = sbx.files.rename(`${dir}/missing.txt`, `${dir}/other.txt`);
     await assert.rejects(rename, FileNotFoundError);
   });

@@ -1,10 +1,8 @@
 // envd directory watching: the streaming WatchDir through the real E2B SDK, and the polling
 // watcher RPCs (CreateWatcher / GetWatcherEvents / RemoveWatcher) that the Python SDK uses.
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { randomUUID } from "node:crypto";
 import { readdirSync, readlinkSync } from "node:fs";
-import { chown, mkdir, rm, writeFile } from "node:fs/promises";
+import { mkdir, writeFile } from "node:fs/promises";
 import { after, before, describe, it, type TestContext } from "node:test";
 import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
@@ -19,18 +17,14 @@ import {
   type WatchHandle,
 } from "e2b";
 import { EventType, Filesystem } from "../../src/protocol/gen/filesystem/filesystem_pb.js";
-import { type RunningEnvd, startEnvd, TEST_USER } from "../helpers/envd.js";
+import { type RunningEnvd, startEnvd, userWorkdir } from "../helpers/envd.js";
 
 let env: RunningEnvd;
 let sbx: Sandbox;
 let rpc: Client<typeof Filesystem>;
-let uid = 0;
-let gid = 0;
 
 before(async () => {
   env = await startEnvd();
-  uid = Number(execFileSync("id", ["-u", TEST_USER]).toString());
-  gid = Number(execFileSync("id", ["-g", TEST_USER]).toString());
   sbx = await Sandbox.create();
   rpc = createClient(Filesystem, createConnectTransport({ baseUrl: env.url, httpVersion: "1.1" }));
 });
@@ -38,15 +32,6 @@ before(async () => {
 after(async () => {
   await env?.stop();
 });
-
-/** A fresh directory under /home/user owned by `user`, removed when the test ends. */
-async function workdir(t: TestContext): Promise<string> {
-  const dir = `/home/${TEST_USER}/t-${randomUUID().slice(0, 8)}`;
-  await mkdir(dir);
-  await chown(dir, uid, gid);
-  t.after(() => rm(dir, { recursive: true, force: true }));
-  return dir;
-}
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -116,7 +101,7 @@ async function watchError(path: string): Promise<unknown> {
 
 describe("watchDir (streaming)", () => {
   it("reports WRITE 'file.txt' when an existing file is written", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/file.txt`, "first");
     const w = await watch(t, dir);
     await sbx.files.write(`${dir}/file.txt`, "second");
@@ -124,7 +109,7 @@ describe("watchDir (streaming)", () => {
   });
 
   it("reports CREATE for a new file", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const w = await watch(t, dir);
     await sbx.files.write(`${dir}/new.txt`, "content");
     await w.waitFor(CREATE, "new.txt");
@@ -133,7 +118,7 @@ describe("watchDir (streaming)", () => {
   });
 
   it("reports REMOVE when a file is removed", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/gone.txt`, "x");
     const w = await watch(t, dir);
     await sbx.files.remove(`${dir}/gone.txt`);
@@ -141,7 +126,7 @@ describe("watchDir (streaming)", () => {
   });
 
   it("reports RENAME for the old name, then CREATE for the new name", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/old.txt`, "x");
     const w = await watch(t, dir);
     await sbx.files.rename(`${dir}/old.txt`, `${dir}/new.txt`);
@@ -151,7 +136,7 @@ describe("watchDir (streaming)", () => {
   });
 
   it("reports CHMOD after chmod", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/file.txt`, "x");
     const w = await watch(t, dir);
     await sbx.commands.run(`chmod 600 ${dir}/file.txt`);
@@ -160,7 +145,7 @@ describe("watchDir (streaming)", () => {
   });
 
   it("non-recursive watch ignores changes inside subdirectories", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.makeDir(`${dir}/nested`);
     const w = await watch(t, dir);
     await sbx.files.write(`${dir}/nested/file.txt`, "x");
@@ -173,7 +158,7 @@ describe("watchDir (streaming)", () => {
   });
 
   it("recursive watch names nested files relative to the watched directory", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/nested/file.txt`, "first");
     const w = await watch(t, dir, { recursive: true });
     await sbx.files.write(`${dir}/nested/file.txt`, "second");
@@ -181,7 +166,7 @@ describe("watchDir (streaming)", () => {
   });
 
   it("recursive watch follows a subdirectory created after the watch started", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const w = await watch(t, dir, { recursive: true });
     await sbx.files.makeDir(`${dir}/nested`);
     await w.waitFor(CREATE, "nested");
@@ -191,7 +176,7 @@ describe("watchDir (streaming)", () => {
   });
 
   it("includeEntry adds the entry to CREATE/WRITE events but not to REMOVE", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const w = await watch(t, dir, { includeEntry: true });
     await sbx.files.write(`${dir}/file.txt`, "hello");
     const write = await w.waitFor(WRITE, "file.txt");
@@ -213,14 +198,14 @@ describe("watchDir (streaming)", () => {
   });
 
   it("watching a missing directory throws FileNotFoundError", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const err = await watchError(`${dir}/missing`);
     assert.ok(err instanceof FileNotFoundError, `got ${String(err)}`);
     assert.ok(err instanceof NotFoundError);
   });
 
   it("watching a file throws InvalidArgumentError", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sbx.files.write(`${dir}/file.txt`, "x");
     const err = await watchError(`${dir}/file.txt`);
     assert.ok(err instanceof InvalidArgumentError, `got ${String(err)}`);
@@ -228,7 +213,7 @@ describe("watchDir (streaming)", () => {
   });
 
   it("stop() ends the watch: later changes are not reported, the inotify fd is closed", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await sleep(200); // lets watches of earlier tests finish closing
     const baseline = inotifyFds();
     const w = await watch(t, dir);
@@ -259,7 +244,7 @@ describe("polling watcher RPCs", () => {
   }
 
   it("a new file written via the SDK gives exactly CREATE, CHMOD, WRITE", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const { watcherId } = await rpc.createWatcher({ path: dir });
     t.after(() => rpc.removeWatcher({ watcherId }).catch(() => {}));
     assert.ok(watcherId.length > 0);
@@ -278,7 +263,7 @@ describe("polling watcher RPCs", () => {
   });
 
   it("overwriting an existing file reports WRITE first", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await writeFile(`${dir}/f.txt`, "original content");
     const { watcherId } = await rpc.createWatcher({ path: dir });
     t.after(() => rpc.removeWatcher({ watcherId }).catch(() => {}));
@@ -290,7 +275,7 @@ describe("polling watcher RPCs", () => {
   });
 
   it("a recursive watcher names new nested files relative to the root", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await mkdir(`${dir}/nested`);
     const { watcherId } = await rpc.createWatcher({ path: dir, recursive: true });
     t.after(() => rpc.removeWatcher({ watcherId }).catch(() => {}));
@@ -304,7 +289,7 @@ describe("polling watcher RPCs", () => {
   });
 
   it("includeEntry fills the entry of polled events", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const { watcherId } = await rpc.createWatcher({ path: dir, includeEntry: true });
     t.after(() => rpc.removeWatcher({ watcherId }).catch(() => {}));
     await sbx.files.write(`${dir}/e.txt`, "abc");
@@ -315,7 +300,7 @@ describe("polling watcher RPCs", () => {
   });
 
   it("RemoveWatcher stops the watcher: its id is then NotFound", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     const { watcherId } = await rpc.createWatcher({ path: dir });
     await rpc.removeWatcher({ watcherId });
     assert.equal(await connectCode(rpc.getWatcherEvents({ watcherId })), Code.NotFound);
@@ -327,7 +312,7 @@ describe("polling watcher RPCs", () => {
   });
 
   it("CreateWatcher rejects a missing path (NotFound) and a file (InvalidArgument)", async (t) => {
-    const dir = await workdir(t);
+    const dir = await userWorkdir(t);
     await writeFile(`${dir}/f.txt`, "x");
     assert.equal(await connectCode(rpc.createWatcher({ path: `${dir}/missing` })), Code.NotFound);
     assert.equal(

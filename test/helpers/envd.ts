@@ -1,6 +1,9 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { existsSync } from "node:fs";
+import { chown, mkdir, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
+import type { TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
 import { ENVD_PORT } from "../../src/protocol/index.js";
 
@@ -20,6 +23,25 @@ export function ensureTestUser(): void {
       stdio: "inherit",
     });
   }
+}
+
+/** uid and gid of the test `user` account (created when missing). */
+export function testUserIds(): { uid: number; gid: number } {
+  ensureTestUser();
+  return {
+    uid: Number(execFileSync("id", ["-u", TEST_USER]).toString()),
+    gid: Number(execFileSync("id", ["-g", TEST_USER]).toString()),
+  };
+}
+
+/** A fresh directory under the test user's home, owned by it, removed when the test ends. */
+export async function userWorkdir(t: TestContext): Promise<string> {
+  const { uid, gid } = testUserIds();
+  const dir = `/home/${TEST_USER}/t-${randomUUID().slice(0, 8)}`;
+  await mkdir(dir);
+  await chown(dir, uid, gid);
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  return dir;
 }
 
 export interface RunningEnvd {

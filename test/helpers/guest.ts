@@ -1,11 +1,24 @@
+import { chmodSync, mkdtempSync } from "node:fs";
 import { readFile } from "node:fs/promises";
+import { join } from "node:path";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Sandbox } from "e2b";
-import { ensureHostSetup, type GuestArtifacts } from "../../src/images/index.js";
+import {
+  ensureHostSetup,
+  ensureVmmUser,
+  type GuestArtifacts,
+  type SystemAccount,
+} from "../../src/images/index.js";
 import { Process } from "../../src/protocol/gen/process/process_pb.js";
 import { ENVD_PORT, ENVD_VERSION } from "../../src/protocol/index.js";
 import type { Vm } from "../../src/vmm/index.js";
+import {
+  type AccelChoice,
+  chooseAccelerator,
+  QemuDriver,
+  qemuVersion,
+} from "../../src/vmm/qemu/index.js";
 
 export const DATA_DIR = process.env.WARREN_HOME ?? "/var/lib/warren";
 
@@ -90,4 +103,35 @@ export async function runInGuest(url: string, cmd: string, user = "user"): Promi
       throw new Error(`'${cmd}' exited with ${event.value.status}`);
   }
   return stdout;
+}
+
+export interface TestVmm {
+  readonly images: GuestArtifacts;
+  readonly driver: QemuDriver;
+  readonly accel: AccelChoice;
+  /** The unprivileged account QEMU drops to (taps must belong to it). */
+  readonly runAs: SystemAccount;
+  /** A scratch directory under the data dir (same filesystem as images), removed by the caller. */
+  readonly work: string;
+}
+
+/**
+ * What VM tests and benchmarks share, set up as the server does it: guest images, the
+ * accelerator (WARREN_ACCEL, else the cached probe), and QEMU dropping to the VMM account.
+ */
+export async function testVmm(name: string): Promise<TestVmm> {
+  const images = await guestArtifacts();
+  const version = await qemuVersion();
+  const accel = await chooseAccelerator({
+    configured: (process.env.WARREN_ACCEL as "kvm" | "tcg" | "auto" | undefined) ?? "auto",
+    kernel: images.kernel,
+    initramfs: images.initramfs,
+    qemuVersion: version,
+    cacheFile: join(DATA_DIR, "accel.json"),
+  });
+  const runAs = await ensureVmmUser();
+  const driver = new QemuDriver({ accel: accel.accel, qemuVersion: version, runAs });
+  const work = mkdtempSync(join(DATA_DIR, `${name}-`));
+  chmodSync(work, 0o711); // the unprivileged QEMU must reach the runtime dirs below
+  return { images, driver, accel, runAs, work };
 }

@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { ensureVmmUser, type GuestArtifacts } from "../../src/images/index.js";
+import type { GuestArtifacts } from "../../src/images/index.js";
 import { type NetworkSlot, SlotPool } from "../../src/network/index.js";
 import {
   QmpError,
@@ -13,15 +13,8 @@ import {
   VmmError,
   type VmSpec,
 } from "../../src/vmm/index.js";
-import { chooseAccelerator, QemuDriver, qemuVersion } from "../../src/vmm/qemu/index.js";
-import {
-  DATA_DIR,
-  envdUrl,
-  guestArtifacts,
-  initEnvd,
-  sandboxAt,
-  waitForEnvd,
-} from "../helpers/guest.js";
+import type { QemuDriver } from "../../src/vmm/qemu/index.js";
+import { envdUrl, initEnvd, sandboxAt, testVmm, waitForEnvd } from "../helpers/guest.js";
 import { FAKENET, FakeNet } from "../network/fake-net.js";
 import { leakCheck, removeLeftovers } from "../network/leak-check.js";
 
@@ -83,20 +76,9 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
 
   before(async () => {
     await removeLeftovers();
-    images = await guestArtifacts();
-    const probe = await chooseAccelerator({
-      configured: (process.env.WARREN_ACCEL as "kvm" | "tcg" | "auto" | undefined) ?? "auto",
-      kernel: images.kernel,
-      initramfs: images.initramfs,
-      qemuVersion: await qemuVersion(),
-      cacheFile: join(DATA_DIR, "accel.json"),
-    });
-    // Least privilege, as the server runs it: QEMU drops to the VMM account after setup.
-    const runAs = await ensureVmmUser();
-    driver = new QemuDriver({ accel: probe.accel, qemuVersion: await qemuVersion(), runAs });
-    work = mkdtempSync(join(DATA_DIR, "test-vmm-"));
-    chmodSync(work, 0o711); // the unprivileged QEMU must reach its runtime dir below
-
+    const vmm = await testVmm("test-vmm");
+    ({ images, driver, work } = vmm);
+    const runAs = vmm.runAs;
     mkdirSync(join(work, "run"));
     fakenet = await FakeNet.start(FAKENET_PORT);
     pool = new SlotPool({ size: 0, egressInterface: FAKENET.hostVeth, tapOwner: runAs });
