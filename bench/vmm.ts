@@ -100,6 +100,7 @@ try {
     for (const resume of [false, true]) {
       const paused: number[] = [];
       const dirtyMiB: number[] = [];
+      const parts = { deviceState: [] as number[], memory: [] as number[], disk: [] as number[] };
       for (let i = 0; i < SNAPSHOTS; i++) {
         await withSlot(async (slot) => {
           const vm = await driver.restore(template, spec(slot));
@@ -110,17 +111,22 @@ try {
           );
           const timing = await vm.snapshot(join(work, `inc-${mb}-${resume}-${i}`), { resume });
           paused.push(timing.pausedMs);
+          parts.deviceState.push(timing.deviceStateMs);
+          parts.memory.push(timing.memoryMs);
+          parts.disk.push(timing.diskMs);
           dirtyMiB.push((timing.dirtyPages * 4096) / 2 ** 20);
           await vm.destroy();
         });
       }
       const label = resume ? "fork capture (source paused)" : "pause (incremental snapshot)";
       rows.push(summarize(`${label}, ~${mb} MB dirtied`, "ms", paused));
-      extra[`dirtyMiB_${mb}_${resume ? "fork" : "pause"}`] = summarize(
-        "dirty",
-        "MiB",
-        dirtyMiB,
-      ).p50;
+      const key = `${mb}MB_${resume ? "fork" : "pause"}`;
+      extra[`dirtyMiB_${key}`] = summarize("dirty", "MiB", dirtyMiB).p50;
+      extra[`partsMs_${key}`] = {
+        deviceState: summarize("", "ms", parts.deviceState).p50,
+        memory: summarize("", "ms", parts.memory).p50,
+        disk: summarize("", "ms", parts.disk).p50,
+      };
     }
   }
 

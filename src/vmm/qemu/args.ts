@@ -80,7 +80,11 @@ export function qemuArgs(input: QemuArgsInput): string[] {
     "-append",
     kernelCommandLine(spec, accel === "tcg" ? input.tscKhz : undefined),
     "-drive",
-    `id=root,file=${input.rootDisk},format=qcow2,if=none,discard=unmap`,
+    // cache=unsafe: guest flushes and QEMU's own (stop, overlay switch) stop at the host page
+    // cache instead of forcing every dirty page of the filesystem to disk (ext4 ordered mode),
+    // which made a fork capture wait on unrelated writeback. Sandbox disks are ephemeral; a
+    // paused sandbox's files survive a server restart because they are in the page cache.
+    `id=root,file=${input.rootDisk},format=qcow2,if=none,discard=unmap,cache=unsafe`,
     "-device",
     "virtio-blk-device,drive=root",
     "-drive",

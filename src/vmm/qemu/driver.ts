@@ -334,47 +334,31 @@ class QemuVm implements Vm {
       // take over), which an unprivileged QEMU cannot do and which we never need.
       await this.qmp.execute("xen-save-devices-state", { filename: deviceState, live: true });
       await rename(deviceState, join(dir, DEVICE_STATE_FILE));
-      const deviceStateDone = performance.now();
+      const deviceStateMs = performance.now() - started;
 
-      // Restored VM: the image it maps stays the base; only pages changed since go in a diff.
-      // Boot VM: its RAM file is the image (moved after QEMU exits, or copied to keep running).
-      let diffPages = 0;
-      let memoryImage = this.memory.file;
-      if (!this.memory.shared) {
-        const mapping = await findRamMapping(this.pid, this.memory.file);
-        const pages = await dirtyPages(this.pid, mapping);
-        diffPages = pages.length;
-        if (diffPages > 0) writeMemoryDiff(this.pid, mapping, pages, join(dir, MEMORY_DIFF_FILE));
-      } else {
-        memoryImage = join(dir, MEMORY_FILE);
-        if (opts.resume) await copySparse(this.memory.file, memoryImage);
-      }
-      const memoryDone = performance.now();
-
+      let memory: { image: string; diffPages: number };
+      let memoryMs: number;
+      let diskMs: number;
+      const timed = async <T>(fn: () => Promise<T>): Promise<[T, number]> => {
+        const t = performance.now();
+        return [await fn(), performance.now() - t];
+      };
       if (opts.resume) {
-        // Freeze the current overlay into the snapshot (a hard link) and switch QEMU to a fresh
-        // one on top. Its header names the snapshot's link as backing, so the chain stays
-        // whole after this VM's runtime directory is gone.
-        const frozen = join(dir, DISK_FILE);
-        const next = join(this.spec.runtimeDir, `disk-${++this.#snapshots}.qcow2`);
-        await link(this.rootDisk, frozen);
-        await createOverlay(next, frozen, "qcow2");
-        if (this.runAs) await chown(next, this.runAs.uid, this.runAs.gid);
-        await this.qmp.execute("blockdev-snapshot-sync", {
-          device: "root",
-          "snapshot-file": next,
-          format: "qcow2",
-          mode: "existing",
-        });
-        this.rootDisk = next;
+        // Disk first: switching overlays syncs the old one, and a sync after the diff is
+        // written would wait for the diff's pages to reach the disk too (ext4 ordered mode).
+        [, diskMs] = await timed(() => this.#freezeDisk(dir));
+        [memory, memoryMs] = await timed(() => this.#captureMemory(dir, true));
         await this.qmp.execute("cont");
         resumed = true;
       } else {
-        this.#quit();
-        await rename(this.rootDisk, join(dir, DISK_FILE));
-        if (this.memory.shared) await rename(this.memory.file, memoryImage);
+        [memory, memoryMs] = await timed(() => this.#captureMemory(dir, false));
+        [, diskMs] = await timed(async () => {
+          this.#quit();
+          await rename(this.rootDisk, join(dir, DISK_FILE));
+          if (this.memory.shared) await rename(this.memory.file, memory.image);
+        });
       }
-      const done = performance.now();
+      const pausedMs = performance.now() - started;
       await writeSnapshotMeta(dir, {
         formatVersion: SNAPSHOT_FORMAT_VERSION,
         accel: this.host.accel,
@@ -382,25 +366,60 @@ class QemuVm implements Vm {
         qemuVersion: this.host.qemuVersion,
         kernel: this.host.kernel,
         shape: this.spec.shape,
-        memoryImage,
-        memoryDiff: diffPages > 0 ? MEMORY_DIFF_FILE : undefined,
-        diffPages,
+        memoryImage: memory.image,
+        memoryDiff: memory.diffPages > 0 ? MEMORY_DIFF_FILE : undefined,
+        diffPages: memory.diffPages,
         deviceStateFile: DEVICE_STATE_FILE,
         diskFile: DISK_FILE,
         createdAt: new Date().toISOString(),
       });
-      return {
-        pausedMs: done - started,
-        deviceStateMs: deviceStateDone - started,
-        memoryMs: memoryDone - deviceStateDone,
-        diskMs: done - memoryDone,
-        dirtyPages: diffPages,
-      };
+      return { pausedMs, deviceStateMs, memoryMs, diskMs, dirtyPages: memory.diffPages };
     } catch (err) {
-      if (opts.resume && !resumed && this.proc.running)
+      if (opts.resume && !resumed && this.proc.running) {
         await this.qmp.execute("cont").catch(() => {});
+      }
       throw err;
     }
+  }
+
+  /**
+   * Restored VM: the image it maps stays the base and only the pages changed since go into
+   * a diff. Boot VM: its RAM file is the image (moved once QEMU is gone, or copied now when
+   * the VM keeps running).
+   */
+  async #captureMemory(
+    dir: string,
+    resume: boolean,
+  ): Promise<{ image: string; diffPages: number }> {
+    if (this.memory.shared) {
+      const image = join(dir, MEMORY_FILE);
+      if (resume) await copySparse(this.memory.file, image);
+      return { image, diffPages: 0 };
+    }
+    const mapping = await findRamMapping(this.pid, this.memory.file);
+    const pages = await dirtyPages(this.pid, mapping);
+    if (pages.length > 0) writeMemoryDiff(this.pid, mapping, pages, join(dir, MEMORY_DIFF_FILE));
+    return { image: this.memory.file, diffPages: pages.length };
+  }
+
+  /**
+   * Freezes the current overlay into the snapshot (a hard link) and switches QEMU to a fresh
+   * one on top. The new one's header names the snapshot's link as backing, so the chain
+   * stays whole after this VM's runtime directory is gone.
+   */
+  async #freezeDisk(dir: string): Promise<void> {
+    const frozen = join(dir, DISK_FILE);
+    const next = join(this.spec.runtimeDir, `disk-${++this.#snapshots}.qcow2`);
+    await link(this.rootDisk, frozen);
+    await createOverlay(next, frozen, "qcow2");
+    if (this.runAs) await chown(next, this.runAs.uid, this.runAs.gid);
+    await this.qmp.execute("blockdev-snapshot-sync", {
+      device: "root",
+      "snapshot-file": next,
+      format: "qcow2",
+      mode: "existing",
+    });
+    this.rootDisk = next;
   }
 
   async destroy(): Promise<void> {
