@@ -1,8 +1,9 @@
+import { createHash } from "node:crypto";
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
 import { WarrenError } from "../shared/index.js";
 import { imagesLayout } from "./layout.js";
-import { type ArtifactName, readManifest } from "./manifest.js";
+import { type ArtifactName, type Manifest, readManifest } from "./manifest.js";
 
 /** What the VMM driver boots (docs/guest-boot.md): absolute paths, plus the kernel release. */
 export interface GuestArtifacts {
@@ -14,6 +15,12 @@ export interface GuestArtifacts {
   readonly baseRootfs: string;
   /** `uname -r` of the guest kernel, e.g. 6.1.0-57-cloud-amd64 (for snapshot metadata). */
   readonly kernelVersion: string;
+  /**
+   * Identifies this exact set of the four artifacts (from their recorded sha256s). A snapshot
+   * remembers it: its guest has cached blocks of the agent drive and its disk chain ends at
+   * the base rootfs, so a rebuilt artifact must make old snapshots refuse to restore.
+   */
+  readonly fingerprint: string;
   /** images/manifest.json: recipe, input and output hashes of each artifact. */
   readonly manifest: string;
 }
@@ -26,9 +33,14 @@ export const GUEST_ARTIFACTS: readonly ArtifactName[] = [
   "base-rootfs",
 ];
 
-export function guestArtifactPaths(dataDir: string, kernelVersion: string): GuestArtifacts {
+export function guestArtifactPaths(dataDir: string, manifest: Manifest): GuestArtifacts {
   const layout = imagesLayout(dataDir);
+  const hashes = GUEST_ARTIFACTS.map(
+    (name) => `${name}:${manifest.artifacts[name]?.sha256 ?? "missing"}`,
+  );
+  const kernelVersion = manifest.artifacts.kernel?.details.kernelRelease ?? "";
   return {
+    fingerprint: createHash("sha256").update(hashes.join("\n")).digest("hex").slice(0, 16),
     kernel: layout.kernel,
     initramfs: layout.initramfs,
     agentDrive: layout.agentDrive,
@@ -54,5 +66,5 @@ export async function loadGuestArtifacts(dataDir: string): Promise<GuestArtifact
         `guest artifact ${name} is missing or incomplete in ${layout.dir}: run \`npm run setup\` as root`,
       );
   }
-  return guestArtifactPaths(dataDir, manifest.artifacts.kernel?.details.kernelRelease ?? "");
+  return guestArtifactPaths(dataDir, manifest);
 }

@@ -249,14 +249,13 @@ export async function ensureHostSetup(options: HostSetupOptions): Promise<GuestA
     }
 
     await store.save();
-    const kernelVersion = store.record("kernel")?.details.kernelRelease ?? "";
     const total = formatDuration(performance.now() - started);
     progress.line(
       built.length > 0
         ? `done in ${total}: built ${built.join(", ")}`
         : `done in ${total}: nothing to do`,
     );
-    return guestArtifactPaths(options.dataDir, kernelVersion);
+    return guestArtifactPaths(options.dataDir, store.manifest);
   } finally {
     if (runDir)
       await runner.run("rm", ["-rf", "--one-file-system", await runDir]).catch(() => undefined);

@@ -18,6 +18,8 @@ export interface GuestImages {
   readonly kernel: string;
   /** Identifies the kernel in snapshot metadata (a snapshot only restores on the same one). */
   readonly kernelVersion: string;
+  /** Identifies this exact set of kernel, initramfs, agent drive and base disk (see images). */
+  readonly fingerprint: string;
   readonly initramfs: string;
   readonly agentDrive: string;
 }
@@ -50,6 +52,8 @@ export interface SnapshotMeta {
   readonly cpuModel: string;
   readonly qemuVersion: string;
   readonly kernel: string;
+  /** GuestImages.fingerprint of the images the snapshot's guest was booted from. */
+  readonly images: string;
   readonly shape: MachineShape;
   /** Absolute path of the full memory image the guest's RAM is mapped from (maybe another snapshot's). */
   readonly memoryImage: string;

@@ -7,7 +7,13 @@ import { hostTscKhz } from "./host-tsc.js";
 const spec: VmSpec = {
   id: "abc",
   shape: { vcpus: 2, memoryMiB: 512 },
-  images: { kernel: "/k", kernelVersion: "6.1", initramfs: "/i", agentDrive: "/a" },
+  images: {
+    kernel: "/k",
+    kernelVersion: "6.1",
+    fingerprint: "f1",
+    initramfs: "/i",
+    agentDrive: "/a",
+  },
   baseDisk: "/base.ext4",
   network: { kind: "tap", netns: "warren-3", tap: "tap0" },
   runtimeDir: "/run/abc",

@@ -156,7 +156,12 @@ export class QemuDriver implements VmmDriver {
       cpuModel: cpuModel(options.accel),
       qemuVersion: options.qemuVersion,
       kernel: "",
+      images: "",
     };
+  }
+
+  #hostFor(spec: VmSpec): RestoreHost {
+    return { ...this.#host, kernel: spec.images.kernelVersion, images: spec.images.fingerprint };
   }
 
   /** The VM's runtime directory, owned by the account QEMU runs as (it creates sockets there). */
@@ -196,7 +201,7 @@ export class QemuDriver implements VmmDriver {
       runAs: this.#runAs?.name,
     });
     const { proc, qmp } = await launch(spec, args, paths.consoleLog, paths.qmpSocket);
-    const host = { ...this.#host, kernel: spec.images.kernelVersion };
+    const host = this.#hostFor(spec);
     return new QemuVm(spec, proc, qmp, memory, paths.overlay, host, this.#runAs);
   }
 
@@ -207,7 +212,7 @@ export class QemuDriver implements VmmDriver {
   /** Spawns QEMU for a snapshot, waiting on `-incoming defer`; `start()` finishes the restore. */
   async prepareRestore(snapshotDir: string, spec: VmSpec): Promise<PreparedRestore> {
     const meta = await readSnapshotMeta(snapshotDir);
-    const host = { ...this.#host, kernel: spec.images.kernelVersion };
+    const host = this.#hostFor(spec);
     checkRestorable(meta, host, spec.shape);
     const paths = runtimePaths(spec);
     await this.#makeRuntimeDir(spec);
@@ -365,6 +370,7 @@ class QemuVm implements Vm {
         cpuModel: this.host.cpuModel,
         qemuVersion: this.host.qemuVersion,
         kernel: this.host.kernel,
+        images: this.host.images,
         shape: this.spec.shape,
         memoryImage: memory.image,
         memoryDiff: memory.diffPages > 0 ? MEMORY_DIFF_FILE : undefined,

@@ -10,6 +10,7 @@ const meta: SnapshotMeta = {
   cpuModel: "max",
   qemuVersion: "QEMU emulator version 7.2.22",
   kernel: "6.1.0-57-cloud-amd64",
+  images: "0123456789abcdef",
   shape: { vcpus: 1, memoryMiB: 512 },
   memoryImage: "/snap/memory.img",
   diffPages: 0,
@@ -22,6 +23,7 @@ const host = {
   cpuModel: "max",
   qemuVersion: meta.qemuVersion,
   kernel: meta.kernel,
+  images: meta.images,
 };
 
 describe("checkRestorable", () => {
@@ -41,6 +43,12 @@ describe("checkRestorable", () => {
         /accelerator was tcg, here kvm/.test(err.message) &&
         /CPU model was max, here host/.test(err.message) &&
         /vCPUs was 1, here 2/.test(err.message),
+    );
+  });
+  it("refuses a snapshot whose guest images were rebuilt since", () => {
+    assert.throws(
+      () => checkRestorable(meta, { ...host, images: "fedcba9876543210" }, meta.shape),
+      /guest images was 0123456789abcdef, here fedcba9876543210/,
     );
   });
 });

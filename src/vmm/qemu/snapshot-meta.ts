@@ -3,7 +3,7 @@ import { join } from "node:path";
 import type { SnapshotMeta } from "../driver.js";
 import { SnapshotMismatchError, VmmError } from "../errors.js";
 
-export const SNAPSHOT_FORMAT_VERSION = 1;
+export const SNAPSHOT_FORMAT_VERSION = 2;
 export const META_FILE = "meta.json";
 export const MEMORY_FILE = "memory.img";
 export const MEMORY_DIFF_FILE = "memory.diff";
@@ -35,6 +35,7 @@ export interface RestoreHost {
   readonly cpuModel: string;
   readonly qemuVersion: string;
   readonly kernel: string;
+  readonly images: string;
 }
 
 /** Refuses a restore the snapshot cannot survive, naming every difference. */
@@ -51,6 +52,7 @@ export function checkRestorable(
   differ("CPU model", meta.cpuModel, host.cpuModel);
   differ("QEMU version", meta.qemuVersion, host.qemuVersion);
   differ("kernel", meta.kernel, host.kernel);
+  differ("guest images", meta.images, host.images);
   differ("vCPUs", meta.shape.vcpus, shape.vcpus);
   differ("memory MiB", meta.shape.memoryMiB, shape.memoryMiB);
   if (problems.length > 0)
