@@ -5,7 +5,14 @@ import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { type NetworkSlot, SlotPool } from "../src/network/index.js";
 import type { Vm, VmSpec } from "../src/vmm/index.js";
-import { envdUrl, initEnvd, runInGuest, testVmm, waitForEnvd } from "../test/helpers/guest.js";
+import {
+  envdUrl,
+  initEnvd,
+  runInGuest,
+  slotVmSpec,
+  testVmm,
+  waitForEnvd,
+} from "../test/helpers/guest.js";
 import { report, type Summary, summarize } from "./lib/report.js";
 
 const COLD_BOOTS = Number(process.env.BENCH_COLD_BOOTS ?? 3);
@@ -17,19 +24,7 @@ const { images, driver, accel: probe, runAs, work } = await testVmm("bench-vmm")
 const pool = new SlotPool({ size: 2, tapOwner: runAs });
 let counter = 0;
 
-const spec = (slot: NetworkSlot): VmSpec => {
-  const id = `b${++counter}`;
-  return {
-    id,
-    shape: SHAPE,
-    images,
-    baseDisk: images.baseRootfs,
-    network: { kind: "tap", netns: slot.netns, tap: slot.tapName },
-    runtimeDir: join(work, "run", id),
-    guestIp: `${slot.guestAddress}/30`,
-    guestGateway: slot.gateway,
-  };
-};
+const spec = (slot: NetworkSlot): VmSpec => slotVmSpec(`b${++counter}`, slot, images, work, SHAPE);
 
 /** Milliseconds from `start` until envd answers /health (polled every 2 ms). */
 async function untilReady(slot: NetworkSlot, start: number, vm: Vm): Promise<number> {

@@ -10,9 +10,10 @@ import {
   type GuestArtifacts,
   type SystemAccount,
 } from "../../src/images/index.js";
+import type { NetworkSlot } from "../../src/network/index.js";
 import { Process } from "../../src/protocol/gen/process/process_pb.js";
 import { ENVD_PORT, ENVD_VERSION } from "../../src/protocol/index.js";
-import type { Vm } from "../../src/vmm/index.js";
+import type { MachineShape, Vm, VmSpec } from "../../src/vmm/index.js";
 import {
   type AccelChoice,
   chooseAccelerator,
@@ -134,4 +135,24 @@ export async function testVmm(name: string): Promise<TestVmm> {
   const work = mkdtempSync(join(DATA_DIR, `${name}-`));
   chmodSync(work, 0o711); // the unprivileged QEMU must reach the runtime dirs below
   return { images, driver, accel, runAs, work };
+}
+
+/** A VM spec for the base image in a network slot, with its runtime dir under `work/run/`. */
+export function slotVmSpec(
+  id: string,
+  slot: NetworkSlot,
+  images: GuestArtifacts,
+  work: string,
+  shape: MachineShape,
+): VmSpec {
+  return {
+    id,
+    shape,
+    images,
+    baseDisk: images.baseRootfs,
+    network: { kind: "tap", netns: slot.netns, tap: slot.tapName },
+    runtimeDir: join(work, "run", id),
+    guestIp: `${slot.guestAddress}/30`,
+    guestGateway: slot.gateway,
+  };
 }

@@ -14,7 +14,14 @@ import {
   type VmSpec,
 } from "../../src/vmm/index.js";
 import type { QemuDriver } from "../../src/vmm/qemu/index.js";
-import { envdUrl, initEnvd, sandboxAt, testVmm, waitForEnvd } from "../helpers/guest.js";
+import {
+  envdUrl,
+  initEnvd,
+  sandboxAt,
+  slotVmSpec,
+  testVmm,
+  waitForEnvd,
+} from "../helpers/guest.js";
 import { FAKENET, FakeNet } from "../network/fake-net.js";
 import { leakCheck, removeLeftovers } from "../network/leak-check.js";
 
@@ -42,16 +49,7 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
   const vms = new Set<Vm>();
   const slots = new Set<NetworkSlot>();
 
-  const spec = (id: string, slot: NetworkSlot): VmSpec => ({
-    id,
-    shape: SHAPE,
-    images,
-    baseDisk: images.baseRootfs,
-    network: { kind: "tap", netns: slot.netns, tap: slot.tapName },
-    runtimeDir: join(work, "run", id),
-    guestIp: `${slot.guestAddress}/30`,
-    guestGateway: slot.gateway,
-  });
+  const spec = (id: string, slot: NetworkSlot): VmSpec => slotVmSpec(id, slot, images, work, SHAPE);
   const acquire = async () => {
     const slot = await pool.acquire();
     slots.add(slot);

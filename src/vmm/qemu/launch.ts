@@ -1,0 +1,106 @@
+// Starting one QEMU process and talking to it until the guest runs: runtime paths, QMP
+// connection, failure reports, and streaming a device state into `-incoming defer`.
+import { existsSync } from "node:fs";
+import { readFile, rm } from "node:fs/promises";
+import { connect } from "node:net";
+import { join } from "node:path";
+import type { VmSpec } from "../driver.js";
+import { VmmError } from "../errors.js";
+import { QemuProcess } from "./qemu-process.js";
+import { QmpClient } from "./qmp-client.js";
+
+async function waitForSocket(path: string, proc: QemuProcess, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!existsSync(path)) {
+    if (!proc.running) {
+      const exit = await proc.exited;
+      throw new VmmError(exit.reason, proc.vmId);
+    }
+    if (Date.now() > deadline)
+      throw new VmmError(`QMP socket did not appear within ${timeoutMs} ms`, proc.vmId);
+    await new Promise((resolve) => setTimeout(resolve, 2));
+  }
+}
+
+export function runtimePaths(spec: VmSpec) {
+  return {
+    qmpSocket: join(spec.runtimeDir, "qmp.sock"),
+    migrateSocket: join(spec.runtimeDir, "migrate.sock"),
+    consoleLog: join(spec.runtimeDir, "console.log"),
+    overlay: join(spec.runtimeDir, "disk.qcow2"),
+    memory: join(spec.runtimeDir, "memory.img"),
+  };
+}
+
+/** The socket file appears at bind(), a moment before QEMU listens: retry refused connects. */
+async function connectQmp(path: string, proc: QemuProcess, timeoutMs = 10_000): Promise<QmpClient> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return await QmpClient.connect(path, proc.vmId);
+    } catch (err) {
+      const refused = (err as { cause?: NodeJS.ErrnoException }).cause?.code === "ECONNREFUSED";
+      if (!refused || !proc.running || Date.now() > deadline) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 2));
+    }
+  }
+}
+
+/**
+ * The error to report for a failure while QEMU starts or restores: when QEMU died (a broken
+ * QMP connection usually means so; its exit may land a moment later), its own reason.
+ */
+export async function explainFailure(proc: QemuProcess, err: unknown): Promise<unknown> {
+  const died = await Promise.race([
+    proc.exited.then((exit) => !exit.expected),
+    new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 500)),
+  ]);
+  return died ? new VmmError((await proc.exited).reason, proc.vmId, { cause: err }) : err;
+}
+
+/** Starts QEMU and its QMP connection; on any failure kills QEMU and removes the runtime dir. */
+export async function launch(
+  spec: VmSpec,
+  args: string[],
+  consoleLog: string,
+  qmpSocket: string,
+): Promise<{ proc: QemuProcess; qmp: QmpClient }> {
+  const proc = new QemuProcess(spec.id, args, spec.network, consoleLog);
+  try {
+    await waitForSocket(qmpSocket, proc);
+    const qmp = await connectQmp(qmpSocket, proc);
+    return { proc, qmp };
+  } catch (err) {
+    const reported = await explainFailure(proc, err);
+    await proc.kill();
+    await rm(spec.runtimeDir, { recursive: true, force: true });
+    throw reported;
+  }
+}
+
+/** Streams a device-state file into a QEMU waiting on `-incoming defer`. */
+export async function loadDeviceState(
+  qmp: QmpClient,
+  socketPath: string,
+  file: string,
+  vmId: string,
+): Promise<void> {
+  const state = await readFile(file);
+  await qmp.execute("migrate-set-capabilities", {
+    capabilities: [{ capability: "events", state: true }],
+  });
+  const completed = qmp.waitForEvent("MIGRATION", (e) =>
+    ["completed", "failed"].includes(String(e.data?.status)),
+  );
+  await qmp.execute("migrate-incoming", { uri: `unix:${socketPath}` });
+  await new Promise<void>((resolve, reject) => {
+    const socket = connect(socketPath);
+    socket.once("error", (err) =>
+      reject(new VmmError(`cannot send device state: ${err.message}`, vmId)),
+    );
+    socket.end(state, () => resolve());
+  });
+  const event = await completed;
+  if (event.data?.status !== "completed")
+    throw new VmmError("loading the device state failed", vmId);
+}
