@@ -11,7 +11,7 @@ import type { StepProgress } from "./progress.js";
 import { sharedLibraries } from "./shared-libs.js";
 
 /** Bump when the drive's layout or the way it is built changes. */
-export const AGENT_DRIVE_RECIPE = 1;
+export const AGENT_DRIVE_RECIPE = 2;
 
 const MiB = 1024 * 1024;
 
@@ -22,6 +22,8 @@ export interface AgentDriveSources {
   readonly node: string;
   readonly busybox: string;
   readonly tini: string;
+  /** e2fsprogs' resize2fs: grows the root filesystem when a VM's disk is larger than its image. */
+  readonly resize2fs: string;
 }
 
 /** Recorded with the drive: which host file each lib/ entry came from (`dest=path ...`). */
@@ -60,10 +62,12 @@ export async function agentDriveFiles(options: {
     ["bin/busybox", sources.busybox],
     ["bin/tini", sources.tini],
     ["bin/node", sources.node],
+    ["bin/resize2fs", sources.resize2fs],
     ["envd/envd.mjs", join(sources.agentDir, "envd.mjs")],
   ]);
   for (const addon of addons) files.set(`envd/build/Release/${addon}`, join(release, addon));
-  const elfs = [...files].filter(([dest]) => dest === "bin/node" || dest.endsWith(".node"));
+  const dynamic = new Set(["bin/node", "bin/resize2fs"]);
+  const elfs = [...files].filter(([dest]) => dynamic.has(dest) || dest.endsWith(".node"));
 
   const recorded = parseLibraries(options.previous?.details.libraries);
   const unchanged =

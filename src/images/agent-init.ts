@@ -41,13 +41,20 @@ if [ -s /etc/hostname ]; then $b hostname -F /etc/hostname; else $b hostname san
 ip=
 gw=
 dns=8.8.8.8
+grow=
 for arg in $($b cat /proc/cmdline); do
   case "$arg" in
   warren.ip=*) ip=\${arg#warren.ip=} ;;
   warren.gw=*) gw=\${arg#warren.gw=} ;;
   warren.dns=*) dns=\${arg#warren.dns=} ;;
+  warren.grow=1) grow=1 ;;
   esac
 done
+# The VM's disk is larger than its image: grow the mounted root filesystem (ext4, online).
+if [ -n "$grow" ]; then
+  $w/lib/ld-linux-x86-64.so.2 --library-path $w/lib $w/bin/resize2fs /dev/vda >/dev/null 2>&1 ||
+    echo "warren: could not grow the root filesystem on /dev/vda"
+fi
 $b ip link set lo up || fail "cannot bring up lo"
 if [ -n "$ip" ]; then
   $b ip link set eth0 up || fail "cannot bring up eth0"

@@ -202,7 +202,13 @@ export async function ensureHostSetup(options: HostSetupOptions): Promise<GuestA
         await assertStatic(TINI_STATIC, "tini");
         const spec = await agentDriveSpec({
           path: layout.agentDrive,
-          sources: { agentDir, node: process.execPath, busybox: BUSYBOX_STATIC, tini: TINI_STATIC },
+          sources: {
+            agentDir,
+            node: process.execPath,
+            busybox: BUSYBOX_STATIC,
+            tini: TINI_STATIC,
+            resize2fs: "/sbin/resize2fs",
+          },
           runner,
           hashes,
           step: ctx.step,

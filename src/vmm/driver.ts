@@ -29,10 +29,18 @@ export interface MachineShape {
   readonly memoryMiB: number;
 }
 
+/**
+ * Root disk size of a cold boot (the guest grows its filesystem to fill it); below the base
+ * image's size the image's size is used. A restore keeps its snapshot's disk size.
+ */
+export interface DiskShape {
+  readonly diskSizeMiB?: number;
+}
+
 export interface VmSpec {
   /** Names logs and runtime files; [a-z0-9]+. */
   readonly id: string;
-  readonly shape: MachineShape;
+  readonly shape: MachineShape & DiskShape;
   readonly images: GuestImages;
   /** The disk the VM boots from when cold: a read-only image its overlay is stacked on. */
   readonly baseDisk: string;

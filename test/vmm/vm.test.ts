@@ -121,7 +121,9 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
 
   it("cold boots the base image and runs commands through envd in the guest", async () => {
     const slot = await acquire();
-    const vm = track(await driver.boot(spec("boot", slot)));
+    const vm = track(
+      await driver.boot({ ...spec("boot", slot), shape: { ...SHAPE, diskSizeMiB: 3072 } }),
+    );
     const user = execFileSync("ps", ["-o", "user=", "-p", String(vm.pid)], {
       encoding: "utf8",
     }).trim();
@@ -134,6 +136,8 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
       "whoami; echo $STAGE; python --version; node --version; sudo -n true && echo sudo-ok; stat -f -c %T /tmp",
     );
     assert.match(out, /^user\nboot\nPython 3\.\d+\.\d+\nv\d+\.\d+\.\d+\nsudo-ok\ntmpfs\n$/);
+    const rootMiB = Number((await run(slot, "df -m --output=size / | tail -1")).trim());
+    assert.ok(rootMiB > 2800, `root filesystem grown to the requested 3 GiB disk (${rootMiB} MiB)`);
     const handle = await sandboxAt(url).commands.run("sleep 3600", {
       background: true,
       timeoutMs: 0,

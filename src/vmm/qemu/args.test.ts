@@ -66,6 +66,17 @@ describe("qemuArgs", () => {
     assert.doesNotMatch(value(args, "-append")[0] ?? "", /tsc_early_khz/);
   });
 
+  it("asks the guest to grow its root filesystem only when the disk was enlarged", () => {
+    assert.match(
+      value(qemuArgs({ ...input, accel: "tcg", growRoot: true }), "-append")[0] ?? "",
+      /warren\.grow=1/,
+    );
+    assert.doesNotMatch(
+      value(qemuArgs({ ...input, accel: "tcg" }), "-append")[0] ?? "",
+      /warren\.grow/,
+    );
+  });
+
   it("puts the slot's guest address on the kernel command line", () => {
     assert.match(
       kernelCommandLine(spec),

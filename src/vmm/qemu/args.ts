@@ -18,18 +18,21 @@ export interface QemuArgsInput {
   readonly runAs?: string;
   /** TCG only: the host TSC rate handed to the guest kernel (see host-tsc.ts). */
   readonly tscKhz?: number;
+  /** The root disk is larger than its image: the guest's init grows the filesystem. */
+  readonly growRoot?: boolean;
 }
 
 export function cpuModel(accel: Accelerator): string {
   return accel === "kvm" ? "host" : "max";
 }
 
-export function kernelCommandLine(spec: VmSpec, tscKhz?: number): string {
+export function kernelCommandLine(spec: VmSpec, tscKhz?: number, growRoot = false): string {
   return [
     "console=ttyS0 reboot=t panic=-1 quiet loglevel=3",
     "root=/dev/vda rw rootfstype=ext4 warren.agent=/dev/vdb",
     `warren.ip=${spec.guestIp} warren.gw=${spec.guestGateway}`,
     tscKhz ? `tsc_early_khz=${tscKhz}` : "",
+    growRoot ? "warren.grow=1" : "",
     spec.extraKernelArgs ?? "",
   ]
     .filter(Boolean)
@@ -78,7 +81,7 @@ export function qemuArgs(input: QemuArgsInput): string[] {
     "-initrd",
     spec.images.initramfs,
     "-append",
-    kernelCommandLine(spec, accel === "tcg" ? input.tscKhz : undefined),
+    kernelCommandLine(spec, accel === "tcg" ? input.tscKhz : undefined, input.growRoot),
     "-drive",
     // cache=unsafe: guest flushes and QEMU's own (stop, overlay switch) stop at the host page
     // cache instead of forcing every dirty page of the filesystem to disk (ext4 ordered mode),

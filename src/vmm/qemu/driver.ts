@@ -8,7 +8,7 @@ import { cpuModel, qemuArgs } from "./args.js";
 import { hostTscKhz } from "./host-tsc.js";
 import { launch, loadDeviceState, runtimePaths } from "./launch.js";
 import { applyMemoryDiff, findRamMapping } from "./memory-image.js";
-import { createOverlay, imageFormat } from "./qcow2-overlay.js";
+import { createOverlay, imageFormat, virtualSize } from "./qcow2-overlay.js";
 import { QEMU_BINARY } from "./qemu-process.js";
 import {
   checkRestorable,
@@ -89,8 +89,16 @@ export class QemuDriver implements VmmDriver {
   async boot(spec: VmSpec): Promise<Vm> {
     const paths = runtimePaths(spec);
     await this.#makeRuntimeDir(spec);
+    let growRoot: boolean;
     try {
-      await createOverlay(paths.overlay, spec.baseDisk, imageFormat(spec.baseDisk));
+      const wanted = BigInt(spec.shape.diskSizeMiB ?? 0) * 1024n * 1024n;
+      const size = await createOverlay(
+        paths.overlay,
+        spec.baseDisk,
+        imageFormat(spec.baseDisk),
+        wanted,
+      );
+      growRoot = size > (await virtualSize(spec.baseDisk));
       await this.#giveToVmm(paths.overlay);
     } catch (err) {
       await rm(spec.runtimeDir, { recursive: true, force: true });
@@ -108,6 +116,7 @@ export class QemuDriver implements VmmDriver {
       incoming: false,
       tscKhz: this.#tscKhz,
       runAs: this.#runAs?.name,
+      growRoot,
     });
     const { proc, qmp } = await launch(spec, args, paths.consoleLog, paths.qmpSocket);
     const host = this.#hostFor(spec);

@@ -30,12 +30,15 @@ export async function virtualSize(path: string): Promise<bigint> {
   }
 }
 
+/** `minSizeBytes` grows the overlay beyond its backing image (never shrinks it). */
 export async function createOverlay(
   path: string,
   backing: string,
   backingFormat: "qcow2" | "raw",
-): Promise<void> {
-  const size = await virtualSize(backing);
+  minSizeBytes = 0n,
+): Promise<bigint> {
+  const backingSize = await virtualSize(backing);
+  const size = minSizeBytes > backingSize ? minSizeBytes : backingSize;
   const l1Size = Number((size + BigInt(CLUSTER * L2_ENTRIES) - 1n) / BigInt(CLUSTER * L2_ENTRIES));
   const backingName = Buffer.from(backing, "utf8");
   const formatName = Buffer.from(backingFormat, "ascii");
@@ -75,6 +78,7 @@ export async function createOverlay(
   } finally {
     await handle.close();
   }
+  return size;
 }
 
 export function imageFormat(path: string): "qcow2" | "raw" {
