@@ -3,10 +3,9 @@ import { chown, mkdir, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import type { Accelerator, Vm, VmmDriver, VmSpec } from "../driver.js";
-import { VmmError } from "../errors.js";
 import { cpuModel, qemuArgs } from "./args.js";
 import { hostTscKhz } from "./host-tsc.js";
-import { launch, loadDeviceState, runtimePaths } from "./launch.js";
+import { explainFailure, launch, loadDeviceState, runtimePaths } from "./launch.js";
 import { applyMemoryDiff, findRamMapping } from "./memory-image.js";
 import { createOverlay, imageFormat, virtualSize } from "./qcow2-overlay.js";
 import { QEMU_BINARY } from "./qemu-process.js";
@@ -44,7 +43,14 @@ export async function qemuVersion(): Promise<string> {
 /** A VM restored up to the point of loading its device state: the warm pool's unit. */
 export interface PreparedRestore {
   readonly pid: number;
-  /** Loads the device state and resumes the guest. */
+  /**
+   * Runs the guest until `ready()` resolves (e.g. envd answered), then stops its vCPUs
+   * again. Under TCG a fresh QEMU translates every code path the guest runs; a warmed VMM
+   * has translated the hot ones, so `start()` is a bare `cont`. The guest's clock then lags
+   * by the time it waited: the orchestrator's /init sets it.
+   */
+  warm(ready: () => Promise<void>): Promise<void>;
+  /** Loads the device state (unless warmed) and resumes the guest. */
   start(): Promise<Vm>;
   /** Gives the VMM up without starting it. */
   discard(): Promise<void>;
@@ -162,27 +168,37 @@ export class QemuDriver implements VmmDriver {
       await proc.kill();
       await rm(spec.runtimeDir, { recursive: true, force: true });
     };
+    /** Runs `step`; on failure reports why (QEMU's own reason if it died) and gives the VMM up. */
+    const guarded = async (step: () => Promise<void>) => {
+      try {
+        await step();
+      } catch (err) {
+        const reported = await explainFailure(proc, err);
+        await abandon();
+        throw reported;
+      }
+    };
+    let loaded = false;
+    const load = async () => {
+      // RAM first: loading virtio devices reads their rings from guest memory.
+      if (diff) applyMemoryDiff(proc.pid, await findRamMapping(proc.pid, memory.file), diff);
+      await loadDeviceState(qmp, paths.migrateSocket, deviceState, spec.id);
+      loaded = true;
+    };
     return {
       pid: proc.pid,
-      start: async () => {
-        try {
-          // RAM first: loading virtio devices reads their rings from guest memory.
-          if (diff) applyMemoryDiff(proc.pid, await findRamMapping(proc.pid, memory.file), diff);
-          await loadDeviceState(qmp, paths.migrateSocket, deviceState, spec.id);
+      warm: (ready) =>
+        guarded(async () => {
+          if (!loaded) await load();
           await qmp.execute("cont");
-        } catch (err) {
-          // A broken QMP connection usually means QEMU died: give its exit a moment to land.
-          const died = await Promise.race([
-            proc.exited.then(() => true),
-            new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 500)),
-          ]);
-          await abandon();
-          if (died)
-            throw new VmmError(`restore failed: ${(await proc.exited).reason}`, spec.id, {
-              cause: err,
-            });
-          throw err;
-        }
+          await ready();
+          await qmp.execute("stop");
+        }),
+      start: async () => {
+        await guarded(async () => {
+          if (!loaded) await load();
+          await qmp.execute("cont");
+        });
         return new QemuVm(spec, proc, qmp, memory, paths.overlay, host, this.#runAs);
       },
       discard: abandon,
