@@ -58,25 +58,26 @@ export interface PreparedRestore {
 
 export class QemuDriver implements VmmDriver {
   readonly accel: Accelerator;
-  readonly #host: RestoreHost;
+  readonly #qemuVersion: string;
   readonly #tscKhz: number | undefined;
   readonly #runAs: VmmUser | undefined;
 
   constructor(options: QemuDriverOptions) {
     this.accel = options.accel;
+    this.#qemuVersion = options.qemuVersion;
     this.#tscKhz = options.tscKhz ?? hostTscKhz();
     this.#runAs = options.runAs;
-    this.#host = {
-      accel: options.accel,
-      cpuModel: cpuModel(options.accel),
-      qemuVersion: options.qemuVersion,
-      kernel: "",
-      images: "",
-    };
   }
 
+  /** What a snapshot of this VM records, and what a restore here must match. */
   #hostFor(spec: VmSpec): RestoreHost {
-    return { ...this.#host, kernel: spec.images.kernelVersion, images: spec.images.fingerprint };
+    return {
+      accel: this.accel,
+      cpuModel: cpuModel(this.accel),
+      qemuVersion: this.#qemuVersion,
+      kernel: spec.images.kernelVersion,
+      images: spec.images.fingerprint,
+    };
   }
 
   /** The VM's runtime directory, owned by the account QEMU runs as (it creates sockets there). */
