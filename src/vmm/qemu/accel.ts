@@ -2,6 +2,7 @@ import { spawn } from "node:child_process";
 import { constants } from "node:fs";
 import { access } from "node:fs/promises";
 import type { Accelerator } from "../driver.js";
+import { cpuModel, QEMU_BASE_FLAGS } from "./args.js";
 import { QEMU_BINARY } from "./qemu-process.js";
 
 export interface AccelProbeResult {
@@ -35,16 +36,13 @@ export async function probeAccelerator(
     return done("tcg", "/dev/kvm is missing or not accessible");
   }
   const args = [
-    "-nodefaults",
-    "-no-user-config",
-    "-nographic",
-    "-no-reboot",
+    ...QEMU_BASE_FLAGS,
     "-machine",
     "microvm,acpi=on",
     "-accel",
     "kvm",
     "-cpu",
-    "host,-arch-capabilities",
+    cpuModel("kvm"),
     "-m",
     "256",
     "-kernel",

@@ -22,9 +22,17 @@ export interface QemuArgsInput {
   readonly growRoot?: boolean;
 }
 
+/**
+ * The guest CPU. Under KVM, the host's without `arch-capabilities` (QEMU aborts on MSR 0x10a
+ * under PVM-backed KVM otherwise, DESIGN.md); under TCG, `max`. The probe boots the same model
+ * the driver runs, so a KVM that passes the probe runs VMs too.
+ */
 export function cpuModel(accel: Accelerator): string {
-  return accel === "kvm" ? "host" : "max";
+  return accel === "kvm" ? "host,-arch-capabilities" : "max";
 }
+
+/** Flags every QEMU Warren starts shares: no default devices, config or display; exit on reboot. */
+export const QEMU_BASE_FLAGS = ["-nodefaults", "-no-user-config", "-nographic", "-no-reboot"];
 
 export function kernelCommandLine(spec: VmSpec, tscKhz?: number, growRoot = false): string {
   return [
@@ -57,10 +65,7 @@ export function qemuArgs(input: QemuArgsInput): string[] {
   const { spec, accel } = input;
   const mem = `${spec.shape.memoryMiB}M`;
   const args = [
-    "-nodefaults",
-    "-no-user-config",
-    "-nographic",
-    "-no-reboot",
+    ...QEMU_BASE_FLAGS,
     "-machine",
     // Under TCG the kernel has no kvm-clock and needs the PIT to calibrate its timers.
     `microvm,acpi=on,${accel === "kvm" ? "pit=off,pic=off" : "pit=on,pic=on"},rtc=on,ioapic2=off,isa-serial=on,memory-backend=mem,suppress-vmdesc=on`,
