@@ -1,5 +1,6 @@
 import { chmodSync, mkdtempSync } from "node:fs";
 import { readFile } from "node:fs/promises";
+import { get } from "node:http";
 import { join } from "node:path";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
@@ -35,24 +36,40 @@ export function envdUrl(hostAddress: string): string {
   return `http://${hostAddress}:${ENVD_PORT}`;
 }
 
+/** One GET /health on a connection of its own: the status, or undefined on error or timeout. */
+function healthStatus(url: string): Promise<number | undefined> {
+  return new Promise((resolve) => {
+    const req = get(`${url}/health`, { agent: false, timeout: 2_000 }, (res) => {
+      res.resume();
+      resolve(res.statusCode);
+    });
+    req.once("timeout", () => req.destroy());
+    req.once("error", () => resolve(undefined));
+  });
+}
+
 /**
- * Polls envd's /health until it answers 204; returns the milliseconds it took. On timeout
- * the error carries the end of the guest's console, when a VM is given.
+ * Polls envd's /health until it answers 204; returns the milliseconds it took. Not fetch():
+ * its keep-alive pool would send the first poll on a connection to the slot's previous
+ * guest and wait for the new guest's reset before connecting anew. On timeout the error
+ * carries the end of the guest's console, when a VM is given.
  */
-export async function waitForEnvd(url: string, timeoutMs = 180_000, vm?: Vm): Promise<number> {
+export async function waitForEnvd(
+  url: string,
+  timeoutMs = 180_000,
+  vm?: Vm,
+  pollMs = 10,
+): Promise<number> {
   const started = performance.now();
   for (;;) {
-    const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2_000) }).catch(
-      () => undefined,
-    );
-    if (res?.status === 204) return performance.now() - started;
+    if ((await healthStatus(url)) === 204) return performance.now() - started;
     if (performance.now() - started > timeoutMs) {
       const console = vm
         ? await readFile(vm.consoleLog, "utf8").catch(() => "(no console log)")
         : "";
       throw new Error(`envd at ${url} not healthy after ${timeoutMs} ms\n${console.slice(-2_000)}`);
     }
-    await new Promise((resolve) => setTimeout(resolve, 10));
+    await new Promise((resolve) => setTimeout(resolve, pollMs));
   }
 }
 

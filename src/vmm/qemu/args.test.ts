@@ -57,6 +57,7 @@ describe("qemuArgs", () => {
     const args = qemuArgs({ ...input, accel: "tcg", memoryShared: false, incoming: true });
     assert.match(value(args, "-object")[0] ?? "", /share=off$/);
     assert.deepEqual(value(args, "-incoming"), ["defer"]);
+    assert.ok(args.includes("migration.announce-rounds=0"));
   });
 
   it("uses the host CPU and kvm-clock under KVM, without the TSC hint", () => {
