@@ -83,3 +83,19 @@ for (const [from, name] of addons) {
   copyFileSync(from, join(release, name));
 }
 step(`agent ready in ${out}`);
+
+step("bundling the node server");
+await build({
+  entryPoints: [join(root, "src", "server", "main.ts")],
+  outfile: join(root, "dist", "server", "main.mjs"),
+  bundle: true,
+  // Dependencies load from node_modules as installed (native addons, pino's workers).
+  packages: "external",
+  platform: "node",
+  target: "node20",
+  format: "esm",
+  sourcemap: true,
+  legalComments: "none",
+  logLevel: "warning",
+});
+step(`server ready in ${join(root, "dist", "server")}`);

@@ -2,7 +2,7 @@
 // so that `npm start` and `npm test` work straight from a fresh clone. Built-ins only.
 import { spawnSync } from "node:child_process";
 import { existsSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 
 export function ensureDeps(root) {
   const marker = join(root, "node_modules", ".package-lock.json");
@@ -10,7 +10,17 @@ export function ensureDeps(root) {
   if (existsSync(marker) && statSync(marker).mtimeMs >= statSync(lock).mtimeMs) return;
   process.stderr.write("setup: installing npm dependencies (npm ci)\n");
   const npm = process.platform === "win32" ? "npm.cmd" : "npm";
-  const result = spawnSync(npm, ["ci", "--no-audit", "--no-fund"], { cwd: root, stdio: "inherit" });
+  // Native modules without a reachable prebuilt (better-sqlite3: its binaries live on GitHub)
+  // compile against the running Node's own headers instead of downloading them.
+  const prefix = dirname(dirname(process.execPath));
+  const env = existsSync(join(prefix, "include", "node", "node_api.h"))
+    ? { ...process.env, npm_config_nodedir: prefix }
+    : process.env;
+  const result = spawnSync(npm, ["ci", "--no-audit", "--no-fund"], {
+    cwd: root,
+    stdio: "inherit",
+    env,
+  });
   if (result.status !== 0) {
     process.stderr.write("setup: npm ci failed\n");
     process.exit(result.status ?? 1);

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // `npm start`: sets the machine up on first run (npm dependencies, the build, then the host
-// setup: Debian packages, guest kernel and images, with progress), then starts Warren. Until
-// the node server lands (issue 4) it runs the agent on the host for development.
+// setup: Debian packages, guest kernel and images, with progress), then runs the node server
+// (API and sandbox proxy on 127.0.0.1:3000 unless WARREN_HOST / WARREN_PORT say otherwise).
 import { spawn, spawnSync } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -17,15 +17,10 @@ for (const script of ["build.mjs", "setup.mjs"]) {
   if (step.status !== 0) process.exit(step.status ?? 1);
 }
 
-process.stderr.write(
-  "start: the node server is not built yet; running the agent (envd) on this host\n",
-);
-const agent = spawn(
+const server = spawn(
   process.execPath,
-  [join(root, "dist", "agent", "envd.mjs"), ...process.argv.slice(2)],
-  {
-    stdio: "inherit",
-  },
+  ["--enable-source-maps", join(root, "dist", "server", "main.mjs"), ...process.argv.slice(2)],
+  { stdio: "inherit", cwd: root },
 );
-for (const signal of ["SIGINT", "SIGTERM"]) process.on(signal, () => agent.kill(signal));
-agent.on("exit", (code) => process.exit(code ?? 1));
+for (const signal of ["SIGINT", "SIGTERM"]) process.on(signal, () => server.kill(signal));
+server.on("exit", (code) => process.exit(code ?? 1));

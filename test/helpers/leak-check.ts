@@ -1,4 +1,4 @@
-import { readdir } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
 import { runCommand } from "../../src/network/index.js";
 
 // What network tests may leave behind, by name: slot namespaces (`warren-<n>`) and the
@@ -60,4 +60,20 @@ export async function removeLeftovers(): Promise<string[]> {
 /** Splits an iptables-save rule into arguments (comments are the only quoted parts). */
 function splitRule(text: string): string[] {
   return [...text.matchAll(/"([^"]*)"|(\S+)/g)].map((m) => m[1] ?? m[2] ?? "");
+}
+
+/** QEMU processes whose command line points into `runDir`, and entries left in it. */
+export async function vmLeftovers(runDir: string): Promise<string[]> {
+  const found: string[] = [];
+  for (const entry of await readdir("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    const cmdline = await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "");
+    if (cmdline.split("\0")[0]?.includes("qemu-system") && cmdline.includes(`${runDir}/`)) {
+      found.push(`qemu pid ${entry}`);
+    }
+  }
+  for (const name of await readdir(runDir).catch(() => [] as string[])) {
+    found.push(`runtime dir ${runDir}/${name}`);
+  }
+  return found;
 }

@@ -23,7 +23,7 @@ import {
   waitForEnvd,
 } from "../helpers/guest.js";
 import { FAKENET, FakeNet } from "../network/fake-net.js";
-import { leakCheck, removeLeftovers } from "../network/leak-check.js";
+import { leakCheck, removeLeftovers } from "../helpers/leak-check.js";
 
 const FAKENET_PORT = 47001;
 const HOST_PORT = 47002;

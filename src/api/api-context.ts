@@ -1,0 +1,12 @@
+import type { SandboxService } from "../orchestrator/index.js";
+
+/** What every route group is handed: the service and the settings of `createApi`. */
+export interface ApiContext {
+  readonly service: SandboxService;
+  /** Returned as `domain` in Sandbox responses; null: the SDK uses its E2B_DOMAIN. */
+  readonly domain: string | null;
+  /** TTL when a create (or refresh) does not name one. */
+  readonly defaultTimeoutMs: number;
+  /** Largest TTL a request may ask for. */
+  readonly maxTimeoutMs: number;
+}

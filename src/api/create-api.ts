@@ -1,0 +1,125 @@
+/**
+ * `createApi()`: the E2B control-plane REST API as a fastify instance (not listening).
+ * The server composes it with the orchestrator's `SandboxService`; tests `inject()` into it.
+ */
+import fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyServerFactory,
+} from "fastify";
+import type { Logger } from "pino";
+import type { SandboxService } from "../orchestrator/index.js";
+import { WarrenError } from "../shared/errors.js";
+import type { ApiContext } from "./api-context.js";
+import { authenticate } from "./auth.js";
+import { formatSchemaErrors, handleError, handleFrameworkError, handleNotFound } from "./errors.js";
+import { checkSandboxId } from "./input.js";
+import { registerHealthRoutes } from "./routes/health.js";
+import { registerLifecycleRoutes } from "./routes/sandbox-lifecycle.js";
+import { registerNetworkRoutes } from "./routes/sandbox-network.js";
+import { registerTelemetryRoutes } from "./routes/sandbox-telemetry.js";
+import { registerSandboxRoutes } from "./routes/sandboxes.js";
+
+export interface ApiOptions {
+  readonly service: SandboxService;
+  /** Valid API keys, read on every request (rotation needs no restart). */
+  readonly apiKeys: () => ReadonlySet<string>;
+  /** `domain` of Sandbox responses. Default null: the SDK uses its own E2B_DOMAIN. */
+  readonly domain?: string | null;
+  /** TTL of a sandbox created without `timeout`. Default 300 000 (E2B's 300 s). */
+  readonly defaultTimeoutMs?: number;
+  /** Largest TTL a request may ask for; more is a 400. Default 86 400 000 (24 h). */
+  readonly maxTimeoutMs?: number;
+  /** Largest request body; more is a 413. Default 1 MiB. */
+  readonly bodyLimitBytes?: number;
+  /** fastify's `loggerInstance`. Default: no logging. */
+  readonly logger?: Logger;
+  /** fastify's `serverFactory` (e.g. to share a server with the proxy). */
+  readonly serverFactory?: FastifyServerFactory;
+}
+
+export const DEFAULT_TIMEOUT_MS = 300_000;
+export const MAX_TIMEOUT_MS = 86_400_000;
+export const DEFAULT_BODY_LIMIT_BYTES = 1024 * 1024;
+
+export function createApi(options: ApiOptions): FastifyInstance {
+  const context: ApiContext = {
+    service: options.service,
+    domain: options.domain ?? null,
+    defaultTimeoutMs: options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS,
+    maxTimeoutMs: options.maxTimeoutMs ?? MAX_TIMEOUT_MS,
+  };
+  const app = fastify({
+    bodyLimit: options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT_BYTES,
+    ...(options.logger === undefined
+      ? { logger: false }
+      : { loggerInstance: options.logger as FastifyBaseLogger }),
+    ...(options.serverFactory === undefined ? {} : { serverFactory: options.serverFactory }),
+    // Bodies are validated as sent (no "30" → 30); query strings are all declared as
+    // strings and parsed explicitly (input.ts), so coercion would never help.
+    ajv: { customOptions: { coerceTypes: false, allowUnionTypes: true } },
+    // One line per request from the hook below, not fastify's two at info.
+    disableRequestLogging: true,
+    schemaErrorFormatter: formatSchemaErrors,
+    frameworkErrors: handleFrameworkError,
+  });
+
+  acceptJsonOnly(app);
+  app.addHook("onResponse", async (request, reply) => {
+    const fields = {
+      method: request.method,
+      route: request.routeOptions.url ?? "(none)",
+      status: reply.statusCode,
+      durationMs: Math.round(reply.elapsedTime),
+    };
+    if (reply.statusCode >= 500) request.log.warn(fields, "api.request");
+    else request.log.debug(fields, "api.request");
+  });
+  app.setErrorHandler(handleError);
+  app.setNotFoundHandler(handleNotFound);
+  registerHealthRoutes(app, context);
+
+  // Every other route: API key, then readiness, then a well-formed sandbox id.
+  app.register(async (api) => {
+    api.addHook("onRequest", async (request) => authenticate(request.headers, options.apiKeys()));
+    api.addHook("onRequest", async () => checkReady(context.service));
+    api.addHook("preValidation", async (request) => {
+      const { sandboxID } = request.params as { sandboxID?: string };
+      if (sandboxID !== undefined) checkSandboxId(sandboxID);
+    });
+    registerSandboxRoutes(api, context);
+    registerLifecycleRoutes(api, context);
+    registerTelemetryRoutes(api, context);
+    registerNetworkRoutes(api, context);
+  });
+  return app;
+}
+
+/**
+ * JSON bodies only: any other content type is a 415. An empty JSON body counts as no body
+ * (some clients send `Content-Type: application/json` on a body-less POST); routes whose
+ * body is required then fail validation with a 400.
+ */
+function acceptJsonOnly(app: FastifyInstance): void {
+  const parseJson = app.getDefaultJsonParser("error", "error");
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("application/json", { parseAs: "string" }, (request, body, done) => {
+    const text = typeof body === "string" ? body : body.toString("utf8");
+    if (text.trim() === "") {
+      done(null, undefined);
+      return;
+    }
+    parseJson(request, text, done);
+  });
+}
+
+/** 503 (with Retry-After) until the service is ready: the SDK reports ServiceBusyError. */
+function checkReady(service: SandboxService): void {
+  const status = service.status();
+  if (status.phase === "ready") return;
+  const why = status.message === undefined ? "" : `: ${status.message}`;
+  throw new WarrenError(
+    "unavailable",
+    status.phase === "starting" ? `server is starting${why}` : `server failed to start${why}`,
+  );
+}

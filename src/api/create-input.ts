@@ -1,0 +1,76 @@
+/**
+ * `NewSandbox` (v1) / `NewSandboxV2` bodies → `CreateSandboxInput`, with E2B's defaults
+ * and checks (infra's `sandbox_create.go`): template "base", timeout in seconds, internet
+ * on, public traffic on, `allowPublicTraffic: false` only for secured sandboxes.
+ */
+import type { CreateSandboxInput, SandboxNetwork } from "../orchestrator/index.js";
+import type { ApiContext } from "./api-context.js";
+import { invalid, secondsToMs } from "./input.js";
+import type { NetworkConfigBody, NewSandboxBody } from "./schemas.js";
+
+export const DEFAULT_TEMPLATE = "base";
+
+export function toCreateInput(
+  body: NewSandboxBody,
+  version: "v1" | "v2",
+  context: Pick<ApiContext, "defaultTimeoutMs" | "maxTimeoutMs">,
+): CreateSandboxInput {
+  rejectUnsupported(body);
+  // v2 is always secured; v1 clients that omit `secure` get an open envd, as in E2B.
+  const secure = version === "v2" ? true : body.secure === true;
+  const onTimeout = body.autoPause === true ? "pause" : "kill";
+  const autoResume = body.autoResume?.enabled === true;
+  if (autoResume && onTimeout !== "pause") {
+    throw invalid("body/autoResume", "needs autoPause: true (only a paused sandbox resumes)");
+  }
+  const network = toNetwork(body.network);
+  if (!network.allowPublicTraffic && !secure) {
+    throw invalid("body/network/allowPublicTraffic", "false requires secure: true");
+  }
+  return {
+    templateId: body.templateID ?? DEFAULT_TEMPLATE,
+    timeoutMs:
+      body.timeout === undefined
+        ? context.defaultTimeoutMs
+        : secondsToMs("body/timeout", body.timeout, context.maxTimeoutMs),
+    metadata: { ...body.metadata },
+    envVars: { ...body.envVars },
+    lifecycle: { onTimeout, autoResume },
+    network,
+    allowInternetAccess: body.allow_internet_access ?? true,
+    secure,
+  };
+}
+
+function toNetwork(body: NetworkConfigBody | undefined): SandboxNetwork {
+  return {
+    allowOut: body?.allowOut ?? [],
+    denyOut: body?.denyOut ?? [],
+    allowPublicTraffic: body?.allowPublicTraffic ?? true,
+    ...(body?.maskRequestHost === undefined ? {} : { maskRequestHost: body.maskRequestHost }),
+  };
+}
+
+/**
+ * Features E2B has and Warren does not: refused rather than silently ignored, so a caller
+ * never believes a volume is mounted or a credential injected. (`mcp` is fine: the SDK
+ * itself starts the gateway inside the sandbox.)
+ */
+function rejectUnsupported(body: NewSandboxBody): void {
+  const unsupported = (field: string) => invalid(field, "is not supported by Warren");
+  if (body.volumeMounts !== undefined && body.volumeMounts.length > 0) {
+    throw unsupported("body/volumeMounts");
+  }
+  if (body.iam?.tokens !== undefined && Object.keys(body.iam.tokens).length > 0) {
+    throw unsupported("body/iam/tokens");
+  }
+  if (body.autoPauseMemory === false) throw unsupported("body/autoPauseMemory false");
+  const network = body.network;
+  if (network?.rules !== undefined && Object.keys(network.rules).length > 0) {
+    throw unsupported("body/network/rules");
+  }
+  if (network?.egressProxy != null) throw unsupported("body/network/egressProxy");
+  if (network?.httpsPorts !== undefined && network.httpsPorts.length > 0) {
+    throw unsupported("body/network/httpsPorts");
+  }
+}

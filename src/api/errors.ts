@@ -1,0 +1,135 @@
+/**
+ * Every error response is E2B's `Error` JSON: `{code, message}` with `code` equal to the
+ * HTTP status (the SDK tests `error.code === 404`, not the status line), plus `error_code`
+ * (a stable reason) when there is one. WarrenErrors keep their status and message;
+ * fastify's own 4xx (body too large, bad media type, schema errors) keep theirs; anything
+ * else is a 500 whose cause is logged and never sent.
+ */
+import type {
+  FastifyError,
+  FastifyReply,
+  FastifyRequest,
+  FastifySchemaValidationError,
+} from "fastify";
+import { WarrenError } from "../shared/errors.js";
+
+export interface ErrorJson {
+  code: number;
+  message: string;
+  error_code?: string;
+}
+
+/** How long a client should wait before retrying, by status (seconds). */
+const RETRY_AFTER_SECONDS: Readonly<Record<number, string>> = { 429: "1", 503: "5" };
+
+/** Fastify's own request errors that are the client's doing, with a clearer message. */
+const FASTIFY_MESSAGES: Readonly<Record<string, (request: FastifyRequest) => string>> = {
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: (request) =>
+    `unsupported media type ${JSON.stringify(request.headers["content-type"] ?? "")}: send application/json`,
+  FST_ERR_CTP_BODY_TOO_LARGE: () => "request body is too large",
+  FST_ERR_CTP_INVALID_JSON_BODY: () => "request body is not valid JSON",
+};
+
+const CLIENT_ERROR_CODES: Readonly<Record<number, string>> = {
+  400: "invalid_argument",
+  404: "not_found",
+  413: "payload_too_large",
+  415: "unsupported_media_type",
+};
+
+/**
+ * fastify `schemaErrorFormatter`: "<where> <what>", e.g. "body/timeout must be integer".
+ * Union types read "must be object or null" rather than ajv's "must be object,null".
+ */
+export function formatSchemaErrors(errors: FastifySchemaValidationError[], dataVar: string): Error {
+  const describe = (e: FastifySchemaValidationError) => {
+    const types = e.params.type;
+    return e.keyword === "type" && Array.isArray(types)
+      ? `must be ${types.join(" or ")}`
+      : e.message;
+  };
+  return new Error(errors.map((e) => `${dataVar}${e.instancePath} ${describe(e)}`).join(", "));
+}
+
+export function toErrorJson(error: unknown, request: FastifyRequest): ErrorJson {
+  if (error instanceof WarrenError) {
+    if (error.status >= 500 && error.kind === "internal") return internal();
+    return { code: error.status, message: error.message, error_code: error.kind };
+  }
+  const fastifyError = error as Partial<FastifyError> | undefined;
+  const status = fastifyError?.statusCode;
+  const code = fastifyError?.code ?? "";
+  const isClientError = status !== undefined && status >= 400 && status < 500;
+  if (isClientError && (fastifyError?.validation !== undefined || code.startsWith("FST_"))) {
+    const message = FASTIFY_MESSAGES[code]?.(request) ?? fastifyError?.message ?? "bad request";
+    const reason = CLIENT_ERROR_CODES[status];
+    return { code: status, message, ...(reason === undefined ? {} : { error_code: reason }) };
+  }
+  return internal();
+}
+
+function internal(): ErrorJson {
+  return { code: 500, message: "internal error", error_code: "internal" };
+}
+
+export function sendError(reply: FastifyReply, body: ErrorJson): FastifyReply {
+  const retryAfter = RETRY_AFTER_SECONDS[body.code];
+  if (retryAfter !== undefined) reply.header("retry-after", retryAfter);
+  return reply.code(body.code).type("application/json; charset=utf-8").send(body);
+}
+
+/** Bytes of an oversized body read and dropped so that its sender still gets the 413. */
+const DRAIN_LIMIT_BYTES = 64 * 1024 * 1024;
+
+/**
+ * Resolves once the rest of the request body has been read and dropped, or at once past
+ * DRAIN_LIMIT_BYTES. Most clients (node:http, undici) write the whole body before reading:
+ * answering 413 and closing mid-body makes them fail with EPIPE and never see the answer.
+ */
+function drainBody(raw: FastifyRequest["raw"]): Promise<void> {
+  if (raw.complete || raw.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    let seen = 0;
+    const done = () => {
+      raw.off("data", onData);
+      resolve();
+    };
+    const onData = (chunk: Buffer) => {
+      seen += chunk.length;
+      if (seen > DRAIN_LIMIT_BYTES) done();
+    };
+    raw.on("data", onData);
+    raw.once("end", done);
+    raw.once("error", done);
+    raw.once("close", done);
+    raw.resume();
+  });
+}
+
+/** fastify `setErrorHandler`: the single place errors become responses. */
+export async function handleError(error: unknown, request: FastifyRequest, reply: FastifyReply) {
+  const body = toErrorJson(error, request);
+  // 503s (starting, draining) are expected and say so themselves; other 5xx are not.
+  if (body.code >= 500 && body.code !== 503) {
+    request.log.error({ err: error }, `${request.method} ${request.url} failed: ${body.message}`);
+  }
+  if (body.code === 413) {
+    reply.header("connection", "close");
+    await drainBody(request.raw);
+  }
+  return sendError(reply, body);
+}
+
+/** fastify `setNotFoundHandler`: unknown routes (and unknown methods) get a JSON 404 too. */
+export function handleNotFound(request: FastifyRequest, reply: FastifyReply) {
+  return sendError(reply, {
+    code: 404,
+    message: `route ${request.method} ${request.url.split("?")[0]} not found`,
+    error_code: "not_found",
+  });
+}
+
+/** fastify `frameworkErrors`: requests that never reach routing (e.g. a malformed URL). */
+export function handleFrameworkError(error: Error, _request: FastifyRequest, reply: FastifyReply) {
+  sendError(reply, { code: 400, message: error.message, error_code: "invalid_argument" });
+}

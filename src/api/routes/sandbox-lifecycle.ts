@@ -1,0 +1,102 @@
+/**
+ * One sandbox's lifecycle: pause, resume (deprecated), connect (v1 and v2), timeout,
+ * refreshes. Durations arrive in seconds and go to the service in ms.
+ */
+import type { FastifyInstance } from "fastify";
+import type { ApiContext } from "../api-context.js";
+import { invalid, optionalSecondsToMs, secondsToMs } from "../input.js";
+import { toSandboxJson } from "../responses.js";
+import {
+  type ConnectBody,
+  connectV1Schema,
+  connectV2Schema,
+  type PauseBody,
+  pauseSchema,
+  type RefreshBody,
+  type ResumeBody,
+  refreshSchema,
+  resumeSchema,
+  type SandboxParams,
+  type TimeoutBody,
+  timeoutSchema,
+} from "../schemas.js";
+
+export function registerLifecycleRoutes(app: FastifyInstance, context: ApiContext): void {
+  const { service, domain, maxTimeoutMs, defaultTimeoutMs } = context;
+
+  app.post<{ Params: SandboxParams; Body: PauseBody | null }>(
+    "/sandboxes/:sandboxID/pause",
+    { schema: { body: pauseSchema } },
+    async (request, reply) => {
+      rejectMemoryless(request.body?.memory);
+      // conflict (409) when already paused: the SDK's pause() then returns false.
+      await service.pause(request.params.sandboxID);
+      return reply.code(204).send();
+    },
+  );
+
+  app.post<{ Params: SandboxParams; Body: ResumeBody | null }>(
+    "/sandboxes/:sandboxID/resume",
+    { schema: { body: resumeSchema } },
+    async (request, reply) => {
+      const body = request.body ?? {};
+      rejectMemoryless(body.memory);
+      const timeoutMs = optionalSecondsToMs("body/timeout", body.timeout, maxTimeoutMs);
+      const info = await service.resume(request.params.sandboxID, timeoutMs, body.autoPause);
+      return reply.code(201).send(toSandboxJson(info, domain));
+    },
+  );
+
+  // 200: it was running (TTL only ever extended); 201: it was paused and has been resumed.
+  const connect = async (sandboxId: string, body: ConnectBody) => {
+    rejectMemoryless(body.memory);
+    const timeoutMs = optionalSecondsToMs("body/timeout", body.timeout, maxTimeoutMs);
+    const { sandbox, resumed } = await service.connect(sandboxId, timeoutMs);
+    return { status: resumed ? 201 : 200, body: toSandboxJson(sandbox, domain) };
+  };
+
+  app.post<{ Params: SandboxParams; Body: ConnectBody }>(
+    "/sandboxes/:sandboxID/connect",
+    { schema: { body: connectV1Schema } },
+    async (request, reply) => {
+      const result = await connect(request.params.sandboxID, request.body);
+      return reply.code(result.status).send(result.body);
+    },
+  );
+
+  app.post<{ Params: SandboxParams; Body: ConnectBody | null }>(
+    "/v2/sandboxes/:sandboxID/connect",
+    { schema: { body: connectV2Schema } },
+    async (request, reply) => {
+      const result = await connect(request.params.sandboxID, request.body ?? {});
+      return reply.code(result.status).send(result.body);
+    },
+  );
+
+  app.post<{ Params: SandboxParams; Body: TimeoutBody }>(
+    "/sandboxes/:sandboxID/timeout",
+    { schema: { body: timeoutSchema } },
+    async (request, reply) => {
+      const timeoutMs = secondsToMs("body/timeout", request.body.timeout, maxTimeoutMs);
+      await service.setTimeout(request.params.sandboxID, timeoutMs);
+      return reply.code(204).send();
+    },
+  );
+
+  app.post<{ Params: SandboxParams; Body: RefreshBody | null }>(
+    "/sandboxes/:sandboxID/refreshes",
+    { schema: { body: refreshSchema } },
+    async (request, reply) => {
+      const duration = request.body?.duration;
+      const durationMs =
+        optionalSecondsToMs("body/duration", duration, maxTimeoutMs) ?? defaultTimeoutMs;
+      await service.refresh(request.params.sandboxID, durationMs);
+      return reply.code(204).send();
+    },
+  );
+}
+
+/** `memory: false` (filesystem-only pause / cold-boot resume) is an E2B feature Warren lacks. */
+function rejectMemoryless(memory: boolean | undefined): void {
+  if (memory === false) throw invalid("body/memory", "false is not supported by Warren");
+}

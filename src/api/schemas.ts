@@ -1,0 +1,226 @@
+/**
+ * JSON schemas of the request bodies and query strings (E2B's OpenAPI shapes, as the e2b
+ * 2.51 SDK's `dist/index.d.ts` declares them), with the TypeScript type each one admits.
+ *
+ * - Bodies are validated without coercion: `"timeout": "30"` is a 400.
+ * - Unknown fields are ignored (no `additionalProperties: false`), as E2B's server does.
+ * - Query values arrive as strings (or arrays when repeated): the schemas only say "one
+ *   string"; `input.ts` parses numbers and dates explicitly.
+ * - Ranges that depend on options (timeout ≤ max) are checked in code, not here.
+ */
+
+const stringMap = { type: "object", additionalProperties: { type: "string" } } as const;
+const stringList = { type: "array", items: { type: "string" } } as const;
+const seconds = { type: "integer" } as const;
+const queryString = { type: "string" } as const;
+
+/** An optional body: absent (or an empty body) reaches validation as null. */
+function optionalBody<T extends { properties: object }>(schema: T) {
+  return { ...schema, type: ["object", "null"] } as const;
+}
+
+// ---- create --------------------------------------------------------------------------
+
+export interface NetworkConfigBody {
+  allowOut?: string[];
+  denyOut?: string[];
+  allowPublicTraffic?: boolean;
+  maskRequestHost?: string;
+  rules?: Record<string, unknown>;
+  egressProxy?: Record<string, unknown> | null;
+  httpsPorts?: number[];
+}
+
+const networkConfig = {
+  type: "object",
+  properties: {
+    allowOut: stringList,
+    denyOut: stringList,
+    allowPublicTraffic: { type: "boolean" },
+    maskRequestHost: { type: "string" },
+    rules: { type: "object" },
+    egressProxy: { type: ["object", "null"] },
+    httpsPorts: { type: "array", items: { type: "integer" } },
+  },
+} as const;
+
+/** `NewSandboxV2`; `NewSandbox` (v1) adds `secure`. */
+export interface NewSandboxBody {
+  templateID?: string;
+  timeout?: number;
+  metadata?: Record<string, string>;
+  envVars?: Record<string, string>;
+  autoPause?: boolean;
+  autoPauseMemory?: boolean;
+  autoResume?: { enabled: boolean };
+  allow_internet_access?: boolean;
+  network?: NetworkConfigBody;
+  mcp?: Record<string, unknown> | null;
+  iam?: { tokens?: Record<string, unknown> };
+  volumeMounts?: unknown[];
+  /** v1 only. */
+  secure?: boolean;
+}
+
+const newSandboxV2Properties = {
+  templateID: { type: "string", minLength: 1 },
+  timeout: seconds,
+  metadata: stringMap,
+  envVars: stringMap,
+  autoPause: { type: "boolean" },
+  autoPauseMemory: { type: "boolean" },
+  autoResume: {
+    type: "object",
+    properties: { enabled: { type: "boolean" } },
+    required: ["enabled"],
+  },
+  allow_internet_access: { type: "boolean" },
+  network: networkConfig,
+  mcp: { type: ["object", "null"] },
+  iam: { type: "object", properties: { tokens: { type: "object" } } },
+  volumeMounts: { type: "array" },
+} as const;
+
+export const newSandboxV2Schema = { type: "object", properties: newSandboxV2Properties } as const;
+
+export const newSandboxV1Schema = {
+  type: "object",
+  properties: { ...newSandboxV2Properties, secure: { type: "boolean" } },
+} as const;
+
+// ---- lifecycle -----------------------------------------------------------------------
+
+/** `ConnectSandbox` (v1: timeout required) and `ConnectSandboxV2` (all optional). */
+export interface ConnectBody {
+  timeout?: number;
+  memory?: boolean;
+}
+
+const connectProperties = { timeout: seconds, memory: { type: "boolean" } } as const;
+
+export const connectV1Schema = {
+  type: "object",
+  properties: connectProperties,
+  required: ["timeout"],
+} as const;
+
+export const connectV2Schema = optionalBody({ properties: connectProperties });
+
+/** `ResumedSandbox` (deprecated route). */
+export interface ResumeBody {
+  timeout?: number;
+  autoPause?: boolean;
+  memory?: boolean;
+}
+
+export const resumeSchema = optionalBody({
+  properties: { timeout: seconds, autoPause: { type: "boolean" }, memory: { type: "boolean" } },
+});
+
+/** `SandboxPauseRequest`. */
+export interface PauseBody {
+  memory?: boolean;
+}
+
+export const pauseSchema = optionalBody({ properties: { memory: { type: "boolean" } } });
+
+/** `SandboxTimeoutRequest`. */
+export interface TimeoutBody {
+  timeout: number;
+}
+
+export const timeoutSchema = {
+  type: "object",
+  properties: { timeout: seconds },
+  required: ["timeout"],
+} as const;
+
+/** `SandboxRefreshRequest`. */
+export interface RefreshBody {
+  duration?: number;
+}
+
+export const refreshSchema = optionalBody({ properties: { duration: seconds } });
+
+// ---- network -------------------------------------------------------------------------
+
+/** `SandboxNetworkUpdateConfig`: replace-all, an omitted list is cleared. */
+export interface NetworkUpdateBody {
+  allowOut?: string[];
+  denyOut?: string[];
+  allow_internet_access?: boolean;
+  rules?: Record<string, unknown>;
+  egressProxy?: Record<string, unknown> | null;
+}
+
+export const networkUpdateSchema = optionalBody({
+  properties: {
+    allowOut: stringList,
+    denyOut: stringList,
+    allow_internet_access: { type: "boolean" },
+    rules: { type: "object" },
+    egressProxy: { type: ["object", "null"] },
+  },
+});
+
+// ---- query strings -------------------------------------------------------------------
+
+type Query<K extends string> = { [P in K]?: string };
+
+export type ListV2Query = Query<
+  "metadata" | "template" | "startedAfter" | "order" | "limit" | "nextToken"
+> & {
+  /** Comma-joined (the SDK), or repeated (`state=running&state=paused`). */
+  state?: string | string[];
+};
+
+export const listV2QuerySchema = {
+  type: "object",
+  properties: {
+    metadata: queryString,
+    state: { type: ["string", "array"], items: queryString },
+    template: queryString,
+    startedAfter: queryString,
+    order: { type: "string", enum: ["asc", "desc"] },
+    limit: queryString,
+    nextToken: queryString,
+  },
+} as const;
+
+export type ListV1Query = Query<"metadata">;
+
+export const listV1QuerySchema = {
+  type: "object",
+  properties: { metadata: queryString },
+} as const;
+
+export type MetricsQuery = Query<"start" | "end">;
+
+export const metricsQuerySchema = {
+  type: "object",
+  properties: { start: queryString, end: queryString },
+} as const;
+
+export type LogsV1Query = Query<"start" | "limit">;
+
+export const logsV1QuerySchema = {
+  type: "object",
+  properties: { start: queryString, limit: queryString },
+} as const;
+
+export type LogsV2Query = Query<"cursor" | "limit" | "direction" | "level" | "search">;
+
+export const logsV2QuerySchema = {
+  type: "object",
+  properties: {
+    cursor: queryString,
+    limit: queryString,
+    direction: { type: "string", enum: ["forward", "backward"] },
+    level: { type: "string", enum: ["debug", "info", "warn", "error"] },
+    search: queryString,
+  },
+} as const;
+
+export interface SandboxParams {
+  sandboxID: string;
+}

@@ -1,0 +1,372 @@
+import assert from "node:assert/strict";
+import { describe, it, type TestContext } from "node:test";
+import type { Catalog, EventRow, SandboxRow, SnapshotRow, TemplateRow } from "./catalog.js";
+
+/** What an implementation's test file hands the suite: a fresh, empty catalog per test. */
+export interface CatalogHarness {
+  catalog: Catalog;
+  /** Closes `catalog` and opens the same store again; absent for stores that do not persist. */
+  reopen?: () => Promise<Catalog>;
+  /** Closes every catalog the harness opened and removes the store. */
+  cleanup: () => Promise<void>;
+}
+
+const T0 = "2030-01-01T00:00:00.000Z";
+
+export function sandboxRow(over: Partial<SandboxRow> & { id: string }): SandboxRow {
+  return {
+    templateId: "tpl-base",
+    state: "running",
+    clientId: "client-1",
+    vcpus: 2,
+    memoryMiB: 512,
+    diskSizeMiB: 2048,
+    metadata: {},
+    envVars: {},
+    config: {},
+    startedAt: T0,
+    endAt: "2030-01-01T00:05:00.000Z",
+    updatedAt: T0,
+    ...over,
+  };
+}
+
+function templateRow(over: Partial<TemplateRow> & { id: string }): TemplateRow {
+  return {
+    aliases: [],
+    kind: "snapshot",
+    snapshotId: "snap-0",
+    vcpus: 1,
+    memoryMiB: 256,
+    diskSizeMiB: 1024,
+    createdAt: T0,
+    ...over,
+  };
+}
+
+function snapshotRow(over: Partial<SnapshotRow> & { id: string }): SnapshotRow {
+  return {
+    dir: `/var/lib/warren/snapshots/${over.id}`,
+    kind: "pause",
+    names: [],
+    imagesFingerprint: "fp-1",
+    createdAt: T0,
+    ...over,
+  };
+}
+
+const ids = (rows: readonly { id: string }[]) => rows.map((r) => r.id);
+
+/** Registers the behaviour every Catalog must have; run it from each implementation's test. */
+export function catalogContract(name: string, open: () => Promise<CatalogHarness>): void {
+  async function use(t: TestContext): Promise<CatalogHarness> {
+    const harness = await open();
+    t.after(harness.cleanup);
+    return harness;
+  }
+
+  describe(`Catalog contract: ${name}`, () => {
+    describe("sandboxes", () => {
+      it("returns an inserted row as written, leaving unset optional fields absent", async (t) => {
+        const { catalog } = await use(t);
+        const row = sandboxRow({ id: "sb-1" });
+        await catalog.insertSandbox(row);
+        const got = await catalog.getSandbox("sb-1");
+        assert.deepEqual(got, row);
+        for (const key of ["alias", "envdAccessToken", "snapshotId", "endedReason"]) {
+          assert.equal(key in (got as object), false, `${key} should be absent`);
+        }
+        assert.equal(await catalog.getSandbox("sb-unknown"), undefined);
+      });
+
+      it("round-trips every optional field and the JSON columns", async (t) => {
+        const { catalog } = await use(t);
+        const row = sandboxRow({
+          id: "sb-full",
+          alias: "base",
+          envdAccessToken: "envd-token",
+          trafficAccessToken: "traffic-token",
+          metadata: { owner: "ada", "emoji ✓": '"quoted"\n' },
+          envVars: { PATH: "/usr/bin", EMPTY: "" },
+          config: { network: { allowOut: ["10.0.0.0/8"] }, secure: true, ports: [49983], n: null },
+          snapshotId: "snap-9",
+          endedReason: "failed: disk full",
+          state: "killed",
+        });
+        await catalog.insertSandbox(row);
+        assert.deepEqual(await catalog.getSandbox("sb-full"), row);
+      });
+
+      it("refuses a second insert with the same id as already_exists", async (t) => {
+        const { catalog } = await use(t);
+        await catalog.insertSandbox(sandboxRow({ id: "sb-1" }));
+        await assert.rejects(catalog.insertSandbox(sandboxRow({ id: "sb-1" })), {
+          name: "WarrenError",
+          kind: "already_exists",
+        });
+      });
+
+      it("lists by startedAt then id, filtered by state", async (t) => {
+        const { catalog } = await use(t);
+        const late = "2030-01-02T00:00:00.000Z";
+        await catalog.insertSandbox(sandboxRow({ id: "c", startedAt: late, state: "paused" }));
+        await catalog.insertSandbox(sandboxRow({ id: "b", startedAt: late }));
+        await catalog.insertSandbox(sandboxRow({ id: "z", state: "killed" }));
+        await catalog.insertSandbox(sandboxRow({ id: "a", startedAt: late, state: "creating" }));
+        assert.deepEqual(ids(await catalog.listSandboxes()), ["z", "a", "b", "c"]);
+        assert.deepEqual(ids(await catalog.listSandboxes(["running", "paused"])), ["b", "c"]);
+        assert.deepEqual(ids(await catalog.listSandboxes(["killed"])), ["z"]);
+        assert.deepEqual(await catalog.listSandboxes([]), []);
+      });
+
+      it("updates only the given keys and stamps updatedAt", async (t) => {
+        const { catalog } = await use(t);
+        const row = sandboxRow({ id: "sb-1", alias: "base", metadata: { a: "1" } });
+        await catalog.insertSandbox(row);
+        const before = new Date().toISOString();
+        const updated = await catalog.updateSandbox("sb-1", {
+          state: "paused",
+          snapshotId: "snap-1",
+          config: { resumed: 0 },
+        });
+        const after = new Date().toISOString();
+        assert.ok(updated);
+        assert.ok(updated.updatedAt >= before && updated.updatedAt <= after, updated.updatedAt);
+        assert.deepEqual(updated, {
+          ...row,
+          state: "paused",
+          snapshotId: "snap-1",
+          config: { resumed: 0 },
+          updatedAt: updated.updatedAt,
+        });
+        assert.deepEqual(await catalog.getSandbox("sb-1"), updated);
+      });
+
+      it("clears an optional field given as undefined", async (t) => {
+        const { catalog } = await use(t);
+        await catalog.insertSandbox(sandboxRow({ id: "sb-1", snapshotId: "snap-1", alias: "x" }));
+        const updated = await catalog.updateSandbox("sb-1", {
+          state: "running",
+          snapshotId: undefined,
+        });
+        assert.equal(updated?.state, "running");
+        assert.equal("snapshotId" in (updated as object), false);
+        assert.equal(updated?.alias, "x");
+        const got = await catalog.getSandbox("sb-1");
+        assert.equal(got !== undefined && "snapshotId" in got, false);
+      });
+
+      it("returns undefined when updating an unknown id, creating nothing", async (t) => {
+        const { catalog } = await use(t);
+        assert.equal(await catalog.updateSandbox("sb-ghost", { state: "killed" }), undefined);
+        assert.deepEqual(await catalog.listSandboxes(), []);
+      });
+
+      it("deletes a row; deleting an unknown id is a no-op", async (t) => {
+        const { catalog } = await use(t);
+        await catalog.insertSandbox(sandboxRow({ id: "sb-1" }));
+        await catalog.insertSandbox(sandboxRow({ id: "sb-2" }));
+        await catalog.deleteSandbox("sb-1");
+        await catalog.deleteSandbox("sb-unknown");
+        assert.equal(await catalog.getSandbox("sb-1"), undefined);
+        assert.deepEqual(ids(await catalog.listSandboxes()), ["sb-2"]);
+      });
+
+      it("hands out fresh objects each call", async (t) => {
+        const { catalog } = await use(t);
+        await catalog.insertSandbox(sandboxRow({ id: "sb-1", metadata: { a: "1" } }));
+        const first = await catalog.getSandbox("sb-1");
+        (first?.metadata as Record<string, string>).a = "mutated";
+        assert.deepEqual((await catalog.getSandbox("sb-1"))?.metadata, { a: "1" });
+      });
+    });
+
+    describe("templates", () => {
+      it("finds a template by id or by any alias, aliases in order", async (t) => {
+        const { catalog } = await use(t);
+        const base = templateRow({ id: "tpl-1", kind: "base", aliases: ["base", "default"] });
+        await catalog.putTemplate(base);
+        assert.deepEqual(await catalog.getTemplate("tpl-1"), base);
+        assert.deepEqual(await catalog.getTemplate("base"), base);
+        assert.deepEqual(await catalog.getTemplate("default"), base);
+        assert.equal(await catalog.getTemplate("nope"), undefined);
+      });
+
+      it("replaces a template put again with the same id", async (t) => {
+        const { catalog } = await use(t);
+        await catalog.putTemplate(templateRow({ id: "tpl-1", aliases: ["old"], vcpus: 1 }));
+        const next = templateRow({ id: "tpl-1", aliases: ["new"], vcpus: 4, snapshotId: "s2" });
+        await catalog.putTemplate(next);
+        assert.deepEqual(await catalog.listTemplates(), [next]);
+        assert.equal(await catalog.getTemplate("old"), undefined);
+      });
+
+      it("moves an alias to the template put last", async (t) => {
+        const { catalog } = await use(t);
+        await catalog.putTemplate(templateRow({ id: "tpl-1", aliases: ["base", "v1"] }));
+        await catalog.putTemplate(
+          templateRow({ id: "tpl-2", aliases: ["base"], createdAt: "2030-02-01T00:00:00.000Z" }),
+        );
+        assert.equal((await catalog.getTemplate("base"))?.id, "tpl-2");
+        assert.deepEqual((await catalog.getTemplate("tpl-1"))?.aliases, ["v1"]);
+        const listed = await catalog.listTemplates();
+        assert.deepEqual(
+          listed.map((r) => [r.id, r.aliases]),
+          [
+            ["tpl-1", ["v1"]],
+            ["tpl-2", ["base"]],
+          ],
+        );
+      });
+
+      it("deletes a template with its aliases, freeing them", async (t) => {
+        const { catalog } = await use(t);
+        await catalog.putTemplate(templateRow({ id: "tpl-1", aliases: ["base"] }));
+        await catalog.deleteTemplate("tpl-1");
+        assert.equal(await catalog.getTemplate("base"), undefined);
+        assert.deepEqual(await catalog.listTemplates(), []);
+        await catalog.putTemplate(templateRow({ id: "tpl-2", aliases: ["base"] }));
+        assert.equal((await catalog.getTemplate("base"))?.id, "tpl-2");
+      });
+    });
+
+    describe("snapshots", () => {
+      it("round-trips a snapshot, leaving unset optional fields absent", async (t) => {
+        const { catalog } = await use(t);
+        const bare = snapshotRow({ id: "snap-1", kind: "template" });
+        const full = snapshotRow({
+          id: "snap-2",
+          sandboxId: "sb-1",
+          parentId: "snap-1",
+          names: ["nightly", "v2"],
+        });
+        await catalog.putSnapshot(bare);
+        await catalog.putSnapshot(full);
+        const got = await catalog.getSnapshot("snap-1");
+        assert.deepEqual(got, bare);
+        assert.equal("sandboxId" in (got as object) || "parentId" in (got as object), false);
+        assert.deepEqual(await catalog.getSnapshot("snap-2"), full);
+        assert.equal(await catalog.getSnapshot("snap-3"), undefined);
+      });
+
+      it("replaces a snapshot put again and deletes it", async (t) => {
+        const { catalog } = await use(t);
+        await catalog.putSnapshot(snapshotRow({ id: "snap-1", names: ["a"] }));
+        const next = snapshotRow({ id: "snap-1", names: ["b"], kind: "named" });
+        await catalog.putSnapshot(next);
+        assert.deepEqual(await catalog.listSnapshots(), [next]);
+        await catalog.deleteSnapshot("snap-1");
+        assert.equal(await catalog.getSnapshot("snap-1"), undefined);
+      });
+
+      it("lists by createdAt then id, filtered by sandbox and by contained name", async (t) => {
+        const { catalog } = await use(t);
+        const late = "2030-03-01T00:00:00.000Z";
+        await catalog.putSnapshot(snapshotRow({ id: "s-c", sandboxId: "sb-1", names: ["ab"] }));
+        await catalog.putSnapshot(
+          snapshotRow({ id: "s-b", sandboxId: "sb-1", names: ["x", "a"], createdAt: late }),
+        );
+        await catalog.putSnapshot(
+          snapshotRow({ id: "s-a", sandboxId: "sb-2", names: ["a"], createdAt: late }),
+        );
+        await catalog.putSnapshot(snapshotRow({ id: "s-d" }));
+        assert.deepEqual(ids(await catalog.listSnapshots()), ["s-c", "s-d", "s-a", "s-b"]);
+        assert.deepEqual(ids(await catalog.listSnapshots({ sandboxId: "sb-1" })), ["s-c", "s-b"]);
+        assert.deepEqual(ids(await catalog.listSnapshots({ name: "a" })), ["s-a", "s-b"]);
+        assert.deepEqual(ids(await catalog.listSnapshots({ sandboxId: "sb-1", name: "a" })), [
+          "s-b",
+        ]);
+        assert.deepEqual(await catalog.listSnapshots({ name: "zzz" }), []);
+      });
+
+      it("reports the snapshots, templates and live sandboxes that use a snapshot", async (t) => {
+        const { catalog } = await use(t);
+        await catalog.putSnapshot(snapshotRow({ id: "root" }));
+        await catalog.putSnapshot(snapshotRow({ id: "child-2", parentId: "root" }));
+        await catalog.putSnapshot(snapshotRow({ id: "child-1", parentId: "root" }));
+        await catalog.putSnapshot(snapshotRow({ id: "grandchild", parentId: "child-1" }));
+        await catalog.putTemplate(templateRow({ id: "tpl-1", snapshotId: "root" }));
+        await catalog.putTemplate(templateRow({ id: "tpl-2", snapshotId: "child-1" }));
+        await catalog.insertSandbox(sandboxRow({ id: "sb-paused", snapshotId: "root" }));
+        await catalog.insertSandbox(
+          sandboxRow({ id: "sb-killed", snapshotId: "root", state: "killed" }),
+        );
+        await catalog.insertSandbox(sandboxRow({ id: "sb-other", snapshotId: "child-1" }));
+        assert.deepEqual(await catalog.snapshotUsers("root"), {
+          snapshots: ["child-1", "child-2"],
+          templates: ["tpl-1"],
+          sandboxes: ["sb-paused"],
+        });
+        assert.deepEqual(await catalog.snapshotUsers("grandchild"), {
+          snapshots: [],
+          templates: [],
+          sandboxes: [],
+        });
+      });
+    });
+
+    describe("events", () => {
+      const at = (second: number) => `2030-01-01T00:00:${String(second).padStart(2, "0")}.000Z`;
+      async function record(catalog: Catalog, events: EventRow[]): Promise<void> {
+        for (const event of events) await catalog.recordEvent(event);
+      }
+
+      it("lists a sandbox's events oldest first, ties in recording order", async (t) => {
+        const { catalog } = await use(t);
+        await record(catalog, [
+          { at: at(3), sandboxId: "sb-1", kind: "sandbox.paused", detail: { by: "ttl", n: 1 } },
+          { at: at(1), sandboxId: "sb-1", kind: "sandbox.created" },
+          { at: at(2), sandboxId: "sb-2", kind: "sandbox.created" },
+          { at: at(3), sandboxId: "sb-1", kind: "sandbox.resumed" },
+        ]);
+        assert.deepEqual(await catalog.listEvents("sb-1"), [
+          { at: at(1), sandboxId: "sb-1", kind: "sandbox.created" },
+          { at: at(3), sandboxId: "sb-1", kind: "sandbox.paused", detail: { by: "ttl", n: 1 } },
+          { at: at(3), sandboxId: "sb-1", kind: "sandbox.resumed" },
+        ]);
+        assert.deepEqual(await catalog.listEvents("sb-none"), []);
+      });
+
+      it("takes since inclusively and keeps the newest `limit`, still oldest first", async (t) => {
+        const { catalog } = await use(t);
+        await record(
+          catalog,
+          [1, 2, 3, 4, 5].map((s) => ({ at: at(s), sandboxId: "sb-1", kind: `k${s}` })),
+        );
+        const kinds = (events: EventRow[]) => events.map((e) => e.kind);
+        assert.deepEqual(kinds(await catalog.listEvents("sb-1", { since: at(3) })), [
+          "k3",
+          "k4",
+          "k5",
+        ]);
+        assert.deepEqual(kinds(await catalog.listEvents("sb-1", { limit: 2 })), ["k4", "k5"]);
+        assert.deepEqual(kinds(await catalog.listEvents("sb-1", { since: at(4), limit: 5 })), [
+          "k4",
+          "k5",
+        ]);
+        assert.deepEqual(await catalog.listEvents("sb-1", { limit: 0 }), []);
+      });
+    });
+
+    it("keeps every row across close and reopen", async (t) => {
+      const harness = await use(t);
+      if (!harness.reopen) {
+        t.skip(`${name} does not persist (no reopen)`);
+        return;
+      }
+      const sandbox = sandboxRow({ id: "sb-1", metadata: { k: "v" }, snapshotId: "snap-1" });
+      const template = templateRow({ id: "tpl-1", aliases: ["base"], snapshotId: "snap-1" });
+      const snapshot = snapshotRow({ id: "snap-1", names: ["n"] });
+      const event: EventRow = { at: T0, sandboxId: "sb-1", kind: "sandbox.created", detail: {} };
+      await harness.catalog.insertSandbox(sandbox);
+      await harness.catalog.putTemplate(template);
+      await harness.catalog.putSnapshot(snapshot);
+      await harness.catalog.recordEvent(event);
+      const reopened = await harness.reopen();
+      assert.deepEqual(await reopened.listSandboxes(), [sandbox]);
+      assert.deepEqual(await reopened.getTemplate("base"), template);
+      assert.deepEqual(await reopened.listSnapshots({ name: "n" }), [snapshot]);
+      assert.deepEqual(await reopened.listEvents("sb-1"), [event]);
+    });
+  });
+}

@@ -1,0 +1,111 @@
+/**
+ * The catalog seam: what Warren remembers across restarts. `sqlite/` implements it for one
+ * node; a PostgreSQL implementation can follow for many. Rows are plain data: the catalog
+ * knows nothing of VMs or HTTP. Methods are async so that both kinds fit one interface.
+ */
+
+export type SandboxRowState =
+  | "creating"
+  | "running"
+  | "pausing"
+  | "paused"
+  | "resuming"
+  | "killing"
+  | "killed";
+
+export interface SandboxRow {
+  readonly id: string;
+  readonly templateId: string;
+  readonly alias?: string;
+  readonly state: SandboxRowState;
+  readonly clientId: string;
+  readonly envdAccessToken?: string;
+  readonly trafficAccessToken?: string;
+  readonly vcpus: number;
+  readonly memoryMiB: number;
+  readonly diskSizeMiB: number;
+  readonly metadata: Readonly<Record<string, string>>;
+  readonly envVars: Readonly<Record<string, string>>;
+  /** Opaque JSON the orchestrator owns (network settings, lifecycle, secure flag...). */
+  readonly config: Readonly<Record<string, unknown>>;
+  /** ISO 8601. startedAt orders listings; endAt is the TTL deadline. */
+  readonly startedAt: string;
+  readonly endAt: string;
+  /** The snapshot a paused sandbox resumes from. */
+  readonly snapshotId?: string;
+  /** Why it ended (killed rows): "killed", "timeout", "lost", "failed: ...". */
+  readonly endedReason?: string;
+  readonly updatedAt: string;
+}
+
+export interface TemplateRow {
+  readonly id: string;
+  /** Names it is found by besides its id (e.g. "base"). Unique across templates. */
+  readonly aliases: readonly string[];
+  /** "base": built by Warren at start; "snapshot": captured from a sandbox. */
+  readonly kind: "base" | "snapshot";
+  readonly snapshotId: string;
+  readonly vcpus: number;
+  readonly memoryMiB: number;
+  readonly diskSizeMiB: number;
+  readonly createdAt: string;
+}
+
+export interface SnapshotRow {
+  readonly id: string;
+  /** Directory holding meta.json, device state, memory diff/image and frozen disk. */
+  readonly dir: string;
+  /** The sandbox it was captured from, if any. */
+  readonly sandboxId?: string;
+  /** The snapshot this one depends on (its memory image or backing disk), if any. */
+  readonly parentId?: string;
+  /** "template", "pause", "fork", "named". */
+  readonly kind: string;
+  readonly names: readonly string[];
+  /** GuestImages fingerprint it was taken with (a rebuilt image set invalidates it). */
+  readonly imagesFingerprint: string;
+  readonly createdAt: string;
+}
+
+export interface EventRow {
+  readonly at: string;
+  readonly sandboxId: string;
+  /** Event name, e.g. "sandbox.created", "sandbox.paused". */
+  readonly kind: string;
+  readonly detail?: Readonly<Record<string, unknown>>;
+}
+
+export type SandboxPatch = Partial<Omit<SandboxRow, "id">>;
+
+export interface Catalog {
+  insertSandbox(row: SandboxRow): Promise<void>;
+  /** Applies the patch and sets updatedAt; returns the new row, undefined when the id is unknown. */
+  updateSandbox(id: string, patch: SandboxPatch): Promise<SandboxRow | undefined>;
+  getSandbox(id: string): Promise<SandboxRow | undefined>;
+  /** Sandboxes in the given states (all when absent), ordered by startedAt then id. */
+  listSandboxes(states?: readonly SandboxRowState[]): Promise<SandboxRow[]>;
+  deleteSandbox(id: string): Promise<void>;
+
+  /** Inserts or replaces by id; aliases move to this template. */
+  putTemplate(row: TemplateRow): Promise<void>;
+  /** By id or alias. */
+  getTemplate(idOrAlias: string): Promise<TemplateRow | undefined>;
+  listTemplates(): Promise<TemplateRow[]>;
+  deleteTemplate(id: string): Promise<void>;
+
+  putSnapshot(row: SnapshotRow): Promise<void>;
+  getSnapshot(id: string): Promise<SnapshotRow | undefined>;
+  /** Filter by source sandbox and/or name; ordered by createdAt then id. */
+  listSnapshots(filter?: { sandboxId?: string; name?: string }): Promise<SnapshotRow[]>;
+  deleteSnapshot(id: string): Promise<void>;
+  /** Ids of snapshots whose parentId is `id`, of templates built on it and sandboxes paused on it. */
+  snapshotUsers(
+    id: string,
+  ): Promise<{ snapshots: string[]; templates: string[]; sandboxes: string[] }>;
+
+  recordEvent(event: EventRow): Promise<void>;
+  /** Most recent last; `since` inclusive; at most `limit` (newest kept). */
+  listEvents(sandboxId: string, options?: { since?: string; limit?: number }): Promise<EventRow[]>;
+
+  close(): Promise<void>;
+}

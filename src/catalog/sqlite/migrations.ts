@@ -1,0 +1,105 @@
+import type Database from "better-sqlite3";
+import { WarrenError } from "../../shared/index.js";
+
+/**
+ * Schema steps, oldest first; step i brings the file to `PRAGMA user_version` i + 1. Never
+ * edit a released step: append a new one, since files in the field have already run it.
+ * Tables are STRICT so a wrong type fails at write time instead of being stored as text.
+ */
+export const MIGRATIONS: readonly string[] = [
+  `
+  CREATE TABLE sandboxes (
+    id TEXT PRIMARY KEY,
+    template_id TEXT NOT NULL,
+    alias TEXT,
+    state TEXT NOT NULL,
+    client_id TEXT NOT NULL,
+    envd_access_token TEXT,
+    traffic_access_token TEXT,
+    vcpus INTEGER NOT NULL,
+    memory_mib INTEGER NOT NULL,
+    disk_size_mib INTEGER NOT NULL,
+    metadata TEXT NOT NULL,
+    env_vars TEXT NOT NULL,
+    config TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    end_at TEXT NOT NULL,
+    snapshot_id TEXT,
+    ended_reason TEXT,
+    updated_at TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX sandboxes_by_start ON sandboxes (started_at, id);
+  CREATE INDEX sandboxes_by_state ON sandboxes (state, started_at, id);
+  CREATE INDEX sandboxes_by_snapshot ON sandboxes (snapshot_id) WHERE snapshot_id IS NOT NULL;
+
+  CREATE TABLE templates (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    snapshot_id TEXT NOT NULL,
+    vcpus INTEGER NOT NULL,
+    memory_mib INTEGER NOT NULL,
+    disk_size_mib INTEGER NOT NULL,
+    created_at TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX templates_by_snapshot ON templates (snapshot_id);
+
+  -- The primary key makes an alias unique; position keeps the order the template gave.
+  CREATE TABLE template_aliases (
+    alias TEXT PRIMARY KEY,
+    template_id TEXT NOT NULL REFERENCES templates (id) ON DELETE CASCADE,
+    position INTEGER NOT NULL
+  ) STRICT;
+  CREATE INDEX template_aliases_by_template ON template_aliases (template_id);
+
+  CREATE TABLE snapshots (
+    id TEXT PRIMARY KEY,
+    dir TEXT NOT NULL,
+    sandbox_id TEXT,
+    parent_id TEXT,
+    kind TEXT NOT NULL,
+    names TEXT NOT NULL,
+    images_fingerprint TEXT NOT NULL,
+    created_at TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX snapshots_by_creation ON snapshots (created_at, id);
+  CREATE INDEX snapshots_by_sandbox ON snapshots (sandbox_id) WHERE sandbox_id IS NOT NULL;
+  CREATE INDEX snapshots_by_parent ON snapshots (parent_id) WHERE parent_id IS NOT NULL;
+
+  -- AUTOINCREMENT: ids never reused, so they order events that share a timestamp.
+  CREATE TABLE events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    sandbox_id TEXT NOT NULL,
+    at TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT
+  ) STRICT;
+  CREATE INDEX events_by_sandbox ON events (sandbox_id, at);
+  `,
+];
+
+export const SCHEMA_VERSION = MIGRATIONS.length;
+
+/** Fails on a file from a newer Warren, whose schema this code cannot read or write. */
+export function checkVersion(db: Database.Database, path: string): number {
+  const version = db.pragma("user_version", { simple: true }) as number;
+  if (version > SCHEMA_VERSION) {
+    throw new WarrenError(
+      "internal",
+      `catalog ${path} has schema version ${version}, newer than the ${SCHEMA_VERSION} this ` +
+        "Warren knows; upgrade Warren or point it at another catalog file",
+    );
+  }
+  return version;
+}
+
+/**
+ * Brings the file to SCHEMA_VERSION in one IMMEDIATE transaction: the write lock is taken
+ * before the version is read, so two processes opening a fresh file cannot both migrate it.
+ */
+export function migrate(db: Database.Database, path: string): void {
+  db.transaction(() => {
+    const version = checkVersion(db, path);
+    for (let v = version; v < SCHEMA_VERSION; v++) db.exec(MIGRATIONS[v] as string);
+    if (version !== SCHEMA_VERSION) db.pragma(`user_version = ${SCHEMA_VERSION}`);
+  }).immediate();
+}

@@ -1,0 +1,153 @@
+import type { EventRow, SandboxRow, SnapshotRow, TemplateRow } from "../catalog.js";
+
+/** Rows as SQLite returns them: snake_case columns, NULL for unset, JSON as text. */
+export interface SandboxRecord {
+  id: string;
+  template_id: string;
+  alias: string | null;
+  state: SandboxRow["state"];
+  client_id: string;
+  envd_access_token: string | null;
+  traffic_access_token: string | null;
+  vcpus: number;
+  memory_mib: number;
+  disk_size_mib: number;
+  metadata: string;
+  env_vars: string;
+  config: string;
+  started_at: string;
+  end_at: string;
+  snapshot_id: string | null;
+  ended_reason: string | null;
+  updated_at: string;
+}
+
+export interface TemplateRecord {
+  id: string;
+  /** JSON array built by the query from template_aliases. */
+  aliases: string;
+  kind: TemplateRow["kind"];
+  snapshot_id: string;
+  vcpus: number;
+  memory_mib: number;
+  disk_size_mib: number;
+  created_at: string;
+}
+
+export interface SnapshotRecord {
+  id: string;
+  dir: string;
+  sandbox_id: string | null;
+  parent_id: string | null;
+  kind: string;
+  names: string;
+  images_fingerprint: string;
+  created_at: string;
+}
+
+export interface EventRecord {
+  sandbox_id: string;
+  at: string;
+  kind: string;
+  detail: string | null;
+}
+
+/** Named parameters for a sandbox write; `?? null` because SQLite has no "absent". */
+export function sandboxParams(row: SandboxRow): Record<string, string | number | null> {
+  return {
+    id: row.id,
+    templateId: row.templateId,
+    alias: row.alias ?? null,
+    state: row.state,
+    clientId: row.clientId,
+    envdAccessToken: row.envdAccessToken ?? null,
+    trafficAccessToken: row.trafficAccessToken ?? null,
+    vcpus: row.vcpus,
+    memoryMiB: row.memoryMiB,
+    diskSizeMiB: row.diskSizeMiB,
+    metadata: JSON.stringify(row.metadata),
+    envVars: JSON.stringify(row.envVars),
+    config: JSON.stringify(row.config),
+    startedAt: row.startedAt,
+    endAt: row.endAt,
+    snapshotId: row.snapshotId ?? null,
+    endedReason: row.endedReason ?? null,
+    updatedAt: row.updatedAt,
+  };
+}
+
+export function toSandboxRow(r: SandboxRecord): SandboxRow {
+  return {
+    id: r.id,
+    templateId: r.template_id,
+    ...optional("alias", r.alias),
+    state: r.state,
+    clientId: r.client_id,
+    ...optional("envdAccessToken", r.envd_access_token),
+    ...optional("trafficAccessToken", r.traffic_access_token),
+    vcpus: r.vcpus,
+    memoryMiB: r.memory_mib,
+    diskSizeMiB: r.disk_size_mib,
+    metadata: JSON.parse(r.metadata),
+    envVars: JSON.parse(r.env_vars),
+    config: JSON.parse(r.config),
+    startedAt: r.started_at,
+    endAt: r.end_at,
+    ...optional("snapshotId", r.snapshot_id),
+    ...optional("endedReason", r.ended_reason),
+    updatedAt: r.updated_at,
+  };
+}
+
+export function toTemplateRow(r: TemplateRecord): TemplateRow {
+  return {
+    id: r.id,
+    aliases: JSON.parse(r.aliases),
+    kind: r.kind,
+    snapshotId: r.snapshot_id,
+    vcpus: r.vcpus,
+    memoryMiB: r.memory_mib,
+    diskSizeMiB: r.disk_size_mib,
+    createdAt: r.created_at,
+  };
+}
+
+export function snapshotParams(row: SnapshotRow): Record<string, string | null> {
+  return {
+    id: row.id,
+    dir: row.dir,
+    sandboxId: row.sandboxId ?? null,
+    parentId: row.parentId ?? null,
+    kind: row.kind,
+    names: JSON.stringify(row.names),
+    imagesFingerprint: row.imagesFingerprint,
+    createdAt: row.createdAt,
+  };
+}
+
+export function toSnapshotRow(r: SnapshotRecord): SnapshotRow {
+  return {
+    id: r.id,
+    dir: r.dir,
+    ...optional("sandboxId", r.sandbox_id),
+    ...optional("parentId", r.parent_id),
+    kind: r.kind,
+    names: JSON.parse(r.names),
+    imagesFingerprint: r.images_fingerprint,
+    createdAt: r.created_at,
+  };
+}
+
+export function toEventRow(r: EventRecord): EventRow {
+  return {
+    at: r.at,
+    sandboxId: r.sandbox_id,
+    kind: r.kind,
+    ...(r.detail !== null && { detail: JSON.parse(r.detail) }),
+  };
+}
+
+/** Leaves the key out entirely for NULL, so callers can rely on `"key" in row`. */
+function optional<K extends string>(key: K, value: string | null): { [P in K]?: string } {
+  return (value === null ? {} : { [key]: value }) as { [P in K]?: string };
+}

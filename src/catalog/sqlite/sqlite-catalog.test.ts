@@ -1,0 +1,139 @@
+import assert from "node:assert/strict";
+import { mkdtemp, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import Database from "better-sqlite3";
+import { catalogContract, sandboxRow } from "../catalog.contract.js";
+import type { Catalog } from "../catalog.js";
+import { MIGRATIONS, SCHEMA_VERSION } from "./migrations.js";
+import { SqliteCatalog } from "./sqlite-catalog.js";
+
+catalogContract("sqlite", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "warren-catalog-"));
+  const path = join(dir, "catalog.db");
+  const opened: Catalog[] = [await SqliteCatalog.open(path)];
+  return {
+    catalog: opened[0] as Catalog,
+    reopen: async () => {
+      for (const catalog of opened) await catalog.close();
+      opened.push(await SqliteCatalog.open(path));
+      return opened.at(-1) as Catalog;
+    },
+    cleanup: async () => {
+      for (const catalog of opened) await catalog.close();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+});
+
+describe("SqliteCatalog", () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "warren-catalog-"));
+  });
+  after(() => rm(dir, { recursive: true, force: true }));
+
+  /** Reads the file with a bare connection, as an operator's sqlite3 shell would. */
+  function inspect<T>(path: string, read: (db: Database.Database) => T): T {
+    const db = new Database(path, { readonly: true });
+    try {
+      return read(db);
+    } finally {
+      db.close();
+    }
+  }
+
+  it("creates missing parent directories 0700 and the file 0600", async () => {
+    const path = join(dir, "a", "b", "catalog.db");
+    const catalog = await SqliteCatalog.open(path);
+    await catalog.close();
+    assert.equal((await stat(join(dir, "a", "b"))).mode & 0o777, 0o700);
+    assert.equal((await stat(join(dir, "a"))).mode & 0o777, 0o700);
+    assert.equal((await stat(path)).mode & 0o777, 0o600);
+  });
+
+  it("records the schema version and uses WAL", async () => {
+    const path = join(dir, "version.db");
+    const catalog = await SqliteCatalog.open(path);
+    await catalog.close();
+    assert.equal(SCHEMA_VERSION, MIGRATIONS.length);
+    assert.equal(
+      inspect(path, (db) => db.pragma("user_version", { simple: true })),
+      SCHEMA_VERSION,
+    );
+    assert.equal(
+      inspect(path, (db) => db.pragma("journal_mode", { simple: true })),
+      "wal",
+    );
+    const tables = inspect(path, (db) =>
+      db
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        .pluck()
+        .all(),
+    );
+    assert.deepEqual([...(tables as string[])].sort(), [
+      "events",
+      "sandboxes",
+      "snapshots",
+      "template_aliases",
+      "templates",
+    ]);
+  });
+
+  it("reopens a current file without migrating it again", async () => {
+    const path = join(dir, "twice.db");
+    const first = await SqliteCatalog.open(path);
+    await first.insertSandbox(sandboxRow({ id: "sb-1" }));
+    await first.close();
+    const second = await SqliteCatalog.open(path);
+    assert.equal((await second.getSandbox("sb-1"))?.id, "sb-1");
+    await second.close();
+  });
+
+  it("refuses a file written by a newer schema, naming both versions", async () => {
+    const path = join(dir, "newer.db");
+    const db = new Database(path);
+    db.pragma(`user_version = ${SCHEMA_VERSION + 41}`);
+    db.close();
+    await assert.rejects(SqliteCatalog.open(path), (err: Error & { kind?: string }) => {
+      assert.equal(err.name, "WarrenError");
+      assert.equal(err.kind, "internal");
+      assert.match(err.message, new RegExp(`schema version ${SCHEMA_VERSION + 41}\\b`));
+      assert.match(err.message, new RegExp(`the ${SCHEMA_VERSION} this Warren knows`));
+      return true;
+    });
+    assert.equal(
+      inspect(path, (db) => db.pragma("user_version", { simple: true })),
+      SCHEMA_VERSION + 41,
+    );
+    assert.equal(
+      inspect(path, (db) => db.pragma("journal_mode", { simple: true })),
+      "delete",
+    );
+  });
+
+  it("rejects calls after close as unavailable", async () => {
+    const catalog = await SqliteCatalog.open(join(dir, "closed.db"));
+    await catalog.close();
+    await catalog.close();
+    await assert.rejects(catalog.getSandbox("sb-1"), { name: "WarrenError", kind: "unavailable" });
+  });
+
+  it("refuses to clear a required field", async (t) => {
+    const catalog = await SqliteCatalog.open(join(dir, "required.db"));
+    t.after(() => catalog.close());
+    await catalog.insertSandbox(sandboxRow({ id: "sb-1" }));
+    await assert.rejects(catalog.updateSandbox("sb-1", { state: undefined }), {
+      kind: "invalid_argument",
+    });
+    assert.equal((await catalog.getSandbox("sb-1"))?.state, "running");
+  });
+
+  it("rejects a negative or fractional event limit", async (t) => {
+    const catalog = await SqliteCatalog.open(join(dir, "limit.db"));
+    t.after(() => catalog.close());
+    await assert.rejects(catalog.listEvents("sb-1", { limit: -1 }), { kind: "invalid_argument" });
+    await assert.rejects(catalog.listEvents("sb-1", { limit: 1.5 }), { kind: "invalid_argument" });
+  });
+});

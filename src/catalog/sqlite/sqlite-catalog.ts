@@ -1,0 +1,253 @@
+import { closeSync, mkdirSync, openSync } from "node:fs";
+import { dirname } from "node:path";
+import Database from "better-sqlite3";
+import { toWarrenError, WarrenError } from "../../shared/index.js";
+import type {
+  Catalog,
+  EventRow,
+  SandboxPatch,
+  SandboxRow,
+  SandboxRowState,
+  SnapshotRow,
+  TemplateRow,
+} from "../catalog.js";
+import { checkVersion, migrate } from "./migrations.js";
+import {
+  type SandboxRecord,
+  sandboxParams,
+  snapshotParams,
+  toEventRow,
+  toSandboxRow,
+  toSnapshotRow,
+  toTemplateRow,
+} from "./rows.js";
+import { prepareStatements, type Statements } from "./statements.js";
+
+const BUSY_TIMEOUT_MS = 5_000;
+
+/** Keys a patch may not clear: their columns are NOT NULL. */
+const REQUIRED_SANDBOX_KEYS = [
+  "templateId",
+  "state",
+  "clientId",
+  "vcpus",
+  "memoryMiB",
+  "diskSizeMiB",
+  "metadata",
+  "envVars",
+  "config",
+  "startedAt",
+  "endAt",
+] as const;
+
+/**
+ * The catalog in one SQLite file, for a single node. better-sqlite3 is synchronous: each
+ * method does its work before returning a settled Promise, so calls never interleave.
+ */
+export class SqliteCatalog implements Catalog {
+  readonly #db: Database.Database;
+  readonly #sql: Statements;
+
+  private constructor(db: Database.Database) {
+    this.#db = db;
+    this.#sql = prepareStatements(db);
+  }
+
+  /** Opens (creating if needed, with its directory) and migrates the catalog file at `path`. */
+  static async open(path: string): Promise<SqliteCatalog> {
+    let db: Database.Database | undefined;
+    try {
+      if (path !== ":memory:") {
+        mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+        // Created here rather than by SQLite so that it is 0600: rows hold access tokens.
+        closeSync(openSync(path, "a", 0o600));
+      }
+      db = new Database(path, { timeout: BUSY_TIMEOUT_MS });
+      db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
+      // Before any pragma that writes, so a file from a newer Warren is left as it was.
+      checkVersion(db, path);
+      db.pragma("foreign_keys = ON");
+      db.pragma("journal_mode = WAL");
+      // With WAL, NORMAL loses at most the last commits on power loss, never consistency.
+      db.pragma("synchronous = NORMAL");
+      migrate(db, path);
+      return new SqliteCatalog(db);
+    } catch (err) {
+      db?.close();
+      throw toWarrenError(err, `open catalog ${path}`);
+    }
+  }
+
+  insertSandbox(row: SandboxRow): Promise<void> {
+    return this.#run(`insert sandbox ${row.id}`, () => {
+      this.#sql.insertSandbox.run(sandboxParams(row));
+    });
+  }
+
+  updateSandbox(id: string, patch: SandboxPatch): Promise<SandboxRow | undefined> {
+    return this.#run(`update sandbox ${id}`, () => {
+      for (const key of REQUIRED_SANDBOX_KEYS) {
+        if (key in patch && patch[key] === undefined) {
+          throw new WarrenError("invalid_argument", `${key} cannot be cleared`);
+        }
+      }
+      return this.#db
+        .transaction(() => {
+          const current = this.#sql.getSandbox.get(id);
+          if (!current) return undefined;
+          // Spreading keeps keys set to undefined, which is how a patch clears a column.
+          const next = {
+            ...toSandboxRow(current),
+            ...patch,
+            id,
+            updatedAt: new Date().toISOString(),
+          };
+          this.#sql.updateSandbox.run(sandboxParams(next));
+          return toSandboxRow(this.#sql.getSandbox.get(id) as SandboxRecord);
+        })
+        .immediate();
+    });
+  }
+
+  getSandbox(id: string): Promise<SandboxRow | undefined> {
+    return this.#run(`get sandbox ${id}`, () => {
+      const record = this.#sql.getSandbox.get(id);
+      return record && toSandboxRow(record);
+    });
+  }
+
+  listSandboxes(states?: readonly SandboxRowState[]): Promise<SandboxRow[]> {
+    return this.#run("list sandboxes", () => {
+      const records = states
+        ? this.#sql.listSandboxesIn.all(JSON.stringify(states))
+        : this.#sql.listSandboxes.all();
+      return records.map(toSandboxRow);
+    });
+  }
+
+  deleteSandbox(id: string): Promise<void> {
+    return this.#run(`delete sandbox ${id}`, () => {
+      this.#sql.deleteSandbox.run(id);
+    });
+  }
+
+  putTemplate(row: TemplateRow): Promise<void> {
+    return this.#run(`put template ${row.id}`, () => {
+      this.#db
+        .transaction(() => {
+          this.#sql.putTemplate.run({ ...row });
+          this.#sql.clearAliases.run(row.id);
+          row.aliases.forEach((alias, position) => {
+            this.#sql.putAlias.run({ alias, id: row.id, position });
+          });
+        })
+        .immediate();
+    });
+  }
+
+  getTemplate(idOrAlias: string): Promise<TemplateRow | undefined> {
+    return this.#run(`get template ${idOrAlias}`, () => {
+      const record = this.#sql.getTemplate.get({ key: idOrAlias });
+      return record && toTemplateRow(record);
+    });
+  }
+
+  listTemplates(): Promise<TemplateRow[]> {
+    return this.#run("list templates", () => this.#sql.listTemplates.all().map(toTemplateRow));
+  }
+
+  deleteTemplate(id: string): Promise<void> {
+    // Its aliases go with it: ON DELETE CASCADE.
+    return this.#run(`delete template ${id}`, () => {
+      this.#sql.deleteTemplate.run(id);
+    });
+  }
+
+  putSnapshot(row: SnapshotRow): Promise<void> {
+    return this.#run(`put snapshot ${row.id}`, () => {
+      this.#sql.putSnapshot.run(snapshotParams(row));
+    });
+  }
+
+  getSnapshot(id: string): Promise<SnapshotRow | undefined> {
+    return this.#run(`get snapshot ${id}`, () => {
+      const record = this.#sql.getSnapshot.get(id);
+      return record && toSnapshotRow(record);
+    });
+  }
+
+  listSnapshots(filter: { sandboxId?: string; name?: string } = {}): Promise<SnapshotRow[]> {
+    return this.#run("list snapshots", () =>
+      this.#sql.listSnapshots
+        .all({ sandboxId: filter.sandboxId ?? null, name: filter.name ?? null })
+        .map(toSnapshotRow),
+    );
+  }
+
+  deleteSnapshot(id: string): Promise<void> {
+    return this.#run(`delete snapshot ${id}`, () => {
+      this.#sql.deleteSnapshot.run(id);
+    });
+  }
+
+  snapshotUsers(
+    id: string,
+  ): Promise<{ snapshots: string[]; templates: string[]; sandboxes: string[] }> {
+    return this.#run(`find users of snapshot ${id}`, () => ({
+      snapshots: this.#sql.childSnapshots.all(id),
+      templates: this.#sql.snapshotTemplates.all(id),
+      sandboxes: this.#sql.snapshotSandboxes.all(id),
+    }));
+  }
+
+  recordEvent(event: EventRow): Promise<void> {
+    return this.#run(`record event ${event.kind} of ${event.sandboxId}`, () => {
+      const detail = event.detail === undefined ? null : JSON.stringify(event.detail);
+      this.#sql.insertEvent.run({ ...event, detail });
+    });
+  }
+
+  listEvents(
+    sandboxId: string,
+    options: { since?: string; limit?: number } = {},
+  ): Promise<EventRow[]> {
+    return this.#run(`list events of ${sandboxId}`, () => {
+      const { since, limit } = options;
+      if (limit !== undefined && !(Number.isSafeInteger(limit) && limit >= 0)) {
+        throw new WarrenError("invalid_argument", `limit must be an integer >= 0, got ${limit}`);
+      }
+      // SQLite reads a negative LIMIT as "no limit".
+      const params = { sandboxId, since: since ?? null, limit: limit ?? -1 };
+      return this.#sql.listEvents.all(params).map(toEventRow);
+    });
+  }
+
+  async close(): Promise<void> {
+    if (this.#db.open) this.#db.close();
+  }
+
+  /** Runs synchronous work as a settled Promise, turning SQLite failures into WarrenErrors. */
+  #run<T>(context: string, work: () => T): Promise<T> {
+    try {
+      if (!this.#db.open) throw new WarrenError("unavailable", "the catalog is closed");
+      return Promise.resolve(work());
+    } catch (err) {
+      return Promise.reject(toCatalogError(err, context));
+    }
+  }
+}
+
+function toCatalogError(err: unknown, context: string): WarrenError {
+  if (err instanceof WarrenError) {
+    return new WarrenError(err.kind, `${context}: ${err.message}`, { cause: err });
+  }
+  const code = (err as { code?: unknown } | undefined)?.code;
+  const message = `${context}: ${err instanceof Error ? err.message : String(err)}`;
+  if (code === "SQLITE_CONSTRAINT_PRIMARYKEY" || code === "SQLITE_CONSTRAINT_UNIQUE") {
+    return new WarrenError("already_exists", message, { cause: err });
+  }
+  if (code === "SQLITE_BUSY") return new WarrenError("unavailable", message, { cause: err });
+  if (code === "SQLITE_FULL")
+    return new WarrenError("insufficient_storage", message, { cause: err });
+  return toWarrenError(err, context);
+}

@@ -1,0 +1,97 @@
+import type Database from "better-sqlite3";
+import type { EventRecord, SandboxRecord, SnapshotRecord, TemplateRecord } from "./rows.js";
+
+/** Column name → named parameter (see sandboxParams); one list for INSERT and UPDATE. */
+const SANDBOX_COLUMNS: ReadonlyArray<readonly [string, string]> = [
+  ["template_id", "templateId"],
+  ["alias", "alias"],
+  ["state", "state"],
+  ["client_id", "clientId"],
+  ["envd_access_token", "envdAccessToken"],
+  ["traffic_access_token", "trafficAccessToken"],
+  ["vcpus", "vcpus"],
+  ["memory_mib", "memoryMiB"],
+  ["disk_size_mib", "diskSizeMiB"],
+  ["metadata", "metadata"],
+  ["env_vars", "envVars"],
+  ["config", "config"],
+  ["started_at", "startedAt"],
+  ["end_at", "endAt"],
+  ["snapshot_id", "snapshotId"],
+  ["ended_reason", "endedReason"],
+  ["updated_at", "updatedAt"],
+];
+
+const TEMPLATE_SELECT = `
+  SELECT t.id, t.kind, t.snapshot_id, t.vcpus, t.memory_mib, t.disk_size_mib, t.created_at,
+    (SELECT json_group_array(a.alias ORDER BY a.position) FROM template_aliases a
+      WHERE a.template_id = t.id) AS aliases
+  FROM templates t`;
+
+type Params = Record<string, unknown>;
+
+/** Every statement, prepared once per connection. */
+export function prepareStatements(db: Database.Database) {
+  const cols = SANDBOX_COLUMNS.map(([c]) => c).join(", ");
+  const params = SANDBOX_COLUMNS.map(([, p]) => `@${p}`).join(", ");
+  const sets = SANDBOX_COLUMNS.map(([c, p]) => `${c} = @${p}`).join(", ");
+  const q = <R = unknown>(sql: string) => db.prepare<[(Params | string)?], R>(sql);
+  return {
+    insertSandbox: q(`INSERT INTO sandboxes (id, ${cols}) VALUES (@id, ${params})`),
+    updateSandbox: q(`UPDATE sandboxes SET ${sets} WHERE id = @id`),
+    getSandbox: q<SandboxRecord>("SELECT * FROM sandboxes WHERE id = ?"),
+    listSandboxes: q<SandboxRecord>("SELECT * FROM sandboxes ORDER BY started_at, id"),
+    // One statement for any set of states: the list travels as a JSON array.
+    listSandboxesIn: q<SandboxRecord>(
+      "SELECT * FROM sandboxes WHERE state IN (SELECT value FROM json_each(?)) ORDER BY started_at, id",
+    ),
+    deleteSandbox: q("DELETE FROM sandboxes WHERE id = ?"),
+    putTemplate: q(`
+        INSERT INTO templates (id, kind, snapshot_id, vcpus, memory_mib, disk_size_mib, created_at)
+        VALUES (@id, @kind, @snapshotId, @vcpus, @memoryMiB, @diskSizeMiB, @createdAt)
+        ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, snapshot_id = excluded.snapshot_id,
+          vcpus = excluded.vcpus, memory_mib = excluded.memory_mib,
+          disk_size_mib = excluded.disk_size_mib, created_at = excluded.created_at`),
+    clearAliases: q("DELETE FROM template_aliases WHERE template_id = ?"),
+    // An alias held by another template moves here instead of failing the put.
+    putAlias: q(`
+        INSERT INTO template_aliases (alias, template_id, position) VALUES (@alias, @id, @position)
+        ON CONFLICT (alias) DO UPDATE SET template_id = excluded.template_id,
+          position = excluded.position`),
+    getTemplate: q<TemplateRecord>(`${TEMPLATE_SELECT}
+        WHERE t.id = @key OR t.id = (SELECT template_id FROM template_aliases WHERE alias = @key)
+        ORDER BY t.id = @key DESC LIMIT 1`),
+    listTemplates: q<TemplateRecord>(`${TEMPLATE_SELECT} ORDER BY t.created_at, t.id`),
+    deleteTemplate: q("DELETE FROM templates WHERE id = ?"),
+    putSnapshot: q(`
+        INSERT OR REPLACE INTO snapshots
+          (id, dir, sandbox_id, parent_id, kind, names, images_fingerprint, created_at)
+        VALUES (@id, @dir, @sandboxId, @parentId, @kind, @names, @imagesFingerprint, @createdAt)`),
+    getSnapshot: q<SnapshotRecord>("SELECT * FROM snapshots WHERE id = ?"),
+    listSnapshots: q<SnapshotRecord>(`
+        SELECT * FROM snapshots
+        WHERE (@sandboxId IS NULL OR sandbox_id = @sandboxId)
+          AND (@name IS NULL OR EXISTS (SELECT 1 FROM json_each(names) WHERE value = @name))
+        ORDER BY created_at, id`),
+    deleteSnapshot: q("DELETE FROM snapshots WHERE id = ?"),
+    childSnapshots: q<string>("SELECT id FROM snapshots WHERE parent_id = ? ORDER BY id").pluck(),
+    snapshotTemplates: q<string>(
+      "SELECT id FROM templates WHERE snapshot_id = ? ORDER BY id",
+    ).pluck(),
+    snapshotSandboxes: q<string>(
+      "SELECT id FROM sandboxes WHERE snapshot_id = ? AND state <> 'killed' ORDER BY id",
+    ).pluck(),
+    insertEvent: q(
+      "INSERT INTO events (sandbox_id, at, kind, detail) VALUES (@sandboxId, @at, @kind, @detail)",
+    ),
+    // The inner query keeps the newest `limit`; the outer one puts them oldest first.
+    listEvents: q<EventRecord>(`
+        SELECT sandbox_id, at, kind, detail FROM (
+          SELECT id, sandbox_id, at, kind, detail FROM events
+          WHERE sandbox_id = @sandboxId AND (@since IS NULL OR at >= @since)
+          ORDER BY at DESC, id DESC LIMIT @limit
+        ) ORDER BY at, id`),
+  };
+}
+
+export type Statements = ReturnType<typeof prepareStatements>;

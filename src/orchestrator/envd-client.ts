@@ -1,0 +1,116 @@
+import { request } from "node:http";
+import { ENVD_PORT, type EnvdInitRequest, type EnvdMetrics } from "../protocol/index.js";
+import { WarrenError } from "../shared/index.js";
+
+interface Reply {
+  readonly status: number;
+  readonly body: string;
+}
+
+/**
+ * One HTTP exchange on a connection of its own (`agent: false`): a slot's address is reused
+ * by the next sandbox, and a pooled connection to a gone guest would be reset.
+ */
+function exchange(
+  host: string,
+  method: string,
+  path: string,
+  options: { body?: unknown; token?: string; timeoutMs: number },
+): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    const payload = options.body === undefined ? undefined : JSON.stringify(options.body);
+    const req = request(
+      {
+        host,
+        port: ENVD_PORT,
+        method,
+        path,
+        agent: false,
+        timeout: options.timeoutMs,
+        headers: {
+          ...(payload ? { "content-type": "application/json" } : {}),
+          ...(options.token ? { "x-access-token": options.token } : {}),
+        },
+      },
+      (res) => {
+        let body = "";
+        res.setEncoding("utf8");
+        res.on("data", (chunk: string) => {
+          body += chunk;
+        });
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+        res.on("error", reject);
+      },
+    );
+    req.on("timeout", () =>
+      req.destroy(new Error(`envd ${path}: no answer in ${options.timeoutMs} ms`)),
+    );
+    req.on("error", reject);
+    req.end(payload);
+  });
+}
+
+/**
+ * POST /init until envd answers (retried every 5 ms while the guest comes up), as E2B's
+ * orchestrator does after every start and resume: the sandbox is usable once it returns.
+ */
+export async function initEnvd(
+  host: string,
+  body: EnvdInitRequest,
+  options: { token?: string; deadlineMs: number; signal?: AbortSignal },
+): Promise<void> {
+  const deadline = performance.now() + options.deadlineMs;
+  let lastError = "no attempt";
+  while (performance.now() < deadline) {
+    options.signal?.throwIfAborted();
+    try {
+      const stamped = { ...body, timestamp: new Date().toISOString() };
+      const reply = await exchange(host, "POST", "/init", {
+        body: stamped,
+        token: options.token,
+        timeoutMs: 2_000,
+      });
+      if (reply.status === 204) return;
+      // An answer other than 204 will not change by retrying (bad token, bad body).
+      throw new WarrenError("internal", `envd refused /init: ${reply.status} ${reply.body}`);
+    } catch (err) {
+      if (err instanceof WarrenError) throw err;
+      lastError = err instanceof Error ? err.message : String(err);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  throw new WarrenError(
+    "internal",
+    `envd did not answer within ${options.deadlineMs} ms (${lastError})`,
+  );
+}
+
+/** GET /metrics from a running sandbox's envd. */
+export async function readEnvdMetrics(host: string, token?: string): Promise<EnvdMetrics> {
+  const reply = await exchange(host, "GET", "/metrics", { token, timeoutMs: 5_000 });
+  if (reply.status !== 200) {
+    throw new WarrenError("internal", `envd /metrics answered ${reply.status}: ${reply.body}`);
+  }
+  return JSON.parse(reply.body) as EnvdMetrics;
+}
+
+/** Polls GET /health until envd answers 204 (a cold boot); fails early if the VMM exits. */
+export async function waitForHealth(
+  host: string,
+  options: { deadlineMs: number; exited?: Promise<unknown> },
+): Promise<void> {
+  let gone = false;
+  void options.exited?.then(() => {
+    gone = true;
+  });
+  const deadline = performance.now() + options.deadlineMs;
+  while (performance.now() < deadline) {
+    if (gone) throw new WarrenError("internal", "the VM exited before envd answered");
+    const reply = await exchange(host, "GET", "/health", { timeoutMs: 2_000 }).catch(
+      () => undefined,
+    );
+    if (reply?.status === 204) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  throw new WarrenError("internal", `envd did not become healthy within ${options.deadlineMs} ms`);
+}

@@ -1,0 +1,622 @@
+import { EventEmitter } from "node:events";
+import { chmod, mkdir, rm } from "node:fs/promises";
+import type { Logger } from "pino";
+import type { Catalog, SandboxPatch, SandboxRow, TemplateRow } from "../catalog/index.js";
+import type { GuestArtifacts } from "../images/index.js";
+import { type SlotPool, validateEgressPolicy } from "../network/index.js";
+import { ENVD_PORT } from "../protocol/index.js";
+import { WarrenError } from "../shared/index.js";
+import type { MachineShape, VmmDriver } from "../vmm/index.js";
+import { ensureBaseTemplate } from "./base-template.js";
+import { Capacity, type CapacityLimits } from "./capacity.js";
+import { initEnvd } from "./envd-client.js";
+import { newId, newToken } from "./ids.js";
+import { runtimeDir, type StateLayout, snapshotDir } from "./layout.js";
+import { byStart, matchesFilter } from "./list-filter.js";
+import {
+  configOf,
+  type LiveSandbox,
+  type SandboxConfig,
+  sandboxInfo,
+} from "./live-sandbox.js";
+import { egressPolicyOf } from "./network-config.js";
+import { recoverLeftovers } from "./recovery.js";
+import { SerialLock } from "./serial-lock.js";
+import { removeSnapshot } from "./snapshot-files.js";
+import { sampleMetrics, sandboxLogs } from "./telemetry.js";
+import type {
+  CreateSandboxInput,
+  ListFilter,
+  NetworkUpdate,
+  RouteResult,
+  SandboxInfo,
+  SandboxLogEntry,
+  SandboxMetric,
+  SandboxRouter,
+  SandboxService,
+  ServerStatus,
+} from "./types.js";
+import { guestSpec } from "./vm-spec.js";
+
+export interface OrchestratorOptions {
+  readonly catalog: Catalog;
+  readonly driver: VmmDriver;
+  readonly slots: SlotPool;
+  readonly images: GuestArtifacts;
+  readonly layout: StateLayout;
+  readonly limits: CapacityLimits;
+  readonly templateShape: MachineShape;
+  readonly defaultTimeoutMs: number;
+  readonly accelerator: { readonly accel: "kvm" | "tcg"; readonly reason: string };
+  readonly logger: Logger;
+  /** How long a start or resume waits for envd to answer /init. */
+  readonly envdDeadlineMs?: number;
+}
+
+const MAX_TIMER_MS = 2_147_483_647;
+
+/**
+ * The sandbox lifecycle: creating → running ⇄ (pausing → paused → resuming) → killing → gone.
+ * One operation at a time per sandbox (SerialLock); kill aborts a create or resume in flight.
+ * Every state change is written to the catalog before the caller hears of it.
+ */
+export class Orchestrator implements SandboxService, SandboxRouter {
+  readonly #o: OrchestratorOptions;
+  readonly #log: Logger;
+  readonly #capacity: Capacity;
+  readonly #lock = new SerialLock();
+  readonly #sandboxes = new Map<string, LiveSandbox>();
+  readonly #events = new EventEmitter();
+  #status: ServerStatus;
+  #closing = false;
+
+  constructor(options: OrchestratorOptions) {
+    this.#o = options;
+    this.#log = options.logger;
+    this.#capacity = new Capacity(options.limits);
+    this.#status = {
+      phase: "starting",
+      accelerator: options.accelerator.accel,
+      acceleratorReason: options.accelerator.reason,
+    };
+  }
+
+  /** Cleans what an earlier run left, loads paused sandboxes, makes sure `base` exists. */
+  async start(): Promise<void> {
+    try {
+      const { catalog, layout } = this.#o;
+      await mkdir(layout.snapshotsDir, { recursive: true });
+      await mkdir(layout.runDir, { recursive: true });
+      // The unprivileged VMM must traverse to its runtime dir and read snapshot files.
+      await chmod(layout.snapshotsDir, 0o755);
+      await chmod(layout.runDir, 0o711);
+      await recoverLeftovers({ catalog, layout, logger: this.#log });
+      await this.#o.slots.cleanupStale();
+      await this.#o.slots.start();
+      for (const row of await catalog.listSandboxes(["paused"])) {
+        this.#sandboxes.set(row.id, { row, metrics: [] });
+      }
+      await ensureBaseTemplate({
+        catalog,
+        driver: this.#o.driver,
+        slots: this.#o.slots,
+        images: this.#o.images,
+        layout,
+        shape: this.#o.templateShape,
+        logger: this.#log,
+      });
+      this.#status = { ...this.#status, phase: "ready" };
+      this.#log.info({ paused: this.#sandboxes.size }, "orchestrator.ready");
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err);
+      this.#status = { ...this.#status, phase: "failed", message };
+      throw err;
+    }
+  }
+
+  /**
+   * Stops serving: running sandboxes are paused so that nothing in them is lost (they
+   * resume on the next connect), then slots and catalog are closed.
+   */
+  async close(): Promise<void> {
+    this.#closing = true;
+    for (const live of this.#sandboxes.values()) clearTimeout(live.ttlTimer);
+    const running = [...this.#sandboxes.values()].filter((l) => l.row.state === "running");
+    for (const live of running) {
+      await this.pause(live.row.id).catch(async (err) => {
+        this.#log.warn({ sandboxId: live.row.id, err }, "sandbox.pause_on_shutdown_failed");
+        await this.kill(live.row.id).catch(() => {});
+      });
+    }
+    await this.#o.slots.close();
+    await this.#o.catalog.close();
+  }
+
+  status(): ServerStatus {
+    return this.#status;
+  }
+
+  // ---- SandboxService -------------------------------------------------------------------
+
+  async create(input: CreateSandboxInput): Promise<SandboxInfo> {
+    this.#ensureReady();
+    const template = await this.#template(input.templateId);
+    // Checked before anything is reserved: a bad list is the caller's 400.
+    validateEgressPolicy(egressPolicyOf(input.network, input.allowInternetAccess));
+    const releaseCapacity = this.#capacity.reserve(template);
+    const now = new Date();
+    const config: SandboxConfig = {
+      network: input.network,
+      allowInternetAccess: input.allowInternetAccess,
+      lifecycle: input.lifecycle,
+      secure: input.secure,
+    };
+    const row: SandboxRow = {
+      id: newId(),
+      templateId: template.id,
+      alias: template.aliases[0],
+      state: "creating",
+      clientId: "warren",
+      envdAccessToken: input.secure ? newToken() : undefined,
+      trafficAccessToken: input.network.allowPublicTraffic ? undefined : newToken(),
+      vcpus: template.vcpus,
+      memoryMiB: template.memoryMiB,
+      diskSizeMiB: template.diskSizeMiB,
+      metadata: input.metadata,
+      envVars: input.envVars,
+      config: config as unknown as Record<string, unknown>,
+      startedAt: now.toISOString(),
+      endAt: new Date(now.getTime() + input.timeoutMs).toISOString(),
+      snapshotId: template.snapshotId,
+      updatedAt: now.toISOString(),
+    };
+    const live: LiveSandbox = { row, releaseCapacity, abort: new AbortController(), metrics: [] };
+    try {
+      await this.#o.catalog.insertSandbox(row);
+    } catch (err) {
+      releaseCapacity();
+      throw err;
+    }
+    this.#sandboxes.set(row.id, live);
+    this.#log.info({ sandboxId: row.id, template: template.id }, "sandbox.creating");
+    const started = performance.now();
+    await this.#lock.run(row.id, async () => {
+      try {
+        await this.#startVm(live, template.snapshotId);
+        await this.#update(live, { state: "running" });
+        this.#armTtl(live);
+      } catch (err) {
+        await this.#teardown(live, live.abort?.signal.aborted ? "killed" : "failed");
+        throw live.abort?.signal.aborted
+          ? new WarrenError("conflict", `sandbox ${row.id} was killed while it was being created`)
+          : err;
+      } finally {
+        live.abort = undefined;
+      }
+    });
+    const durationMs = Math.round(performance.now() - started);
+    this.#log.info({ sandboxId: row.id, template: template.id, durationMs }, "sandbox.created");
+    await this.#event(row.id, "sandbox.created", { durationMs });
+    return sandboxInfo(live.row);
+  }
+
+  get(sandboxId: string): SandboxInfo {
+    return sandboxInfo(this.#live(sandboxId).row);
+  }
+
+  list(filter: ListFilter): SandboxInfo[] {
+    return [...this.#sandboxes.values()]
+      .map((live) => live.row)
+      .filter((row) => matchesFilter(row, filter))
+      .sort(byStart)
+      .map(sandboxInfo);
+  }
+
+  async kill(sandboxId: string): Promise<void> {
+    const live = this.#live(sandboxId);
+    live.abort?.abort();
+    await this.#lock.run(sandboxId, async () => {
+      if (!this.#sandboxes.has(sandboxId)) return; // a create that the abort already undid
+      await this.#teardown(live, "killed");
+    });
+  }
+
+  async pause(sandboxId: string): Promise<void> {
+    const live = this.#live(sandboxId);
+    await this.#lock.run(sandboxId, async () => {
+      this.#mustExist(sandboxId);
+      if (live.row.state === "paused") {
+        throw new WarrenError("conflict", `sandbox ${sandboxId} is already paused`);
+      }
+      await this.#pauseNow(live);
+    });
+  }
+
+  async connect(
+    sandboxId: string,
+    timeoutMs: number | undefined,
+  ): Promise<{ sandbox: SandboxInfo; resumed: boolean }> {
+    this.#ensureReady();
+    const live = this.#live(sandboxId);
+    const ttl = timeoutMs ?? this.#o.defaultTimeoutMs;
+    return this.#lock.run(sandboxId, async () => {
+      this.#mustExist(sandboxId);
+      if (live.row.state === "paused") {
+        await this.#resumeNow(live, ttl);
+        return { sandbox: sandboxInfo(live.row), resumed: true };
+      }
+      const wanted = Date.now() + ttl;
+      if (wanted > Date.parse(live.row.endAt)) {
+        await this.#update(live, { endAt: new Date(wanted).toISOString() });
+        this.#armTtl(live);
+      }
+      return { sandbox: sandboxInfo(live.row), resumed: false };
+    });
+  }
+
+  async resume(
+    sandboxId: string,
+    timeoutMs: number | undefined,
+    autoPause?: boolean,
+  ): Promise<SandboxInfo> {
+    this.#ensureReady();
+    const live = this.#live(sandboxId);
+    return this.#lock.run(sandboxId, async () => {
+      this.#mustExist(sandboxId);
+      if (live.row.state !== "paused") {
+        throw new WarrenError("conflict", `sandbox ${sandboxId} is already running`);
+      }
+      if (autoPause !== undefined) {
+        const config = configOf(live.row);
+        const lifecycle = { ...config.lifecycle, onTimeout: autoPause ? "pause" : "kill" } as const;
+        await this.#update(live, { config: { ...config, lifecycle } });
+      }
+      await this.#resumeNow(live, timeoutMs ?? this.#o.defaultTimeoutMs);
+      return sandboxInfo(live.row);
+    });
+  }
+
+  async setTimeout(sandboxId: string, timeoutMs: number): Promise<void> {
+    const live = this.#live(sandboxId);
+    await this.#lock.run(sandboxId, async () => {
+      this.#mustExist(sandboxId);
+      if (live.row.state === "paused") {
+        throw new WarrenError("conflict", `sandbox ${sandboxId} is paused: resume it first`);
+      }
+      await this.#update(live, { endAt: new Date(Date.now() + timeoutMs).toISOString() });
+      this.#armTtl(live);
+    });
+  }
+
+  async refresh(sandboxId: string, durationMs: number): Promise<void> {
+    const live = this.#live(sandboxId);
+    await this.#lock.run(sandboxId, async () => {
+      this.#mustExist(sandboxId);
+      if (live.row.state === "paused") {
+        throw new WarrenError("conflict", `sandbox ${sandboxId} is paused: resume it first`);
+      }
+      const wanted = Date.now() + durationMs;
+      if (wanted <= Date.parse(live.row.endAt)) return;
+      await this.#update(live, { endAt: new Date(wanted).toISOString() });
+      this.#armTtl(live);
+    });
+  }
+
+  async metrics(sandboxId: string, window: { start?: Date; end?: Date }): Promise<SandboxMetric[]> {
+    const live = this.#live(sandboxId);
+    return sampleMetrics(live, window).catch((err: unknown) => {
+      this.#log.warn({ sandboxId, err }, "sandbox.metrics_failed");
+      throw new WarrenError("unavailable", `metrics of sandbox ${sandboxId} could not be read`);
+    });
+  }
+
+  logs(sandboxId: string, options: { start?: Date; limit?: number }): Promise<SandboxLogEntry[]> {
+    return sandboxLogs(this.#o.catalog, this.#live(sandboxId), options);
+  }
+
+  async updateNetwork(sandboxId: string, update: NetworkUpdate): Promise<void> {
+    const live = this.#live(sandboxId);
+    await this.#lock.run(sandboxId, async () => {
+      this.#mustExist(sandboxId);
+      const config = configOf(live.row);
+      const next: SandboxConfig = {
+        ...config,
+        network: {
+          ...config.network,
+          allowOut: update.allowOut ?? config.network.allowOut,
+          denyOut: update.denyOut ?? config.network.denyOut,
+        },
+        allowInternetAccess: update.allowInternetAccess ?? config.allowInternetAccess,
+      };
+      const policy = validateEgressPolicy(egressPolicyOf(next.network, next.allowInternetAccess));
+      if (live.slot) await live.slot.setPolicy(policy);
+      await this.#update(live, { config: next as unknown as Record<string, unknown> });
+      await this.#event(sandboxId, "sandbox.network_updated", { ...update });
+    });
+  }
+
+  // ---- SandboxRouter ------------------------------------------------------------------------
+
+  async route(sandboxId: string, port: number): Promise<RouteResult> {
+    const live = this.#sandboxes.get(sandboxId);
+    if (!live) return { kind: "not_found" };
+    if (live.row.state === "paused" || live.row.state === "pausing") {
+      if (!configOf(live.row).lifecycle.autoResume || this.#status.phase !== "ready") {
+        return { kind: "not_found" };
+      }
+      try {
+        await this.connect(sandboxId, undefined);
+      } catch (err) {
+        this.#log.warn({ sandboxId, err }, "sandbox.auto_resume_failed");
+        return { kind: "not_found" };
+      }
+    } else if (live.row.state === "creating" || live.row.state === "resuming") {
+      // Wait for the transition in flight, then look again.
+      await this.#lock.run(sandboxId, async () => {});
+    }
+    if (live.row.state === "killing" || live.row.state === "pausing") {
+      return { kind: "conflict", message: `sandbox ${sandboxId} is ${live.row.state}` };
+    }
+    if (live.row.state !== "running" || !live.slot || !this.#sandboxes.has(sandboxId)) {
+      return { kind: "not_found" };
+    }
+    const config = configOf(live.row);
+    return {
+      kind: "ok",
+      route: {
+        sandboxId,
+        host: live.slot.hostAddress,
+        port,
+        trafficAccessToken: live.row.trafficAccessToken,
+        allowPublicTraffic: config.network.allowPublicTraffic || port === ENVD_PORT,
+        maskRequestHost: config.network.maskRequestHost,
+      },
+    };
+  }
+
+  onSandboxStopped(listener: (sandboxId: string) => void): () => void {
+    this.#events.on("stopped", listener);
+    return () => this.#events.off("stopped", listener);
+  }
+
+  // ---- internals ----------------------------------------------------------------------------
+
+  #ensureReady(): void {
+    if (this.#closing) throw new WarrenError("unavailable", "the server is shutting down");
+    if (this.#status.phase === "starting") {
+      throw new WarrenError(
+        "unavailable",
+        "the server is starting up (building the base template)",
+      );
+    }
+    if (this.#status.phase === "failed") {
+      throw new WarrenError("unavailable", `the server failed to start: ${this.#status.message}`);
+    }
+  }
+
+  #live(sandboxId: string): LiveSandbox {
+    const live = this.#sandboxes.get(sandboxId);
+    if (!live) throw new WarrenError("not_found", `sandbox ${sandboxId} not found`);
+    return live;
+  }
+
+  /** Inside the lock: the sandbox may have been killed while the operation waited. */
+  #mustExist(sandboxId: string): void {
+    if (!this.#sandboxes.has(sandboxId)) {
+      throw new WarrenError("not_found", `sandbox ${sandboxId} not found`);
+    }
+  }
+
+  async #template(idOrAlias: string): Promise<TemplateRow> {
+    const template = await this.#o.catalog.getTemplate(idOrAlias);
+    if (!template) throw new WarrenError("not_found", `template '${idOrAlias}' not found`);
+    return template;
+  }
+
+  async #update(live: LiveSandbox, patch: SandboxPatch): Promise<void> {
+    live.row = (await this.#o.catalog.updateSandbox(live.row.id, patch)) ?? {
+      ...live.row,
+      ...patch,
+    };
+  }
+
+  async #event(sandboxId: string, kind: string, detail?: Record<string, unknown>): Promise<void> {
+    await this.#o.catalog
+      .recordEvent({ at: new Date().toISOString(), sandboxId, kind, detail })
+      .catch((err: unknown) => this.#log.warn({ err, sandboxId, kind }, "catalog.event_failed"));
+  }
+
+  /** Slot, VM from the snapshot, /init: the sandbox answers once this returns. */
+  async #startVm(live: LiveSandbox, snapshotId: string): Promise<void> {
+    const config = configOf(live.row);
+    const policy = validateEgressPolicy(egressPolicyOf(config.network, config.allowInternetAccess));
+    const signal = live.abort?.signal;
+    const snapshot = await this.#o.catalog.getSnapshot(snapshotId);
+    if (!snapshot)
+      throw new WarrenError("internal", `snapshot ${snapshotId} is missing from the catalog`);
+    live.slot = await this.#o.slots.acquire(policy);
+    signal?.throwIfAborted();
+    const spec = guestSpec({
+      id: live.row.id,
+      slot: live.slot,
+      images: this.#o.images,
+      shape: { vcpus: live.row.vcpus, memoryMiB: live.row.memoryMiB },
+      runtimeDir: runtimeDir(this.#o.layout, live.row.id),
+    });
+    const vm = await this.#o.driver.restore(snapshot.dir, spec);
+    live.vm = vm;
+    this.#watchExit(live);
+    signal?.throwIfAborted();
+    await initEnvd(
+      live.slot.hostAddress,
+      { envVars: { ...live.row.envVars }, accessToken: live.row.envdAccessToken ?? "" },
+      {
+        token: live.row.envdAccessToken,
+        deadlineMs: this.#o.envdDeadlineMs ?? 30_000,
+        signal,
+      },
+    );
+    signal?.throwIfAborted();
+  }
+
+  /** A VMM that dies while its sandbox runs: the sandbox is lost, and says so. */
+  #watchExit(live: LiveSandbox): void {
+    const vm = live.vm;
+    void vm?.exited.then(async (exit) => {
+      if (exit.expected || live.vm !== vm) return;
+      this.#log.error({ sandboxId: live.row.id, exit }, "sandbox.vmm_died");
+      await this.#lock
+        .run(live.row.id, async () => {
+          if (live.vm !== vm || !this.#sandboxes.has(live.row.id)) return;
+          live.vm = undefined;
+          await this.#teardown(live, `lost: the VMM exited (${exit.reason})`);
+        })
+        .catch((err: unknown) => this.#log.error({ err }, "sandbox.cleanup_failed"));
+    });
+  }
+
+  #armTtl(live: LiveSandbox): void {
+    clearTimeout(live.ttlTimer);
+    if (this.#closing) return;
+    const delay = Math.max(0, Math.min(Date.parse(live.row.endAt) - Date.now(), MAX_TIMER_MS));
+    live.ttlTimer = setTimeout(() => void this.#expire(live), delay);
+    live.ttlTimer.unref();
+  }
+
+  async #expire(live: LiveSandbox): Promise<void> {
+    const id = live.row.id;
+    await this.#lock
+      .run(id, async () => {
+        if (!this.#sandboxes.has(id) || live.row.state !== "running") return;
+        if (Date.parse(live.row.endAt) > Date.now() + 50) return this.#armTtl(live);
+        if (configOf(live.row).lifecycle.onTimeout === "pause") {
+          await this.#pauseNow(live);
+        } else {
+          await this.#teardown(live, "timeout");
+        }
+      })
+      .catch((err: unknown) => this.#log.error({ sandboxId: id, err }, "sandbox.expiry_failed"));
+  }
+
+  /** Inside the lock, state running: capture to a new snapshot and let the VMM go. */
+  async #pauseNow(live: LiveSandbox): Promise<void> {
+    const vm = live.vm;
+    if (!vm) throw new WarrenError("conflict", `sandbox ${live.row.id} is not running`);
+    clearTimeout(live.ttlTimer);
+    const previous = live.row.snapshotId;
+    const snapshotId = newId();
+    const dir = snapshotDir(this.#o.layout, snapshotId);
+    await this.#update(live, { state: "pausing" });
+    let timing: Awaited<ReturnType<typeof vm.snapshot>>;
+    try {
+      timing = await vm.snapshot(dir, { resume: false });
+      await chmod(dir, 0o755);
+    } catch (err) {
+      await rm(dir, { recursive: true, force: true });
+      if (vm.pid && (await processAlive(vm.pid))) {
+        await this.#update(live, { state: "running" });
+        this.#armTtl(live);
+        throw err;
+      }
+      await this.#teardown(live, "lost: pause failed");
+      throw err;
+    }
+    live.vm = undefined;
+    this.#events.emit("stopped", live.row.id);
+    await this.#o.catalog.putSnapshot({
+      id: snapshotId,
+      dir,
+      sandboxId: live.row.id,
+      parentId: previous,
+      kind: "pause",
+      names: [],
+      imagesFingerprint: this.#o.images.fingerprint,
+      createdAt: new Date().toISOString(),
+    });
+    await this.#update(live, { state: "paused", snapshotId });
+    await this.#releaseRuntime(live);
+    this.#log.info({ sandboxId: live.row.id, ...timing }, "sandbox.paused");
+    await this.#event(live.row.id, "sandbox.paused", { ...timing });
+  }
+
+  /** Inside the lock, state paused: restore from its snapshot and /init again. */
+  async #resumeNow(live: LiveSandbox, timeoutMs: number): Promise<void> {
+    const snapshotId = live.row.snapshotId;
+    if (!snapshotId)
+      throw new WarrenError("internal", `paused sandbox ${live.row.id} has no snapshot`);
+    live.releaseCapacity = this.#capacity.reserve({
+      vcpus: live.row.vcpus,
+      memoryMiB: live.row.memoryMiB,
+    });
+    live.abort = new AbortController();
+    const started = performance.now();
+    await this.#update(live, { state: "resuming" });
+    try {
+      await this.#startVm(live, snapshotId);
+    } catch (err) {
+      const killed = live.abort.signal.aborted;
+      live.abort = undefined;
+      await this.#releaseRuntime(live);
+      if (killed) {
+        await this.#teardown(live, "killed");
+        throw new WarrenError(
+          "conflict",
+          `sandbox ${live.row.id} was killed while it was resuming`,
+        );
+      }
+      await this.#update(live, { state: "paused" });
+      throw err;
+    }
+    live.abort = undefined;
+    await this.#update(live, {
+      state: "running",
+      endAt: new Date(Date.now() + timeoutMs).toISOString(),
+    });
+    this.#armTtl(live);
+    const durationMs = Math.round(performance.now() - started);
+    this.#log.info({ sandboxId: live.row.id, durationMs }, "sandbox.resumed");
+    await this.#event(live.row.id, "sandbox.resumed", { durationMs });
+  }
+
+  /** Gives back what a running VM holds: VMM, slot, runtime dir, capacity. */
+  async #releaseRuntime(live: LiveSandbox): Promise<void> {
+    const { vm, slot } = live;
+    live.vm = undefined;
+    live.slot = undefined;
+    if (vm)
+      await vm.destroy().catch((err: unknown) => this.#log.warn({ err }, "vm.destroy_failed"));
+    await rm(runtimeDir(this.#o.layout, live.row.id), { recursive: true, force: true });
+    if (slot) {
+      await this.#o.slots
+        .release(slot)
+        .catch((err: unknown) => this.#log.warn({ err }, "network.slot_release_failed"));
+    }
+    live.releaseCapacity?.();
+    live.releaseCapacity = undefined;
+  }
+
+  /** The end of a sandbox: everything it holds is released and its own snapshots deleted. */
+  async #teardown(live: LiveSandbox, reason: string): Promise<void> {
+    const id = live.row.id;
+    clearTimeout(live.ttlTimer);
+    this.#events.emit("stopped", id);
+    await this.#update(live, { state: "killing" }).catch(() => {});
+    await this.#releaseRuntime(live);
+    for (const snapshot of await this.#o.catalog.listSnapshots({ sandboxId: id })) {
+      if (snapshot.kind === "pause") await removeSnapshot(this.#o.catalog, snapshot);
+    }
+    await this.#update(live, { state: "killed", endedReason: reason, snapshotId: undefined });
+    this.#sandboxes.delete(id);
+    this.#log.info({ sandboxId: id, reason }, "sandbox.killed");
+    await this.#event(id, "sandbox.killed", { reason });
+  }
+}
+
+async function processAlive(pid: number): Promise<boolean> {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

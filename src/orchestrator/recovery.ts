@@ -1,0 +1,69 @@
+import { readdir, readFile, rm } from "node:fs/promises";
+import type { Logger } from "pino";
+import type { Catalog } from "../catalog/index.js";
+import type { StateLayout } from "./layout.js";
+import { removeSnapshot } from "./snapshot-files.js";
+
+export interface RecoveryOptions {
+  readonly catalog: Catalog;
+  readonly layout: StateLayout;
+  readonly logger: Logger;
+}
+
+/**
+ * At start: sandboxes an earlier server left running (or mid-transition) cannot be
+ * re-adopted (their network slots are rebuilt from scratch), so they are reported lost:
+ * any VMM still alive is killed, runtime directories removed, and their rows marked killed
+ * with the reason. Paused sandboxes are untouched: their snapshots are on disk.
+ */
+export async function recoverLeftovers(options: RecoveryOptions): Promise<void> {
+  const { catalog, layout, logger } = options;
+  const killed = await killStrayVmms(layout.runDir);
+  if (killed > 0) logger.warn({ count: killed }, "recovery.vmm_killed");
+  const lost = await catalog.listSandboxes([
+    "creating",
+    "running",
+    "pausing",
+    "resuming",
+    "killing",
+  ]);
+  for (const row of lost) {
+    for (const snapshot of await catalog.listSnapshots({ sandboxId: row.id })) {
+      if (snapshot.kind === "pause") await removeSnapshot(catalog, snapshot);
+    }
+    const reason = `lost: the server stopped while the sandbox was ${row.state}`;
+    await catalog.updateSandbox(row.id, {
+      state: "killed",
+      endedReason: reason,
+      snapshotId: undefined,
+    });
+    await catalog.recordEvent({
+      at: new Date().toISOString(),
+      sandboxId: row.id,
+      kind: "sandbox.lost",
+      detail: { state: row.state },
+    });
+    logger.warn({ sandboxId: row.id, state: row.state }, "sandbox.lost");
+  }
+  for (const entry of await readdir(layout.runDir).catch(() => [] as string[])) {
+    await rm(`${layout.runDir}/${entry}`, { recursive: true, force: true });
+  }
+}
+
+/** Kills QEMU processes whose command line points into our runtime directory. */
+async function killStrayVmms(runDir: string): Promise<number> {
+  let count = 0;
+  for (const entry of await readdir("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    const cmdline = await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "");
+    if (!cmdline.startsWith("qemu-system") && !cmdline.includes("/qemu-system")) continue;
+    if (!cmdline.includes(`${runDir}/`)) continue;
+    try {
+      process.kill(Number(entry), "SIGKILL");
+      count += 1;
+    } catch {
+      // Already gone.
+    }
+  }
+  return count;
+}

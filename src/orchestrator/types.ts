@@ -1,0 +1,170 @@
+/**
+ * What the orchestrator offers the API and the proxy. Framework-free: the API turns HTTP
+ * into these calls, the proxy asks `SandboxRouter` where a sandbox's port is. Errors are
+ * WarrenErrors (src/shared): not_found → 404, conflict → 409, resource_exhausted → 429,
+ * unavailable → 503, invalid_argument → 400.
+ */
+
+/** States in the catalog. The E2B API shows only running/paused (see `publicState`). */
+export type SandboxState = "creating" | "running" | "pausing" | "paused" | "resuming" | "killing";
+
+/** The two states the E2B API knows. */
+export type PublicState = "running" | "paused";
+
+export interface SandboxNetwork {
+  /** CIDRs (or addresses) always allowed out; allow wins over deny. */
+  readonly allowOut: readonly string[];
+  readonly denyOut: readonly string[];
+  /** False: ports other than envd's need the `e2b-traffic-access-token` header. */
+  readonly allowPublicTraffic: boolean;
+  /** Upstream Host header for app ports; `${PORT}` is replaced by the port. */
+  readonly maskRequestHost?: string;
+}
+
+export interface SandboxLifecycle {
+  /** What the TTL does when it runs out. */
+  readonly onTimeout: "kill" | "pause";
+  /** Traffic through the proxy to a paused sandbox resumes it. */
+  readonly autoResume: boolean;
+}
+
+export interface CreateSandboxInput {
+  /** Template name, alias or id (a snapshot id is a template id too). */
+  readonly templateId: string;
+  readonly timeoutMs: number;
+  readonly metadata: Readonly<Record<string, string>>;
+  readonly envVars: Readonly<Record<string, string>>;
+  readonly lifecycle: SandboxLifecycle;
+  readonly network: SandboxNetwork;
+  readonly allowInternetAccess: boolean;
+  /** Secured envd: an access token is issued and required. */
+  readonly secure: boolean;
+}
+
+export interface SandboxInfo {
+  readonly sandboxId: string;
+  readonly templateId: string;
+  readonly alias?: string;
+  readonly clientId: string;
+  readonly state: PublicState;
+  readonly metadata: Readonly<Record<string, string>>;
+  readonly startedAt: Date;
+  readonly endAt: Date;
+  readonly cpuCount: number;
+  readonly memoryMiB: number;
+  readonly diskSizeMiB: number;
+  readonly envdVersion: string;
+  readonly envdAccessToken?: string;
+  readonly trafficAccessToken?: string;
+  readonly network: SandboxNetwork;
+  readonly allowInternetAccess: boolean;
+  readonly lifecycle: SandboxLifecycle;
+}
+
+export interface ListFilter {
+  /** Absent: both. */
+  readonly states?: readonly PublicState[];
+  /** AND-ed exact matches. */
+  readonly metadata?: Readonly<Record<string, string>>;
+  /** Template id or alias. */
+  readonly template?: string;
+  readonly startedAfter?: Date;
+}
+
+/** One sample of envd's /metrics (E2B's SandboxMetric, times as Dates, sizes in bytes). */
+export interface SandboxMetric {
+  readonly timestamp: Date;
+  readonly cpuCount: number;
+  readonly cpuUsedPct: number;
+  readonly memUsed: number;
+  readonly memTotal: number;
+  readonly memCache: number;
+  readonly diskUsed: number;
+  readonly diskTotal: number;
+}
+
+export interface SandboxLogEntry {
+  readonly timestamp: Date;
+  readonly level: "debug" | "info" | "warn" | "error";
+  readonly message: string;
+  /** Where the line comes from: "lifecycle" (orchestrator events) or "console" (guest serial). */
+  readonly source: "lifecycle" | "console";
+}
+
+/** PUT /sandboxes/{id}/network: replace-all for the fields given. */
+export interface NetworkUpdate {
+  readonly allowOut?: readonly string[];
+  readonly denyOut?: readonly string[];
+  readonly allowInternetAccess?: boolean;
+}
+
+export interface ServerStatus {
+  /** starting: the API answers 503 until ready (the base template is being built). */
+  readonly phase: "starting" | "ready" | "failed";
+  readonly accelerator?: "kvm" | "tcg";
+  /** Why the accelerator was chosen (probe result or configuration). */
+  readonly acceleratorReason?: string;
+  readonly message?: string;
+}
+
+/** Everything the E2B API routes need. */
+export interface SandboxService {
+  status(): ServerStatus;
+  create(input: CreateSandboxInput): Promise<SandboxInfo>;
+  /** Throws not_found for unknown or killed ids. */
+  get(sandboxId: string): SandboxInfo;
+  /** Running and paused sandboxes matching the filter, oldest first (startedAt, then id). */
+  list(filter: ListFilter): SandboxInfo[];
+  kill(sandboxId: string): Promise<void>;
+  /** conflict when already paused. */
+  pause(sandboxId: string): Promise<void>;
+  /**
+   * Resumes a paused sandbox (resumed: true) or extends a running one's TTL, never
+   * shortening it. `timeoutMs` absent: the default TTL.
+   */
+  connect(
+    sandboxId: string,
+    timeoutMs: number | undefined,
+  ): Promise<{ sandbox: SandboxInfo; resumed: boolean }>;
+  /** Deprecated route: conflict when the sandbox is running. */
+  resume(
+    sandboxId: string,
+    timeoutMs: number | undefined,
+    autoPause?: boolean,
+  ): Promise<SandboxInfo>;
+  /** Replaces the deadline with now + timeoutMs (may shorten). */
+  setTimeout(sandboxId: string, timeoutMs: number): Promise<void>;
+  /** Extends the deadline to now + durationMs when that is later. */
+  refresh(sandboxId: string, durationMs: number): Promise<void>;
+  metrics(sandboxId: string, window: { start?: Date; end?: Date }): Promise<SandboxMetric[]>;
+  logs(sandboxId: string, options: { start?: Date; limit?: number }): Promise<SandboxLogEntry[]>;
+  updateNetwork(sandboxId: string, update: NetworkUpdate): Promise<void>;
+}
+
+/** Where the proxy sends a sandbox's traffic. */
+export interface ProxyRoute {
+  readonly sandboxId: string;
+  /** The sandbox's address as the host reaches it (its network slot). */
+  readonly host: string;
+  readonly port: number;
+  readonly trafficAccessToken?: string;
+  readonly allowPublicTraffic: boolean;
+  readonly maskRequestHost?: string;
+}
+
+export type RouteResult =
+  | { readonly kind: "ok"; readonly route: ProxyRoute }
+  /** Unknown, killed, or paused without autoResume: 502 "The sandbox was not found". */
+  | { readonly kind: "not_found" }
+  /** Mid-transition (pausing, killing): 409. */
+  | { readonly kind: "conflict"; readonly message: string };
+
+export interface SandboxRouter {
+  /** Resolves a sandbox's port, resuming a paused sandbox with autoResume first. */
+  route(sandboxId: string, port: number): Promise<RouteResult>;
+  /**
+   * Called when a sandbox stops serving traffic (paused, killed, crashed): the proxy then
+   * cuts its open streams and drops its connection pool. Returns an unsubscribe function.
+   */
+  onSandboxStopped(listener: (sandboxId: string) => void): () => void;
+}

@@ -1,0 +1,133 @@
+import { type ClientRequest, type IncomingMessage, request, type ServerResponse } from "node:http";
+import {
+  durationMs,
+  type Exchange,
+  errorCode,
+  idleTimeoutError,
+  trackConnected,
+  upstreamErrorBody,
+} from "./exchange.js";
+import { downstreamResponseHeaders } from "./headers.js";
+import { sendError } from "./respond.js";
+
+/**
+ * Forwards one plain request and streams both bodies without buffering. Ends in exactly one
+ * of: the response finished, a JSON error (nothing was sent yet), or a destroyed response.
+ * The client going away aborts the upstream request; so does the sandbox stopping.
+ */
+export function forwardRequest(
+  exchange: Exchange,
+  req: IncomingMessage,
+  res: ServerResponse,
+): void {
+  const { sandboxId, port, logger } = exchange;
+  const hasBody =
+    req.headers["transfer-encoding"] !== undefined ||
+    (req.headers["content-length"] !== undefined && req.headers["content-length"] !== "0");
+  let upstream: ClientRequest | undefined;
+  let settled = false;
+
+  const settle = (outcome: string, status?: number): boolean => {
+    if (settled) return false;
+    settled = true;
+    untrack();
+    // Whatever of the request body is left goes nowhere: stop sending, drain it.
+    req.unpipe();
+    if (upstream && !upstream.writableFinished) upstream.destroy();
+    if (!req.readableEnded) req.resume();
+    const fields = { sandboxId, port, method: req.method, status, outcome };
+    logger.debug({ ...fields, durationMs: durationMs(exchange.started) }, "proxy.request");
+    return true;
+  };
+  const untrack = exchange.track(() => {
+    if (!settle("sandbox_stopped", res.headersSent ? res.statusCode : 502)) return;
+    upstream?.destroy();
+    sendError(res, { sandboxId, message: "The sandbox was not found", code: 502 });
+  });
+
+  req.on("error", () => upstream?.destroy());
+  res.on("error", () => upstream?.destroy());
+  res.once("finish", () => settle("ok", res.statusCode));
+  res.once("close", () => {
+    if (res.writableFinished) return;
+    settle("client_closed", res.headersSent ? res.statusCode : undefined);
+    upstream?.destroy();
+  });
+
+  const attempt = (retries: number): void => {
+    const proxyReq = request({
+      host: exchange.route.host,
+      port: exchange.route.port,
+      method: req.method,
+      path: exchange.path,
+      headers: exchange.headers,
+      agent: exchange.agent,
+    });
+    upstream = proxyReq;
+    const connected = trackConnected(proxyReq);
+    let answered = false;
+    proxyReq.setTimeout(exchange.idleTimeoutMs, () => proxyReq.destroy(idleTimeoutError()));
+    proxyReq.on("response", (proxyRes) => {
+      answered = true;
+      if (settled) {
+        proxyRes.destroy();
+        return;
+      }
+      try {
+        res.writeHead(
+          proxyRes.statusCode ?? 502,
+          proxyRes.statusMessage,
+          downstreamResponseHeaders(proxyRes.rawHeaders),
+        );
+      } catch {
+        // A head Node refuses to send (a status out of range, say): the sandbox's fault.
+        proxyRes.destroy();
+        settle("bad_upstream_head", 502);
+        const message = `The sandbox's server on port ${port} sent a response that cannot be relayed`;
+        sendError(res, { sandboxId, message, code: 502 });
+        return;
+      }
+      proxyRes.on("error", () => res.destroy());
+      proxyRes.once("close", () => {
+        // The upstream connection broke mid-body: the client must not see a clean end.
+        if (!proxyRes.complete) res.destroy();
+      });
+      // Headers go at once: a server-streaming response may not write for a while.
+      res.flushHeaders();
+      proxyRes.pipe(res);
+    });
+    proxyReq.on("error", (err) => {
+      if (settled) return;
+      const reset = errorCode(err) === "ECONNRESET" || errorCode(err) === "EPIPE";
+      if (!answered && !hasBody && retries > 0 && proxyReq.reusedSocket && reset) {
+        // A pooled connection the sandbox closed just as it was reused; nothing was consumed.
+        attempt(retries - 1);
+        return;
+      }
+      const status = res.headersSent ? res.statusCode : undefined;
+      logger.warn(
+        {
+          sandboxId,
+          port,
+          method: req.method,
+          status,
+          code: errorCode(err),
+          err: err.message,
+          durationMs: durationMs(exchange.started),
+        },
+        "proxy.upstream_error",
+      );
+      if (res.headersSent) {
+        settle("upstream_error", status);
+        res.destroy();
+        return;
+      }
+      const body = upstreamErrorBody(exchange, err, connected());
+      settle("upstream_error", body.code);
+      sendError(res, body);
+    });
+    if (hasBody) req.pipe(proxyReq);
+    else proxyReq.end();
+  };
+  attempt(1);
+}

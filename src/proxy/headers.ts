@@ -1,0 +1,117 @@
+import type { OutgoingHttpHeaders } from "node:http";
+
+/** Headers that only concern one connection (RFC 9110 7.6.1), never forwarded as such. */
+const HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+]);
+
+/** Read by the proxy itself; the sandbox never sees them. */
+export const ROUTING_HEADERS = new Set([
+  "e2b-sandbox-id",
+  "e2b-sandbox-port",
+  "e2b-traffic-access-token",
+]);
+
+/**
+ * Dropped from requests: `expect` is answered by the node server itself (Node sends
+ * `100 Continue`), the forwarding headers are rebuilt below.
+ */
+const REBUILT = new Set([
+  "expect",
+  "host",
+  "x-forwarded-for",
+  "x-forwarded-proto",
+  "x-forwarded-host",
+]);
+
+function isHopByHop(name: string, listed: ReadonlySet<string>): boolean {
+  return HOP_BY_HOP.has(name) || name.startsWith("proxy-") || listed.has(name);
+}
+
+/** Header names a `Connection` header lists: they are hop-by-hop too. */
+function connectionTokens(rawHeaders: readonly string[]): Set<string> {
+  const tokens = new Set<string>();
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    if (rawHeaders[i]?.toLowerCase() !== "connection") continue;
+    for (const token of (rawHeaders[i + 1] ?? "").split(",")) {
+      const name = token.trim().toLowerCase();
+      // The body's framing stays whatever a Connection header says.
+      if (name !== "" && name !== "content-length") tokens.add(name);
+    }
+  }
+  return tokens;
+}
+
+export interface UpstreamHeaderOptions {
+  /** Host header to send (the original, or the sandbox's `maskRequestHost`). */
+  readonly host: string;
+  /** The client's address, appended to `x-forwarded-for`. */
+  readonly clientAddress: string | undefined;
+  /** `http` or `https`, unless the request already carries `x-forwarded-proto`. */
+  readonly proto: string;
+  /** The Host the client used, unless the request already carries `x-forwarded-host`. */
+  readonly originalHost: string | undefined;
+  /** Keep `Upgrade` and send `Connection: upgrade`. */
+  readonly upgrade: boolean;
+}
+
+/** The request headers to send upstream, from the client's raw headers. */
+export function upstreamRequestHeaders(
+  rawHeaders: readonly string[],
+  options: UpstreamHeaderOptions,
+): OutgoingHttpHeaders {
+  const listed = connectionTokens(rawHeaders);
+  const headers: Record<string, string | string[]> = {};
+  const forwarded: Record<string, string[]> = {};
+  let chunked = false;
+  let upgrade: string | undefined;
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = (rawHeaders[i] ?? "").toLowerCase();
+    const value = rawHeaders[i + 1] ?? "";
+    if (name === "transfer-encoding" && /chunked/i.test(value)) chunked = true;
+    if (name === "upgrade") upgrade ??= value;
+    if (REBUILT.has(name)) {
+      if (name.startsWith("x-forwarded-")) forwarded[name] = [...(forwarded[name] ?? []), value];
+      continue;
+    }
+    if (ROUTING_HEADERS.has(name) || isHopByHop(name, listed)) continue;
+    const existing = headers[name];
+    if (existing === undefined) headers[name] = value;
+    else if (Array.isArray(existing)) existing.push(value);
+    else headers[name] = [existing, value];
+  }
+  headers.host = options.host;
+  const chain = [...(forwarded["x-forwarded-for"] ?? [])];
+  if (options.clientAddress) chain.push(options.clientAddress);
+  if (chain.length > 0) headers["x-forwarded-for"] = chain.join(", ");
+  headers["x-forwarded-proto"] = forwarded["x-forwarded-proto"]?.[0] ?? options.proto;
+  const forwardedHost = forwarded["x-forwarded-host"]?.[0] ?? options.originalHost;
+  if (forwardedHost !== undefined) headers["x-forwarded-host"] = forwardedHost;
+  if (chunked) {
+    // Node then frames the body as chunks whatever the method; a length would contradict it.
+    headers["transfer-encoding"] = "chunked";
+    delete headers["content-length"];
+  }
+  if (options.upgrade && upgrade !== undefined) {
+    headers.connection = "upgrade";
+    headers.upgrade = upgrade;
+  }
+  return headers;
+}
+
+/** The response headers to send the client (flat name/value list, case kept). */
+export function downstreamResponseHeaders(rawHeaders: readonly string[]): string[] {
+  const listed = connectionTokens(rawHeaders);
+  const out: string[] = [];
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i] ?? "";
+    if (isHopByHop(name.toLowerCase(), listed)) continue;
+    out.push(name, rawHeaders[i + 1] ?? "");
+  }
+  return out;
+}

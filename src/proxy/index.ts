@@ -1,0 +1,4 @@
+export type { ProxyLogger } from "./proxy-logger.js";
+export type { ProxyErrorBody } from "./respond.js";
+export { SandboxProxy, type SandboxProxyOptions } from "./sandbox-proxy.js";
+export { type ProxyTarget, parseTarget, type TargetInput, type TargetResult } from "./target.js";

@@ -1,0 +1,273 @@
+import { Agent, type IncomingMessage, type ServerResponse } from "node:http";
+import type { Duplex } from "node:stream";
+import type { TLSSocket } from "node:tls";
+import type { ProxyRoute, SandboxRouter } from "../orchestrator/types.js";
+import { ENVD_PORT } from "../protocol/index.js";
+import { WarrenError } from "../shared/index.js";
+import { isInternalEnvdPath, requestPath, tokenMatches } from "./access.js";
+import { durationMs, type Exchange } from "./exchange.js";
+import { forwardRequest } from "./forward-request.js";
+import { forwardUpgrade } from "./forward-upgrade.js";
+import { upstreamRequestHeaders } from "./headers.js";
+import { type ProxyLogger, silentLogger } from "./proxy-logger.js";
+import { type ProxyErrorBody, sendError, writeSocketError } from "./respond.js";
+import { isSandboxHost, parseTarget } from "./target.js";
+
+export interface SandboxProxyOptions {
+  /** Where each sandbox's ports are; tells the proxy when a sandbox stops. */
+  readonly router: SandboxRouter;
+  /**
+   * The sandbox domain (`<port>-<id>.<domain>`). Set: Host routing only accepts names under
+   * it, and header routing `sandbox.<domain>`. Default: any domain.
+   */
+  readonly domain?: string;
+  /** pino-compatible. Default: silent. */
+  readonly logger?: ProxyLogger;
+  /**
+   * Idle time after which a pooled upstream connection is closed, and an exchange with no
+   * bytes either way is cut (E2B's orchestrator proxy: 620 s). Default 620_000.
+   */
+  readonly idleTimeoutMs?: number;
+}
+
+/** The traffic access token header, required on app ports of private sandboxes. */
+const TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token";
+
+/** One sandbox's keep-alive pool and the exchanges open with it. */
+interface SandboxConnections {
+  /** The sandbox's address the pool connects to. */
+  readonly host: string;
+  readonly agent: Agent;
+  /** What to do to each open exchange when the sandbox stops. */
+  readonly open: Set<() => void>;
+}
+
+type Admission =
+  | { readonly ok: true; readonly exchange: Exchange }
+  | { readonly ok: false; readonly body: ProxyErrorBody };
+
+/**
+ * The reverse proxy in front of every sandbox's envd and app ports. The node server hands
+ * it the requests and upgrades `matches()` accepts; it routes them by Host
+ * (`<port>-<id>.<domain>`) or `e2b-sandbox-*` headers, asks the router where the sandbox
+ * is, and streams both ways. Each sandbox has its own connection pool, dropped together
+ * with its open streams when the sandbox stops.
+ */
+export class SandboxProxy {
+  readonly #router: SandboxRouter;
+  readonly #domain: string | undefined;
+  readonly #logger: ProxyLogger;
+  readonly #idleTimeoutMs: number;
+  readonly #sandboxes = new Map<string, SandboxConnections>();
+  readonly #unsubscribe: () => void;
+  #closed = false;
+
+  constructor(options: SandboxProxyOptions) {
+    const idleTimeoutMs = options.idleTimeoutMs ?? 620_000;
+    if (!Number.isFinite(idleTimeoutMs) || idleTimeoutMs <= 0) {
+      throw new WarrenError("invalid_argument", "idleTimeoutMs must be a number greater than 0");
+    }
+    this.#router = options.router;
+    this.#domain = options.domain;
+    this.#logger = options.logger ?? silentLogger;
+    this.#idleTimeoutMs = idleTimeoutMs;
+    this.#unsubscribe = this.#router.onSandboxStopped((sandboxId) => this.#stopped(sandboxId));
+  }
+
+  /** True when the request is for a sandbox: an `e2b-sandbox-id` header or a `<port>-<id>` Host. */
+  matches(req: IncomingMessage): boolean {
+    return (
+      req.headers["e2b-sandbox-id"] !== undefined || isSandboxHost(req.headers.host, this.#domain)
+    );
+  }
+
+  /** Forwards a plain request. Never throws; every failure answers JSON or destroys `res`. */
+  handleRequest(req: IncomingMessage, res: ServerResponse): void {
+    const started = performance.now();
+    req.on("error", () => {});
+    res.on("error", () => {});
+    this.#admit(req, started, false)
+      .then((admission) => {
+        // The client may have left while the router resumed the sandbox.
+        if (res.destroyed || res.headersSent || req.socket.destroyed) return;
+        if (!admission.ok) {
+          this.#refused(req, admission.body, started);
+          sendError(res, admission.body);
+          return;
+        }
+        forwardRequest(admission.exchange, req, res);
+      })
+      .catch((err: unknown) => this.#failed(err, started, (body) => sendError(res, body)));
+  }
+
+  /** Forwards an Upgrade request, then pipes the two sockets. Never throws. */
+  handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const started = performance.now();
+    socket.on("error", () => {});
+    this.#admit(req, started, true)
+      .then((admission) => {
+        if (socket.destroyed) return;
+        if (!admission.ok) {
+          this.#refused(req, admission.body, started);
+          writeSocketError(socket, admission.body);
+          return;
+        }
+        forwardUpgrade(admission.exchange, req, socket, head);
+      })
+      .catch((err: unknown) =>
+        this.#failed(err, started, (body) => writeSocketError(socket, body)),
+      );
+  }
+
+  /** Drops every pool and cuts every open exchange; later requests get 503. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#unsubscribe();
+    for (const sandboxId of [...this.#sandboxes.keys()]) this.#drop(sandboxId);
+  }
+
+  /** Decides whether and where a request goes. */
+  async #admit(req: IncomingMessage, started: number, upgrade: boolean): Promise<Admission> {
+    if (this.#closed) {
+      return { ok: false, body: { message: "The proxy is shutting down", code: 503 } };
+    }
+    const parsed = parseTarget({
+      host: req.headers.host,
+      sandboxId: single(req.headers["e2b-sandbox-id"]),
+      sandboxPort: single(req.headers["e2b-sandbox-port"]),
+      domain: this.#domain,
+    });
+    if (!parsed.ok) return { ok: false, body: { message: parsed.message, code: 400 } };
+    const { sandboxId, port } = parsed.target;
+    const path = requestPath(req.url);
+    if (path === undefined) {
+      return { ok: false, body: { sandboxId, message: "Invalid request target", code: 400 } };
+    }
+    // Checked before routing: an internal path must not even resume a paused sandbox.
+    if (port === ENVD_PORT && isInternalEnvdPath(path)) {
+      const message = "This envd endpoint is reserved for the orchestrator";
+      return { ok: false, body: { sandboxId, message, code: 404 } };
+    }
+    let result: Awaited<ReturnType<SandboxRouter["route"]>>;
+    try {
+      result = await this.#router.route(sandboxId, port);
+    } catch (err) {
+      const known = err instanceof WarrenError;
+      this.#logger.warn(
+        { sandboxId, port, err: err instanceof Error ? err.message : String(err) },
+        "proxy.route_failed",
+      );
+      const message = known ? err.message : "The sandbox could not be routed";
+      return { ok: false, body: { sandboxId, message, code: known ? err.status : 500 } };
+    }
+    if (result.kind === "not_found") {
+      return { ok: false, body: { sandboxId, message: "The sandbox was not found", code: 502 } };
+    }
+    if (result.kind === "conflict") {
+      return { ok: false, body: { sandboxId, message: result.message, code: 409 } };
+    }
+    if (this.#closed) {
+      return { ok: false, body: { message: "The proxy is shutting down", code: 503 } };
+    }
+    const route = result.route;
+    if (port !== ENVD_PORT && !route.allowPublicTraffic) {
+      const token = single(req.headers[TRAFFIC_TOKEN_HEADER]);
+      if (!tokenMatches(token, route.trafficAccessToken)) {
+        const message = `${token === undefined ? "Missing" : "Invalid"} ${TRAFFIC_TOKEN_HEADER} header`;
+        return { ok: false, body: { sandboxId, message, code: 403 } };
+      }
+    }
+    const headers = upstreamRequestHeaders(req.rawHeaders, {
+      host: upstreamHost(req, route, port),
+      clientAddress: req.socket.remoteAddress,
+      proto: (req.socket as Partial<TLSSocket>).encrypted ? "https" : "http",
+      originalHost: req.headers.host,
+      upgrade,
+    });
+    const connections = this.#connections(sandboxId, route.host);
+    const exchange: Exchange = {
+      sandboxId,
+      port,
+      route,
+      path,
+      headers,
+      agent: connections.agent,
+      idleTimeoutMs: this.#idleTimeoutMs,
+      logger: this.#logger,
+      started,
+      track(cut) {
+        connections.open.add(cut);
+        return () => connections.open.delete(cut);
+      },
+    };
+    return { ok: true, exchange };
+  }
+
+  #connections(sandboxId: string, host: string): SandboxConnections {
+    let connections = this.#sandboxes.get(sandboxId);
+    if (connections?.host !== host) {
+      // New, or resumed at another address without a stop seen: nothing pooled is reusable.
+      connections?.agent.destroy();
+      connections = {
+        host,
+        agent: new Agent({ keepAlive: true, timeout: this.#idleTimeoutMs, scheduling: "lifo" }),
+        open: connections?.open ?? new Set(),
+      };
+      this.#sandboxes.set(sandboxId, connections);
+    }
+    return connections;
+  }
+
+  #stopped(sandboxId: string): void {
+    const cut = this.#drop(sandboxId);
+    if (cut !== undefined) this.#logger.info({ sandboxId, cut }, "proxy.sandbox_stopped");
+  }
+
+  /** Destroys the sandbox's pool and cuts its open exchanges; returns how many were cut. */
+  #drop(sandboxId: string): number | undefined {
+    const connections = this.#sandboxes.get(sandboxId);
+    if (!connections) return undefined;
+    this.#sandboxes.delete(sandboxId);
+    const open = [...connections.open];
+    connections.open.clear();
+    for (const cut of open) cut();
+    connections.agent.destroy();
+    return open.length;
+  }
+
+  #refused(req: IncomingMessage, body: ProxyErrorBody, started: number): void {
+    const fields = { sandboxId: body.sandboxId, status: body.code, method: req.method };
+    this.#logger.debug(
+      { ...fields, message: body.message, durationMs: durationMs(started) },
+      "proxy.refused",
+    );
+  }
+
+  /** A bug: answers 500 if it still can. */
+  #failed(err: unknown, started: number, answer: (body: ProxyErrorBody) => void): void {
+    this.#logger.warn(
+      { err: err instanceof Error ? err.message : String(err), durationMs: durationMs(started) },
+      "proxy.internal_error",
+    );
+    const body = { message: "Internal proxy error", code: 500 };
+    try {
+      answer(body);
+    } catch {
+      // The client is gone; nothing left to answer.
+    }
+  }
+}
+
+/** The Host the sandbox sees: `maskRequestHost` on app ports when set, else the original. */
+function upstreamHost(req: IncomingMessage, route: ProxyRoute, port: number): string {
+  if (port !== ENVD_PORT && route.maskRequestHost) {
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: E2B's literal placeholder.
+    return route.maskRequestHost.replaceAll("${PORT}", String(port));
+  }
+  return req.headers.host ?? `${route.host}:${route.port}`;
+}
+
+function single(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
+}

@@ -1,0 +1,92 @@
+import type {
+  CreateSandboxInput,
+  ListFilter,
+  NetworkUpdate,
+  RouteResult,
+  SandboxInfo,
+  SandboxLogEntry,
+  SandboxMetric,
+  SandboxRouter,
+  SandboxService,
+  ServerStatus,
+} from "../orchestrator/index.js";
+import { WarrenError } from "../shared/index.js";
+
+type Target = SandboxService & SandboxRouter;
+
+/**
+ * Stands in for the orchestrator while the server starts (host setup, accelerator probe,
+ * base template), so that the port answers at once: the API 503, the proxy 502, until
+ * `bind()` hands over the real one.
+ */
+export class LateBound implements Target {
+  #target: Target | undefined;
+  readonly #pending = new Set<(id: string) => void>();
+
+  constructor(readonly startingStatus: () => ServerStatus) {}
+
+  bind(target: Target): void {
+    this.#target = target;
+    for (const listener of this.#pending) target.onSandboxStopped(listener);
+    this.#pending.clear();
+  }
+
+  get #real(): Target {
+    if (this.#target) return this.#target;
+    const status = this.startingStatus();
+    throw new WarrenError(
+      "unavailable",
+      status.phase === "failed"
+        ? `the server failed to start: ${status.message ?? "see its log"}`
+        : `the server is starting up${status.message ? ` (${status.message})` : ""}`,
+    );
+  }
+
+  status(): ServerStatus {
+    return this.#target?.status() ?? this.startingStatus();
+  }
+  create(input: CreateSandboxInput): Promise<SandboxInfo> {
+    return this.#real.create(input);
+  }
+  get(id: string): SandboxInfo {
+    return this.#real.get(id);
+  }
+  list(filter: ListFilter): SandboxInfo[] {
+    return this.#real.list(filter);
+  }
+  kill(id: string): Promise<void> {
+    return this.#real.kill(id);
+  }
+  pause(id: string): Promise<void> {
+    return this.#real.pause(id);
+  }
+  connect(id: string, timeoutMs: number | undefined) {
+    return this.#real.connect(id, timeoutMs);
+  }
+  resume(id: string, timeoutMs: number | undefined, autoPause?: boolean): Promise<SandboxInfo> {
+    return this.#real.resume(id, timeoutMs, autoPause);
+  }
+  setTimeout(id: string, timeoutMs: number): Promise<void> {
+    return this.#real.setTimeout(id, timeoutMs);
+  }
+  refresh(id: string, durationMs: number): Promise<void> {
+    return this.#real.refresh(id, durationMs);
+  }
+  metrics(id: string, window: { start?: Date; end?: Date }): Promise<SandboxMetric[]> {
+    return this.#real.metrics(id, window);
+  }
+  logs(id: string, options: { start?: Date; limit?: number }): Promise<SandboxLogEntry[]> {
+    return this.#real.logs(id, options);
+  }
+  updateNetwork(id: string, update: NetworkUpdate): Promise<void> {
+    return this.#real.updateNetwork(id, update);
+  }
+  route(id: string, port: number): Promise<RouteResult> {
+    return this.#target ? this.#target.route(id, port) : Promise.resolve({ kind: "not_found" });
+  }
+  onSandboxStopped(listener: (id: string) => void): () => void {
+    if (this.#target) return this.#target.onSandboxStopped(listener);
+    this.#pending.add(listener);
+    return () => this.#pending.delete(listener);
+  }
+}

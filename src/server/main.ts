@@ -1,0 +1,38 @@
+import pino from "pino";
+import { loadConfig } from "../shared/config.js";
+import { startNodeServer } from "./node-server.js";
+
+/** `npm start` runs this (bundled as dist/server/main.mjs) once the host is set up. */
+async function main(): Promise<void> {
+  let config: ReturnType<typeof loadConfig>;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    process.stderr.write(`warren: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(2);
+  }
+  const logger = pino({ level: config.logLevel, base: undefined });
+  logger.info(
+    { config: { ...config, apiKeys: `${config.apiKeys.length} extra` } },
+    "server.config",
+  );
+  const server = await startNodeServer(config, logger);
+  let stopping = false;
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    process.on(signal, () => {
+      if (stopping) return;
+      stopping = true;
+      logger.info({ signal }, "server.stopping");
+      server.close().then(
+        () => process.exit(0),
+        (err: unknown) => {
+          logger.error({ err }, "server.close_failed");
+          process.exit(1);
+        },
+      );
+    });
+  }
+  server.ready.catch(() => process.exit(1));
+}
+
+void main();

@@ -1,0 +1,145 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { join } from "node:path";
+import type { Duplex } from "node:stream";
+import pino, { type Logger } from "pino";
+import { createApi } from "../api/index.js";
+import { SqliteCatalog } from "../catalog/index.js";
+import { ensureHostSetup, ensureVmmUser } from "../images/index.js";
+import { SlotPool } from "../network/index.js";
+import { Orchestrator, type ServerStatus, stateLayout } from "../orchestrator/index.js";
+import { SandboxProxy } from "../proxy/index.js";
+import { type Config, hostResources } from "../shared/config.js";
+import { chooseAccelerator, QemuDriver, qemuVersion } from "../vmm/qemu/index.js";
+import { loadApiKeys } from "./api-keys.js";
+import { LateBound } from "./late-bound.js";
+
+export interface NodeServer {
+  /** Where it listens, e.g. http://127.0.0.1:3000. */
+  readonly url: string;
+  readonly apiKeys: ReadonlySet<string>;
+  /** Settles when the orchestrator is ready (or rejects when starting failed). */
+  readonly ready: Promise<void>;
+  readonly logger: Logger;
+  close(): Promise<void>;
+}
+
+/**
+ * The composition root: listens at once (API answers 503 while starting), then sets the host
+ * up, chooses the accelerator, opens the catalog, builds the driver, slots, orchestrator and
+ * proxy, and binds them. API and sandbox proxy share one port: a request carrying sandbox
+ * routing (E2b-Sandbox-Id header or a `<port>-<id>.` Host) goes to the proxy.
+ */
+export async function startNodeServer(
+  config: Readonly<Config>,
+  logger?: Logger,
+): Promise<NodeServer> {
+  const root = logger ?? pino({ level: config.logLevel, base: undefined });
+  const log = root.child({ component: "server" });
+  const layout = stateLayout(config.dataDir);
+  const { keys, file: keyFile, generated } = await loadApiKeys(layout.secretsDir, config.apiKeys);
+  if (generated) {
+    // Printed once, on the start that created it; afterwards it is only in the file.
+    process.stderr.write(`\nWarren API key (stored in ${keyFile}):\n  ${generated}\n\n`);
+  }
+
+  let status: ServerStatus = { phase: "starting", message: "setting the host up" };
+  const late = new LateBound(() => status);
+  const proxy = new SandboxProxy({
+    router: late,
+    domain: config.domain,
+    logger: root.child({ component: "proxy" }),
+  });
+  let http: Server | undefined;
+  const api = createApi({
+    service: late,
+    apiKeys: () => keys,
+    domain: config.domain ?? null,
+    defaultTimeoutMs: config.defaultTimeoutMs,
+    maxTimeoutMs: config.maxTimeoutMs,
+    logger: root.child({ component: "api" }),
+    serverFactory: (handler) => {
+      http = createServer((req: IncomingMessage, res: ServerResponse) => {
+        if (proxy.matches(req)) proxy.handleRequest(req, res);
+        else handler(req, res);
+      });
+      http.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+        if (proxy.matches(req)) proxy.handleUpgrade(req, socket, head);
+        else socket.destroy();
+      });
+      return http;
+    },
+  });
+  await api.listen({ host: config.host, port: config.port });
+  const address = http?.address() as AddressInfo;
+  const url = `http://${config.host}:${address.port}`;
+  log.info({ url, dataDir: config.dataDir }, "server.listening");
+
+  let orchestrator: Orchestrator | undefined;
+  const ready = (async () => {
+    const images = await ensureHostSetup({ dataDir: config.dataDir });
+    status = { phase: "starting", message: "choosing the accelerator" };
+    const version = await qemuVersion();
+    const accel = await chooseAccelerator({
+      configured: config.accel,
+      kernel: images.kernel,
+      initramfs: images.initramfs,
+      qemuVersion: version,
+      cacheFile: join(config.dataDir, "accel.json"),
+    });
+    log.info(
+      { accelerator: accel.accel, reason: accel.reason, source: accel.source, qemu: version },
+      "server.accelerator",
+    );
+    const vmmUser = await ensureVmmUser();
+    const driver = new QemuDriver({ accel: accel.accel, qemuVersion: version, runAs: vmmUser });
+    const slots = new SlotPool({
+      size: config.slotPoolSize,
+      tapOwner: { uid: vmmUser.uid, gid: vmmUser.gid },
+      logger: root.child({ component: "network" }),
+    });
+    const catalog = await SqliteCatalog.open(layout.catalog);
+    const host = hostResources();
+    orchestrator = new Orchestrator({
+      catalog,
+      driver,
+      slots,
+      images,
+      layout,
+      limits: {
+        maxSandboxes: config.maxSandboxes,
+        maxVcpus: Math.floor(host.cpus * config.vcpuOvercommit),
+        maxMemoryMiB: Math.floor(host.memoryMiB * config.memoryOvercommit),
+      },
+      templateShape: { vcpus: config.templateVcpus, memoryMiB: config.templateMemoryMiB },
+      defaultTimeoutMs: config.defaultTimeoutMs,
+      accelerator: { accel: accel.accel, reason: accel.reason },
+      logger: root.child({ component: "orchestrator" }),
+    });
+    status = { phase: "starting", message: "preparing the base template" };
+    await orchestrator.start();
+    late.bind(orchestrator);
+    log.info({ url }, "server.ready");
+  })().catch((err: unknown) => {
+    const message = err instanceof Error ? err.message : String(err);
+    status = { phase: "failed", message };
+    log.error({ err }, "server.start_failed");
+    throw err;
+  });
+  // Callers that do not await `ready` must not crash the process with an unhandled rejection.
+  ready.catch(() => {});
+
+  return {
+    url,
+    apiKeys: keys,
+    ready,
+    logger: log,
+    async close() {
+      proxy.close(); // open streams would hold the HTTP server open
+      await ready.catch(() => {});
+      await orchestrator?.close();
+      await api.close();
+      log.info("server.closed");
+    },
+  };
+}

@@ -1,0 +1,38 @@
+import assert from "node:assert/strict";
+import { it } from "node:test";
+import { describeSettings, loadConfig } from "./config.js";
+
+it("has defaults for everything", () => {
+  const config = loadConfig({}, {});
+  assert.equal(config.port, 3000);
+  assert.equal(config.host, "127.0.0.1");
+  assert.equal(config.dataDir, "/var/lib/warren");
+  assert.equal(config.accel, "auto");
+  assert.deepEqual(config.apiKeys, []);
+  assert.ok(Object.isFrozen(config));
+});
+
+it("reads the environment and refuses bad values naming the variable", () => {
+  const config = loadConfig(
+    {},
+    { WARREN_PORT: "8080", WARREN_API_KEYS: "a, b,", WARREN_ACCEL: "tcg" },
+  );
+  assert.equal(config.port, 8080);
+  assert.deepEqual(config.apiKeys, ["a", "b"]);
+  assert.equal(config.accel, "tcg");
+  assert.throws(() => loadConfig({}, { WARREN_PORT: "http" }), /WARREN_PORT="http" is invalid/);
+  assert.throws(() => loadConfig({}, { WARREN_ACCEL: "xen" }), /auto, kvm or tcg/);
+});
+
+it("documents every setting", () => {
+  const table = describeSettings();
+  for (const variable of ["WARREN_PORT", "WARREN_HOME", "WARREN_MAX_SANDBOXES"]) {
+    assert.match(table, new RegExp(variable));
+  }
+});
+
+it("docs/configuration.md carries the current table", async () => {
+  const { readFile } = await import("node:fs/promises");
+  const doc = await readFile(new URL("../../docs/configuration.md", import.meta.url), "utf8");
+  assert.ok(doc.includes(describeSettings()), "regenerate the table in docs/configuration.md");
+});

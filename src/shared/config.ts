@@ -1,0 +1,187 @@
+import { availableParallelism, totalmem } from "node:os";
+import { WarrenError } from "./errors.js";
+
+/**
+ * Every server setting in one table: key, environment variable, default, check, and a
+ * one-line doc. `loadConfig` reads the environment (then explicit overrides), validates
+ * every value naming the variable, and freezes the result.
+ */
+interface Setting<T> {
+  readonly env: string;
+  readonly doc: string;
+  readonly default: () => T;
+  readonly parse: (text: string) => T | undefined;
+  /** What a valid value looks like, for the error message. */
+  readonly expects: string;
+}
+
+const int =
+  (min: number, max = Number.MAX_SAFE_INTEGER) =>
+  (text: string) => {
+    const value = Number(text);
+    return Number.isInteger(value) && value >= min && value <= max ? value : undefined;
+  };
+const num = (min: number) => (text: string) => {
+  const value = Number(text);
+  return Number.isFinite(value) && value >= min ? value : undefined;
+};
+const str = (text: string) => (text.trim() === "" ? undefined : text.trim());
+const oneOf =
+  <T extends string>(...values: T[]) =>
+  (text: string) =>
+    values.includes(text as T) ? (text as T) : undefined;
+const list = (text: string) =>
+  text
+    .split(",")
+    .map((item) => item.trim())
+    .filter((item) => item !== "");
+
+const SETTINGS = {
+  host: {
+    env: "WARREN_HOST",
+    doc: "Address the server listens on (API and sandbox proxy).",
+    default: () => "127.0.0.1",
+    parse: str,
+    expects: "an address",
+  },
+  port: {
+    env: "WARREN_PORT",
+    doc: "Port of the API and the sandbox proxy.",
+    default: () => 3000,
+    parse: int(0, 65_535),
+    expects: "an integer 0..65535",
+  },
+  dataDir: {
+    env: "WARREN_HOME",
+    doc: "Data directory: images, catalog, snapshots, sandboxes, secrets.",
+    default: () => "/var/lib/warren",
+    parse: str,
+    expects: "a path",
+  },
+  accel: {
+    env: "WARREN_ACCEL",
+    doc: "Accelerator: kvm, tcg, or auto (probe once per host by booting a guest).",
+    default: () => "auto" as const,
+    parse: oneOf("auto", "kvm", "tcg"),
+    expects: "auto, kvm or tcg",
+  },
+  apiKeys: {
+    env: "WARREN_API_KEYS",
+    doc: "Extra API keys (comma-separated), accepted besides <data dir>/secrets/api-key.",
+    default: (): string[] => [],
+    parse: list,
+    expects: "a comma-separated list",
+  },
+  domain: {
+    env: "WARREN_DOMAIN",
+    doc: "Domain of sandbox host names (<port>-<id>.<domain>); returned to clients when set.",
+    default: (): string | undefined => undefined,
+    parse: str,
+    expects: "a domain name",
+  },
+  maxSandboxes: {
+    env: "WARREN_MAX_SANDBOXES",
+    doc: "Most sandboxes running (or starting) at once on this node.",
+    default: () => 200,
+    parse: int(1),
+    expects: "a positive integer",
+  },
+  vcpuOvercommit: {
+    env: "WARREN_VCPU_OVERCOMMIT",
+    doc: "Guest vCPUs allowed per host CPU (idle guests cost little CPU: see bench/).",
+    default: () => 160,
+    parse: num(0.1),
+    expects: "a number ≥ 0.1",
+  },
+  memoryOvercommit: {
+    env: "WARREN_MEMORY_OVERCOMMIT",
+    doc: "Guest memory allowed as a multiple of host RAM (idle guests touch little of theirs).",
+    default: () => 8,
+    parse: num(0.1),
+    expects: "a number ≥ 0.1",
+  },
+  templateVcpus: {
+    env: "WARREN_TEMPLATE_VCPUS",
+    doc: "vCPUs of the built-in base template.",
+    default: () => 2,
+    parse: int(1, 64),
+    expects: "an integer 1..64",
+  },
+  templateMemoryMiB: {
+    env: "WARREN_TEMPLATE_MEMORY_MIB",
+    doc: "Memory of the built-in base template, MiB.",
+    default: () => 512,
+    parse: int(128, 65_536),
+    expects: "an integer 128..65536",
+  },
+  defaultTimeoutMs: {
+    env: "WARREN_DEFAULT_TIMEOUT_MS",
+    doc: "TTL of a sandbox created or resumed without a timeout.",
+    default: () => 300_000,
+    parse: int(1_000),
+    expects: "milliseconds ≥ 1000",
+  },
+  maxTimeoutMs: {
+    env: "WARREN_MAX_TIMEOUT_MS",
+    doc: "Longest TTL a client may ask for.",
+    default: () => 86_400_000,
+    parse: int(1_000),
+    expects: "milliseconds ≥ 1000",
+  },
+  slotPoolSize: {
+    env: "WARREN_SLOT_POOL_SIZE",
+    doc: "Network slots kept ready ahead of need.",
+    default: () => 4,
+    parse: int(0, 1_000),
+    expects: "an integer 0..1000",
+  },
+  logLevel: {
+    env: "WARREN_LOG_LEVEL",
+    doc: "pino log level.",
+    default: () => "info" as const,
+    parse: oneOf("trace", "debug", "info", "warn", "error", "silent"),
+    expects: "trace, debug, info, warn, error or silent",
+  },
+} satisfies Record<string, Setting<unknown>>;
+
+type Settings = typeof SETTINGS;
+export type Config = {
+  readonly [K in keyof Settings]: ReturnType<Settings[K]["default"]>;
+};
+
+/** Reads every setting from `env` (default process.env), then `overrides`; throws on a bad value. */
+export function loadConfig(
+  overrides: Partial<Config> = {},
+  env: NodeJS.ProcessEnv = process.env,
+): Readonly<Config> {
+  const config: Record<string, unknown> = {};
+  for (const [key, setting] of Object.entries(SETTINGS) as [string, Setting<unknown>][]) {
+    const raw = env[setting.env];
+    if (raw === undefined || raw === "") {
+      config[key] = setting.default();
+      continue;
+    }
+    const value = setting.parse(raw);
+    if (value === undefined) {
+      throw new WarrenError(
+        "invalid_argument",
+        `${setting.env}=${JSON.stringify(raw)} is invalid: expected ${setting.expects}`,
+      );
+    }
+    config[key] = value;
+  }
+  return Object.freeze({ ...(config as Config), ...overrides });
+}
+
+/** Host capacity the overcommit ratios apply to. */
+export function hostResources(): { cpus: number; memoryMiB: number } {
+  return { cpus: availableParallelism(), memoryMiB: Math.floor(totalmem() / 1024 / 1024) };
+}
+
+/** Markdown table of every setting (docs/configuration.md is generated from it). */
+export function describeSettings(): string {
+  const rows = Object.values(SETTINGS as Record<string, Setting<unknown>>).map(
+    (s) => `| \`${s.env}\` | ${JSON.stringify(s.default()) ?? "unset"} | ${s.doc} |`,
+  );
+  return ["| Variable | Default | Meaning |", "|---|---|---|", ...rows].join("\n");
+}

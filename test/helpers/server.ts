@@ -1,0 +1,127 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { DATA_DIR } from "./guest.js";
+
+const ROOT = join(import.meta.dirname, "..", "..");
+/** First start on a fresh machine sets the host up and builds the base template. */
+const READY_TIMEOUT_MS = 20 * 60_000;
+
+export interface LogLine {
+  readonly msg?: string;
+  readonly level?: number;
+  readonly [key: string]: unknown;
+}
+
+export interface TestServer {
+  readonly url: string;
+  readonly apiKey: string;
+  readonly dataDir: string;
+  readonly process: ChildProcess;
+  /** Every JSON log line so far (the server logs with pino on stdout). */
+  readonly logs: LogLine[];
+  /** SIGTERM and wait for the exit (the server pauses running sandboxes first). */
+  stop(): Promise<number | null>;
+}
+
+/**
+ * Starts the real node server (the bundle `npm start` runs, built by the test command) on
+ * an ephemeral port, waits until it is ready, and points the e2b SDK at it through the same
+ * environment variables a user sets: E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY.
+ */
+export async function startServer(env: Record<string, string> = {}): Promise<TestServer> {
+  const dataDir = env.WARREN_HOME ?? DATA_DIR;
+  const child = spawn(
+    process.execPath,
+    ["--enable-source-maps", join(ROOT, "dist", "server", "main.mjs")],
+    {
+      cwd: ROOT,
+      env: { ...process.env, WARREN_PORT: "0", WARREN_HOME: dataDir, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
+  const logs: LogLine[] = [];
+  let stderr = "";
+  child.stderr?.on("data", (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+  const url = await new Promise<string>((resolve, reject) => {
+    let listening: string | undefined;
+    const timer = setTimeout(
+      () => reject(new Error(`server not ready in ${READY_TIMEOUT_MS} ms\n${stderr.slice(-3000)}`)),
+      READY_TIMEOUT_MS,
+    );
+    createInterface({ input: child.stdout as NodeJS.ReadableStream }).on("line", (line) => {
+      let entry: LogLine;
+      try {
+        entry = JSON.parse(line) as LogLine;
+      } catch {
+        return;
+      }
+      logs.push(entry);
+      if (process.env.WARREN_TEST_SERVER_LOG) process.stderr.write(`${line}\n`);
+      if (entry.msg === "server.listening") listening = entry.url as string;
+      if (entry.msg === "server.ready" && listening) {
+        clearTimeout(timer);
+        resolve(listening);
+      }
+    });
+    void exited.then((code) => {
+      clearTimeout(timer);
+      const tail = logs
+        .slice(-10)
+        .map((l) => JSON.stringify(l))
+        .join("\n");
+      reject(
+        new Error(`server exited (${code}) before it was ready\n${tail}\n${stderr.slice(-3000)}`),
+      );
+    });
+  });
+  const apiKey = (await readFile(join(dataDir, "secrets", "api-key"), "utf8")).split("\n")[0] ?? "";
+  process.env.E2B_API_URL = url;
+  process.env.E2B_SANDBOX_URL = url;
+  process.env.E2B_API_KEY = apiKey;
+  delete process.env.E2B_DEBUG;
+  return {
+    url,
+    apiKey,
+    dataDir,
+    process: child,
+    logs,
+    async stop() {
+      if (child.exitCode === null) child.kill("SIGTERM");
+      return exited;
+    },
+  };
+}
+
+/** A raw API call with the key (for what the SDK cannot send: bad bodies, wrong types). */
+export async function api(
+  server: TestServer,
+  method: string,
+  path: string,
+  body?: string | object,
+  headers: Record<string, string> = {},
+): Promise<{
+  status: number;
+  body: Record<string, unknown> | unknown[] | undefined;
+  headers: Headers;
+}> {
+  const res = await fetch(`${server.url}${path}`, {
+    method,
+    headers: {
+      "x-api-key": server.apiKey,
+      ...(body === undefined ? {} : { "content-type": "application/json" }),
+      ...headers,
+    },
+    body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return {
+    status: res.status,
+    body: text ? (JSON.parse(text) as Record<string, unknown>) : undefined,
+    headers: res.headers,
+  };
+}
