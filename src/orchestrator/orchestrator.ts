@@ -13,12 +13,7 @@ import { initEnvd } from "./envd-client.js";
 import { newId, newToken } from "./ids.js";
 import { runtimeDir, type StateLayout, snapshotDir } from "./layout.js";
 import { byStart, matchesFilter } from "./list-filter.js";
-import {
-  configOf,
-  type LiveSandbox,
-  type SandboxConfig,
-  sandboxInfo,
-} from "./live-sandbox.js";
+import { configOf, type LiveSandbox, type SandboxConfig, sandboxInfo } from "./live-sandbox.js";
 import { egressPolicyOf } from "./network-config.js";
 import { recoverLeftovers } from "./recovery.js";
 import { SerialLock } from "./serial-lock.js";

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { type CommandRunner, NetworkError, runCommand, SlotPool } from "../../src/network/index.js";
-import { TAP_OWNER } from "./fake-guest.js";
 import { leakCheck, removeLeftovers } from "../helpers/leak-check.js";
+import { TAP_OWNER } from "./fake-guest.js";
 
 // A slot whose creation fails half-way leaves nothing behind. Failures are injected into
 // each command of a creation: before it runs, after running half of its input, and after

@@ -8,10 +8,10 @@ import {
   type NetworkSlot,
   SlotPool,
 } from "../../src/network/index.js";
+import { leakCheck, removeLeftovers } from "../helpers/leak-check.js";
 import { CleanupStack } from "./cleanup-stack.js";
 import { FakeGuest, TAP_OWNER } from "./fake-guest.js";
 import { FAKENET, FakeNet } from "./fake-net.js";
-import { leakCheck, removeLeftovers } from "../helpers/leak-check.js";
 import { hostConnect } from "./netns-agent.js";
 
 // One slot with a fake guest (a stand-in for QEMU and the VM, see FakeGuest), and a fake

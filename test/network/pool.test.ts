@@ -8,10 +8,10 @@ import {
   SlotPool,
 } from "../../src/network/index.js";
 import { WarrenError } from "../../src/shared/index.js";
+import { leakCheck, removeLeftovers } from "../helpers/leak-check.js";
 import { CleanupStack } from "./cleanup-stack.js";
 import { FakeGuest, TAP_OWNER } from "./fake-guest.js";
 import { FAKENET, FakeNet } from "./fake-net.js";
-import { leakCheck, removeLeftovers } from "../helpers/leak-check.js";
 
 // Slot pool: reuse, reset on release, limits, cleanup of what an earlier server left.
 // Fake guests (stand-ins for QEMU and the VM, see FakeGuest) and a fake internet

@@ -10,9 +10,9 @@ import {
   SlotPool,
   TAP_MAC,
 } from "../../src/network/index.js";
+import { leakCheck, removeLeftovers } from "../helpers/leak-check.js";
 import { CleanupStack } from "./cleanup-stack.js";
 import { FakeGuest, startPump, TAP_OWNER } from "./fake-guest.js";
-import { leakCheck, removeLeftovers } from "../helpers/leak-check.js";
 import { hostConnect, NetnsAgent } from "./netns-agent.js";
 
 // Two slots, each with a fake guest (see FakeGuest: a stand-in for QEMU and the VM) that

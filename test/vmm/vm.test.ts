@@ -22,8 +22,8 @@ import {
   testVmm,
   waitForEnvd,
 } from "../helpers/guest.js";
-import { FAKENET, FakeNet } from "../network/fake-net.js";
 import { leakCheck, removeLeftovers } from "../helpers/leak-check.js";
+import { FAKENET, FakeNet } from "../network/fake-net.js";
 
 const FAKENET_PORT = 47001;
 const HOST_PORT = 47002;
