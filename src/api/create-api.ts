@@ -19,6 +19,7 @@ import { registerLifecycleRoutes } from "./routes/sandbox-lifecycle.js";
 import { registerNetworkRoutes } from "./routes/sandbox-network.js";
 import { registerTelemetryRoutes } from "./routes/sandbox-telemetry.js";
 import { registerSandboxRoutes } from "./routes/sandboxes.js";
+import { registerSnapshotRoutes } from "./routes/snapshots.js";
 
 export interface ApiOptions {
   readonly service: SandboxService;
@@ -90,6 +91,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
     registerSandboxRoutes(api, context);
     registerLifecycleRoutes(api, context);
     registerTelemetryRoutes(api, context);
+    registerSnapshotRoutes(api, context);
     registerNetworkRoutes(api, context);
   });
   return app;

@@ -224,3 +224,48 @@ export const logsV2QuerySchema = {
 export interface SandboxParams {
   sandboxID: string;
 }
+
+// ---- fork and snapshots ----------------------------------------------------------------
+
+/** `SandboxForkRequest`, plus Warren's `metadata` for the children. */
+export interface ForkBody {
+  count?: number;
+  timeout?: number;
+  metadata?: Record<string, string>;
+}
+
+export const forkSchema = optionalBody({
+  properties: {
+    count: { type: "integer", minimum: 1 },
+    timeout: seconds,
+    metadata: { type: "object", additionalProperties: { type: "string" } },
+  },
+});
+
+/** `CreateSnapshotRequest`. */
+export interface SnapshotBody {
+  name?: string;
+}
+
+export const snapshotSchema = optionalBody({ properties: { name: { type: "string" } } });
+
+export interface SnapshotsQuery {
+  sandboxID?: string;
+  name?: string;
+  limit?: string;
+  nextToken?: string;
+}
+
+export const snapshotsQuerySchema = {
+  type: "object",
+  properties: {
+    sandboxID: { type: "string" },
+    name: { type: "string" },
+    limit: { type: "string" },
+    nextToken: { type: "string" },
+  },
+} as const;
+
+export interface TemplateParams {
+  templateID: string;
+}

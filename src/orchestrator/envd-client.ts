@@ -51,8 +51,10 @@ function exchange(
 }
 
 /**
- * POST /init until envd answers (retried every 5 ms while the guest comes up), as E2B's
- * orchestrator does after every start and resume: the sandbox is usable once it returns.
+ * POST /init until envd answers, as E2B's orchestrator does after every start and resume:
+ * the sandbox is usable once it returns. A refused connection is retried every 5 ms; a
+ * connection that was accepted is given the whole deadline to answer (when many guests
+ * start at once on few cores, aborting slow answers would only start the work again).
  */
 export async function initEnvd(
   host: string,
@@ -61,14 +63,16 @@ export async function initEnvd(
 ): Promise<void> {
   const deadline = performance.now() + options.deadlineMs;
   let lastError = "no attempt";
-  while (performance.now() < deadline) {
+  for (;;) {
     options.signal?.throwIfAborted();
+    const remainingMs = Math.round(deadline - performance.now());
+    if (remainingMs <= 0) break;
     try {
       const stamped = { ...body, timestamp: new Date().toISOString() };
       const reply = await exchange(host, "POST", "/init", {
         body: stamped,
         token: options.token,
-        timeoutMs: 2_000,
+        timeoutMs: remainingMs,
       });
       if (reply.status === 204) return;
       // An answer other than 204 will not change by retrying (bad token, bad body).

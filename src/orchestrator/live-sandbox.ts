@@ -2,6 +2,7 @@ import type { SandboxRow } from "../catalog/index.js";
 import type { NetworkSlot } from "../network/index.js";
 import { ENVD_VERSION } from "../protocol/index.js";
 import type { Vm } from "../vmm/index.js";
+import { newId, newToken } from "./ids.js";
 import type {
   PublicState,
   SandboxInfo,
@@ -69,5 +70,45 @@ export function sandboxInfo(row: SandboxRow): SandboxInfo {
     network: config.network,
     allowInternetAccess: config.allowInternetAccess,
     lifecycle: config.lifecycle,
+  };
+}
+
+export interface NewRowInput {
+  readonly templateId: string;
+  readonly alias?: string;
+  readonly shape: {
+    readonly vcpus: number;
+    readonly memoryMiB: number;
+    readonly diskSizeMiB: number;
+  };
+  readonly metadata: Readonly<Record<string, string>>;
+  readonly envVars: Readonly<Record<string, string>>;
+  readonly config: SandboxConfig;
+  readonly timeoutMs: number;
+  /** The snapshot it starts from (and whose disk its overlay is stacked on). */
+  readonly snapshotId: string;
+}
+
+/** A new sandbox's catalog row: fresh id and tokens, state creating. */
+export function newRow(input: NewRowInput): SandboxRow {
+  const now = new Date();
+  return {
+    id: newId(),
+    templateId: input.templateId,
+    alias: input.alias,
+    state: "creating",
+    clientId: "warren",
+    envdAccessToken: input.config.secure ? newToken() : undefined,
+    trafficAccessToken: input.config.network.allowPublicTraffic ? undefined : newToken(),
+    vcpus: input.shape.vcpus,
+    memoryMiB: input.shape.memoryMiB,
+    diskSizeMiB: input.shape.diskSizeMiB,
+    metadata: input.metadata,
+    envVars: input.envVars,
+    config: input.config as unknown as Record<string, unknown>,
+    startedAt: now.toISOString(),
+    endAt: new Date(now.getTime() + input.timeoutMs).toISOString(),
+    snapshotId: input.snapshotId,
+    updatedAt: now.toISOString(),
   };
 }

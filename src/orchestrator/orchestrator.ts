@@ -5,22 +5,30 @@ import type { Catalog, SandboxPatch, SandboxRow, TemplateRow } from "../catalog/
 import type { GuestArtifacts } from "../images/index.js";
 import { type SlotPool, validateEgressPolicy } from "../network/index.js";
 import { ENVD_PORT } from "../protocol/index.js";
-import { WarrenError } from "../shared/index.js";
+import { toWarrenError, WarrenError } from "../shared/index.js";
 import type { MachineShape, VmmDriver } from "../vmm/index.js";
 import { ensureBaseTemplate } from "./base-template.js";
 import { Capacity, type CapacityLimits } from "./capacity.js";
 import { initEnvd } from "./envd-client.js";
-import { newId, newToken } from "./ids.js";
+import { newId } from "./ids.js";
 import { runtimeDir, type StateLayout, snapshotDir } from "./layout.js";
 import { byStart, matchesFilter } from "./list-filter.js";
-import { configOf, type LiveSandbox, type SandboxConfig, sandboxInfo } from "./live-sandbox.js";
+import {
+  configOf,
+  type LiveSandbox,
+  newRow,
+  type SandboxConfig,
+  sandboxInfo,
+} from "./live-sandbox.js";
 import { egressPolicyOf } from "./network-config.js";
 import { recoverLeftovers } from "./recovery.js";
 import { SerialLock } from "./serial-lock.js";
-import { removeSnapshot } from "./snapshot-files.js";
+import { releaseSnapshot } from "./snapshot-files.js";
 import { sampleMetrics, sandboxLogs } from "./telemetry.js";
 import type {
   CreateSandboxInput,
+  ForkInput,
+  ForkResult,
   ListFilter,
   NetworkUpdate,
   RouteResult,
@@ -30,6 +38,7 @@ import type {
   SandboxRouter,
   SandboxService,
   ServerStatus,
+  SnapshotInfo,
 } from "./types.js";
 import { guestSpec } from "./vm-spec.js";
 
@@ -41,6 +50,8 @@ export interface OrchestratorOptions {
   readonly layout: StateLayout;
   readonly limits: CapacityLimits;
   readonly templateShape: MachineShape;
+  /** Most children one fork call may ask for. */
+  readonly maxForkCount: number;
   readonly defaultTimeoutMs: number;
   readonly accelerator: { readonly accel: "kvm" | "tcg"; readonly reason: string };
   readonly logger: Logger;
@@ -138,33 +149,41 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     const template = await this.#template(input.templateId);
     // Checked before anything is reserved: a bad list is the caller's 400.
     validateEgressPolicy(egressPolicyOf(input.network, input.allowInternetAccess));
-    const releaseCapacity = this.#capacity.reserve(template);
-    const now = new Date();
     const config: SandboxConfig = {
       network: input.network,
       allowInternetAccess: input.allowInternetAccess,
       lifecycle: input.lifecycle,
       secure: input.secure,
     };
-    const row: SandboxRow = {
-      id: newId(),
-      templateId: template.id,
-      alias: template.aliases[0],
-      state: "creating",
-      clientId: "warren",
-      envdAccessToken: input.secure ? newToken() : undefined,
-      trafficAccessToken: input.network.allowPublicTraffic ? undefined : newToken(),
-      vcpus: template.vcpus,
-      memoryMiB: template.memoryMiB,
-      diskSizeMiB: template.diskSizeMiB,
-      metadata: input.metadata,
-      envVars: input.envVars,
-      config: config as unknown as Record<string, unknown>,
-      startedAt: now.toISOString(),
-      endAt: new Date(now.getTime() + input.timeoutMs).toISOString(),
-      snapshotId: template.snapshotId,
-      updatedAt: now.toISOString(),
-    };
+    return this.#launch(
+      newRow({
+        templateId: template.id,
+        alias: template.aliases[0],
+        shape: template,
+        metadata: input.metadata,
+        envVars: input.envVars,
+        config,
+        timeoutMs: input.timeoutMs,
+        snapshotId: template.snapshotId,
+      }),
+      await this.#capturedToken(template.snapshotId),
+    );
+  }
+
+  /** The envd access token inside a snapshot: its source sandbox's (kept after it ends). */
+  async #capturedToken(snapshotId: string): Promise<string | undefined> {
+    const snapshot = await this.#o.catalog.getSnapshot(snapshotId);
+    if (!snapshot?.sandboxId) return undefined;
+    return (await this.#o.catalog.getSandbox(snapshot.sandboxId))?.envdAccessToken;
+  }
+
+  /**
+   * Admits a new sandbox (capacity, catalog row) and starts it from its row's snapshot.
+   * `presentToken`: the token the captured envd still holds (a fork child's source's).
+   */
+  async #launch(row: SandboxRow, presentToken?: string): Promise<SandboxInfo> {
+    const snapshotId = row.snapshotId as string;
+    const releaseCapacity = this.#capacity.reserve(row);
     const live: LiveSandbox = { row, releaseCapacity, abort: new AbortController(), metrics: [] };
     try {
       await this.#o.catalog.insertSandbox(row);
@@ -173,11 +192,11 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       throw err;
     }
     this.#sandboxes.set(row.id, live);
-    this.#log.info({ sandboxId: row.id, template: template.id }, "sandbox.creating");
+    this.#log.info({ sandboxId: row.id, snapshotId }, "sandbox.creating");
     const started = performance.now();
     await this.#lock.run(row.id, async () => {
       try {
-        await this.#startVm(live, template.snapshotId);
+        await this.#startVm(live, snapshotId, presentToken);
         await this.#update(live, { state: "running" });
         this.#armTtl(live);
       } catch (err) {
@@ -190,8 +209,8 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       }
     });
     const durationMs = Math.round(performance.now() - started);
-    this.#log.info({ sandboxId: row.id, template: template.id, durationMs }, "sandbox.created");
-    await this.#event(row.id, "sandbox.created", { durationMs });
+    this.#log.info({ sandboxId: row.id, snapshotId, durationMs }, "sandbox.created");
+    await this.#event(row.id, "sandbox.created", { durationMs, snapshotId });
     return sandboxInfo(live.row);
   }
 
@@ -330,6 +349,175 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     });
   }
 
+  // ---- fork and snapshots ------------------------------------------------------------------
+
+  async fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
+    this.#ensureReady();
+    const source = this.#live(sandboxId);
+    if (!Number.isInteger(input.count) || input.count < 1 || input.count > this.#o.maxForkCount) {
+      throw new WarrenError(
+        "invalid_argument",
+        `count must be an integer from 1 to ${this.#o.maxForkCount}, got ${input.count}`,
+      );
+    }
+    const snapshotId = await this.#capture(source, "fork");
+    const row = source.row;
+    const config = configOf(row);
+    const started = performance.now();
+    const results = await Promise.all(
+      Array.from({ length: input.count }, async (): Promise<ForkResult> => {
+        try {
+          const child = newRow({
+            templateId: row.templateId,
+            alias: row.alias,
+            shape: row,
+            metadata: { ...row.metadata, ...input.metadata },
+            envVars: row.envVars,
+            config,
+            timeoutMs: input.timeoutMs ?? this.#o.defaultTimeoutMs,
+            snapshotId,
+          });
+          return { sandbox: await this.#launch(child, row.envdAccessToken) };
+        } catch (err) {
+          const error = toWarrenError(err);
+          return { error: { code: error.status, message: error.message } };
+        }
+      }),
+    );
+    const startedCount = results.filter((r) => "sandbox" in r).length;
+    const durationMs = Math.round(performance.now() - started);
+    this.#log.info(
+      { sandboxId, snapshotId, count: input.count, started: startedCount, durationMs },
+      "sandbox.forked",
+    );
+    await this.#event(sandboxId, "sandbox.forked", {
+      snapshotId,
+      count: input.count,
+      started: startedCount,
+    });
+    // A fork whose every child failed leaves a capture nobody uses.
+    await releaseSnapshot(this.#o.catalog, snapshotId);
+    return results;
+  }
+
+  async createSnapshot(sandboxId: string, input: { name?: string }): Promise<SnapshotInfo> {
+    this.#ensureReady();
+    const source = this.#live(sandboxId);
+    if (input.name !== undefined) {
+      if (!/^[a-z0-9][a-z0-9._-]{0,62}$/.test(input.name)) {
+        throw new WarrenError(
+          "invalid_argument",
+          "name must be 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
+        );
+      }
+      if (await this.#o.catalog.getTemplate(input.name)) {
+        throw new WarrenError("already_exists", `a template named '${input.name}' already exists`);
+      }
+    }
+    const snapshotId = await this.#capture(source, "named");
+    const template: TemplateRow = {
+      id: newId(),
+      aliases: input.name ? [input.name] : [],
+      kind: "snapshot",
+      snapshotId,
+      vcpus: source.row.vcpus,
+      memoryMiB: source.row.memoryMiB,
+      diskSizeMiB: source.row.diskSizeMiB,
+      createdAt: new Date().toISOString(),
+    };
+    await this.#o.catalog.putTemplate(template);
+    await this.#event(sandboxId, "sandbox.snapshotted", { template: template.id, snapshotId });
+    return this.#snapshotInfo(template, sandboxId);
+  }
+
+  async listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
+    const infos: SnapshotInfo[] = [];
+    for (const template of await this.#o.catalog.listTemplates()) {
+      if (template.kind !== "snapshot") continue;
+      const snapshot = await this.#o.catalog.getSnapshot(template.snapshotId);
+      if (filter.sandboxId && snapshot?.sandboxId !== filter.sandboxId) continue;
+      const info = this.#snapshotInfo(template, snapshot?.sandboxId);
+      if (
+        filter.name &&
+        !template.aliases.includes(filter.name) &&
+        !info.names.includes(filter.name)
+      )
+        continue;
+      infos.push(info);
+    }
+    return infos.sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime());
+  }
+
+  async deleteTemplate(templateId: string): Promise<void> {
+    const template = await this.#template(templateId);
+    if (template.kind === "base") {
+      throw new WarrenError("invalid_argument", `'${templateId}' is the built-in base template`);
+    }
+    // Sandboxes made from it (and their forks, which inherit the template) block deletion. Its
+    // data may stay a while longer: the source sandbox's disk may stand on it (refcounted).
+    const users = [...this.#sandboxes.values()]
+      .filter((live) => live.row.templateId === template.id)
+      .map((live) => live.row.id);
+    if (users.length > 0) {
+      throw new WarrenError(
+        "conflict",
+        `snapshot ${templateId} is still used by sandbox${users.length > 1 ? "es" : ""} ${users.join(", ")}: kill ${users.length > 1 ? "them" : "it"} first`,
+      );
+    }
+    await this.#o.catalog.deleteTemplate(template.id);
+    await releaseSnapshot(this.#o.catalog, template.snapshotId);
+  }
+
+  #snapshotInfo(template: TemplateRow, sandboxId: string | undefined): SnapshotInfo {
+    const name = template.aliases[0];
+    return {
+      templateId: template.id,
+      snapshotId: `${name ?? template.id}:default`,
+      names: template.aliases.map((alias) => `${alias}:default`),
+      sandboxId,
+      createdAt: new Date(template.createdAt),
+    };
+  }
+
+  /**
+   * The sandbox's state as a snapshot. Running: stopped only while its state is written,
+   * then it continues on a fresh overlay stacked on the capture. Paused: its pause snapshot.
+   */
+  async #capture(live: LiveSandbox, kind: "fork" | "named"): Promise<string> {
+    return this.#lock.run(live.row.id, async () => {
+      this.#mustExist(live.row.id);
+      if (live.row.state === "paused" && live.row.snapshotId) return live.row.snapshotId;
+      const vm = live.vm;
+      if (live.row.state !== "running" || !vm) {
+        throw new WarrenError("conflict", `sandbox ${live.row.id} is ${live.row.state}`);
+      }
+      const snapshotId = newId();
+      const dir = snapshotDir(this.#o.layout, snapshotId);
+      let timing: Awaited<ReturnType<typeof vm.snapshot>>;
+      try {
+        timing = await vm.snapshot(dir, { resume: true });
+        await chmod(dir, 0o755);
+      } catch (err) {
+        await rm(dir, { recursive: true, force: true });
+        throw err;
+      }
+      await this.#o.catalog.putSnapshot({
+        id: snapshotId,
+        dir,
+        sandboxId: live.row.id,
+        parentId: live.row.snapshotId,
+        kind,
+        names: [],
+        imagesFingerprint: this.#o.images.fingerprint,
+        createdAt: new Date().toISOString(),
+      });
+      // Its disk now stands on the capture.
+      await this.#update(live, { snapshotId });
+      this.#log.info({ sandboxId: live.row.id, snapshotId, kind, ...timing }, "sandbox.captured");
+      return snapshotId;
+    });
+  }
+
   // ---- SandboxRouter ------------------------------------------------------------------------
 
   async route(sandboxId: string, port: number): Promise<RouteResult> {
@@ -402,8 +590,9 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     }
   }
 
+  /** By id or name; a `:tag` suffix (E2B's snapshot ids end in `:default`) is ignored. */
   async #template(idOrAlias: string): Promise<TemplateRow> {
-    const template = await this.#o.catalog.getTemplate(idOrAlias);
+    const template = await this.#o.catalog.getTemplate(idOrAlias.replace(/:[^/:]*$/, ""));
     if (!template) throw new WarrenError("not_found", `template '${idOrAlias}' not found`);
     return template;
   }
@@ -422,7 +611,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
   }
 
   /** Slot, VM from the snapshot, /init: the sandbox answers once this returns. */
-  async #startVm(live: LiveSandbox, snapshotId: string): Promise<void> {
+  async #startVm(live: LiveSandbox, snapshotId: string, presentToken?: string): Promise<void> {
     const config = configOf(live.row);
     const policy = validateEgressPolicy(egressPolicyOf(config.network, config.allowInternetAccess));
     const signal = live.abort?.signal;
@@ -446,7 +635,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       live.slot.hostAddress,
       { envVars: { ...live.row.envVars }, accessToken: live.row.envdAccessToken ?? "" },
       {
-        token: live.row.envdAccessToken,
+        token: presentToken ?? live.row.envdAccessToken,
         deadlineMs: this.#o.envdDeadlineMs ?? 30_000,
         signal,
       },
@@ -590,17 +779,19 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     live.releaseCapacity = undefined;
   }
 
-  /** The end of a sandbox: everything it holds is released and its own snapshots deleted. */
+  /**
+   * The end of a sandbox: everything it holds is released, and the snapshots it stood on are
+   * deleted unless forks, templates or other sandboxes still use them.
+   */
   async #teardown(live: LiveSandbox, reason: string): Promise<void> {
     const id = live.row.id;
+    const standsOn = live.row.snapshotId;
     clearTimeout(live.ttlTimer);
     this.#events.emit("stopped", id);
     await this.#update(live, { state: "killing" }).catch(() => {});
     await this.#releaseRuntime(live);
-    for (const snapshot of await this.#o.catalog.listSnapshots({ sandboxId: id })) {
-      if (snapshot.kind === "pause") await removeSnapshot(this.#o.catalog, snapshot);
-    }
     await this.#update(live, { state: "killed", endedReason: reason, snapshotId: undefined });
+    await releaseSnapshot(this.#o.catalog, standsOn);
     this.#sandboxes.delete(id);
     this.#log.info({ sandboxId: id, reason }, "sandbox.killed");
     await this.#event(id, "sandbox.killed", { reason });

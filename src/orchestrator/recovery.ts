@@ -2,7 +2,7 @@ import { readdir, readFile, rm } from "node:fs/promises";
 import type { Logger } from "pino";
 import type { Catalog } from "../catalog/index.js";
 import type { StateLayout } from "./layout.js";
-import { removeSnapshot } from "./snapshot-files.js";
+import { releaseSnapshot } from "./snapshot-files.js";
 
 export interface RecoveryOptions {
   readonly catalog: Catalog;
@@ -28,15 +28,13 @@ export async function recoverLeftovers(options: RecoveryOptions): Promise<void> 
     "killing",
   ]);
   for (const row of lost) {
-    for (const snapshot of await catalog.listSnapshots({ sandboxId: row.id })) {
-      if (snapshot.kind === "pause") await removeSnapshot(catalog, snapshot);
-    }
     const reason = `lost: the server stopped while the sandbox was ${row.state}`;
     await catalog.updateSandbox(row.id, {
       state: "killed",
       endedReason: reason,
       snapshotId: undefined,
     });
+    await releaseSnapshot(catalog, row.snapshotId);
     await catalog.recordEvent({
       at: new Date().toISOString(),
       sandboxId: row.id,

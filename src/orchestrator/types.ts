@@ -98,6 +98,31 @@ export interface NetworkUpdate {
   readonly allowInternetAccess?: boolean;
 }
 
+export interface ForkInput {
+  /** Children to make, 1..maxForkCount. */
+  readonly count: number;
+  /** TTL of each child; absent: the default TTL. */
+  readonly timeoutMs?: number;
+  /** Merged over the source's metadata for every child. */
+  readonly metadata?: Readonly<Record<string, string>>;
+}
+
+/** One child of a fork: started, or why not (E2B's SandboxForkResult). */
+export type ForkResult =
+  | { readonly sandbox: SandboxInfo }
+  | { readonly error: { readonly code: number; readonly message: string } };
+
+/** A persistent snapshot: a template made from a sandbox's captured state. */
+export interface SnapshotInfo {
+  /** The template's raw id ([a-z0-9]+). */
+  readonly templateId: string;
+  /** Usable as `templateID` in create: `<name or template id>:default`. */
+  readonly snapshotId: string;
+  readonly names: readonly string[];
+  readonly sandboxId?: string;
+  readonly createdAt: Date;
+}
+
 export interface ServerStatus {
   /** starting: the API answers 503 until ready (the base template is being built). */
   readonly phase: "starting" | "ready" | "failed";
@@ -139,6 +164,21 @@ export interface SandboxService {
   metrics(sandboxId: string, window: { start?: Date; end?: Date }): Promise<SandboxMetric[]>;
   logs(sandboxId: string, options: { start?: Date; limit?: number }): Promise<SandboxLogEntry[]>;
   updateNetwork(sandboxId: string, update: NetworkUpdate): Promise<void>;
+  /**
+   * Captures the sandbox once (a running source is stopped only for the capture and keeps
+   * running; a paused one is not resumed) and starts `count` children from the capture.
+   * not_found for the source; each child's failure is reported in its own result.
+   */
+  fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]>;
+  /** A persistent snapshot of the sandbox, usable as a template. */
+  createSnapshot(sandboxId: string, input: { name?: string }): Promise<SnapshotInfo>;
+  /** Persistent snapshots, oldest first. */
+  listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]>;
+  /**
+   * Deletes a snapshot template by id or name. not_found when unknown; conflict, naming
+   * them, while sandboxes still run on it; invalid_argument for the built-in base.
+   */
+  deleteTemplate(templateId: string): Promise<void>;
 }
 
 /** Where the proxy sends a sandbox's traffic. */

@@ -1,5 +1,7 @@
 import type {
   CreateSandboxInput,
+  ForkInput,
+  ForkResult,
   ListFilter,
   NetworkUpdate,
   RouteResult,
@@ -9,6 +11,7 @@ import type {
   SandboxRouter,
   SandboxService,
   ServerStatus,
+  SnapshotInfo,
 } from "../orchestrator/index.js";
 import { WarrenError } from "../shared/index.js";
 
@@ -80,6 +83,18 @@ export class LateBound implements Target {
   }
   updateNetwork(id: string, update: NetworkUpdate): Promise<void> {
     return this.#real.updateNetwork(id, update);
+  }
+  fork(id: string, input: ForkInput): Promise<ForkResult[]> {
+    return this.#real.fork(id, input);
+  }
+  createSnapshot(id: string, input: { name?: string }): Promise<SnapshotInfo> {
+    return this.#real.createSnapshot(id, input);
+  }
+  listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
+    return this.#real.listSnapshots(filter);
+  }
+  deleteTemplate(templateId: string): Promise<void> {
+    return this.#real.deleteTemplate(templateId);
   }
   route(id: string, port: number): Promise<RouteResult> {
     return this.#target ? this.#target.route(id, port) : Promise.resolve({ kind: "not_found" });

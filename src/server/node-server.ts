@@ -113,6 +113,7 @@ export async function startNodeServer(
       },
       templateShape: { vcpus: config.templateVcpus, memoryMiB: config.templateMemoryMiB },
       defaultTimeoutMs: config.defaultTimeoutMs,
+      maxForkCount: config.maxForkCount,
       accelerator: { accel: accel.accel, reason: accel.reason },
       logger: root.child({ component: "orchestrator" }),
     });

@@ -102,8 +102,8 @@ const SETTINGS = {
   },
   templateVcpus: {
     env: "WARREN_TEMPLATE_VCPUS",
-    doc: "vCPUs of the built-in base template.",
-    default: () => 2,
+    doc: "vCPUs of the built-in base template (E2B's has 2; under TCG each vCPU is one more host thread on the same cores).",
+    default: () => 1,
     parse: int(1, 64),
     expects: "an integer 1..64",
   },
@@ -127,6 +127,13 @@ const SETTINGS = {
     default: () => 86_400_000,
     parse: int(1_000),
     expects: "milliseconds ≥ 1000",
+  },
+  maxForkCount: {
+    env: "WARREN_MAX_FORK_COUNT",
+    doc: "Most children one fork call may ask for.",
+    default: () => 16,
+    parse: int(1, 256),
+    expects: "an integer 1..256",
   },
   slotPoolSize: {
     env: "WARREN_SLOT_POOL_SIZE",

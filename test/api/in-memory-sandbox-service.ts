@@ -8,6 +8,8 @@
  */
 import type {
   CreateSandboxInput,
+  ForkInput,
+  ForkResult,
   ListFilter,
   NetworkUpdate,
   PublicState,
@@ -16,6 +18,7 @@ import type {
   SandboxMetric,
   SandboxService,
   ServerStatus,
+  SnapshotInfo,
 } from "../../src/orchestrator/index.js";
 import { WarrenError } from "../../src/shared/errors.js";
 
@@ -180,6 +183,49 @@ export class InMemorySandboxService implements SandboxService {
   async updateNetwork(sandboxId: string, update: NetworkUpdate): Promise<void> {
     this.record("updateNetwork", sandboxId, update);
     this.find(sandboxId);
+  }
+
+  readonly snapshots: SnapshotInfo[] = [];
+
+  async fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
+    this.record("fork", sandboxId, input);
+    const source = this.find(sandboxId);
+    return Array.from({ length: input.count }, () => ({
+      sandbox: this.seed({
+        templateId: source.templateId,
+        metadata: { ...source.metadata, ...input.metadata },
+      }),
+    }));
+  }
+
+  async createSnapshot(sandboxId: string, input: { name?: string }): Promise<SnapshotInfo> {
+    this.record("createSnapshot", sandboxId, input);
+    this.find(sandboxId);
+    this.clock += 1000;
+    const templateId = `tpl${this.nextId++}`;
+    const info: SnapshotInfo = {
+      templateId,
+      snapshotId: `${input.name ?? templateId}:default`,
+      names: input.name ? [`${input.name}:default`] : [],
+      sandboxId,
+      createdAt: new Date(this.clock),
+    };
+    this.snapshots.push(info);
+    return info;
+  }
+
+  async listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
+    this.record("listSnapshots", filter);
+    return this.snapshots.filter((s) => !filter.sandboxId || s.sandboxId === filter.sandboxId);
+  }
+
+  async deleteTemplate(templateId: string): Promise<void> {
+    this.record("deleteTemplate", templateId);
+    const index = this.snapshots.findIndex(
+      (s) => s.templateId === templateId || s.snapshotId === templateId,
+    );
+    if (index < 0) throw new WarrenError("not_found", `template ${templateId} not found`);
+    this.snapshots.splice(index, 1);
   }
 
   private record(method: keyof SandboxService, ...args: unknown[]): void {

@@ -10,7 +10,8 @@ import { api, startServer, type TestServer } from "../helpers/server.js";
 let server: TestServer;
 
 before(async () => {
-  server = await startServer();
+  // A node that holds two sandboxes at most, to reach its capacity limit.
+  server = await startServer({ WARREN_MAX_SANDBOXES: "2" });
 });
 
 after(async () => {
@@ -140,6 +141,19 @@ describe("wrong state", () => {
     } finally {
       await sandbox.kill();
     }
+  });
+
+  it("past the node's capacity a create is 429 with Retry-After, and nothing is left", async () => {
+    const held = [await Sandbox.create(), await Sandbox.create()];
+    try {
+      const refused = await api(server, "POST", "/v2/sandboxes", { templateID: "base" });
+      assertError(refused, 429, /capacity/);
+      assert.ok(Number(refused.headers.get("retry-after")) >= 1);
+    } finally {
+      for (const sandbox of held) await sandbox.kill();
+    }
+    const running = await api(server, "GET", "/v2/sandboxes?state=running");
+    assert.deepEqual(running.body, []);
   });
 
   it("the server still serves after all of the above", async () => {

@@ -127,7 +127,32 @@ describe("kill", () => {
   });
 });
 
+describe("the server", () => {
+  it("reports readiness and the accelerator it chose on GET /health", async () => {
+    const res = await fetch(`${server.url}/health`);
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as { status: string; accelerator: string };
+    assert.equal(body.status, "ready");
+    assert.ok(["kvm", "tcg"].includes(body.accelerator), body.accelerator);
+    const logged = server.logs.find((l) => l.msg === "server.accelerator");
+    assert.equal(logged?.accelerator, body.accelerator);
+  });
+});
+
 describe("the proxy", () => {
+  it("cuts a command's stream when its sandbox is killed", async () => {
+    const sandbox = await Sandbox.create();
+    const handle = await sandbox.commands.run("sleep 600", { background: true });
+    const started = Date.now();
+    const outcome = handle.wait().then(
+      () => "exited",
+      () => "cut",
+    );
+    assert.equal(await Sandbox.kill(sandbox.sandboxId), true);
+    assert.equal(await outcome, "cut");
+    assert.ok(Date.now() - started < 10_000, "cut at once, not at a timeout");
+  });
+
   it("answers 502 with E2B's body for an unknown sandbox", async () => {
     const res = await fetch(`${server.url}/health`, {
       headers: { "e2b-sandbox-id": "doesnotexist", "e2b-sandbox-port": "49983" },

@@ -1,0 +1,89 @@
+/**
+ * Fork and persistent snapshots: `POST /sandboxes/:id/fork`, `POST /sandboxes/:id/snapshots`,
+ * `GET /snapshots` (paginated) and `DELETE /templates/:id` (a snapshot, by id or name).
+ */
+import type { FastifyInstance } from "fastify";
+import type { SnapshotInfo } from "../../orchestrator/index.js";
+import type { ApiContext } from "../api-context.js";
+import { optionalSecondsToMs, queryInteger } from "../input.js";
+import { DEFAULT_PAGE_LIMIT, decodeNextToken, MAX_PAGE_LIMIT, paginate } from "../pagination.js";
+import { toSandboxJson } from "../responses.js";
+import {
+  type ForkBody,
+  forkSchema,
+  type SandboxParams,
+  type SnapshotBody,
+  type SnapshotsQuery,
+  snapshotSchema,
+  snapshotsQuerySchema,
+  type TemplateParams,
+} from "../schemas.js";
+
+export function registerSnapshotRoutes(app: FastifyInstance, context: ApiContext): void {
+  const { service, domain, maxTimeoutMs } = context;
+
+  app.post<{ Params: SandboxParams; Body: ForkBody | null }>(
+    "/sandboxes/:sandboxID/fork",
+    { schema: { body: forkSchema } },
+    async (request, reply) => {
+      const body = request.body ?? {};
+      const results = await service.fork(request.params.sandboxID, {
+        count: body.count ?? 1,
+        timeoutMs: optionalSecondsToMs("body/timeout", body.timeout, maxTimeoutMs),
+        metadata: body.metadata,
+      });
+      return reply
+        .code(201)
+        .send(
+          results.map((result) =>
+            "sandbox" in result
+              ? { sandbox: toSandboxJson(result.sandbox, domain) }
+              : { error: result.error },
+          ),
+        );
+    },
+  );
+
+  app.post<{ Params: SandboxParams; Body: SnapshotBody | null }>(
+    "/sandboxes/:sandboxID/snapshots",
+    { schema: { body: snapshotSchema } },
+    async (request, reply) => {
+      const info = await service.createSnapshot(request.params.sandboxID, {
+        name: request.body?.name,
+      });
+      return reply.code(201).send(toSnapshotJson(info));
+    },
+  );
+
+  app.get<{ Querystring: SnapshotsQuery }>(
+    "/snapshots",
+    { schema: { querystring: snapshotsQuerySchema } },
+    async (request, reply) => {
+      const { query } = request;
+      const limit =
+        queryInteger("limit", query.limit, { min: 1, max: MAX_PAGE_LIMIT }) ?? DEFAULT_PAGE_LIMIT;
+      const after =
+        query.nextToken === undefined ? undefined : decodeNextToken(query.nextToken, "asc");
+      const all = await service.listSnapshots({ sandboxId: query.sandboxID, name: query.name });
+      // Positions are (createdAt, template id): stable while snapshots come and go.
+      const positioned = all.map((info) => ({
+        info,
+        startedAt: info.createdAt,
+        sandboxId: info.templateId,
+      }));
+      const page = paginate(positioned, { order: "asc", limit, after });
+      if (page.nextToken !== undefined) reply.header("x-next-token", page.nextToken);
+      return page.items.map((item) => toSnapshotJson(item.info));
+    },
+  );
+
+  app.delete<{ Params: TemplateParams }>("/templates/:templateID", async (request, reply) => {
+    // fastify has already decoded the segment: "my-snap%3Adefault" arrives as "my-snap:default".
+    await service.deleteTemplate(request.params.templateID);
+    return reply.code(204).send();
+  });
+}
+
+function toSnapshotJson(info: SnapshotInfo) {
+  return { snapshotID: info.snapshotId, names: [...info.names] };
+}

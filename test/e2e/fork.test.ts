@@ -1,0 +1,174 @@
+// Fork and persistent snapshots through the real e2b SDK against a real server and VMs.
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { Sandbox } from "e2b";
+import { leakCheck, vmLeftovers } from "../helpers/leak-check.js";
+import { api, startServer, type TestServer } from "../helpers/server.js";
+
+let server: TestServer;
+
+before(async () => {
+  server = await startServer();
+});
+
+after(async () => {
+  assert.equal(await server.stop(), 0);
+  assert.deepEqual(await leakCheck(), []);
+  assert.deepEqual(await vmLeftovers(`${server.dataDir}/run`), []);
+});
+
+/** A process holding a counter in memory only, served on :8080 (/get, /inc). */
+const COUNTER = `python3 -c '
+import http.server
+n = [41]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/inc": n[0] += 1
+        body = str(n[0]).encode()
+        self.send_response(200); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", 8080), H).serve_forever()'`;
+
+async function counter(sandbox: Sandbox, path = "/get"): Promise<string> {
+  try {
+    return (await sandbox.commands.run(`curl -s localhost:8080${path}`)).stdout;
+  } catch (err) {
+    const ps = await sandbox.commands.run("ps -eo pid,stat,args; ss -ltn").catch((e) => e);
+    throw new Error(`counter ${path} in ${sandbox.sandboxId} failed: ${err}\n${ps.stdout ?? ps}`);
+  }
+}
+
+async function startCounter(sandbox: Sandbox): Promise<number> {
+  const handle = await sandbox.commands.run(COUNTER, { background: true });
+  for (let i = 0; i < 100; i++) {
+    const out = await sandbox.commands
+      .run("curl -s localhost:8080/inc", { user: "user" })
+      .catch(() => undefined);
+    if (out?.stdout === "42") return handle.pid;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  throw new Error("counter did not start");
+}
+
+function children(results: (Sandbox | Error)[]): Sandbox[] {
+  for (const result of results) if (result instanceof Error) throw result;
+  return results as Sandbox[];
+}
+
+describe("fork", () => {
+  it("×16: every child has the source's memory; their changes stay their own", async () => {
+    const source = await Sandbox.create({ metadata: { role: "source" } });
+    const forks: Sandbox[] = [];
+    try {
+      const pid = await startCounter(source);
+      await source.commands.run("echo disk > /home/user/f");
+      forks.push(...children(await source.fork({ count: 16 })));
+      assert.equal(forks.length, 16);
+      assert.equal(new Set(forks.map((f) => f.sandboxId)).size, 16, "own ids");
+
+      const seen = await Promise.all(
+        forks.map(async (f) => {
+          const out = await f.commands.run(`cat /home/user/f; ps -o pid= -p ${pid}`);
+          return `${await counter(f)} ${out.stdout.replace(/\s+/g, " ").trim()}`;
+        }),
+      );
+      assert.deepEqual(
+        new Set(seen),
+        new Set([`42 disk ${pid}`]),
+        "memory, disk and pid inherited",
+      );
+
+      assert.equal(await counter(forks[0] as Sandbox, "/inc"), "43");
+      await (forks[0] as Sandbox).commands.run("echo changed > /home/user/f");
+      assert.equal(await counter(forks[1] as Sandbox), "42", "a sibling does not see it");
+      assert.equal(await counter(source), "42", "the source does not see it");
+      assert.equal((await source.commands.run("cat /home/user/f")).stdout, "disk\n");
+      assert.equal(await counter(source, "/inc"), "43");
+      assert.equal(await counter(forks[2] as Sandbox), "42", "children do not see the source");
+
+      const info = await Sandbox.getInfo((forks[3] as Sandbox).sandboxId);
+      assert.deepEqual(info.metadata, { role: "source" });
+      assert.equal((await Sandbox.getInfo(source.sandboxId)).state, "running");
+    } finally {
+      await Promise.all([source, ...forks].map((s) => s.kill()));
+    }
+  });
+
+  it("forks a paused sandbox without resuming it, and forks a fork", async () => {
+    const source = await Sandbox.create();
+    const made: Sandbox[] = [];
+    try {
+      await startCounter(source);
+      await source.pause();
+      const [child] = children(await Sandbox.fork(source.sandboxId, { count: 1 }));
+      made.push(child as Sandbox);
+      assert.equal(
+        (await Sandbox.getInfo(source.sandboxId)).state,
+        "paused",
+        "source stays paused",
+      );
+      assert.equal(await counter(child as Sandbox, "/inc"), "43");
+
+      const [grandchild] = children(await (child as Sandbox).fork({ count: 1 }));
+      made.push(grandchild as Sandbox);
+      assert.equal(await counter(grandchild as Sandbox, "/inc"), "44", "continues from the child");
+      assert.equal(await counter(child as Sandbox), "43");
+    } finally {
+      await Promise.all([source, ...made].map((s) => s.kill()));
+    }
+  });
+
+  it("answers 404 for an unknown sandbox and 400 past the fork limit", async () => {
+    assert.equal((await api(server, "POST", "/sandboxes/nosuch/fork", { count: 1 })).status, 404);
+    const source = await Sandbox.create();
+    try {
+      const res = await api(server, "POST", `/sandboxes/${source.sandboxId}/fork`, { count: 17 });
+      assert.equal(res.status, 400);
+    } finally {
+      await source.kill();
+    }
+  });
+});
+
+describe("snapshots", () => {
+  it("a snapshot creates sandboxes, is listed, and cannot be deleted while in use", async () => {
+    const source = await Sandbox.create();
+    let fromSnapshot: Sandbox | undefined;
+    try {
+      await startCounter(source);
+      const name = `snap${Date.now()}`;
+      const snapshot = await source.createSnapshot({ name });
+      assert.equal(snapshot.snapshotId, `${name}:default`);
+      assert.equal((await Sandbox.getInfo(source.sandboxId)).state, "running");
+
+      const listed = await Sandbox.listSnapshots({ sandboxId: source.sandboxId }).nextItems();
+      assert.deepEqual(
+        listed.map((s) => s.snapshotId),
+        [snapshot.snapshotId],
+      );
+
+      fromSnapshot = await Sandbox.create(snapshot.snapshotId);
+      assert.equal(await counter(fromSnapshot, "/inc"), "43");
+
+      const refused = await api(
+        server,
+        "DELETE",
+        `/templates/${encodeURIComponent(snapshot.snapshotId)}`,
+      );
+      assert.equal(refused.status, 409);
+      assert.match(
+        String((refused.body as { message: string }).message),
+        new RegExp(fromSnapshot.sandboxId),
+      );
+
+      await fromSnapshot.kill();
+      fromSnapshot = undefined;
+      assert.equal(await Sandbox.deleteSnapshot(snapshot.snapshotId), true);
+      assert.equal(await Sandbox.deleteSnapshot(snapshot.snapshotId), false);
+      await assert.rejects(Sandbox.create(snapshot.snapshotId));
+    } finally {
+      await fromSnapshot?.kill();
+      await source.kill();
+    }
+  });
+});
