@@ -39,7 +39,8 @@ async function counter(sandbox: Sandbox, path = "/get"): Promise<string> {
 }
 
 async function startCounter(sandbox: Sandbox): Promise<number> {
-  const handle = await sandbox.commands.run(COUNTER, { background: true });
+  // timeoutMs 0: a command's Connect-Timeout-Ms (60 s by default) bounds its lifetime.
+  const handle = await sandbox.commands.run(COUNTER, { background: true, timeoutMs: 0 });
   for (let i = 0; i < 100; i++) {
     const out = await sandbox.commands
       .run("curl -s localhost:8080/inc", { user: "user" })

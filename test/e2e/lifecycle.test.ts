@@ -30,7 +30,7 @@ describe("pause and resume", () => {
   it("keeps a running process (same pid), tmpfs and disk files, env and token", async () => {
     const sandbox = await Sandbox.create({ envs: { KEPT: "yes" } });
     try {
-      const sleeper = await sandbox.commands.run("sleep 3600", { background: true });
+      const sleeper = await sandbox.commands.run("sleep 3600", { background: true, timeoutMs: 0 });
       await sandbox.commands.run("echo memory > /dev/shm/m && echo disk > /home/user/d");
 
       assert.equal(await sandbox.pause(), true);

@@ -16,7 +16,7 @@ after(async () => {
 it("resumes a paused sandbox after a restart, process and files intact", async () => {
   server = await startServer();
   const sandbox = await Sandbox.create({ lifecycle: { onTimeout: "pause" } });
-  const sleeper = await sandbox.commands.run("sleep 3600", { background: true });
+  const sleeper = await sandbox.commands.run("sleep 3600", { background: true, timeoutMs: 0 });
   await sandbox.commands.run("echo survived > /dev/shm/s");
   await sandbox.pause();
   assert.equal(await server.stop(), 0);
