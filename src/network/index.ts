@@ -4,6 +4,7 @@ export {
   type EgressPolicy,
   NEVER_RANGES,
   PRIVATE_RANGES,
+  sameEgressPolicy,
   validateEgressPolicy,
 } from "./egress-policy.js";
 export { EgressPolicyError, NetworkError, SlotTakenError } from "./errors.js";

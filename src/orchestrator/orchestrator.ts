@@ -3,10 +3,16 @@ import { chmod, mkdir, rm } from "node:fs/promises";
 import type { Logger } from "pino";
 import type { Catalog, SandboxPatch, SandboxRow, TemplateRow } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
-import { type SlotPool, validateEgressPolicy } from "../network/index.js";
+import {
+  type EgressPolicy,
+  type NetworkSlot,
+  type SlotPool,
+  sameEgressPolicy,
+  validateEgressPolicy,
+} from "../network/index.js";
 import { ENVD_PORT } from "../protocol/index.js";
 import { toWarrenError, WarrenError } from "../shared/index.js";
-import type { MachineShape, VmmDriver } from "../vmm/index.js";
+import type { MachineShape, Vm, VmmDriver } from "../vmm/index.js";
 import { ensureBaseTemplate } from "./base-template.js";
 import { Capacity, type CapacityLimits } from "./capacity.js";
 import { initEnvd } from "./envd-client.js";
@@ -41,6 +47,7 @@ import type {
   SnapshotInfo,
 } from "./types.js";
 import { guestSpec } from "./vm-spec.js";
+import { WarmPool, type WarmVm } from "./warm-pool.js";
 
 export interface OrchestratorOptions {
   readonly catalog: Catalog;
@@ -52,6 +59,10 @@ export interface OrchestratorOptions {
   readonly templateShape: MachineShape;
   /** Most children one fork call may ask for. */
   readonly maxForkCount: number;
+  /** Warmed VMMs kept for the base template (0: none). */
+  readonly poolSize: number;
+  /** Below this much available host memory, pooled VMMs are given up. */
+  readonly poolMinAvailableMiB: number;
   readonly defaultTimeoutMs: number;
   readonly accelerator: { readonly accel: "kvm" | "tcg"; readonly reason: string };
   readonly logger: Logger;
@@ -73,6 +84,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
   readonly #lock = new SerialLock();
   readonly #sandboxes = new Map<string, LiveSandbox>();
   readonly #events = new EventEmitter();
+  readonly #pool: WarmPool;
   #status: ServerStatus;
   #closing = false;
 
@@ -80,6 +92,16 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     this.#o = options;
     this.#log = options.logger;
     this.#capacity = new Capacity(options.limits);
+    this.#pool = new WarmPool({
+      driver: options.driver,
+      slots: options.slots,
+      images: options.images,
+      layout: options.layout,
+      capacity: this.#capacity,
+      logger: options.logger,
+      size: options.poolSize,
+      minAvailableMiB: options.poolMinAvailableMiB,
+    });
     this.#status = {
       phase: "starting",
       accelerator: options.accelerator.accel,
@@ -102,7 +124,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       for (const row of await catalog.listSandboxes(["paused"])) {
         this.#sandboxes.set(row.id, { row, metrics: [] });
       }
-      await ensureBaseTemplate({
+      const base = await ensureBaseTemplate({
         catalog,
         driver: this.#o.driver,
         slots: this.#o.slots,
@@ -111,6 +133,8 @@ export class Orchestrator implements SandboxService, SandboxRouter {
         shape: this.#o.templateShape,
         logger: this.#log,
       });
+      const baseSnapshot = await catalog.getSnapshot(base.snapshotId);
+      if (baseSnapshot) this.#pool.keepWarm(base.snapshotId, baseSnapshot.dir, base);
       this.#status = { ...this.#status, phase: "ready" };
       this.#log.info({ paused: this.#sandboxes.size }, "orchestrator.ready");
     } catch (err) {
@@ -134,12 +158,13 @@ export class Orchestrator implements SandboxService, SandboxRouter {
         await this.kill(live.row.id).catch(() => {});
       });
     }
+    await this.#pool.close();
     await this.#o.slots.close();
     await this.#o.catalog.close();
   }
 
   status(): ServerStatus {
-    return this.#status;
+    return { ...this.#status, pooledVmms: this.#pool.stats.ready };
   }
 
   // ---- SandboxService -------------------------------------------------------------------
@@ -181,22 +206,31 @@ export class Orchestrator implements SandboxService, SandboxRouter {
    * Admits a new sandbox (capacity, catalog row) and starts it from its row's snapshot.
    * `presentToken`: the token the captured envd still holds (a fork child's source's).
    */
-  async #launch(row: SandboxRow, presentToken?: string): Promise<SandboxInfo> {
-    const snapshotId = row.snapshotId as string;
-    const releaseCapacity = this.#capacity.reserve(row);
+  async #launch(fresh: SandboxRow, presentToken?: string): Promise<SandboxInfo> {
+    const snapshotId = fresh.snapshotId as string;
+    const warm = this.#pool.take(snapshotId);
+    // A warmed VMM brings its id (its runtime dir is named after it) and its capacity share.
+    const row = warm ? { ...fresh, id: warm.id } : fresh;
+    const releaseCapacity = warm ? warm.releaseCapacity : this.#capacity.reserve(row);
     const live: LiveSandbox = { row, releaseCapacity, abort: new AbortController(), metrics: [] };
     try {
       await this.#o.catalog.insertSandbox(row);
     } catch (err) {
+      if (warm) await warm.prepared.discard().catch(() => {});
+      if (warm) await this.#o.slots.release(warm.slot).catch(() => {});
       releaseCapacity();
       throw err;
     }
+    if (warm) live.slot = warm.slot;
     this.#sandboxes.set(row.id, live);
-    this.#log.info({ sandboxId: row.id, snapshotId }, "sandbox.creating");
+    this.#log.info(
+      { sandboxId: row.id, snapshotId, pooled: warm !== undefined },
+      "sandbox.creating",
+    );
     const started = performance.now();
     await this.#lock.run(row.id, async () => {
       try {
-        await this.#startVm(live, snapshotId, presentToken);
+        await this.#startVm(live, snapshotId, presentToken, warm);
         await this.#update(live, { state: "running" });
         this.#armTtl(live);
       } catch (err) {
@@ -611,13 +645,58 @@ export class Orchestrator implements SandboxService, SandboxRouter {
   }
 
   /** Slot, VM from the snapshot, /init: the sandbox answers once this returns. */
-  async #startVm(live: LiveSandbox, snapshotId: string, presentToken?: string): Promise<void> {
+  async #startVm(
+    live: LiveSandbox,
+    snapshotId: string,
+    presentToken?: string,
+    warm?: WarmVm,
+  ): Promise<void> {
     const config = configOf(live.row);
     const policy = validateEgressPolicy(egressPolicyOf(config.network, config.allowInternetAccess));
     const signal = live.abort?.signal;
+    const vm = warm
+      ? await this.#startWarm(warm, policy, signal)
+      : await this.#restore(live, snapshotId, policy, signal);
+    live.vm = vm;
+    this.#watchExit(live);
+    signal?.throwIfAborted();
+    const host = (live.slot as NetworkSlot).hostAddress; // set by #launch (pooled) or #restore
+    await initEnvd(
+      host,
+      { envVars: { ...live.row.envVars }, accessToken: live.row.envdAccessToken ?? "" },
+      {
+        token: presentToken ?? live.row.envdAccessToken,
+        deadlineMs: this.#o.envdDeadlineMs ?? 30_000,
+        signal,
+      },
+    );
+    signal?.throwIfAborted();
+  }
+
+  /** A pooled VMM: its slot gets the sandbox's egress policy, then the guest continues. */
+  async #startWarm(warm: WarmVm, policy: EgressPolicy, signal?: AbortSignal): Promise<Vm> {
+    try {
+      signal?.throwIfAborted();
+      if (!sameEgressPolicy(warm.slot.policy, policy)) await warm.slot.setPolicy(policy);
+      signal?.throwIfAborted();
+    } catch (err) {
+      await warm.prepared.discard();
+      throw err;
+    }
+    return warm.prepared.start();
+  }
+
+  /** A new VMM in a new slot, restored from the snapshot. */
+  async #restore(
+    live: LiveSandbox,
+    snapshotId: string,
+    policy: EgressPolicy,
+    signal?: AbortSignal,
+  ): Promise<Vm> {
     const snapshot = await this.#o.catalog.getSnapshot(snapshotId);
-    if (!snapshot)
+    if (!snapshot) {
       throw new WarrenError("internal", `snapshot ${snapshotId} is missing from the catalog`);
+    }
     live.slot = await this.#o.slots.acquire(policy);
     signal?.throwIfAborted();
     const spec = guestSpec({
@@ -627,20 +706,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       shape: { vcpus: live.row.vcpus, memoryMiB: live.row.memoryMiB },
       runtimeDir: runtimeDir(this.#o.layout, live.row.id),
     });
-    const vm = await this.#o.driver.restore(snapshot.dir, spec);
-    live.vm = vm;
-    this.#watchExit(live);
-    signal?.throwIfAborted();
-    await initEnvd(
-      live.slot.hostAddress,
-      { envVars: { ...live.row.envVars }, accessToken: live.row.envdAccessToken ?? "" },
-      {
-        token: presentToken ?? live.row.envdAccessToken,
-        deadlineMs: this.#o.envdDeadlineMs ?? 30_000,
-        signal,
-      },
-    );
-    signal?.throwIfAborted();
+    return this.#o.driver.restore(snapshot.dir, spec);
   }
 
   /** A VMM that dies while its sandbox runs: the sandbox is lost, and says so. */

@@ -130,6 +130,8 @@ export interface ServerStatus {
   /** Why the accelerator was chosen (probe result or configuration). */
   readonly acceleratorReason?: string;
   readonly message?: string;
+  /** Warmed VMMs ready for creates. */
+  readonly pooledVmms?: number;
 }
 
 /** Everything the E2B API routes need. */

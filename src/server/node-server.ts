@@ -114,6 +114,8 @@ export async function startNodeServer(
       templateShape: { vcpus: config.templateVcpus, memoryMiB: config.templateMemoryMiB },
       defaultTimeoutMs: config.defaultTimeoutMs,
       maxForkCount: config.maxForkCount,
+      poolSize: config.poolSize,
+      poolMinAvailableMiB: config.poolMinAvailableMiB,
       accelerator: { accel: accel.accel, reason: accel.reason },
       logger: root.child({ component: "orchestrator" }),
     });

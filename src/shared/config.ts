@@ -135,6 +135,20 @@ const SETTINGS = {
     parse: int(1, 256),
     expects: "an integer 1..256",
   },
+  poolSize: {
+    env: "WARREN_POOL_SIZE",
+    doc: "Warmed VMMs kept ready for the base template (0: every create restores anew).",
+    default: () => 2,
+    parse: int(0, 64),
+    expects: "an integer 0..64",
+  },
+  poolMinAvailableMiB: {
+    env: "WARREN_POOL_MIN_AVAILABLE_MIB",
+    doc: "Below this much available host memory, pooled VMMs are given up and none are made.",
+    default: () => 2_048,
+    parse: int(0),
+    expects: "a non-negative integer (MiB)",
+  },
   slotPoolSize: {
     env: "WARREN_SLOT_POOL_SIZE",
     doc: "Network slots kept ready ahead of need.",

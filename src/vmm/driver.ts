@@ -108,10 +108,28 @@ export interface Vm {
   destroy(): Promise<void>;
 }
 
+/** A VM restored up to the point of loading its device state: the warm pool's unit. */
+export interface PreparedRestore {
+  readonly pid: number;
+  /**
+   * Runs the guest until `ready()` resolves (e.g. envd answered), then stops its vCPUs
+   * again. Under TCG a fresh QEMU translates every code path the guest runs; a warmed VMM
+   * has translated the hot ones, so `start()` is a bare `cont`. The guest's clock then lags
+   * by the time it waited: the orchestrator's /init sets it.
+   */
+  warm(ready: () => Promise<void>): Promise<void>;
+  /** Loads the device state (unless warmed) and resumes the guest. */
+  start(): Promise<Vm>;
+  /** Gives the VMM up without starting it. */
+  discard(): Promise<void>;
+}
+
 export interface VmmDriver {
   readonly accel: Accelerator;
   /** Cold boot: kernel + initramfs + an overlay of the base disk + the agent drive. */
   boot(spec: VmSpec): Promise<Vm>;
   /** Starts a VM from a snapshot directory; the guest continues where it was captured. */
   restore(snapshotDir: string, spec: VmSpec): Promise<Vm>;
+  /** Spawns the VMM for a snapshot and waits; `start()` finishes the restore. */
+  prepareRestore(snapshotDir: string, spec: VmSpec): Promise<PreparedRestore>;
 }

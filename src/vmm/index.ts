@@ -3,6 +3,7 @@ export type {
   ExitInfo,
   GuestImages,
   MachineShape,
+  PreparedRestore,
   SnapshotMeta,
   SnapshotTiming,
   Vm,

@@ -10,8 +10,9 @@ import { api, startServer, type TestServer } from "../helpers/server.js";
 let server: TestServer;
 
 before(async () => {
-  // A node that holds two sandboxes at most, to reach its capacity limit.
-  server = await startServer({ WARREN_MAX_SANDBOXES: "2" });
+  // A node that holds two sandboxes at most, to reach its capacity limit; no warm pool, so
+  // that every VMM on the host belongs to a sandbox the test can see.
+  server = await startServer({ WARREN_MAX_SANDBOXES: "2", WARREN_POOL_SIZE: "0" });
 });
 
 after(async () => {

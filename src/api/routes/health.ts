@@ -15,6 +15,7 @@ export function registerHealthRoutes(app: FastifyInstance, { service }: ApiConte
         ? {}
         : { acceleratorReason: status.acceleratorReason }),
       ...(status.message === undefined ? {} : { message: status.message }),
+      ...(status.pooledVmms === undefined ? {} : { pooledVmms: status.pooledVmms }),
     };
   });
 }

@@ -2,7 +2,7 @@ import { execFile } from "node:child_process";
 import { chown, mkdir, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
-import type { Accelerator, Vm, VmmDriver, VmSpec } from "../driver.js";
+import type { Accelerator, PreparedRestore, Vm, VmmDriver, VmSpec } from "../driver.js";
 import { cpuModel, qemuArgs } from "./args.js";
 import { hostTscKhz } from "./host-tsc.js";
 import { explainFailure, launch, loadDeviceState, runtimePaths } from "./launch.js";
@@ -38,22 +38,6 @@ export interface QemuDriverOptions {
 export async function qemuVersion(): Promise<string> {
   const { stdout } = await run(QEMU_BINARY, ["--version"]);
   return stdout.split("\n")[0]?.trim() ?? "unknown";
-}
-
-/** A VM restored up to the point of loading its device state: the warm pool's unit. */
-export interface PreparedRestore {
-  readonly pid: number;
-  /**
-   * Runs the guest until `ready()` resolves (e.g. envd answered), then stops its vCPUs
-   * again. Under TCG a fresh QEMU translates every code path the guest runs; a warmed VMM
-   * has translated the hot ones, so `start()` is a bare `cont`. The guest's clock then lags
-   * by the time it waited: the orchestrator's /init sets it.
-   */
-  warm(ready: () => Promise<void>): Promise<void>;
-  /** Loads the device state (unless warmed) and resumes the guest. */
-  start(): Promise<Vm>;
-  /** Gives the VMM up without starting it. */
-  discard(): Promise<void>;
 }
 
 export class QemuDriver implements VmmDriver {

@@ -1,7 +1,6 @@
 export { type AccelProbeResult, probeAccelerator } from "./accel.js";
 export { type AccelChoice, type AccelChoiceOptions, chooseAccelerator } from "./accel-choice.js";
 export {
-  type PreparedRestore,
   QemuDriver,
   type QemuDriverOptions,
   qemuVersion,

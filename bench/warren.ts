@@ -1,0 +1,255 @@
+// The node server measured through its API with the real e2b SDK, in one run: create
+// (sequential, 8 and 32 concurrent clients), pause, resume, snapshot (idle, 50 MB dirtied,
+// under continuous disk writes), fork ×1/×4/×16, density of idle sandboxes, then the naive
+// baselines on the same machine: a cold boot, and QEMU's own full-memory migration to a file.
+// Run: npm run bench:warren (as root; the server is started and stopped by the bench).
+import { readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { Sandbox } from "e2b";
+import { SlotPool } from "../src/network/index.js";
+import type { QemuVm } from "../src/vmm/qemu/vm.js";
+import { envdUrl, slotVmSpec, testVmm, waitForEnvd } from "../test/helpers/guest.js";
+import { startServer, type TestServer } from "../test/helpers/server.js";
+import { report, type Summary, summarize } from "./lib/report.js";
+
+const N = Number(process.env.BENCH_CREATES ?? 10);
+const DENSITY = Number(process.env.BENCH_DENSITY ?? 30);
+const rows: Summary[] = [];
+const extra: Record<string, unknown> = {};
+
+const since = (t: number) => performance.now() - t;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function pooled(server: TestServer): Promise<number> {
+  const health = (await (await fetch(`${server.url}/health`)).json()) as { pooledVmms?: number };
+  return health.pooledVmms ?? 0;
+}
+
+/** Waits (up to 60 s) until the warm pool is full again, so each create starts from a full pool. */
+async function poolRefilled(server: TestServer, size: number): Promise<void> {
+  for (let i = 0; i < 600 && (await pooled(server)) < size; i++) await sleep(100);
+}
+
+/** Server-side timings of captures, from its log (`sandbox.captured` / `sandbox.paused`). */
+function capturesSince(server: TestServer, from: number, msg: string): number[] {
+  return server.logs
+    .slice(from)
+    .filter((l) => l.msg === msg)
+    .map((l) => Number(l.pausedMs));
+}
+
+async function createUntilCommand(): Promise<[Sandbox, number]> {
+  const t = performance.now();
+  const sandbox = await Sandbox.create();
+  await sandbox.commands.run("true");
+  return [sandbox, since(t)];
+}
+
+async function concurrentCreates(clients: number): Promise<void> {
+  const t = performance.now();
+  const results = await Promise.all(Array.from({ length: clients }, () => createUntilCommand()));
+  const wallMs = since(t);
+  rows.push(
+    summarize(
+      `create → command, ${clients} concurrent clients`,
+      "ms",
+      results.map((r) => r[1]),
+    ),
+  );
+  extra[`throughput_${clients}_per_s`] = Math.round((clients / wallMs) * 1000 * 100) / 100;
+  await Promise.all(results.map(([s]) => s.kill()));
+}
+
+/** PSS (KiB) and CPU ticks of every QEMU whose command line names the server's run dir. */
+function vmmProcesses(runDir: string): { pid: number; pssKiB: number; ticks: number }[] {
+  const found = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    let cmdline = "";
+    try {
+      cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8");
+    } catch {
+      continue;
+    }
+    if (!cmdline.startsWith("qemu-system") || !cmdline.includes(runDir)) continue;
+    const rollup = readFileSync(`/proc/${entry}/smaps_rollup`, "utf8");
+    const pssKiB = Number(/^Pss:\s+(\d+)/m.exec(rollup)?.[1] ?? 0);
+    const stat = readFileSync(`/proc/${entry}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+    const ticks = Number(stat[11]) + Number(stat[12]);
+    found.push({ pid: Number(entry), pssKiB, ticks });
+  }
+  return found;
+}
+
+const server = await startServer({ WARREN_LOG_LEVEL: "info" });
+const poolSize = await pooled(server);
+try {
+  // ---- create ------------------------------------------------------------------------
+  const sequential: number[] = [];
+  for (let i = 0; i < N; i++) {
+    await poolRefilled(server, poolSize);
+    const [sandbox, ms] = await createUntilCommand();
+    sequential.push(ms);
+    await sandbox.kill();
+  }
+  rows.push(summarize("create → command, sequential (pool refilled)", "ms", sequential));
+  const unpooled: number[] = [];
+  for (let i = 0; i < Math.min(N, 5); i++) {
+    // Drain the pool first: these creates restore anew.
+    const held = await Promise.all(Array.from({ length: poolSize }, () => Sandbox.create()));
+    const [sandbox, ms] = await createUntilCommand();
+    unpooled.push(ms);
+    await Promise.all([sandbox, ...held].map((s) => s.kill()));
+  }
+  rows.push(summarize("create → command, sequential (pool empty)", "ms", unpooled));
+  await poolRefilled(server, poolSize);
+  await concurrentCreates(8);
+  await poolRefilled(server, poolSize);
+  await concurrentCreates(32);
+
+  // ---- pause / resume / snapshot -------------------------------------------------------
+  const sandbox = await Sandbox.create({ timeoutMs: 3_600_000 });
+  const pauses: number[] = [];
+  const resumes: number[] = [];
+  let mark = server.logs.length;
+  for (let i = 0; i < 5; i++) {
+    let t = performance.now();
+    await sandbox.pause();
+    pauses.push(since(t));
+    t = performance.now();
+    await sandbox.connect();
+    await sandbox.commands.run("true");
+    resumes.push(since(t));
+  }
+  rows.push(summarize("pause (API call)", "ms", pauses));
+  rows.push(
+    summarize("pause: VM stopped (server)", "ms", capturesSince(server, mark, "sandbox.paused")),
+  );
+  rows.push(summarize("resume → command", "ms", resumes));
+
+  const snapshotRound = async (label: string) => {
+    const from = server.logs.length;
+    const api: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const t = performance.now();
+      await sandbox.createSnapshot();
+      api.push(since(t));
+    }
+    rows.push(summarize(`snapshot, ${label} (API call)`, "ms", api));
+    rows.push(
+      summarize(
+        `snapshot, ${label}: source stopped`,
+        "ms",
+        capturesSince(server, from, "sandbox.captured"),
+      ),
+    );
+  };
+  await snapshotRound("idle");
+  await sandbox.commands.run("head -c 50M /dev/urandom > /dev/shm/dirty");
+  await snapshotRound("50 MB dirtied");
+  await sandbox.commands.run(
+    "while true; do dd if=/dev/zero of=/home/user/w bs=1M count=8 conv=fsync 2>/dev/null; done",
+    { background: true, timeoutMs: 0 },
+  );
+  await sleep(1_000);
+  await snapshotRound("continuous disk writes");
+  await sandbox.kill();
+
+  // ---- fork --------------------------------------------------------------------------
+  for (const count of [1, 4, 16]) {
+    const source = await Sandbox.create({ timeoutMs: 600_000 });
+    await source.commands.run("head -c 20M /dev/urandom > /dev/shm/state");
+    const from = server.logs.length;
+    const t = performance.now();
+    const results = await source.fork({ count });
+    const apiMs = since(t);
+    const children = results.filter((r): r is Sandbox => r instanceof Sandbox);
+    await Promise.all(children.map((c) => c.commands.run("true")));
+    const allAnswerMs = since(t);
+    const paused = capturesSince(server, from, "sandbox.captured")[0] ?? Number.NaN;
+    rows.push(summarize(`fork ×${count}: source stopped`, "ms", [paused]));
+    rows.push(summarize(`fork ×${count}: API call`, "ms", [apiMs]));
+    rows.push(summarize(`fork ×${count}: every child answered`, "ms", [allAnswerMs]));
+    extra[`fork_${count}_failed`] = results.length - children.length;
+    await Promise.all([source, ...children].map((s) => s.kill()));
+  }
+
+  // ---- density -----------------------------------------------------------------------
+  mark = server.logs.length;
+  const idle: Sandbox[] = [];
+  for (let i = 0; i < DENSITY; i++) idle.push(await Sandbox.create({ timeoutMs: 3_600_000 }));
+  await sleep(20_000); // let them settle
+  const runDir = join(server.dataDir, "run");
+  const before = vmmProcesses(runDir);
+  await sleep(10_000);
+  const after = vmmProcesses(runDir);
+  const hz = 100;
+  const cpuPct = after.map((p) => {
+    const b = before.find((q) => q.pid === p.pid);
+    return b ? ((p.ticks - b.ticks) / hz / 10) * 100 : Number.NaN;
+  });
+  rows.push(
+    summarize(
+      "idle sandbox PSS (QEMU)",
+      "MiB",
+      after.map((p) => p.pssKiB / 1024),
+    ),
+  );
+  rows.push(summarize("idle sandbox CPU (QEMU)", "% core", cpuPct.filter(Number.isFinite)));
+  const pssMiB = after.reduce((sum, p) => sum + p.pssKiB, 0) / 1024 / Math.max(after.length, 1);
+  const available =
+    Number(/^MemAvailable:\s+(\d+)/m.exec(readFileSync("/proc/meminfo", "utf8"))?.[1]) / 1024;
+  extra.density = {
+    held: idle.length,
+    vmmProcesses: after.length,
+    meanPssMiB: Math.round(pssMiB),
+    memAvailableMiB: Math.round(available),
+    moreThatFitByMemory: Math.floor(available / pssMiB),
+  };
+  await Promise.all(idle.map((s) => s.kill()));
+} finally {
+  await server.stop();
+}
+
+// ---- baselines (the server is stopped: its slots and these would share names) ---------
+{
+  const { images, driver, runAs, work } = await testVmm("bench-warren");
+  const slots = new SlotPool({ size: 1, tapOwner: runAs });
+  await slots.start();
+  try {
+    const slot = await slots.acquire();
+    const spec = slotVmSpec("baseline", slot, images, work, { vcpus: 1, memoryMiB: 512 });
+    const t = performance.now();
+    const vm = (await driver.boot(spec)) as QemuVm;
+    await waitForEnvd(envdUrl(slot.hostAddress), 180_000, vm, 2);
+    rows.push(summarize("baseline: cold boot → envd ready", "ms", [since(t)]));
+    const file = join(work, "full-migration.bin");
+    const m = performance.now();
+    await vm.qmp.execute("stop");
+    await vm.qmp.execute("migrate", { uri: `exec:cat > ${file}` });
+    for (;;) {
+      const info = (await vm.qmp.execute("query-migrate")) as { status?: string };
+      if (info.status === "completed" || info.status === "failed") break;
+      await sleep(5);
+    }
+    rows.push(summarize("baseline: QEMU full migration to a file", "ms", [since(m)]));
+    extra.fullMigrationMiB = Math.round(statSync(file).size / 2 ** 20);
+    await vm.destroy();
+    await slots.release(slot);
+  } finally {
+    await slots.close();
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+const p50 = (name: string) => rows.find((r) => r.name === name)?.p50 ?? Number.NaN;
+const cold = p50("baseline: cold boot → envd ready");
+extra.ratios = {
+  createOverColdBoot:
+    Math.round((p50("create → command, sequential (pool refilled)") / cold) * 1000) / 1000,
+  pauseOverFullMigration:
+    Math.round(
+      (p50("pause: VM stopped (server)") / p50("baseline: QEMU full migration to a file")) * 1000,
+    ) / 1000,
+};
+report("warren", rows, extra);
