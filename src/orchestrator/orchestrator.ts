@@ -3,21 +3,15 @@ import { chmod, mkdir, rm } from "node:fs/promises";
 import type { Logger } from "pino";
 import type { Catalog, SandboxPatch, SandboxRow, TemplateRow } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
-import {
-  type EgressPolicy,
-  type NetworkSlot,
-  type SlotPool,
-  sameEgressPolicy,
-  validateEgressPolicy,
-} from "../network/index.js";
+import { type NetworkSlot, type SlotPool, validateEgressPolicy } from "../network/index.js";
 import { ENVD_PORT } from "../protocol/index.js";
 import { toWarrenError, WarrenError } from "../shared/index.js";
-import type { MachineShape, Vm, VmmDriver } from "../vmm/index.js";
+import type { MachineShape, VmmDriver } from "../vmm/index.js";
 import { ensureBaseTemplate } from "./base-template.js";
 import { Capacity, type CapacityLimits } from "./capacity.js";
 import { initEnvd } from "./envd-client.js";
 import { newId } from "./ids.js";
-import { runtimeDir, type StateLayout, snapshotDir } from "./layout.js";
+import { type StateLayout, snapshotDir } from "./layout.js";
 import { byStart, matchesFilter } from "./list-filter.js";
 import {
   configOf,
@@ -28,8 +22,11 @@ import {
 } from "./live-sandbox.js";
 import { egressPolicyOf } from "./network-config.js";
 import { recoverLeftovers } from "./recovery.js";
+import { SandboxVms } from "./sandbox-vms.js";
+import { Semaphore } from "./semaphore.js";
 import { SerialLock } from "./serial-lock.js";
 import { releaseSnapshot } from "./snapshot-files.js";
+import { capturedToken, listSnapshotTemplates, snapshotInfo } from "./snapshot-templates.js";
 import { sampleMetrics, sandboxLogs } from "./telemetry.js";
 import type {
   CreateSandboxInput,
@@ -46,7 +43,6 @@ import type {
   ServerStatus,
   SnapshotInfo,
 } from "./types.js";
-import { guestSpec } from "./vm-spec.js";
 import { WarmPool, type WarmVm } from "./warm-pool.js";
 
 export interface OrchestratorOptions {
@@ -59,6 +55,8 @@ export interface OrchestratorOptions {
   readonly templateShape: MachineShape;
   /** Most children one fork call may ask for. */
   readonly maxForkCount: number;
+  /** VMs brought up (restore and /init) at once; more creates, resumes and forks queue. */
+  readonly maxConcurrentStarts: number;
   /** Warmed VMMs kept for the base template (0: none). */
   readonly poolSize: number;
   /** Below this much available host memory, pooled VMMs are given up. */
@@ -85,6 +83,8 @@ export class Orchestrator implements SandboxService, SandboxRouter {
   readonly #sandboxes = new Map<string, LiveSandbox>();
   readonly #events = new EventEmitter();
   readonly #pool: WarmPool;
+  readonly #vms: SandboxVms;
+  readonly #starts: Semaphore;
   #status: ServerStatus;
   #closing = false;
 
@@ -92,6 +92,8 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     this.#o = options;
     this.#log = options.logger;
     this.#capacity = new Capacity(options.limits);
+    this.#vms = new SandboxVms(options);
+    this.#starts = new Semaphore(options.maxConcurrentStarts);
     this.#pool = new WarmPool({
       driver: options.driver,
       slots: options.slots,
@@ -191,15 +193,8 @@ export class Orchestrator implements SandboxService, SandboxRouter {
         timeoutMs: input.timeoutMs,
         snapshotId: template.snapshotId,
       }),
-      await this.#capturedToken(template.snapshotId),
+      await capturedToken(this.#o.catalog, template.snapshotId),
     );
-  }
-
-  /** The envd access token inside a snapshot: its source sandbox's (kept after it ends). */
-  async #capturedToken(snapshotId: string): Promise<string | undefined> {
-    const snapshot = await this.#o.catalog.getSnapshot(snapshotId);
-    if (!snapshot?.sandboxId) return undefined;
-    return (await this.#o.catalog.getSandbox(snapshot.sandboxId))?.envdAccessToken;
   }
 
   /**
@@ -221,7 +216,6 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       releaseCapacity();
       throw err;
     }
-    if (warm) live.slot = warm.slot;
     this.#sandboxes.set(row.id, live);
     this.#log.info(
       { sandboxId: row.id, snapshotId, pooled: warm !== undefined },
@@ -461,25 +455,11 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     };
     await this.#o.catalog.putTemplate(template);
     await this.#event(sandboxId, "sandbox.snapshotted", { template: template.id, snapshotId });
-    return this.#snapshotInfo(template, sandboxId);
+    return snapshotInfo(template, sandboxId);
   }
 
-  async listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
-    const infos: SnapshotInfo[] = [];
-    for (const template of await this.#o.catalog.listTemplates()) {
-      if (template.kind !== "snapshot") continue;
-      const snapshot = await this.#o.catalog.getSnapshot(template.snapshotId);
-      if (filter.sandboxId && snapshot?.sandboxId !== filter.sandboxId) continue;
-      const info = this.#snapshotInfo(template, snapshot?.sandboxId);
-      if (
-        filter.name &&
-        !template.aliases.includes(filter.name) &&
-        !info.names.includes(filter.name)
-      )
-        continue;
-      infos.push(info);
-    }
-    return infos.sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime());
+  listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
+    return listSnapshotTemplates(this.#o.catalog, filter);
   }
 
   async deleteTemplate(templateId: string): Promise<void> {
@@ -500,17 +480,6 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     }
     await this.#o.catalog.deleteTemplate(template.id);
     await releaseSnapshot(this.#o.catalog, template.snapshotId);
-  }
-
-  #snapshotInfo(template: TemplateRow, sandboxId: string | undefined): SnapshotInfo {
-    const name = template.aliases[0];
-    return {
-      templateId: template.id,
-      snapshotId: `${name ?? template.id}:default`,
-      names: template.aliases.map((alias) => `${alias}:default`),
-      sandboxId,
-      createdAt: new Date(template.createdAt),
-    };
   }
 
   /**
@@ -645,7 +614,16 @@ export class Orchestrator implements SandboxService, SandboxRouter {
   }
 
   /** Slot, VM from the snapshot, /init: the sandbox answers once this returns. */
-  async #startVm(
+  #startVm(
+    live: LiveSandbox,
+    snapshotId: string,
+    presentToken?: string,
+    warm?: WarmVm,
+  ): Promise<void> {
+    return this.#starts.use(() => this.#bringUp(live, snapshotId, presentToken, warm));
+  }
+
+  async #bringUp(
     live: LiveSandbox,
     snapshotId: string,
     presentToken?: string,
@@ -654,13 +632,11 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     const config = configOf(live.row);
     const policy = validateEgressPolicy(egressPolicyOf(config.network, config.allowInternetAccess));
     const signal = live.abort?.signal;
-    const vm = warm
-      ? await this.#startWarm(warm, policy, signal)
-      : await this.#restore(live, snapshotId, policy, signal);
-    live.vm = vm;
+    if (warm) await this.#vms.startWarm(live, warm, policy, signal);
+    else await this.#vms.restore(live, snapshotId, policy, signal);
     this.#watchExit(live);
     signal?.throwIfAborted();
-    const host = (live.slot as NetworkSlot).hostAddress; // set by #launch (pooled) or #restore
+    const host = (live.slot as NetworkSlot).hostAddress; // set by startWarm or restore
     await initEnvd(
       host,
       { envVars: { ...live.row.envVars }, accessToken: live.row.envdAccessToken ?? "" },
@@ -671,42 +647,6 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       },
     );
     signal?.throwIfAborted();
-  }
-
-  /** A pooled VMM: its slot gets the sandbox's egress policy, then the guest continues. */
-  async #startWarm(warm: WarmVm, policy: EgressPolicy, signal?: AbortSignal): Promise<Vm> {
-    try {
-      signal?.throwIfAborted();
-      if (!sameEgressPolicy(warm.slot.policy, policy)) await warm.slot.setPolicy(policy);
-      signal?.throwIfAborted();
-    } catch (err) {
-      await warm.prepared.discard();
-      throw err;
-    }
-    return warm.prepared.start();
-  }
-
-  /** A new VMM in a new slot, restored from the snapshot. */
-  async #restore(
-    live: LiveSandbox,
-    snapshotId: string,
-    policy: EgressPolicy,
-    signal?: AbortSignal,
-  ): Promise<Vm> {
-    const snapshot = await this.#o.catalog.getSnapshot(snapshotId);
-    if (!snapshot) {
-      throw new WarrenError("internal", `snapshot ${snapshotId} is missing from the catalog`);
-    }
-    live.slot = await this.#o.slots.acquire(policy);
-    signal?.throwIfAborted();
-    const spec = guestSpec({
-      id: live.row.id,
-      slot: live.slot,
-      images: this.#o.images,
-      shape: { vcpus: live.row.vcpus, memoryMiB: live.row.memoryMiB },
-      runtimeDir: runtimeDir(this.#o.layout, live.row.id),
-    });
-    return this.#o.driver.restore(snapshot.dir, spec);
   }
 
   /** A VMM that dies while its sandbox runs: the sandbox is lost, and says so. */
@@ -784,7 +724,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       createdAt: new Date().toISOString(),
     });
     await this.#update(live, { state: "paused", snapshotId });
-    await this.#releaseRuntime(live);
+    await this.#vms.release(live);
     this.#log.info({ sandboxId: live.row.id, ...timing }, "sandbox.paused");
     await this.#event(live.row.id, "sandbox.paused", { ...timing });
   }
@@ -806,7 +746,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     } catch (err) {
       const killed = live.abort.signal.aborted;
       live.abort = undefined;
-      await this.#releaseRuntime(live);
+      await this.#vms.release(live);
       if (killed) {
         await this.#teardown(live, "killed");
         throw new WarrenError(
@@ -828,23 +768,6 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     await this.#event(live.row.id, "sandbox.resumed", { durationMs });
   }
 
-  /** Gives back what a running VM holds: VMM, slot, runtime dir, capacity. */
-  async #releaseRuntime(live: LiveSandbox): Promise<void> {
-    const { vm, slot } = live;
-    live.vm = undefined;
-    live.slot = undefined;
-    if (vm)
-      await vm.destroy().catch((err: unknown) => this.#log.warn({ err }, "vm.destroy_failed"));
-    await rm(runtimeDir(this.#o.layout, live.row.id), { recursive: true, force: true });
-    if (slot) {
-      await this.#o.slots
-        .release(slot)
-        .catch((err: unknown) => this.#log.warn({ err }, "network.slot_release_failed"));
-    }
-    live.releaseCapacity?.();
-    live.releaseCapacity = undefined;
-  }
-
   /**
    * The end of a sandbox: everything it holds is released, and the snapshots it stood on are
    * deleted unless forks, templates or other sandboxes still use them.
@@ -855,7 +778,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     clearTimeout(live.ttlTimer);
     this.#events.emit("stopped", id);
     await this.#update(live, { state: "killing" }).catch(() => {});
-    await this.#releaseRuntime(live);
+    await this.#vms.release(live);
     await this.#update(live, { state: "killed", endedReason: reason, snapshotId: undefined });
     await releaseSnapshot(this.#o.catalog, standsOn);
     this.#sandboxes.delete(id);

@@ -41,6 +41,12 @@ export async function startServer(env: Record<string, string> = {}): Promise<Tes
       stdio: ["ignore", "pipe", "pipe"],
     },
   );
+  // A test or bench that dies must not leave its server (and its VMs) running.
+  const orphanGuard = () => {
+    if (child.exitCode === null) child.kill("SIGTERM");
+  };
+  process.once("exit", orphanGuard);
+  child.once("exit", () => process.off("exit", orphanGuard));
   const logs: LogLine[] = [];
   let stderr = "";
   child.stderr?.on("data", (chunk: Buffer) => {

@@ -1,0 +1,94 @@
+import { rm } from "node:fs/promises";
+import type { Logger } from "pino";
+import type { Catalog } from "../catalog/index.js";
+import type { GuestArtifacts } from "../images/index.js";
+import { type EgressPolicy, type SlotPool, sameEgressPolicy } from "../network/index.js";
+import { WarrenError } from "../shared/index.js";
+import type { Vm, VmmDriver } from "../vmm/index.js";
+import { runtimeDir, type StateLayout } from "./layout.js";
+import type { LiveSandbox } from "./live-sandbox.js";
+import { guestSpec } from "./vm-spec.js";
+import type { WarmVm } from "./warm-pool.js";
+
+export interface SandboxVmsOptions {
+  readonly catalog: Catalog;
+  readonly driver: VmmDriver;
+  readonly slots: SlotPool;
+  readonly images: GuestArtifacts;
+  readonly layout: StateLayout;
+  readonly logger: Logger;
+}
+
+/**
+ * The machinery under a sandbox: bringing its VM up in a network slot (from a pooled VMM or
+ * a fresh restore) and giving everything back. It keeps `live.vm` and `live.slot` current,
+ * so that a failure half-way leaves exactly what `release()` cleans up.
+ */
+export class SandboxVms {
+  readonly #o: SandboxVmsOptions;
+
+  constructor(options: SandboxVmsOptions) {
+    this.#o = options;
+  }
+
+  /** A pooled VMM: its slot gets the sandbox's egress policy, then the guest continues. */
+  async startWarm(
+    live: LiveSandbox,
+    warm: WarmVm,
+    policy: EgressPolicy,
+    signal?: AbortSignal,
+  ): Promise<Vm> {
+    live.slot = warm.slot;
+    try {
+      signal?.throwIfAborted();
+      if (!sameEgressPolicy(warm.slot.policy, policy)) await warm.slot.setPolicy(policy);
+      signal?.throwIfAborted();
+    } catch (err) {
+      await warm.prepared.discard();
+      throw err;
+    }
+    live.vm = await warm.prepared.start();
+    return live.vm;
+  }
+
+  /** A new VMM in a new slot, restored from the snapshot. */
+  async restore(
+    live: LiveSandbox,
+    snapshotId: string,
+    policy: EgressPolicy,
+    signal?: AbortSignal,
+  ): Promise<Vm> {
+    const snapshot = await this.#o.catalog.getSnapshot(snapshotId);
+    if (!snapshot) {
+      throw new WarrenError("internal", `snapshot ${snapshotId} is missing from the catalog`);
+    }
+    live.slot = await this.#o.slots.acquire(policy);
+    signal?.throwIfAborted();
+    const spec = guestSpec({
+      id: live.row.id,
+      slot: live.slot,
+      images: this.#o.images,
+      shape: { vcpus: live.row.vcpus, memoryMiB: live.row.memoryMiB },
+      runtimeDir: runtimeDir(this.#o.layout, live.row.id),
+    });
+    live.vm = await this.#o.driver.restore(snapshot.dir, spec);
+    return live.vm;
+  }
+
+  /** Gives back what a running VM holds: VMM, slot, runtime dir, capacity. */
+  async release(live: LiveSandbox): Promise<void> {
+    const { vm, slot } = live;
+    live.vm = undefined;
+    live.slot = undefined;
+    const log = this.#o.logger;
+    if (vm) await vm.destroy().catch((err: unknown) => log.warn({ err }, "vm.destroy_failed"));
+    await rm(runtimeDir(this.#o.layout, live.row.id), { recursive: true, force: true });
+    if (slot) {
+      await this.#o.slots
+        .release(slot)
+        .catch((err: unknown) => log.warn({ err }, "network.slot_release_failed"));
+    }
+    live.releaseCapacity?.();
+    live.releaseCapacity = undefined;
+  }
+}

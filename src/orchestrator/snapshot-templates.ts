@@ -1,0 +1,43 @@
+import type { Catalog, TemplateRow } from "../catalog/index.js";
+import type { SnapshotInfo } from "./types.js";
+
+/** E2B names a snapshot `<name or template id>:<tag>`; Warren has one tag, `default`. */
+export function snapshotInfo(template: TemplateRow, sandboxId: string | undefined): SnapshotInfo {
+  const name = template.aliases[0];
+  return {
+    templateId: template.id,
+    snapshotId: `${name ?? template.id}:default`,
+    names: template.aliases.map((alias) => `${alias}:default`),
+    sandboxId,
+    createdAt: new Date(template.createdAt),
+  };
+}
+
+/** Persistent snapshots (templates of kind "snapshot"), oldest first. */
+export async function listSnapshotTemplates(
+  catalog: Catalog,
+  filter: { sandboxId?: string; name?: string },
+): Promise<SnapshotInfo[]> {
+  const infos: SnapshotInfo[] = [];
+  for (const template of await catalog.listTemplates()) {
+    if (template.kind !== "snapshot") continue;
+    const snapshot = await catalog.getSnapshot(template.snapshotId);
+    if (filter.sandboxId && snapshot?.sandboxId !== filter.sandboxId) continue;
+    const info = snapshotInfo(template, snapshot?.sandboxId);
+    const named =
+      template.aliases.includes(filter.name ?? "") || info.names.includes(filter.name ?? "");
+    if (filter.name && !named) continue;
+    infos.push(info);
+  }
+  return infos.sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime());
+}
+
+/** The envd access token inside a snapshot: its source sandbox's (kept after it ends). */
+export async function capturedToken(
+  catalog: Catalog,
+  snapshotId: string,
+): Promise<string | undefined> {
+  const snapshot = await catalog.getSnapshot(snapshotId);
+  if (!snapshot?.sandboxId) return undefined;
+  return (await catalog.getSandbox(snapshot.sandboxId))?.envdAccessToken;
+}
