@@ -620,7 +620,9 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     presentToken?: string,
     warm?: WarmVm,
   ): Promise<void> {
-    return this.#starts.use(() => this.#bringUp(live, snapshotId, presentToken, warm));
+    // A pooled VMM only continues: it does not queue behind restores.
+    if (warm) return this.#bringUp(live, snapshotId, presentToken, warm);
+    return this.#starts.use(() => this.#bringUp(live, snapshotId, presentToken));
   }
 
   async #bringUp(
@@ -632,8 +634,10 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     const config = configOf(live.row);
     const policy = validateEgressPolicy(egressPolicyOf(config.network, config.allowInternetAccess));
     const signal = live.abort?.signal;
+    const started = performance.now();
     if (warm) await this.#vms.startWarm(live, warm, policy, signal);
     else await this.#vms.restore(live, snapshotId, policy, signal);
+    const vmMs = Math.round(performance.now() - started);
     this.#watchExit(live);
     signal?.throwIfAborted();
     const host = (live.slot as NetworkSlot).hostAddress; // set by startWarm or restore
@@ -647,6 +651,11 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       },
     );
     signal?.throwIfAborted();
+    const initMs = Math.round(performance.now() - started) - vmMs;
+    this.#log.info(
+      { sandboxId: live.row.id, pooled: warm !== undefined, vmMs, initMs },
+      "sandbox.vm_up",
+    );
   }
 
   /** A VMM that dies while its sandbox runs: the sandbox is lost, and says so. */

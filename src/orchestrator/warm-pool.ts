@@ -4,7 +4,7 @@ import type { GuestArtifacts } from "../images/index.js";
 import type { NetworkSlot, SlotPool } from "../network/index.js";
 import type { MachineShape, PreparedRestore, VmmDriver } from "../vmm/index.js";
 import type { Capacity } from "./capacity.js";
-import { waitForHealth } from "./envd-client.js";
+import { initEnvd, runWarmupCommand, waitForHealth } from "./envd-client.js";
 import { newId } from "./ids.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
 import { guestSpec } from "./vm-spec.js";
@@ -132,7 +132,14 @@ export class WarmPool {
       });
       prepared = await driver.prepareRestore(target.dir, spec);
       const host = slot.hostAddress;
-      await prepared.warm(() => waitForHealth(host, { deadlineMs: 60_000 }));
+      // Warm the paths a create and its first command take next: /health, /init (which also
+      // sets the guest clock by running `date`, the slowest part of a cold /init under TCG)
+      // and a login shell.
+      await prepared.warm(async () => {
+        await waitForHealth(host, { deadlineMs: 60_000 });
+        await initEnvd(host, {}, { deadlineMs: 30_000 });
+        await runWarmupCommand(host);
+      });
       logger.info(
         { snapshotId: target.snapshotId, durationMs: Math.round(performance.now() - started) },
         "pool.vmm_warmed",
