@@ -43,11 +43,12 @@ function capturesSince(server: TestServer, from: number, msg: string): number[] 
 // default 60 s request timeout: give them longer, and report what still fails.
 const REQUEST_TIMEOUT_MS = 300_000;
 process.on("unhandledRejection", (err) => console.error("unhandled (SDK):", err));
+process.on("uncaughtException", (err) => console.error("uncaught (SDK):", err));
 
 async function createUntilCommand(): Promise<[Sandbox, number]> {
   const t = performance.now();
   const sandbox = await Sandbox.create({ requestTimeoutMs: REQUEST_TIMEOUT_MS });
-  await sandbox.commands.run("true");
+  await sandbox.commands.run("true", { timeoutMs: REQUEST_TIMEOUT_MS });
   return [sandbox, since(t)];
 }
 
