@@ -2,24 +2,14 @@
 // serving, and nothing (VM, slot, runtime dir) is left behind.
 import assert from "node:assert/strict";
 import { request } from "node:http";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { Sandbox } from "e2b";
-import { leakCheck, vmLeftovers } from "../helpers/leak-check.js";
-import { api, startServer, type TestServer } from "../helpers/server.js";
+import { vmLeftovers } from "../helpers/leak-check.js";
+import { api, type TestServer, useServer } from "../helpers/server.js";
 
-let server: TestServer;
-
-before(async () => {
-  // A node that holds two sandboxes at most, to reach its capacity limit; no warm pool, so
-  // that every VMM on the host belongs to a sandbox the test can see.
-  server = await startServer({ WARREN_MAX_SANDBOXES: "2", WARREN_POOL_SIZE: "0" });
-});
-
-after(async () => {
-  assert.equal(await server.stop(), 0);
-  assert.deepEqual(await leakCheck(), []);
-  assert.deepEqual(await vmLeftovers(`${server.dataDir}/run`), []);
-});
+// A node that holds two sandboxes at most, to reach its capacity limit; no warm pool, so
+// that every VMM on the host belongs to a sandbox the test can see.
+const server = useServer({ WARREN_MAX_SANDBOXES: "2", WARREN_POOL_SIZE: "0" });
 
 function assertError(res: { status: number; body: unknown }, status: number, pattern?: RegExp) {
   const body = res.body as { code?: number; message?: string };

@@ -1,21 +1,10 @@
 // Fork and persistent snapshots through the real e2b SDK against a real server and VMs.
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { Sandbox } from "e2b";
-import { leakCheck, vmLeftovers } from "../helpers/leak-check.js";
-import { api, startServer, type TestServer } from "../helpers/server.js";
+import { api, useServer } from "../helpers/server.js";
 
-let server: TestServer;
-
-before(async () => {
-  server = await startServer();
-});
-
-after(async () => {
-  assert.equal(await server.stop(), 0);
-  assert.deepEqual(await leakCheck(), []);
-  assert.deepEqual(await vmLeftovers(`${server.dataDir}/run`), []);
-});
+const server = useServer();
 
 /** A process holding a counter in memory only, served on :8080 (/get, /inc). */
 const COUNTER = `python3 -c '

@@ -1,21 +1,10 @@
 // Pause, resume, connect and TTLs through the real e2b SDK against a real server and VMs.
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { Sandbox, SandboxNotFoundError } from "e2b";
-import { leakCheck, vmLeftovers } from "../helpers/leak-check.js";
-import { startServer, type TestServer } from "../helpers/server.js";
+import { useServer } from "../helpers/server.js";
 
-let server: TestServer;
-
-before(async () => {
-  server = await startServer();
-});
-
-after(async () => {
-  assert.equal(await server.stop(), 0);
-  assert.deepEqual(await leakCheck(), []);
-  assert.deepEqual(await vmLeftovers(`${server.dataDir}/run`), []);
-});
+useServer();
 
 async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs = 30_000) {
   const deadline = Date.now() + timeoutMs;

@@ -4,20 +4,9 @@ import assert from "node:assert/strict";
 import { request } from "node:http";
 import { after, before, describe, it } from "node:test";
 import { Sandbox, SandboxNotFoundError } from "e2b";
-import { leakCheck, vmLeftovers } from "../helpers/leak-check.js";
-import { startServer, type TestServer } from "../helpers/server.js";
+import { useServer } from "../helpers/server.js";
 
-let server: TestServer;
-
-before(async () => {
-  server = await startServer();
-});
-
-after(async () => {
-  assert.equal(await server.stop(), 0, "the server exits cleanly");
-  assert.deepEqual(await leakCheck(), [], "no slot, veth or rule left behind");
-  assert.deepEqual(await vmLeftovers(`${server.dataDir}/run`), [], "no VMM or runtime dir left");
-});
+const server = useServer();
 
 describe("a sandbox created through the SDK", () => {
   let sandbox: Sandbox;

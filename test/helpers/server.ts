@@ -1,8 +1,11 @@
+import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
+import { after, before } from "node:test";
 import { DATA_DIR } from "./guest.js";
+import { leakCheck, vmLeftovers } from "./leak-check.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 /** First start on a fresh machine sets the host up and builds the base template. */
@@ -129,5 +132,47 @@ export async function api(
     status: res.status,
     body: text ? (JSON.parse(text) as Record<string, unknown>) : undefined,
     headers: res.headers,
+  };
+}
+
+/**
+ * A server for this test file: started before its tests, stopped after them, then checked
+ * to have left nothing behind (no slot, veth or rule; no VMM or runtime dir).
+ */
+export function useServer(env: Record<string, string> = {}): TestServer {
+  let started: TestServer | undefined;
+  const server = (): TestServer => {
+    if (!started) throw new Error("the test server has not started");
+    return started;
+  };
+  before(async () => {
+    started = await startServer(env);
+  });
+  after(async () => {
+    assert.equal(await server().stop(), 0, "the server exits cleanly");
+    assert.deepEqual(await leakCheck(), [], "no slot, veth or rule left behind");
+    assert.deepEqual(
+      await vmLeftovers(`${server().dataDir}/run`),
+      [],
+      "no VMM or runtime dir left",
+    );
+  });
+  return {
+    get url() {
+      return server().url;
+    },
+    get apiKey() {
+      return server().apiKey;
+    },
+    get dataDir() {
+      return server().dataDir;
+    },
+    get process() {
+      return server().process;
+    },
+    get logs() {
+      return server().logs;
+    },
+    stop: () => server().stop(),
   };
 }
