@@ -48,11 +48,8 @@ const inotifyAddon = buildAddon(join(root, "src", "agent", "native", "inotify"),
   "binding.gyp",
 ]);
 
-step("bundling the agent");
-mkdirSync(release, { recursive: true });
-await build({
-  entryPoints: [join(root, "src", "agent", "main.ts")],
-  outfile: join(out, "envd.mjs"),
+/** What both bundles (agent and server) share: one ESM file for Node 20 with a source map. */
+const NODE_BUNDLE = {
   bundle: true,
   platform: "node",
   target: "node20",
@@ -60,6 +57,14 @@ await build({
   sourcemap: true,
   legalComments: "none",
   logLevel: "warning",
+};
+
+step("bundling the agent");
+mkdirSync(release, { recursive: true });
+await build({
+  ...NODE_BUNDLE,
+  entryPoints: [join(root, "src", "agent", "main.ts")],
+  outfile: join(out, "envd.mjs"),
   // Bundled CommonJS (node-pty) uses require() and __dirname; give the ESM bundle real ones.
   banner: {
     js: [
@@ -86,16 +91,10 @@ step(`agent ready in ${out}`);
 
 step("bundling the node server");
 await build({
+  ...NODE_BUNDLE,
   entryPoints: [join(root, "src", "server", "main.ts")],
   outfile: join(root, "dist", "server", "main.mjs"),
-  bundle: true,
   // Dependencies load from node_modules as installed (native addons, pino's workers).
   packages: "external",
-  platform: "node",
-  target: "node20",
-  format: "esm",
-  sourcemap: true,
-  legalComments: "none",
-  logLevel: "warning",
 });
 step(`server ready in ${join(root, "dist", "server")}`);

@@ -82,16 +82,15 @@ export interface Sent {
   readonly body: string;
 }
 
+export interface SendOptions {
+  method?: string;
+  path?: string;
+  headers?: Record<string, string>;
+  body?: string | Buffer;
+}
+
 /** One request on a fresh connection (no pooling on the client side). */
-export async function send(
-  port: number,
-  options: {
-    method?: string;
-    path?: string;
-    headers?: Record<string, string>;
-    body?: string | Buffer;
-  } = {},
-): Promise<Sent> {
+export async function send(port: number, options: SendOptions = {}): Promise<Sent> {
   const res = await sendStreaming(port, options);
   const chunks: Buffer[] = [];
   for await (const chunk of res) chunks.push(chunk as Buffer);
@@ -103,15 +102,7 @@ export async function send(
 }
 
 /** Like `send`, but hands back the response as soon as its head arrives. */
-export function sendStreaming(
-  port: number,
-  options: {
-    method?: string;
-    path?: string;
-    headers?: Record<string, string>;
-    body?: string | Buffer;
-  } = {},
-): Promise<IncomingMessage> {
+export function sendStreaming(port: number, options: SendOptions = {}): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
     const req = request({
       host: "127.0.0.1",
