@@ -15,6 +15,7 @@ import { report, type Summary, summarize } from "./lib/report.js";
 
 const N = Number(process.env.BENCH_CREATES ?? 10);
 const DENSITY = Number(process.env.BENCH_DENSITY ?? 30);
+const CHAIN = Number(process.env.BENCH_CHAIN ?? 100);
 const rows: Summary[] = [];
 const extra: Record<string, unknown> = {};
 
@@ -179,6 +180,59 @@ try {
     rows.push(summarize(`fork ×${count}: every child answered`, "ms", [allAnswerMs]));
     extra[`fork_${count}_failed`] = results.length - children.length;
     await Promise.all([source, ...children].map((s) => s.kill()));
+  }
+
+  // ---- a chain of generations (alternating fork and pause/resume) ----------------------
+  {
+    let current = await Sandbox.create({ timeoutMs: 3_600_000 });
+    // 16 MiB written at generation 0, read back (O_DIRECT: past the guest's page cache).
+    await current.commands.run("dd if=/dev/urandom of=/home/user/gen0 bs=1M count=16 2>/dev/null");
+    const readGen0 = async () => {
+      const t = performance.now();
+      await current.commands.run(
+        "dd if=/home/user/gen0 of=/dev/null bs=1M iflag=direct 2>/dev/null",
+      );
+      return since(t);
+    };
+    const steps: number[] = [];
+    const reads: Record<string, number[]> = { first: [], last: [] };
+    for (let generation = 1; generation <= CHAIN; generation++) {
+      await current.commands.run(`echo ${generation} > /home/user/gen-${generation}`);
+      const t = performance.now();
+      if (generation % 2 === 0) {
+        await current.pause();
+        await current.connect();
+      } else {
+        const [child] = await current.fork({ count: 1 });
+        if (!(child instanceof Sandbox)) throw child;
+        await current.kill();
+        current = child;
+      }
+      await current.commands.run("true");
+      steps.push(since(t));
+      if (generation <= 5) reads.first?.push(await readGen0());
+      if (generation > CHAIN - 5) reads.last?.push(await readGen0());
+    }
+    const flattens = server.logs.filter((l) => l.msg === "snapshot.flattened");
+    rows.push(summarize(`chain: generation step, 1–10`, "ms", steps.slice(0, 10)));
+    rows.push(summarize(`chain: generation step, ${CHAIN - 9}–${CHAIN}`, "ms", steps.slice(-10)));
+    rows.push(summarize("chain: read 16 MiB from gen 0, at gen 1–5", "ms", reads.first ?? []));
+    rows.push(
+      summarize(
+        `chain: read 16 MiB from gen 0, at gen ${CHAIN - 4}–${CHAIN}`,
+        "ms",
+        reads.last ?? [],
+      ),
+    );
+    rows.push(
+      summarize(
+        "chain: background flatten",
+        "ms",
+        flattens.map((l) => Number(l.durationMs)),
+      ),
+    );
+    extra.chain = { generations: CHAIN, flattens: flattens.length };
+    await current.kill();
   }
 
   // ---- density -----------------------------------------------------------------------

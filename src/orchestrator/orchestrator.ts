@@ -1,5 +1,5 @@
 import { EventEmitter } from "node:events";
-import { chmod, mkdir, rm } from "node:fs/promises";
+import { chmod, mkdir } from "node:fs/promises";
 import type { Logger } from "pino";
 import type { Catalog, SandboxPatch, SandboxRow, TemplateRow } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
@@ -11,7 +11,7 @@ import { ensureBaseTemplate } from "./base-template.js";
 import { Capacity, type CapacityLimits } from "./capacity.js";
 import { initEnvd } from "./envd-client.js";
 import { newId } from "./ids.js";
-import { type StateLayout, snapshotDir } from "./layout.js";
+import type { StateLayout } from "./layout.js";
 import { byStart, matchesFilter } from "./list-filter.js";
 import {
   configOf,
@@ -25,7 +25,7 @@ import { recoverLeftovers } from "./recovery.js";
 import { SandboxVms } from "./sandbox-vms.js";
 import { Semaphore } from "./semaphore.js";
 import { SerialLock } from "./serial-lock.js";
-import { releaseSnapshot } from "./snapshot-files.js";
+import { SnapshotStore } from "./snapshot-store.js";
 import { capturedToken, listSnapshotTemplates, snapshotInfo } from "./snapshot-templates.js";
 import { sampleMetrics, sandboxLogs } from "./telemetry.js";
 import type {
@@ -55,6 +55,8 @@ export interface OrchestratorOptions {
   readonly templateShape: MachineShape;
   /** Most children one fork call may ask for. */
   readonly maxForkCount: number;
+  /** Disk layers above a template before a snapshot is flattened (SnapshotStore). */
+  readonly flattenDepth: number;
   /** VMs brought up (restore and /init) at once; more creates, resumes and forks queue. */
   readonly maxConcurrentStarts: number;
   /** Warmed VMMs kept for the base template (0: none). */
@@ -84,6 +86,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
   readonly #events = new EventEmitter();
   readonly #pool: WarmPool;
   readonly #vms: SandboxVms;
+  readonly #snapshots: SnapshotStore;
   readonly #starts: Semaphore;
   #status: ServerStatus;
   #closing = false;
@@ -93,6 +96,14 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     this.#log = options.logger;
     this.#capacity = new Capacity(options.limits);
     this.#vms = new SandboxVms(options);
+    this.#snapshots = new SnapshotStore({
+      catalog: options.catalog,
+      driver: options.driver,
+      layout: options.layout,
+      imagesFingerprint: options.images.fingerprint,
+      flattenDepth: options.flattenDepth,
+      logger: options.logger,
+    });
     this.#starts = new Semaphore(options.maxConcurrentStarts);
     this.#pool = new WarmPool({
       driver: options.driver,
@@ -120,7 +131,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       // The unprivileged VMM must traverse to its runtime dir and read snapshot files.
       await chmod(layout.snapshotsDir, 0o755);
       await chmod(layout.runDir, 0o711);
-      await recoverLeftovers({ catalog, layout, logger: this.#log });
+      await recoverLeftovers({ catalog, layout, snapshots: this.#snapshots, logger: this.#log });
       await this.#o.slots.cleanupStale();
       await this.#o.slots.start();
       for (const row of await catalog.listSandboxes(["paused"])) {
@@ -161,6 +172,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       });
     }
     await this.#pool.close();
+    await this.#snapshots.close();
     await this.#o.slots.close();
     await this.#o.catalog.close();
   }
@@ -424,7 +436,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       started: startedCount,
     });
     // A fork whose every child failed leaves a capture nobody uses.
-    await releaseSnapshot(this.#o.catalog, snapshotId);
+    await this.#snapshots.release(snapshotId);
     return results;
   }
 
@@ -479,7 +491,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       );
     }
     await this.#o.catalog.deleteTemplate(template.id);
-    await releaseSnapshot(this.#o.catalog, template.snapshotId);
+    await this.#snapshots.release(template.snapshotId);
   }
 
   /**
@@ -494,25 +506,11 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       if (live.row.state !== "running" || !vm) {
         throw new WarrenError("conflict", `sandbox ${live.row.id} is ${live.row.state}`);
       }
-      const snapshotId = newId();
-      const dir = snapshotDir(this.#o.layout, snapshotId);
-      let timing: Awaited<ReturnType<typeof vm.snapshot>>;
-      try {
-        timing = await vm.snapshot(dir, { resume: true });
-        await chmod(dir, 0o755);
-      } catch (err) {
-        await rm(dir, { recursive: true, force: true });
-        throw err;
-      }
-      await this.#o.catalog.putSnapshot({
-        id: snapshotId,
-        dir,
+      const { id: snapshotId, timing } = await this.#snapshots.capture(vm, {
         sandboxId: live.row.id,
         parentId: live.row.snapshotId,
         kind,
-        names: [],
-        imagesFingerprint: this.#o.images.fingerprint,
-        createdAt: new Date().toISOString(),
+        resume: true,
       });
       // Its disk now stands on the capture.
       await this.#update(live, { snapshotId });
@@ -702,16 +700,16 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     const vm = live.vm;
     if (!vm) throw new WarrenError("conflict", `sandbox ${live.row.id} is not running`);
     clearTimeout(live.ttlTimer);
-    const previous = live.row.snapshotId;
-    const snapshotId = newId();
-    const dir = snapshotDir(this.#o.layout, snapshotId);
     await this.#update(live, { state: "pausing" });
-    let timing: Awaited<ReturnType<typeof vm.snapshot>>;
+    let captured: Awaited<ReturnType<SnapshotStore["capture"]>>;
     try {
-      timing = await vm.snapshot(dir, { resume: false });
-      await chmod(dir, 0o755);
+      captured = await this.#snapshots.capture(vm, {
+        sandboxId: live.row.id,
+        parentId: live.row.snapshotId,
+        kind: "pause",
+        resume: false,
+      });
     } catch (err) {
-      await rm(dir, { recursive: true, force: true });
       if (vm.pid && (await processAlive(vm.pid))) {
         await this.#update(live, { state: "running" });
         this.#armTtl(live);
@@ -720,18 +718,9 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       await this.#teardown(live, "lost: pause failed");
       throw err;
     }
+    const { id: snapshotId, timing } = captured;
     live.vm = undefined;
     this.#events.emit("stopped", live.row.id);
-    await this.#o.catalog.putSnapshot({
-      id: snapshotId,
-      dir,
-      sandboxId: live.row.id,
-      parentId: previous,
-      kind: "pause",
-      names: [],
-      imagesFingerprint: this.#o.images.fingerprint,
-      createdAt: new Date().toISOString(),
-    });
     await this.#update(live, { state: "paused", snapshotId });
     await this.#vms.release(live);
     this.#log.info({ sandboxId: live.row.id, ...timing }, "sandbox.paused");
@@ -789,7 +778,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     await this.#update(live, { state: "killing" }).catch(() => {});
     await this.#vms.release(live);
     await this.#update(live, { state: "killed", endedReason: reason, snapshotId: undefined });
-    await releaseSnapshot(this.#o.catalog, standsOn);
+    await this.#snapshots.release(standsOn);
     this.#sandboxes.delete(id);
     this.#log.info({ sandboxId: id, reason }, "sandbox.killed");
     await this.#event(id, "sandbox.killed", { reason });

@@ -2,11 +2,12 @@ import { readdir, readFile, rm } from "node:fs/promises";
 import type { Logger } from "pino";
 import type { Catalog } from "../catalog/index.js";
 import type { StateLayout } from "./layout.js";
-import { releaseSnapshot } from "./snapshot-files.js";
+import type { SnapshotStore } from "./snapshot-store.js";
 
 export interface RecoveryOptions {
   readonly catalog: Catalog;
   readonly layout: StateLayout;
+  readonly snapshots: SnapshotStore;
   readonly logger: Logger;
 }
 
@@ -14,10 +15,11 @@ export interface RecoveryOptions {
  * At start: sandboxes an earlier server left running (or mid-transition) cannot be
  * re-adopted (their network slots are rebuilt from scratch), so they are reported lost:
  * any VMM still alive is killed, runtime directories removed, and their rows marked killed
- * with the reason. Paused sandboxes are untouched: their snapshots are on disk.
+ * with the reason. Paused sandboxes are untouched: their snapshots are on disk. Snapshots
+ * nothing uses any more (e.g. layers a flatten made redundant) are deleted.
  */
 export async function recoverLeftovers(options: RecoveryOptions): Promise<void> {
-  const { catalog, layout, logger } = options;
+  const { catalog, layout, snapshots, logger } = options;
   const killed = await killStrayVmms(layout.runDir);
   if (killed > 0) logger.warn({ count: killed }, "recovery.vmm_killed");
   const lost = await catalog.listSandboxes([
@@ -34,7 +36,7 @@ export async function recoverLeftovers(options: RecoveryOptions): Promise<void> 
       endedReason: reason,
       snapshotId: undefined,
     });
-    await releaseSnapshot(catalog, row.snapshotId);
+    await snapshots.release(row.snapshotId);
     await catalog.recordEvent({
       at: new Date().toISOString(),
       sandboxId: row.id,
@@ -43,6 +45,8 @@ export async function recoverLeftovers(options: RecoveryOptions): Promise<void> 
     });
     logger.warn({ sandboxId: row.id, state: row.state }, "sandbox.lost");
   }
+  const swept = await snapshots.sweep();
+  if (swept > 0) logger.info({ count: swept }, "recovery.snapshots_deleted");
   for (const entry of await readdir(layout.runDir).catch(() => [] as string[])) {
     await rm(`${layout.runDir}/${entry}`, { recursive: true, force: true });
   }

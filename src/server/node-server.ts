@@ -114,6 +114,7 @@ export async function startNodeServer(
       templateShape: { vcpus: config.templateVcpus, memoryMiB: config.templateMemoryMiB },
       defaultTimeoutMs: config.defaultTimeoutMs,
       maxForkCount: config.maxForkCount,
+      flattenDepth: config.flattenDepth,
       maxConcurrentStarts: host.cpus * 2,
       poolSize: config.poolSize,
       poolMinAvailableMiB: config.poolMinAvailableMiB,

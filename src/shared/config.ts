@@ -135,6 +135,13 @@ const SETTINGS = {
     parse: int(1, 256),
     expects: "an integer 1..256",
   },
+  flattenDepth: {
+    env: "WARREN_FLATTEN_DEPTH",
+    doc: "Frozen disk layers (pauses, fork captures) a snapshot may stand on above its template before its disk is flattened onto the template's in the background (0: never).",
+    default: () => 8,
+    parse: int(0, 1_000),
+    expects: "an integer 0..1000",
+  },
   poolSize: {
     env: "WARREN_POOL_SIZE",
     doc: "Warmed VMMs kept ready for the base template (0: every create restores anew).",

@@ -132,4 +132,10 @@ export interface VmmDriver {
   restore(snapshotDir: string, spec: VmSpec): Promise<Vm>;
   /** Spawns the VMM for a snapshot and waits; `start()` finishes the restore. */
   prepareRestore(snapshotDir: string, spec: VmSpec): Promise<PreparedRestore>;
+  /**
+   * Restacks a snapshot's frozen disk directly on an ancestor snapshot's disk (everything the
+   * layers in between wrote is copied in); reads then no longer walk those layers, and they
+   * can be deleted once nothing else uses them. Guest-visible content is unchanged.
+   */
+  flattenDisk(snapshotDir: string, ontoDir: string): Promise<void>;
 }

@@ -1,8 +1,12 @@
 // Fork and persistent snapshots through the real e2b SDK against a real server and VMs.
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { join } from "node:path";
 import { describe, it } from "node:test";
+import { promisify } from "node:util";
 import { Sandbox } from "e2b";
-import { api, useServer } from "../helpers/server.js";
+import { SqliteCatalog } from "../../src/catalog/index.js";
+import { api, type LogLine, useServer } from "../helpers/server.js";
 
 const server = useServer();
 
@@ -38,6 +42,16 @@ async function startCounter(sandbox: Sandbox): Promise<number> {
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
   throw new Error("counter did not start");
+}
+
+async function waitForLog(logs: LogLine[], msg: string, timeoutMs = 60_000): Promise<LogLine> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const found = logs.find((line) => line.msg === msg);
+    if (found) return found;
+    if (Date.now() > deadline) throw new Error(`no ${msg} log line in ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
 }
 
 function children(results: (Sandbox | Error)[]): Sandbox[] {
@@ -105,6 +119,66 @@ describe("fork", () => {
       assert.equal(await counter(child as Sandbox), "43");
     } finally {
       await Promise.all([source, ...made].map((s) => s.kill()));
+    }
+  });
+
+  it("a chain of pauses and forks deeper than the flatten depth is flattened; nothing is lost", async () => {
+    // WARREN_FLATTEN_DEPTH defaults to 8; twelve generations pass it.
+    let current = await Sandbox.create();
+    const made: Sandbox[] = [current];
+    try {
+      await startCounter(current);
+      for (let generation = 1; generation <= 12; generation++) {
+        await current.commands.run(`echo ${generation} > /home/user/gen-${generation}`);
+        if (generation % 2 === 0) {
+          await current.pause();
+          current = await Sandbox.connect(current.sandboxId);
+        } else {
+          const [child] = children(await current.fork({ count: 1 }));
+          await current.kill();
+          current = child as Sandbox;
+          made.push(current);
+        }
+      }
+      const flattened = await waitForLog(server.logs, "snapshot.flattened");
+      assert.ok(Number(flattened.layers) > 8, `flattened at ${flattened.layers} layers`);
+
+      // Every generation's file and the process's memory survive, also after one more pause.
+      const expected = Array.from({ length: 12 }, (_, i) => `${i + 1}`).join(" ");
+      const cat = "cat $(ls /home/user/gen-* | sort -t- -k2 -n) | xargs";
+      assert.equal((await current.commands.run(cat)).stdout.trim(), expected);
+      await current.pause();
+      current = await Sandbox.connect(current.sandboxId);
+      assert.equal((await current.commands.run(cat)).stdout.trim(), expected);
+      assert.equal(await counter(current, "/inc"), "43");
+
+      // The disk chain under the sandbox is as short as the catalog says, and within the depth.
+      const catalog = await SqliteCatalog.open(join(server.dataDir, "catalog.sqlite"));
+      try {
+        const layers: string[] = [];
+        let id = (await catalog.getSandbox(current.sandboxId))?.snapshotId;
+        let dir = "";
+        for (; id; id = (await catalog.getSnapshot(id))?.parentId) {
+          const row = await catalog.getSnapshot(id);
+          if (!row || row.kind === "template") break;
+          if (!dir) dir = row.dir;
+          layers.push(id);
+        }
+        assert.ok(layers.length <= 8, `${layers.length} layers above the template`);
+        const { stdout } = await promisify(execFile)("qemu-img", [
+          "info",
+          "-U",
+          "--backing-chain",
+          "--output=json",
+          join(dir, "disk.qcow2"),
+        ]);
+        // base image + template capture + the layers above it.
+        assert.equal((JSON.parse(stdout) as unknown[]).length, layers.length + 2);
+      } finally {
+        await catalog.close();
+      }
+    } finally {
+      await Promise.all(made.map((s) => s.kill()));
     }
   });
 

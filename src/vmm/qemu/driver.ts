@@ -4,6 +4,7 @@ import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import type { Accelerator, PreparedRestore, Vm, VmmDriver, VmSpec } from "../driver.js";
 import { cpuModel, qemuArgs } from "./args.js";
+import { flattenDisk } from "./flatten-disk.js";
 import { hostTscKhz } from "./host-tsc.js";
 import { explainFailure, launch, loadDeviceState, runtimePaths } from "./launch.js";
 import { applyMemoryDiff, findRamMapping } from "./memory-image.js";
@@ -112,6 +113,10 @@ export class QemuDriver implements VmmDriver {
     const { proc, qmp } = await launch(spec, args, paths.consoleLog, paths.qmpSocket);
     const host = this.#hostFor(spec);
     return new QemuVm(spec, proc, qmp, memory, paths.overlay, host, this.#runAs);
+  }
+
+  flattenDisk(snapshotDir: string, ontoDir: string): Promise<void> {
+    return flattenDisk(snapshotDir, ontoDir, this.#runAs);
   }
 
   async restore(snapshotDir: string, spec: VmSpec): Promise<Vm> {

@@ -1,0 +1,205 @@
+import { chmod, rm } from "node:fs/promises";
+import type { Logger } from "pino";
+import type { Catalog, SnapshotRow } from "../catalog/index.js";
+import type { SnapshotTiming, Vm, VmmDriver } from "../vmm/index.js";
+import { newId } from "./ids.js";
+import { type StateLayout, snapshotDir } from "./layout.js";
+import { SerialLock } from "./serial-lock.js";
+
+export interface SnapshotStoreOptions {
+  readonly catalog: Catalog;
+  readonly driver: Pick<VmmDriver, "flattenDisk">;
+  readonly layout: StateLayout;
+  /** GuestArtifacts fingerprint recorded with every capture. */
+  readonly imagesFingerprint: string;
+  /**
+   * Frozen disk layers a snapshot may stand on above its template before it is flattened
+   * onto the template's disk in the background; 0 turns flattening off.
+   */
+  readonly flattenDepth: number;
+  readonly logger: Logger;
+  /**
+   * How long the layers a flatten made redundant are kept: a VMM that opened the old disk
+   * just before it was replaced still opens the layers below it by path.
+   */
+  readonly retireDelayMs?: number;
+}
+
+export interface CaptureInput {
+  readonly sandboxId: string;
+  /** The snapshot the VM runs on (its disk is stacked on that one's), if any. */
+  readonly parentId?: string;
+  readonly kind: "pause" | "fork" | "named";
+  /** Keep the VM running (fork, named snapshot) or let its VMM go (pause). */
+  readonly resume: boolean;
+}
+
+/** A snapshot kind that ends a chain: templates are long-lived, so disks are flattened onto them. */
+function isAnchor(row: SnapshotRow): boolean {
+  return row.kind === "template" || row.kind === "named";
+}
+
+/**
+ * Owns snapshot data on disk and in the catalog. Snapshots are shared: a later snapshot's
+ * disk is stacked on its parent's, sandboxes run on (or are paused as) one, templates point
+ * at one. So they are reference-counted, and long chains of pauses and forks are flattened in
+ * the background (one at a time) so that reads and restores never walk a hundred layers.
+ */
+export class SnapshotStore {
+  readonly #o: SnapshotStoreOptions;
+  /** Serialises every change to the snapshot graph (deletes, re-parenting after a flatten). */
+  readonly #graph = new SerialLock();
+  #flattens: Promise<void> = Promise.resolve();
+  /** The snapshot being flattened: kept even if released meanwhile (its release waits). */
+  #flattening: string | undefined;
+  #releaseAfterFlatten = false;
+  readonly #retiring = new Map<NodeJS.Timeout, string>();
+  readonly #retirements = new Set<Promise<unknown>>();
+
+  constructor(options: SnapshotStoreOptions) {
+    this.#o = options;
+  }
+
+  /** Captures a VM into a new snapshot and records it; its chain may then be flattened. */
+  async capture(vm: Vm, input: CaptureInput): Promise<{ id: string; timing: SnapshotTiming }> {
+    const id = newId();
+    const dir = snapshotDir(this.#o.layout, id);
+    let timing: SnapshotTiming;
+    try {
+      timing = await vm.snapshot(dir, { resume: input.resume });
+      await chmod(dir, 0o755);
+    } catch (err) {
+      await rm(dir, { recursive: true, force: true });
+      throw err;
+    }
+    await this.#o.catalog.putSnapshot({
+      id,
+      dir,
+      sandboxId: input.sandboxId,
+      parentId: input.parentId,
+      kind: input.kind,
+      names: [],
+      imagesFingerprint: this.#o.imagesFingerprint,
+      createdAt: new Date().toISOString(),
+    });
+    this.#queueFlatten(id);
+    return { id, timing };
+  }
+
+  /**
+   * Deletes `snapshotId` once nothing uses it any more (no sandbox stands on it, no template
+   * points at it, no later snapshot is stacked on it), then walks up to its parent. Template
+   * captures are kept: their template decides. Returns the ids deleted.
+   */
+  release(snapshotId: string | undefined): Promise<string[]> {
+    return this.#graph.run("graph", async () => {
+      const { catalog } = this.#o;
+      const deleted: string[] = [];
+      let id = snapshotId;
+      while (id) {
+        const snapshot = await catalog.getSnapshot(id);
+        if (!snapshot || snapshot.kind === "template") break;
+        const users = await catalog.snapshotUsers(id);
+        if (users.sandboxes.length + users.snapshots.length + users.templates.length > 0) break;
+        if (id === this.#flattening) {
+          this.#releaseAfterFlatten = true;
+          break;
+        }
+        await rm(snapshot.dir, { recursive: true, force: true });
+        await catalog.deleteSnapshot(id);
+        deleted.push(id);
+        id = snapshot.parentId;
+      }
+      return deleted;
+    });
+  }
+
+  /** Releases every pause or fork snapshot nothing uses (left by a crash or a retire cut short). */
+  async sweep(): Promise<number> {
+    let deleted = 0;
+    for (const row of await this.#o.catalog.listSnapshots()) {
+      if (row.kind === "pause" || row.kind === "fork")
+        deleted += (await this.release(row.id)).length;
+    }
+    return deleted;
+  }
+
+  /** Waits for the flatten in progress and deletes the layers waiting to be retired. */
+  async close(): Promise<void> {
+    await this.#flattens;
+    const retiring = [...this.#retiring];
+    this.#retiring.clear();
+    for (const [timer, id] of retiring) {
+      clearTimeout(timer);
+      this.#releaseRetired(id);
+    }
+    await Promise.all(this.#retirements);
+  }
+
+  #queueFlatten(id: string): void {
+    if (this.#o.flattenDepth <= 0) return;
+    this.#flattens = this.#flattens
+      .then(() => this.#flattenIfDeep(id))
+      .catch((err: unknown) =>
+        this.#o.logger.warn({ snapshotId: id, err }, "snapshot.flatten_failed"),
+      );
+  }
+
+  async #flattenIfDeep(id: string): Promise<void> {
+    const { catalog } = this.#o;
+    const snapshot = await catalog.getSnapshot(id);
+    if (!snapshot?.parentId) return;
+    let layers = 1;
+    let anchor = await catalog.getSnapshot(snapshot.parentId);
+    while (anchor && !isAnchor(anchor) && anchor.parentId) {
+      layers += 1;
+      anchor = await catalog.getSnapshot(anchor.parentId);
+    }
+    if (!anchor || !isAnchor(anchor) || layers <= this.#o.flattenDepth) return;
+
+    const started = performance.now();
+    this.#flattening = id;
+    try {
+      await this.#o.driver.flattenDisk(snapshot.dir, anchor.dir);
+      await this.#graph.run("graph", async () => {
+        const current = await catalog.getSnapshot(id);
+        if (current) await catalog.putSnapshot({ ...current, parentId: anchor.id });
+      });
+      this.#o.logger.info(
+        {
+          snapshotId: id,
+          onto: anchor.id,
+          layers,
+          durationMs: Math.round(performance.now() - started),
+        },
+        "snapshot.flattened",
+      );
+      this.#retire(snapshot.parentId);
+    } finally {
+      this.#flattening = undefined;
+      if (this.#releaseAfterFlatten) {
+        this.#releaseAfterFlatten = false;
+        await this.release(id);
+      }
+    }
+  }
+
+  /** Releases the layers a flatten made redundant, after the grace period. */
+  #retire(id: string): void {
+    const timer = setTimeout(() => {
+      this.#retiring.delete(timer);
+      this.#releaseRetired(id);
+    }, this.#o.retireDelayMs ?? 10_000);
+    timer.unref();
+    this.#retiring.set(timer, id);
+  }
+
+  #releaseRetired(id: string): void {
+    const done = this.release(id)
+      .catch((err: unknown) =>
+        this.#o.logger.warn({ snapshotId: id, err }, "snapshot.release_failed"),
+      )
+      .finally(() => this.#retirements.delete(done));
+    this.#retirements.add(done);
+  }
+}
