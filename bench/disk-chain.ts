@@ -32,8 +32,10 @@ try {
   }
   const top = join(layer(LAYERS), "disk.qcow2");
   // Layer 1's data, checked by pattern (the reference image reads the same range unchecked).
-  const read = (disk: string, pattern = "-P 1 ") => () =>
-    run("qemu-io", ["-r", "-f", "qcow2", "-c", `read ${pattern}${MiB} 256k`, disk]);
+  const read =
+    (disk: string, pattern = "-P 1 ") =>
+    () =>
+      run("qemu-io", ["-r", "-f", "qcow2", "-c", `read ${pattern}${MiB} 256k`, disk]);
 
   const rows: Summary[] = [];
   rows.push(summarize(`open + read, ${LAYERS} layers`, "ms", await measure(10, read(top))));
