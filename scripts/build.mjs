@@ -42,11 +42,12 @@ function buildAddon(dir, name, sources) {
   return target;
 }
 
-step("native addon inotify");
-const inotifyAddon = buildAddon(join(root, "src", "agent", "native", "inotify"), "inotify", [
-  "inotify.c",
-  "binding.gyp",
-]);
+step("native addons inotify, system");
+/** src/agent/native/<name>/: <name>.c and its binding.gyp. */
+const agentAddon = (name) =>
+  buildAddon(join(root, "src", "agent", "native", name), name, [`${name}.c`, "binding.gyp"]);
+const inotifyAddon = agentAddon("inotify");
+const systemAddon = agentAddon("system");
 
 /** What both bundles (agent and server) share: one ESM file for Node 20 with a source map. */
 const NODE_BUNDLE = {
@@ -79,6 +80,7 @@ await build({
 
 const addons = [
   [inotifyAddon, "inotify.node"],
+  [systemAddon, "system.node"],
   [join(root, "node_modules", "node-pty", "build", "Release", "pty.node"), "pty.node"],
   [join(root, "node_modules", "fs-xattr", "build", "Release", "xattr.node"), "xattr.node"],
 ];

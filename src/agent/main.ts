@@ -1,16 +1,18 @@
 import { parseArgs } from "node:util";
 import { ENVD_PORT, ENVD_VERSION } from "../protocol/index.js";
 import { setSystemClock } from "./clock.js";
+import { system } from "./native/system.js";
 import { createAgent } from "./server.js";
 
 const HELP = `envd — Warren's in-guest agent (E2B envd protocol ${ENVD_VERSION})
 
-Usage: envd [--port N] [--host ADDR] [--default-user NAME] [--set-clock]
+Usage: envd [--port N] [--host ADDR] [--default-user NAME] [--guest]
 
   --port N             port to listen on (default ${ENVD_PORT})
   --host ADDR          address to bind (default 0.0.0.0)
   --default-user NAME  user for requests that name none (default "user", root if absent)
-  --set-clock          let POST /init set the system clock (in a guest; never on a host)
+  --guest              envd is a microVM's agent (never pass it on a host): POST /init
+                       sets the system clock, and the idle legacy PIT is stopped
   --version            print the protocol version and exit
 `;
 
@@ -26,7 +28,7 @@ try {
       port: { type: "string" },
       host: { type: "string" },
       "default-user": { type: "string" },
-      "set-clock": { type: "boolean" },
+      guest: { type: "boolean" },
       version: { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
@@ -51,9 +53,12 @@ const host = typeof args.host === "string" ? args.host : "0.0.0.0";
 // Files the agent creates are 0644 and directories 0755, whatever umask it inherited.
 process.umask(0o022);
 
+if (args.guest && !system().stopPitTimer()) {
+  process.stderr.write("envd: no port access: the legacy PIT keeps ticking\n");
+}
 const agent = createAgent({
   defaultUser: typeof args["default-user"] === "string" ? args["default-user"] : undefined,
-  setClock: args["set-clock"] ? setSystemClock : undefined,
+  setClock: args.guest ? setSystemClock : undefined,
 });
 agent.server.on("error", (err) => fail(`cannot listen on ${host}:${port}: ${err.message}`));
 agent.server.listen(port, host, () => {

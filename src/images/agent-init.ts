@@ -70,5 +70,5 @@ echo 65536 >/proc/sys/fs/inotify/max_user_watches
 
 cd /
 exec $w/bin/tini -s -- $w/lib/ld-linux-x86-64.so.2 --library-path $w/lib \\
-  $w/bin/node $w/envd/envd.mjs --set-clock
+  $w/bin/node $w/envd/envd.mjs --guest
 `;

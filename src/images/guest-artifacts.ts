@@ -15,8 +15,11 @@ export interface GuestArtifacts {
   readonly baseRootfs: string;
   /** `uname -r` of the guest kernel, e.g. 6.1.0-57-cloud-amd64 (for snapshot metadata). */
   readonly kernelVersion: string;
+  /** Kernel flags every guest boots with, besides Warren's own (console, root, addresses). */
+  readonly kernelArgs: string;
   /**
-   * Identifies this exact set of the four artifacts (from their recorded sha256s). A snapshot
+   * Identifies this exact set of the four artifacts and kernel flags (from their recorded
+   * sha256s). A snapshot
    * remembers it: its guest has cached blocks of the agent drive and its disk chain ends at
    * the base rootfs, so a rebuilt artifact must make old snapshots refuse to restore.
    */
@@ -24,6 +27,13 @@ export interface GuestArtifacts {
   /** images/manifest.json: recipe, input and output hashes of each artifact. */
   readonly manifest: string;
 }
+
+/**
+ * Keep an idle guest quiet: under TCG every guest wakeup costs host CPU. TSC is the guest's
+ * clocksource either way; without `tsc=reliable` the kernel checks it against another clock
+ * twice a second, forever. `nowatchdog` drops the soft-lockup detector's timer.
+ */
+export const GUEST_KERNEL_ARGS = "tsc=reliable nowatchdog";
 
 /** The four artifacts a VM boots from, in the order setup builds them. */
 export const GUEST_ARTIFACTS: readonly ArtifactName[] = [
@@ -38,9 +48,11 @@ export function guestArtifactPaths(dataDir: string, manifest: Manifest): GuestAr
   const hashes = GUEST_ARTIFACTS.map(
     (name) => `${name}:${manifest.artifacts[name]?.sha256 ?? "missing"}`,
   );
+  hashes.push(`kernel-args:${GUEST_KERNEL_ARGS}`);
   const kernelVersion = manifest.artifacts.kernel?.details.kernelRelease ?? "";
   return {
     fingerprint: createHash("sha256").update(hashes.join("\n")).digest("hex").slice(0, 16),
+    kernelArgs: GUEST_KERNEL_ARGS,
     kernel: layout.kernel,
     initramfs: layout.initramfs,
     agentDrive: layout.agentDrive,

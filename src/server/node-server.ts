@@ -92,7 +92,12 @@ export async function startNodeServer(
       "server.accelerator",
     );
     const vmmUser = await ensureVmmUser();
-    const driver = new QemuDriver({ accel: accel.accel, qemuVersion: version, runAs: vmmUser });
+    const driver = new QemuDriver({
+      accel: accel.accel,
+      qemuVersion: version,
+      runAs: vmmUser,
+      tcgCacheMiB: config.tcgCacheMiB,
+    });
     const slots = new SlotPool({
       size: config.slotPoolSize,
       tapOwner: { uid: vmmUser.uid, gid: vmmUser.gid },

@@ -135,6 +135,13 @@ const SETTINGS = {
     parse: int(1, 256),
     expects: "an integer 1..256",
   },
+  tcgCacheMiB: {
+    env: "WARREN_TCG_CACHE_MIB",
+    doc: "Under TCG, each VM's translated-code cache. Most of it becomes resident in a VM that runs a while: smaller packs more sandboxes per host, larger retranslates less often.",
+    default: () => 32,
+    parse: int(4, 1_024),
+    expects: "an integer 4..1024 (MiB)",
+  },
   flattenDepth: {
     env: "WARREN_FLATTEN_DEPTH",
     doc: "Frozen disk layers (pauses, fork captures) a snapshot may stand on above its template before its disk is flattened onto the template's in the background (0: never).",

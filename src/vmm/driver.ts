@@ -18,10 +18,12 @@ export interface GuestImages {
   readonly kernel: string;
   /** Identifies the kernel in snapshot metadata (a snapshot only restores on the same one). */
   readonly kernelVersion: string;
-  /** Identifies this exact set of kernel, initramfs, agent drive and base disk (see images). */
+  /** Identifies this exact set of kernel, initramfs, agent drive, base disk and kernel flags (see images). */
   readonly fingerprint: string;
   readonly initramfs: string;
   readonly agentDrive: string;
+  /** Kernel flags of the guest's boot (quietness, clock), part of `fingerprint`. */
+  readonly kernelArgs?: string;
 }
 
 export interface MachineShape {

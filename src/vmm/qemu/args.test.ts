@@ -38,7 +38,9 @@ function value(args: string[], flag: string): string[] {
 describe("qemuArgs", () => {
   it("builds a TCG microvm with shared guest RAM, both drives, the tap NIC and QMP", () => {
     const args = qemuArgs({ ...input, accel: "tcg", tscKhz: 2_096_023 });
-    assert.deepEqual(value(args, "-accel"), ["tcg,thread=multi,tb-size=64"]);
+    assert.deepEqual(value(args, "-accel"), ["tcg,thread=multi,tb-size=32"]);
+    const bigger = qemuArgs({ ...input, accel: "tcg", tcgCacheMiB: 128 });
+    assert.deepEqual(value(bigger, "-accel"), ["tcg,thread=multi,tb-size=128"]);
     assert.match(value(args, "-machine")[0] ?? "", /^microvm,.*pit=on,pic=on.*ioapic2=off/);
     assert.deepEqual(value(args, "-object"), [
       "memory-backend-file,id=mem,size=512M,mem-path=/run/abc/memory.img,share=on",
@@ -78,11 +80,13 @@ describe("qemuArgs", () => {
     );
   });
 
-  it("puts the slot's guest address on the kernel command line", () => {
+  it("puts the slot's guest address and the images' kernel flags on the kernel command line", () => {
     assert.match(
       kernelCommandLine(spec),
       /warren\.ip=169\.254\.0\.21\/30 warren\.gw=169\.254\.0\.22/,
     );
+    const flagged = { ...spec, images: { ...spec.images, kernelArgs: "tsc=reliable" } };
+    assert.match(kernelCommandLine(flagged), / tsc=reliable$/);
   });
 });
 

@@ -18,6 +18,11 @@ export interface QemuArgsInput {
   readonly runAs?: string;
   /** TCG only: the host TSC rate handed to the guest kernel (see host-tsc.ts). */
   readonly tscKhz?: number;
+  /**
+   * TCG only: translated-code cache in MiB (default 32). Most of it ends up resident in every
+   * VM that runs a while (its largest share of memory); smaller means retranslating more often.
+   */
+  readonly tcgCacheMiB?: number;
   /** The root disk is larger than its image: the guest's init grows the filesystem. */
   readonly growRoot?: boolean;
 }
@@ -41,6 +46,7 @@ export function kernelCommandLine(spec: VmSpec, tscKhz?: number, growRoot = fals
     `warren.ip=${spec.guestIp} warren.gw=${spec.guestGateway}`,
     tscKhz ? `tsc_early_khz=${tscKhz}` : "",
     growRoot ? "warren.grow=1" : "",
+    spec.images.kernelArgs ?? "",
     spec.extraKernelArgs ?? "",
   ]
     .filter(Boolean)
@@ -70,7 +76,7 @@ export function qemuArgs(input: QemuArgsInput): string[] {
     // Under TCG the kernel has no kvm-clock and needs the PIT to calibrate its timers.
     `microvm,acpi=on,${accel === "kvm" ? "pit=off,pic=off" : "pit=on,pic=on"},rtc=on,ioapic2=off,isa-serial=on,memory-backend=mem,suppress-vmdesc=on`,
     "-accel",
-    accel === "kvm" ? "kvm" : "tcg,thread=multi,tb-size=64",
+    accel === "kvm" ? "kvm" : `tcg,thread=multi,tb-size=${input.tcgCacheMiB ?? 32}`,
     "-cpu",
     cpuModel(accel),
     "-smp",

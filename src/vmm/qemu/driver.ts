@@ -34,6 +34,8 @@ export interface QemuDriverOptions {
    * (`-runas`); its runtime directory is handed to it. Default: QEMU stays root.
    */
   readonly runAs?: VmmUser;
+  /** TCG translated-code cache per VM, MiB (see QemuArgsInput.tcgCacheMiB). */
+  readonly tcgCacheMiB?: number;
 }
 
 export async function qemuVersion(): Promise<string> {
@@ -46,12 +48,14 @@ export class QemuDriver implements VmmDriver {
   readonly #qemuVersion: string;
   readonly #tscKhz: number | undefined;
   readonly #runAs: VmmUser | undefined;
+  readonly #tcgCacheMiB: number | undefined;
 
   constructor(options: QemuDriverOptions) {
     this.accel = options.accel;
     this.#qemuVersion = options.qemuVersion;
     this.#tscKhz = options.tscKhz ?? hostTscKhz();
     this.#runAs = options.runAs;
+    this.#tcgCacheMiB = options.tcgCacheMiB;
   }
 
   /** What a snapshot of this VM records, and what a restore here must match. */
@@ -107,6 +111,7 @@ export class QemuDriver implements VmmDriver {
       consoleLog: paths.consoleLog,
       incoming: false,
       tscKhz: this.#tscKhz,
+      tcgCacheMiB: this.#tcgCacheMiB,
       runAs: this.#runAs?.name,
       growRoot,
     });
@@ -149,6 +154,7 @@ export class QemuDriver implements VmmDriver {
       consoleLog: paths.consoleLog,
       incoming: true,
       tscKhz: this.#tscKhz,
+      tcgCacheMiB: this.#tcgCacheMiB,
       runAs: this.#runAs?.name,
     });
     const { proc, qmp } = await launch(spec, args, paths.consoleLog, paths.qmpSocket);
