@@ -42,12 +42,16 @@ ip=
 gw=
 dns=8.8.8.8
 grow=
+node_flags=
 for arg in $($b cat /proc/cmdline); do
   case "$arg" in
   warren.ip=*) ip=\${arg#warren.ip=} ;;
   warren.gw=*) gw=\${arg#warren.gw=} ;;
   warren.dns=*) dns=\${arg#warren.dns=} ;;
   warren.grow=1) grow=1 ;;
+  # Emulated CPU (TCG): V8's compilers only add fresh machine code for QEMU to translate;
+  # envd's commands, files and /init run faster interpreted there.
+  warren.interpreted=1) node_flags="--no-opt --no-sparkplug" ;;
   esac
 done
 # The VM's disk is larger than its image: grow the mounted root filesystem (ext4, online).
@@ -70,5 +74,5 @@ echo 65536 >/proc/sys/fs/inotify/max_user_watches
 
 cd /
 exec $w/bin/tini -s -- $w/lib/ld-linux-x86-64.so.2 --library-path $w/lib \\
-  $w/bin/node $w/envd/envd.mjs --guest
+  $w/bin/node $node_flags $w/envd/envd.mjs --guest
 `;

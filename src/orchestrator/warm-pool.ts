@@ -130,11 +130,10 @@ export class WarmPool {
         shape: target.shape,
         runtimeDir: runtimeDir(layout, id),
       });
-      prepared = await driver.prepareRestore(target.dir, spec);
+      prepared = await driver.prepareRestore(target.dir, spec, { background: true });
       const host = slot.hostAddress;
       // Warm the paths a create and its first command take next: /health, /init (which also
-      // sets the guest clock by running `date`, the slowest part of a cold /init under TCG)
-      // and a login shell.
+      // sets the guest clock) and a login shell.
       await prepared.warm(async () => {
         await waitForHealth(host, { deadlineMs: 60_000 });
         await initEnvd(host, {}, { deadlineMs: 30_000 });

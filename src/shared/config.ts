@@ -137,8 +137,8 @@ const SETTINGS = {
   },
   tcgCacheMiB: {
     env: "WARREN_TCG_CACHE_MIB",
-    doc: "Under TCG, each VM's translated-code cache. Most of it becomes resident in a VM that runs a while: smaller packs more sandboxes per host, larger retranslates less often.",
-    default: () => 32,
+    doc: "Under TCG, each VM's translated-code cache. A VM that runs a while fills it with resident memory: 32 saves ~16 MiB per sandbox but, once full, the guest retranslates code it runs often (commands ~2× slower here).",
+    default: () => 64,
     parse: int(4, 1_024),
     expects: "an integer 4..1024 (MiB)",
   },

@@ -132,8 +132,16 @@ export interface VmmDriver {
   boot(spec: VmSpec): Promise<Vm>;
   /** Starts a VM from a snapshot directory; the guest continues where it was captured. */
   restore(snapshotDir: string, spec: VmSpec): Promise<Vm>;
-  /** Spawns the VMM for a snapshot and waits; `start()` finishes the restore. */
-  prepareRestore(snapshotDir: string, spec: VmSpec): Promise<PreparedRestore>;
+  /**
+   * Spawns the VMM for a snapshot and waits; `start()` finishes the restore. `background`:
+   * until `start()`, the VMM runs at low CPU priority (nice 10), so preparing spare VMMs
+   * never slows the sandboxes in use.
+   */
+  prepareRestore(
+    snapshotDir: string,
+    spec: VmSpec,
+    options?: { background?: boolean },
+  ): Promise<PreparedRestore>;
   /**
    * Restacks a snapshot's frozen disk directly on an ancestor snapshot's disk (everything the
    * layers in between wrote is copied in); reads then no longer walk those layers, and they

@@ -38,7 +38,7 @@ function value(args: string[], flag: string): string[] {
 describe("qemuArgs", () => {
   it("builds a TCG microvm with shared guest RAM, both drives, the tap NIC and QMP", () => {
     const args = qemuArgs({ ...input, accel: "tcg", tscKhz: 2_096_023 });
-    assert.deepEqual(value(args, "-accel"), ["tcg,thread=multi,tb-size=32"]);
+    assert.deepEqual(value(args, "-accel"), ["tcg,thread=multi,tb-size=64"]);
     const bigger = qemuArgs({ ...input, accel: "tcg", tcgCacheMiB: 128 });
     assert.deepEqual(value(bigger, "-accel"), ["tcg,thread=multi,tb-size=128"]);
     assert.match(value(args, "-machine")[0] ?? "", /^microvm,.*pit=on,pic=on.*ioapic2=off/);
@@ -50,7 +50,7 @@ describe("qemuArgs", () => {
       value(args, "-drive").some((d) => d.startsWith("id=agent,") && d.includes("readonly=on")),
     );
     assert.deepEqual(value(args, "-netdev"), ["tap,id=net0,ifname=tap0,script=no,downscript=no"]);
-    assert.match(value(args, "-append")[0] ?? "", /tsc_early_khz=2096023/);
+    assert.match(value(args, "-append")[0] ?? "", /tsc_early_khz=2096023 warren\.interpreted=1/);
     assert.ok(!args.includes("-incoming"));
     assert.ok(value(args, "-sandbox")[0]?.startsWith("on,"));
   });
@@ -66,7 +66,7 @@ describe("qemuArgs", () => {
     const args = qemuArgs({ ...input, accel: "kvm", tscKhz: 2_096_023 });
     assert.deepEqual(value(args, "-accel"), ["kvm"]);
     assert.match(value(args, "-machine")[0] ?? "", /pit=off,pic=off/);
-    assert.doesNotMatch(value(args, "-append")[0] ?? "", /tsc_early_khz/);
+    assert.doesNotMatch(value(args, "-append")[0] ?? "", /tsc_early_khz|warren\.interpreted/);
   });
 
   it("asks the guest to grow its root filesystem only when the disk was enlarged", () => {

@@ -19,7 +19,7 @@ export interface QemuArgsInput {
   /** TCG only: the host TSC rate handed to the guest kernel (see host-tsc.ts). */
   readonly tscKhz?: number;
   /**
-   * TCG only: translated-code cache in MiB (default 32). Most of it ends up resident in every
+   * TCG only: translated-code cache in MiB (default 64). Most of it ends up resident in every
    * VM that runs a while (its largest share of memory); smaller means retranslating more often.
    */
   readonly tcgCacheMiB?: number;
@@ -39,12 +39,22 @@ export function cpuModel(accel: Accelerator): string {
 /** Flags every QEMU Warren starts shares: no default devices, config or display; exit on reboot. */
 export const QEMU_BASE_FLAGS = ["-nodefaults", "-no-user-config", "-nographic", "-no-reboot"];
 
-export function kernelCommandLine(spec: VmSpec, tscKhz?: number, growRoot = false): string {
+export interface KernelOptions {
+  /** TCG: the guest's CPU is emulated. */
+  readonly emulated?: boolean;
+  readonly tscKhz?: number;
+  readonly growRoot?: boolean;
+}
+
+export function kernelCommandLine(spec: VmSpec, options: KernelOptions = {}): string {
+  const { emulated = false, tscKhz, growRoot = false } = options;
   return [
     "console=ttyS0 reboot=t panic=-1 quiet loglevel=3",
     "root=/dev/vda rw rootfstype=ext4 warren.agent=/dev/vdb",
     `warren.ip=${spec.guestIp} warren.gw=${spec.guestGateway}`,
-    tscKhz ? `tsc_early_khz=${tscKhz}` : "",
+    emulated && tscKhz ? `tsc_early_khz=${tscKhz}` : "",
+    // The guest agent then runs its JavaScript interpreted (see images/agent-init.ts).
+    emulated ? "warren.interpreted=1" : "",
     growRoot ? "warren.grow=1" : "",
     spec.images.kernelArgs ?? "",
     spec.extraKernelArgs ?? "",
@@ -76,7 +86,7 @@ export function qemuArgs(input: QemuArgsInput): string[] {
     // Under TCG the kernel has no kvm-clock and needs the PIT to calibrate its timers.
     `microvm,acpi=on,${accel === "kvm" ? "pit=off,pic=off" : "pit=on,pic=on"},rtc=on,ioapic2=off,isa-serial=on,memory-backend=mem,suppress-vmdesc=on`,
     "-accel",
-    accel === "kvm" ? "kvm" : `tcg,thread=multi,tb-size=${input.tcgCacheMiB ?? 32}`,
+    accel === "kvm" ? "kvm" : `tcg,thread=multi,tb-size=${input.tcgCacheMiB ?? 64}`,
     "-cpu",
     cpuModel(accel),
     "-smp",
@@ -92,7 +102,11 @@ export function qemuArgs(input: QemuArgsInput): string[] {
     "-initrd",
     spec.images.initramfs,
     "-append",
-    kernelCommandLine(spec, accel === "tcg" ? input.tscKhz : undefined, input.growRoot),
+    kernelCommandLine(spec, {
+      emulated: accel === "tcg",
+      tscKhz: input.tscKhz,
+      growRoot: input.growRoot,
+    }),
     "-drive",
     // cache=unsafe: guest flushes and QEMU's own (stop, overlay switch) stop at the host page
     // cache instead of forcing every dirty page of the filesystem to disk (ext4 ordered mode),

@@ -22,6 +22,8 @@ import { QemuVm, type VmmUser } from "./vm.js";
 export type { VmmUser } from "./vm.js";
 
 const run = promisify(execFile);
+/** CPU priority of a VMM prepared in the background (CFS weight ~1/10 of a running one). */
+const BACKGROUND_NICE = 10;
 
 export interface QemuDriverOptions {
   readonly accel: Accelerator;
@@ -129,7 +131,11 @@ export class QemuDriver implements VmmDriver {
   }
 
   /** Spawns QEMU for a snapshot, waiting on `-incoming defer`; `start()` finishes the restore. */
-  async prepareRestore(snapshotDir: string, spec: VmSpec): Promise<PreparedRestore> {
+  async prepareRestore(
+    snapshotDir: string,
+    spec: VmSpec,
+    options: { background?: boolean } = {},
+  ): Promise<PreparedRestore> {
     const meta = await readSnapshotMeta(snapshotDir);
     const host = this.#hostFor(spec);
     checkRestorable(meta, host, spec.shape);
@@ -158,6 +164,7 @@ export class QemuDriver implements VmmDriver {
       runAs: this.#runAs?.name,
     });
     const { proc, qmp } = await launch(spec, args, paths.consoleLog, paths.qmpSocket);
+    if (options.background) proc.setNice(BACKGROUND_NICE);
     const deviceState = join(snapshotDir, DEVICE_STATE_FILE);
     const abandon = async () => {
       qmp.close();
@@ -191,6 +198,7 @@ export class QemuDriver implements VmmDriver {
           await qmp.execute("stop");
         }),
       start: async () => {
+        if (options.background) proc.setNice(0);
         await guarded(async () => {
           if (!loaded) await load();
           await qmp.execute("cont");

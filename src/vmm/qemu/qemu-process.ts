@@ -1,5 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { readdirSync } from "node:fs";
 import { readFile } from "node:fs/promises";
+import { setPriority } from "node:os";
 import type { ExitInfo, VmNetwork } from "../driver.js";
 import { VmmError } from "../errors.js";
 
@@ -50,6 +52,23 @@ export class QemuProcess {
   get pid(): number {
     if (this.child.pid === undefined) throw new VmmError("QEMU did not start", this.vmId);
     return this.child.pid;
+  }
+
+  /** Sets the scheduling priority (nice) of every thread QEMU has now; new ones inherit it. */
+  setNice(nice: number): void {
+    let tasks: string[];
+    try {
+      tasks = readdirSync(`/proc/${this.pid}/task`);
+    } catch {
+      return; // already gone
+    }
+    for (const tid of tasks) {
+      try {
+        setPriority(Number(tid), nice);
+      } catch {
+        // The thread ended meanwhile.
+      }
+    }
   }
 
   get running(): boolean {
