@@ -123,9 +123,10 @@ export async function waitForHealth(
 }
 
 /**
- * Runs `/bin/bash -l -c true` as `user`, as a client's first command would. Under TCG the
- * first command in a fresh VMM costs seconds of translation (bash, its login scripts); run
- * once in a pooled VMM, it costs a user's first command a fraction of that.
+ * Runs a login shell as `user`, as a client's first command would. Under TCG the first
+ * command in a fresh VMM costs seconds of translation (bash, its login scripts); run once in
+ * a pooled VMM, it costs a user's first command a fraction of that. The shell runs `sync`:
+ * what warming dirtied is written now, not by the guest's flusher right after a take.
  */
 export async function runWarmupCommand(host: string): Promise<void> {
   const client = createClient(
@@ -134,7 +135,7 @@ export async function runWarmupCommand(host: string): Promise<void> {
   );
   const headers = { authorization: `Basic ${Buffer.from("user:").toString("base64")}` };
   const stream = client.start(
-    { process: { cmd: "/bin/bash", args: ["-l", "-c", "true"] }, stdin: false },
+    { process: { cmd: "/bin/bash", args: ["-l", "-c", "sync"] }, stdin: false },
     { headers, timeoutMs: 60_000 },
   );
   for await (const _event of stream) {
