@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { after, before, it } from "node:test";
 import { promisify } from "node:util";
 import pino from "pino";
-import { SqliteCatalog } from "../../src/catalog/index.js";
+import { type SandboxRow, SqliteCatalog } from "../../src/catalog/index.js";
 import { stateLayout } from "../../src/orchestrator/layout.js";
 import { SnapshotStore } from "../../src/orchestrator/snapshot-store.js";
 import type { ExitInfo, SnapshotTiming, Vm, VmSpec } from "../../src/vmm/index.js";
@@ -116,6 +116,27 @@ async function fixture(name: string, flattenDepth: number, driver = testDriver()
   return { layout, catalog, store, vm, pauses };
 }
 
+/** A paused sandbox's catalog row standing on `snapshotId`. */
+function pausedOn(snapshotId: string): SandboxRow {
+  const now = new Date().toISOString();
+  return {
+    id: "sbx",
+    templateId: "template",
+    state: "paused",
+    clientId: "test",
+    vcpus: 1,
+    memoryMiB: 512,
+    diskSizeMiB: 64,
+    metadata: {},
+    envVars: {},
+    config: {},
+    startedAt: now,
+    endAt: now,
+    snapshotId,
+    updatedAt: now,
+  };
+}
+
 function testDriver(): QemuDriver {
   return new QemuDriver({ accel: "tcg", qemuVersion: "test" });
 }
@@ -207,5 +228,19 @@ it("leaves the snapshot as it was when flattening fails", async () => {
   assert.ok(row?.parentId && row.parentId !== "template", "still stacked on its parent");
   assert.deepEqual(await readdir(join(layout.snapshotsDir, last)), ["disk.qcow2"]);
   await qemuIo(join(layout.snapshotsDir, last, "disk.qcow2"), `read -P 1 ${MiB} 64k`);
+  await catalog.close();
+});
+
+it("sweeps pause and fork snapshots nothing uses, and keeps those in use", async () => {
+  const { layout, catalog, store, pauses } = await fixture("sweep", 0);
+  const used = await pauses(2);
+  const unused = await pauses(1);
+  await catalog.insertSandbox(pausedOn(used));
+  assert.equal(await store.sweep(), 1);
+  assert.equal(await catalog.getSnapshot(unused), undefined);
+  const kept = (await readdir(layout.snapshotsDir)).sort();
+  assert.equal(kept.length, 3, "template, the paused sandbox's snapshot and its parent");
+  assert.ok(kept.includes(used) && kept.includes("template"));
+  await store.close();
   await catalog.close();
 });
