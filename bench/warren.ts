@@ -89,8 +89,10 @@ function vmmProcesses(runDir: string): { pid: number; pssKiB: number; ticks: num
   return found;
 }
 
-const server = await startServer({ WARREN_LOG_LEVEL: "info" });
-const poolSize = await pooled(server);
+// Named, not read from /health at start: the pool fills in the background after the server
+// is ready (at low priority), so an early reading can be short.
+const poolSize = 2;
+const server = await startServer({ WARREN_LOG_LEVEL: "info", WARREN_POOL_SIZE: String(poolSize) });
 try {
   // ---- create ------------------------------------------------------------------------
   const sequential: number[] = [];
