@@ -197,7 +197,8 @@ try {
       return since(t);
     };
     const steps: number[] = [];
-    const reads: Record<string, number[]> = { first: [], last: [] };
+    const firstReads: number[] = [];
+    const lastReads: number[] = [];
     for (let generation = 1; generation <= CHAIN; generation++) {
       await current.commands.run(`echo ${generation} > /home/user/gen-${generation}`);
       const t = performance.now();
@@ -212,19 +213,15 @@ try {
       }
       await current.commands.run("true");
       steps.push(since(t));
-      if (generation <= 5) reads.first?.push(await readGen0());
-      if (generation > CHAIN - 5) reads.last?.push(await readGen0());
+      if (generation <= 5) firstReads.push(await readGen0());
+      if (generation > CHAIN - 5) lastReads.push(await readGen0());
     }
     const flattens = server.logs.filter((l) => l.msg === "snapshot.flattened");
     rows.push(summarize(`chain: generation step, 1–10`, "ms", steps.slice(0, 10)));
     rows.push(summarize(`chain: generation step, ${CHAIN - 9}–${CHAIN}`, "ms", steps.slice(-10)));
-    rows.push(summarize("chain: read 16 MiB from gen 0, at gen 1–5", "ms", reads.first ?? []));
+    rows.push(summarize("chain: read 16 MiB from gen 0, at gen 1–5", "ms", firstReads));
     rows.push(
-      summarize(
-        `chain: read 16 MiB from gen 0, at gen ${CHAIN - 4}–${CHAIN}`,
-        "ms",
-        reads.last ?? [],
-      ),
+      summarize(`chain: read 16 MiB from gen 0, at gen ${CHAIN - 4}–${CHAIN}`, "ms", lastReads),
     );
     rows.push(
       summarize(
@@ -269,7 +266,6 @@ try {
   });
   // Still alive: every held sandbox answers a command (8 at a time).
   const answers: number[] = [];
-  let failed = 0;
   const failures = new Set<string>();
   for (let i = 0; i < idle.length; i += 8) {
     await Promise.all(
@@ -282,7 +278,6 @@ try {
           });
           answers.push(since(t));
         } catch (err) {
-          failed += 1;
           failures.add(String(err).slice(0, 200));
         }
       }),
@@ -303,7 +298,7 @@ try {
   extra.density = {
     held: idle.length,
     answered: answers.length,
-    failed,
+    failed: idle.length - answers.length,
     failures: [...failures],
     vmmProcesses: after.length,
     meanPssMiB: Math.round(pssMiB),

@@ -6,7 +6,7 @@ import { describe, it } from "node:test";
 import { promisify } from "node:util";
 import { Sandbox } from "e2b";
 import { SqliteCatalog } from "../../src/catalog/index.js";
-import { api, type LogLine, useServer } from "../helpers/server.js";
+import { api, type LogLine, useServer, waitFor } from "../helpers/server.js";
 
 const server = useServer();
 
@@ -42,16 +42,6 @@ async function startCounter(sandbox: Sandbox): Promise<number> {
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
   throw new Error("counter did not start");
-}
-
-async function waitForLog(logs: LogLine[], msg: string, timeoutMs = 60_000): Promise<LogLine> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const found = logs.find((line) => line.msg === msg);
-    if (found) return found;
-    if (Date.now() > deadline) throw new Error(`no ${msg} log line in ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
 }
 
 function children(results: (Sandbox | Error)[]): Sandbox[] {
@@ -140,7 +130,9 @@ describe("fork", () => {
           made.push(current);
         }
       }
-      const flattened = await waitForLog(server.logs, "snapshot.flattened");
+      const isFlattened = (line: LogLine) => line.msg === "snapshot.flattened";
+      await waitFor("a snapshot.flattened log line", () => server.logs.some(isFlattened), 60_000);
+      const flattened = server.logs.find(isFlattened) as LogLine;
       assert.ok(Number(flattened.layers) > 8, `flattened at ${flattened.layers} layers`);
 
       // Every generation's file and the process's memory survive, also after one more pause.

@@ -2,18 +2,9 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { Sandbox, SandboxNotFoundError } from "e2b";
-import { useServer } from "../helpers/server.js";
+import { useServer, waitFor } from "../helpers/server.js";
 
 useServer();
-
-async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs = 30_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await check()) return;
-    await new Promise((resolve) => setTimeout(resolve, 250));
-  }
-  assert.fail(`timed out waiting for ${what}`);
-}
 
 describe("pause and resume", () => {
   it("keeps a running process (same pid), tmpfs and disk files, env and token", async () => {

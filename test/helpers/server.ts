@@ -106,6 +106,20 @@ export async function startServer(env: Record<string, string> = {}): Promise<Tes
   };
 }
 
+/** Polls `check` every 250 ms until it holds; fails the test naming `what` after `timeoutMs`. */
+export async function waitFor(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  timeoutMs = 30_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  assert.fail(`timed out waiting for ${what}`);
+}
+
 /** A raw API call with the key (for what the SDK cannot send: bad bodies, wrong types). */
 export async function api(
   server: TestServer,
