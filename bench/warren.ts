@@ -1,9 +1,19 @@
 // The node server measured through its API with the real e2b SDK, in one run: create
 // (sequential, 8 and 32 concurrent clients), pause, resume, snapshot (idle, 50 MB dirtied,
-// under continuous disk writes), fork ×1/×4/×16, density of idle sandboxes, then the naive
-// baselines on the same machine: a cold boot, and QEMU's own full-memory migration to a file.
+// under continuous disk writes), fork ×1/×4/×16, density of idle sandboxes (again with KSM on,
+// unless BENCH_KSM=0), then the naive baselines on the same machine: a cold boot, and QEMU's
+// own full-memory migration to a file.
 // Run: npm run bench:warren (as root; the server is started and stopped by the bench).
-import { chmodSync, createWriteStream, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import {
+  chmodSync,
+  createWriteStream,
+  existsSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
@@ -87,6 +97,114 @@ function vmmProcesses(runDir: string): { pid: number; pssKiB: number; ticks: num
     found.push({ pid: Number(entry), pssKiB, ticks });
   }
   return found;
+}
+
+/**
+ * Holds DENSITY idle sandboxes: their creates, then (after they settle) PSS and CPU of each
+ * VMM, ksmd's CPU, and a command in each. Rows are named with `label`.
+ */
+async function measureDensity(server: TestServer, label: string): Promise<Record<string, unknown>> {
+  const result: Record<string, unknown> = {};
+  const availableBefore = memAvailableMiB();
+  const idle: Sandbox[] = [];
+  const creates: number[] = [];
+  const densityStart = performance.now();
+  for (let i = 0; i < DENSITY; i++) {
+    const t = performance.now();
+    try {
+      idle.push(
+        await Sandbox.create({ timeoutMs: 3_600_000, requestTimeoutMs: REQUEST_TIMEOUT_MS }),
+      );
+    } catch (err) {
+      result.createError = `after ${idle.length}: ${String(err)}`;
+      break;
+    }
+    creates.push(since(t));
+  }
+  result.fillMs = Math.round(since(densityStart));
+  rows.push(summarize(`density: create while ${DENSITY} are held${label}`, "ms", creates));
+  // Guests settle: envd's GC and the kernel's deferred work run in the first minute after a
+  // restore (measured: ~4 % of a core per VM at 20-30 s, under 1 % after 60 s). With KSM,
+  // ksmd needs about as long to compare every VMM's pages twice and merge them.
+  await sleep(60_000);
+  const runDir = join(server.dataDir, "run");
+  const before = vmmProcesses(runDir);
+  const ksmdBefore = ksmdTicks();
+  await sleep(10_000);
+  const after = vmmProcesses(runDir);
+  const ksmdAfter = ksmdTicks();
+  const hz = 100;
+  const cpuPct = after.map((p) => {
+    const b = before.find((q) => q.pid === p.pid);
+    return b ? ((p.ticks - b.ticks) / hz / 10) * 100 : Number.NaN;
+  });
+  const availableAfter = memAvailableMiB();
+  // Still alive: every held sandbox answers a command (8 at a time).
+  const answers: number[] = [];
+  const failures = new Set<string>();
+  for (let i = 0; i < idle.length; i += 8) {
+    await Promise.all(
+      idle.slice(i, i + 8).map(async (s) => {
+        const t = performance.now();
+        try {
+          await s.commands.run("true", {
+            requestTimeoutMs: REQUEST_TIMEOUT_MS,
+            timeoutMs: REQUEST_TIMEOUT_MS,
+          });
+          answers.push(since(t));
+        } catch (err) {
+          failures.add(String(err).slice(0, 200));
+        }
+      }),
+    );
+  }
+  rows.push(summarize(`density: command in each of ${idle.length} held${label}`, "ms", answers));
+  rows.push(
+    summarize(
+      `idle sandbox PSS (QEMU)${label}`,
+      "MiB",
+      after.map((p) => p.pssKiB / 1024),
+    ),
+  );
+  rows.push(summarize(`idle sandbox CPU (QEMU)${label}`, "% core", cpuPct.filter(Number.isFinite)));
+  const pssMiB = after.reduce((sum, p) => sum + p.pssKiB, 0) / 1024 / Math.max(after.length, 1);
+  Object.assign(result, {
+    held: idle.length,
+    answered: answers.length,
+    failed: idle.length - answers.length,
+    failures: [...failures],
+    vmmProcesses: after.length,
+    meanPssMiB: Math.round(pssMiB),
+    // What the host really gave up per VMM (page cache of shared images included).
+    hostMiBPerVmm: Math.round((availableBefore - availableAfter) / Math.max(after.length, 1)),
+    ksmdCpuPct:
+      ksmdBefore === undefined || ksmdAfter === undefined
+        ? undefined
+        : ((ksmdAfter - ksmdBefore) / hz / 10) * 100,
+    memAvailableMiB: Math.round(availableAfter),
+    moreThatFitByMemory: Math.floor(availableAfter / pssMiB),
+  });
+  await Promise.all(idle.map((s) => s.kill()));
+  return result;
+}
+
+function memAvailableMiB(): number {
+  return Number(/^MemAvailable:\s+(\d+)/m.exec(readFileSync("/proc/meminfo", "utf8"))?.[1]) / 1024;
+}
+
+/** CPU ticks of the kernel's KSM thread, if there is one. */
+function ksmdTicks(): number | undefined {
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/comm`, "utf8").trim() !== "ksmd") continue;
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+      return Number(stat[11]) + Number(stat[12]);
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  return undefined;
 }
 
 // Named, not read from /health at start: the pool fills in the background after the server
@@ -234,80 +352,26 @@ try {
     await current.kill();
   }
 
-  // ---- density -----------------------------------------------------------------------
-  const idle: Sandbox[] = [];
-  const creates: number[] = [];
-  const densityStart = performance.now();
-  for (let i = 0; i < DENSITY; i++) {
-    const t = performance.now();
-    try {
-      idle.push(
-        await Sandbox.create({ timeoutMs: 3_600_000, requestTimeoutMs: REQUEST_TIMEOUT_MS }),
-      );
-    } catch (err) {
-      extra.densityCreateError = `after ${idle.length}: ${String(err)}`;
-      break;
-    }
-    creates.push(since(t));
-  }
-  extra.densityFillMs = Math.round(since(densityStart));
-  rows.push(summarize(`density: create while ${DENSITY} are held`, "ms", creates));
-  // Guests settle: envd's GC and the kernel's deferred work run in the first minute after a
-  // restore (measured: ~4 % of a core per VM at 20-30 s, under 1 % after 60 s).
-  await sleep(60_000);
-  const runDir = join(server.dataDir, "run");
-  const before = vmmProcesses(runDir);
-  await sleep(10_000);
-  const after = vmmProcesses(runDir);
-  const hz = 100;
-  const cpuPct = after.map((p) => {
-    const b = before.find((q) => q.pid === p.pid);
-    return b ? ((p.ticks - b.ticks) / hz / 10) * 100 : Number.NaN;
-  });
-  // Still alive: every held sandbox answers a command (8 at a time).
-  const answers: number[] = [];
-  const failures = new Set<string>();
-  for (let i = 0; i < idle.length; i += 8) {
-    await Promise.all(
-      idle.slice(i, i + 8).map(async (s) => {
-        const t = performance.now();
-        try {
-          await s.commands.run("true", {
-            requestTimeoutMs: REQUEST_TIMEOUT_MS,
-            timeoutMs: REQUEST_TIMEOUT_MS,
-          });
-          answers.push(since(t));
-        } catch (err) {
-          failures.add(String(err).slice(0, 200));
-        }
-      }),
-    );
-  }
-  rows.push(summarize(`density: command in each of ${idle.length} held`, "ms", answers));
-  rows.push(
-    summarize(
-      "idle sandbox PSS (QEMU)",
-      "MiB",
-      after.map((p) => p.pssKiB / 1024),
-    ),
-  );
-  rows.push(summarize("idle sandbox CPU (QEMU)", "% core", cpuPct.filter(Number.isFinite)));
-  const pssMiB = after.reduce((sum, p) => sum + p.pssKiB, 0) / 1024 / Math.max(after.length, 1);
-  const available =
-    Number(/^MemAvailable:\s+(\d+)/m.exec(readFileSync("/proc/meminfo", "utf8"))?.[1]) / 1024;
-  extra.density = {
-    held: idle.length,
-    answered: answers.length,
-    failed: idle.length - answers.length,
-    failures: [...failures],
-    vmmProcesses: after.length,
-    meanPssMiB: Math.round(pssMiB),
-    memAvailableMiB: Math.round(available),
-    moreThatFitByMemory: Math.floor(available / pssMiB),
-  };
-  await Promise.all(idle.map((s) => s.kill()));
+  extra.density = await measureDensity(server, "");
 } finally {
   await server.stop();
+}
+
+// ---- density with KSM (a server of its own: the setting applies when a VMM starts) -------
+const KSM_RUN = "/sys/kernel/mm/ksm/run";
+if (process.env.BENCH_KSM !== "0" && existsSync(KSM_RUN)) {
+  const ksmWas = readFileSync(KSM_RUN, "utf8").trim();
+  const ksmServer = await startServer({
+    WARREN_LOG_LEVEL: "info",
+    WARREN_POOL_SIZE: String(poolSize),
+    WARREN_KSM: "on",
+  });
+  try {
+    extra.densityKsm = await measureDensity(ksmServer, " (KSM on)");
+  } finally {
+    await ksmServer.stop();
+    writeFileSync(KSM_RUN, ksmWas);
+  }
 }
 
 // ---- baselines (the server is stopped: its slots and these would share names) ---------

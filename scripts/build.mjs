@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// Builds what runs outside the source tree: the agent's native addon, then the agent bundle
-// (dist/agent/envd.mjs) with every native addon it loads copied beside it in build/Release/.
+// Builds what runs outside the source tree: the native addons, the agent bundle
+// (dist/agent/envd.mjs) with every addon it loads copied beside it in build/Release/, and the
+// server bundle (dist/server/main.mjs) with its own addon likewise.
 import { spawnSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -42,12 +43,17 @@ function buildAddon(dir, name, sources) {
   return target;
 }
 
-step("native addons inotify, system");
+step("native addons inotify, system (agent), memmerge (server)");
 /** src/agent/native/<name>/: <name>.c and its binding.gyp. */
 const agentAddon = (name) =>
   buildAddon(join(root, "src", "agent", "native", name), name, [`${name}.c`, "binding.gyp"]);
 const inotifyAddon = agentAddon("inotify");
 const systemAddon = agentAddon("system");
+const memMergeAddon = buildAddon(
+  join(root, "src", "vmm", "qemu", "native", "memmerge"),
+  "memmerge",
+  ["memmerge.c", "binding.gyp"],
+);
 
 /** What both bundles (agent and server) share: one ESM file for Node 20 with a source map. */
 const NODE_BUNDLE = {
@@ -99,4 +105,7 @@ await build({
   // Dependencies load from node_modules as installed (native addons, pino's workers).
   packages: "external",
 });
+const serverRelease = join(root, "dist", "server", "build", "Release");
+mkdirSync(serverRelease, { recursive: true });
+copyFileSync(memMergeAddon, join(serverRelease, "memmerge.node"));
 step(`server ready in ${join(root, "dist", "server")}`);

@@ -3,15 +3,25 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import type { Catalog, TemplateRow } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
-import type { SlotPool } from "../network/index.js";
+import { GATEWAY_ADDRESS, GUEST_ADDRESS, type SlotPool, TAP_NAME } from "../network/index.js";
 import type { MachineShape, VmmDriver } from "../vmm/index.js";
-import { waitForHealth } from "./envd-client.js";
+import { exerciseEnvd, waitForHealth } from "./envd-client.js";
 import { newId } from "./ids.js";
 import { runtimeDir, type StateLayout, snapshotDir } from "./layout.js";
-import { guestSpec } from "./vm-spec.js";
+import { type GuestSpecInput, guestSpec } from "./vm-spec.js";
 
 export const BASE_TEMPLATE = "base";
 const TEMPLATE_SETTLE_MS = 2_000;
+/**
+ * A slot's guest-facing side, the same in every slot: enough to say how a template guest
+ * would boot without taking a real slot.
+ */
+const ANY_SLOT: GuestSpecInput["slot"] = {
+  netns: "",
+  tapName: TAP_NAME,
+  guestAddress: GUEST_ADDRESS,
+  gateway: GATEWAY_ADDRESS,
+};
 
 export interface BaseTemplateOptions {
   readonly catalog: Catalog;
@@ -29,18 +39,12 @@ export interface BaseTemplateOptions {
  * (a cold boot: seconds under TCG), and every create restores from it.
  */
 export async function ensureBaseTemplate(options: BaseTemplateOptions): Promise<TemplateRow> {
-  const { catalog, images, shape, logger } = options;
+  const { catalog, shape, logger } = options;
   const current = await catalog.getTemplate(BASE_TEMPLATE);
   if (current) {
-    const snapshot = await catalog.getSnapshot(current.snapshotId);
-    const usable =
-      snapshot !== undefined &&
-      snapshot.imagesFingerprint === images.fingerprint &&
-      current.vcpus === shape.vcpus &&
-      current.memoryMiB === shape.memoryMiB &&
-      (await exists(join(snapshot.dir, "meta.json")));
-    if (usable) return current;
-    logger.info({ template: current.id }, "template.stale");
+    const reason = await staleReason(current, options);
+    if (reason === undefined) return current;
+    logger.info({ template: current.id, reason }, "template.stale");
   }
   const started = performance.now();
   logger.info({ shape }, "template.building");
@@ -51,6 +55,27 @@ export async function ensureBaseTemplate(options: BaseTemplateOptions): Promise<
   );
   if (current) await retireTemplate(catalog, current, logger);
   return row;
+}
+
+/** Why the stored template is not what a build now would make, or undefined if it is. */
+async function staleReason(
+  current: TemplateRow,
+  options: BaseTemplateOptions,
+): Promise<string | undefined> {
+  const { catalog, driver, images, shape, layout } = options;
+  const snapshot = await catalog.getSnapshot(current.snapshotId);
+  if (!snapshot || !(await exists(join(snapshot.dir, "meta.json")))) return "its snapshot is gone";
+  if (snapshot.imagesFingerprint !== images.fingerprint) return "the guest images changed";
+  if (current.vcpus !== shape.vcpus || current.memoryMiB !== shape.memoryMiB)
+    return `the machine shape changed to ${shape.vcpus} vCPUs, ${shape.memoryMiB} MiB`;
+  const spec = guestSpec({
+    id: "template",
+    slot: ANY_SLOT,
+    images,
+    shape,
+    runtimeDir: runtimeDir(layout, "template"),
+  });
+  return driver.bootDrift(snapshot.dir, spec);
 }
 
 async function buildBaseTemplate(options: BaseTemplateOptions): Promise<TemplateRow> {
@@ -65,6 +90,7 @@ async function buildBaseTemplate(options: BaseTemplateOptions): Promise<Template
       guestSpec({ id: vmId, slot, images, shape, runtimeDir: runtimeDir(layout, vmId) }),
     );
     await waitForHealth(slot.hostAddress, { deadlineMs: 180_000, exited: vm.exited });
+    await exerciseEnvd(slot.hostAddress);
     // Captured from a quiet guest: right after boot, every restore would re-run the guest's
     // follow-up work (~6k more TCG blocks to translate, ~80 ms) before answering (bench/vmm.ts).
     await new Promise((resolve) => setTimeout(resolve, TEMPLATE_SETTLE_MS));

@@ -1,9 +1,15 @@
 import { request } from "node:http";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import { Filesystem } from "../protocol/gen/filesystem/filesystem_pb.js";
 import { Process } from "../protocol/gen/process/process_pb.js";
 import { ENVD_PORT, type EnvdInitRequest, type EnvdMetrics } from "../protocol/index.js";
 import { WarrenError } from "../shared/index.js";
+
+interface Multipart {
+  readonly contentType: string;
+  readonly body: string;
+}
 
 interface Reply {
   readonly status: number;
@@ -18,10 +24,12 @@ function exchange(
   host: string,
   method: string,
   path: string,
-  options: { body?: unknown; token?: string; timeoutMs: number },
+  options: { body?: unknown; form?: Multipart; token?: string; timeoutMs: number },
 ): Promise<Reply> {
   return new Promise((resolve, reject) => {
-    const payload = options.body === undefined ? undefined : JSON.stringify(options.body);
+    const payload =
+      options.form?.body ?? (options.body === undefined ? undefined : JSON.stringify(options.body));
+    const contentType = options.form?.contentType ?? "application/json";
     const req = request(
       {
         host,
@@ -31,7 +39,7 @@ function exchange(
         agent: false,
         timeout: options.timeoutMs,
         headers: {
-          ...(payload ? { "content-type": "application/json" } : {}),
+          ...(payload ? { "content-type": contentType } : {}),
           ...(options.token ? { "x-access-token": options.token } : {}),
         },
       },
@@ -122,20 +130,63 @@ export async function waitForHealth(
   throw new WarrenError("internal", `envd did not become healthy within ${options.deadlineMs} ms`);
 }
 
+const EXERCISE_FILE = "/tmp/.warren-exercise";
+const EXERCISE_BOUNDARY = "warren-exercise";
+
 /**
- * Runs a login shell as `user`, as a client's first command would. Under TCG the first
- * command in a fresh VMM costs seconds of translation (bash, its login scripts); run once in
- * a pooled VMM, it costs a user's first command a fraction of that. The shell runs `sync`:
- * what warming dirtied is written now, not by the guest's flusher right after a take.
+ * Walks envd's hot paths once, as a client's first calls would: /init (which also sets the
+ * guest clock), a file written, read and listed, a login shell. V8 compiles each JavaScript
+ * function on its first call; under TCG that runs its parser through translation, ~1.5 s of
+ * a first command. Done before the template is captured, every sandbox starts with those
+ * functions compiled; done in a pooled VMM, its QEMU has the code translated as well. The
+ * shell removes the file and runs `sync`: what the walk dirtied is written now, not by the
+ * guest's flusher right after a create.
  */
-export async function runWarmupCommand(host: string): Promise<void> {
-  const client = createClient(
-    Process,
-    createConnectTransport({ baseUrl: `http://${host}:${ENVD_PORT}`, httpVersion: "1.1" }),
+export async function exerciseEnvd(host: string): Promise<void> {
+  await initEnvd(host, {}, { deadlineMs: 30_000 });
+  const query = `?path=${encodeURIComponent(EXERCISE_FILE)}&username=user`;
+  const form: Multipart = {
+    contentType: `multipart/form-data; boundary=${EXERCISE_BOUNDARY}`,
+    body: [
+      `--${EXERCISE_BOUNDARY}`,
+      'content-disposition: form-data; name="file"; filename="exercise"',
+      "content-type: application/octet-stream",
+      "",
+      "warren",
+      `--${EXERCISE_BOUNDARY}--`,
+      "",
+    ].join("\r\n"),
+  };
+  for (const [method, options] of [
+    ["POST", { form }],
+    ["GET", {}],
+  ] as const) {
+    const reply = await exchange(host, method, `/files${query}`, { ...options, timeoutMs: 30_000 });
+    if (reply.status >= 300)
+      throw new WarrenError(
+        "internal",
+        `envd ${method} /files answered ${reply.status}: ${reply.body}`,
+      );
+  }
+  // As the e2b SDK calls: JSON messages, keepalive pings asked for.
+  const transport = createConnectTransport({
+    baseUrl: `http://${host}:${ENVD_PORT}`,
+    httpVersion: "1.1",
+    useBinaryFormat: false,
+  });
+  const headers = {
+    authorization: `Basic ${Buffer.from("user:").toString("base64")}`,
+    "keepalive-ping-interval": "50",
+  };
+  await createClient(Filesystem, transport).listDir(
+    { path: "/tmp", depth: 1 },
+    { headers, timeoutMs: 30_000 },
   );
-  const headers = { authorization: `Basic ${Buffer.from("user:").toString("base64")}` };
-  const stream = client.start(
-    { process: { cmd: "/bin/bash", args: ["-l", "-c", "sync"] }, stdin: false },
+  const stream = createClient(Process, transport).start(
+    {
+      process: { cmd: "/bin/bash", args: ["-l", "-c", `rm -f ${EXERCISE_FILE}; sync`] },
+      stdin: false,
+    },
     { headers, timeoutMs: 60_000 },
   );
   for await (const _event of stream) {

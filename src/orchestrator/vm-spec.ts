@@ -3,7 +3,7 @@ import type { GuestImages, MachineShape, VmSpec } from "../vmm/index.js";
 
 export interface GuestSpecInput {
   readonly id: string;
-  readonly slot: NetworkSlot;
+  readonly slot: Pick<NetworkSlot, "netns" | "tapName" | "guestAddress" | "gateway">;
   readonly images: GuestImages & { readonly baseRootfs: string };
   readonly shape: MachineShape & { readonly diskSizeMiB?: number };
   readonly runtimeDir: string;

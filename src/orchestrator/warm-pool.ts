@@ -4,7 +4,7 @@ import type { GuestArtifacts } from "../images/index.js";
 import type { NetworkSlot, SlotPool } from "../network/index.js";
 import type { MachineShape, PreparedRestore, VmmDriver } from "../vmm/index.js";
 import type { Capacity } from "./capacity.js";
-import { initEnvd, runWarmupCommand, waitForHealth } from "./envd-client.js";
+import { exerciseEnvd, waitForHealth } from "./envd-client.js";
 import { newId } from "./ids.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
 import { guestSpec } from "./vm-spec.js";
@@ -41,11 +41,17 @@ interface Target {
 
 const PRESSURE_CHECK_MS = 5_000;
 const RETRY_AFTER_FAILURE_MS = 5_000;
+/**
+ * A refill waits this long after a take: a QEMU starting (before it is reniced) and the
+ * server preparing its files compete for the CPU with the create's /init and first command
+ * (on 2 cores under TCG: /init ~100 ms instead of ~50).
+ */
+const REFILL_DELAY_MS = 1_000;
 
 /**
  * Per-template pools of warmed VMMs in their own network slots. A create takes one when
  * there is one (then only a `cont` and /init remain) and falls back to a plain restore
- * otherwise; taking one starts a refill in the background. Pooled VMMs count against
+ * otherwise; taking one starts a refill in the background soon after. Pooled VMMs count against
  * capacity and are given up when host memory runs low.
  */
 export class WarmPool {
@@ -71,7 +77,7 @@ export class WarmPool {
   take(snapshotId: string): WarmVm | undefined {
     const target = this.#targets.get(snapshotId);
     const warm = target?.ready.shift();
-    if (warm) this.#refill();
+    if (warm) setTimeout(() => this.#refill(), REFILL_DELAY_MS).unref();
     return warm;
   }
 
@@ -132,12 +138,10 @@ export class WarmPool {
       });
       prepared = await driver.prepareRestore(target.dir, spec, { background: true });
       const host = slot.hostAddress;
-      // Warm the paths a create and its first command take next: /health, /init (which also
-      // sets the guest clock) and a login shell.
+      // Warm the paths a create and its first calls take next.
       await prepared.warm(async () => {
         await waitForHealth(host, { deadlineMs: 60_000 });
-        await initEnvd(host, {}, { deadlineMs: 30_000 });
-        await runWarmupCommand(host);
+        await exerciseEnvd(host);
       });
       logger.info(
         { snapshotId: target.snapshotId, durationMs: Math.round(performance.now() - started) },

@@ -10,7 +10,7 @@ import { SlotPool } from "../network/index.js";
 import { Orchestrator, type ServerStatus, stateLayout } from "../orchestrator/index.js";
 import { SandboxProxy } from "../proxy/index.js";
 import { type Config, hostResources } from "../shared/config.js";
-import { chooseAccelerator, QemuDriver, qemuVersion } from "../vmm/qemu/index.js";
+import { chooseAccelerator, enableKsm, QemuDriver, qemuVersion } from "../vmm/qemu/index.js";
 import { loadApiKeys } from "./api-keys.js";
 import { LateBound } from "./late-bound.js";
 
@@ -92,11 +92,14 @@ export async function startNodeServer(
       "server.accelerator",
     );
     const vmmUser = await ensureVmmUser();
+    if (config.ksm === "on") await enableKsm();
     const driver = new QemuDriver({
       accel: accel.accel,
       qemuVersion: version,
       runAs: vmmUser,
       tcgCacheMiB: config.tcgCacheMiB,
+      guestAslr: config.guestAslr === "auto" ? undefined : config.guestAslr === "on",
+      mergeMemory: config.ksm === "on",
     });
     const slots = new SlotPool({
       size: config.slotPoolSize,

@@ -142,6 +142,20 @@ const SETTINGS = {
     parse: int(4, 1_024),
     expects: "an integer 4..1024 (MiB)",
   },
+  guestAslr: {
+    env: "WARREN_GUEST_ASLR",
+    doc: "Address-space randomization inside guests: on, off, or auto (off under TCG, whose QEMU 7.2 retranslates every program run at new random addresses: commands ~3× slower; on under KVM). A change rebuilds the base template.",
+    default: () => "auto" as const,
+    parse: oneOf("auto", "on", "off"),
+    expects: "auto, on or off",
+  },
+  ksm: {
+    env: "WARREN_KSM",
+    doc: "Kernel same-page merging across VMMs: on starts the host's KSM and lets it merge identical pages of every QEMU, guest RAM included (under TCG ~25 MiB less per idle sandbox, for some ksmd CPU). Merged pages let one sandbox sense, by timing its writes, whether another holds the same page: keep it off when sandboxes of different tenants share a host.",
+    default: (): "on" | "off" => "off",
+    parse: oneOf("on", "off"),
+    expects: "on or off",
+  },
   flattenDepth: {
     env: "WARREN_FLATTEN_DEPTH",
     doc: "Frozen disk layers (pauses, fork captures) a snapshot may stand on above its template before its disk is flattened onto the template's in the background (0: never).",

@@ -64,6 +64,8 @@ export interface SnapshotMeta {
   readonly kernel: string;
   /** GuestImages.fingerprint of the images the snapshot's guest was booted from. */
   readonly images: string;
+  /** The guest kernel's command line at boot, carried through every capture since. */
+  readonly kernelCommandLine?: string;
   readonly shape: MachineShape;
   /** Absolute path of the full memory image the guest's RAM is mapped from (maybe another snapshot's). */
   readonly memoryImage: string;
@@ -148,4 +150,10 @@ export interface VmmDriver {
    * can be deleted once nothing else uses them. Guest-visible content is unchanged.
    */
   flattenDisk(snapshotDir: string, ontoDir: string): Promise<void>;
+  /**
+   * Why a boot of `spec` here would differ from the boot the snapshot's guest came from (its
+   * kernel command line, e.g. after a settings change), or undefined when it would not. A
+   * template with drift still restores; it is just no longer what a rebuild would make.
+   */
+  bootDrift(snapshotDir: string, spec: VmSpec): Promise<string | undefined>;
 }

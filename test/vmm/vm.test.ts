@@ -59,11 +59,12 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
     vms.add(vm);
     return vm;
   };
-  const dispose = async (vm: Vm, slot: NetworkSlot) => {
+  // The slot is kept (released in `after`): a later VM in a reused slot would have the same
+  // envd address, and the SDK's pooled keep-alive connection to the gone guest would fail
+  // its first request there.
+  const dispose = async (vm: Vm) => {
     await vm.destroy();
     vms.delete(vm);
-    await pool.release(slot);
-    slots.delete(slot);
   };
   const run = async (slot: NetworkSlot, cmd: string) =>
     (await sandboxAt(envdUrl(slot.hostAddress)).commands.run(cmd, { timeoutMs: 60_000 })).stdout;
@@ -168,7 +169,7 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
     snapshotA = join(work, "snap-a");
     const timing = await booted.vm.snapshot(snapshotA, { resume: false });
     assert.ok(timing.pausedMs > 0);
-    await dispose(booted.vm, booted.slot);
+    await dispose(booted.vm);
 
     const restoreOne = async (id: string, warmed = false) => {
       const slot = await acquire();
@@ -214,7 +215,7 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
     const paused = join(work, "snap-paused");
     const timing = await r1.vm.snapshot(paused, { resume: false });
     assert.ok(timing.dirtyPages > 0, "a restored VM that ran has dirty pages");
-    await dispose(r1.vm, r1.slot);
+    await dispose(r1.vm);
     await new Promise((resolve) => setTimeout(resolve, 2_000));
 
     const slot = await acquire();
@@ -253,7 +254,7 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
     await run(slot, "echo child-after > /home/user/fork.txt");
     assert.equal(await run(r2.slot, "cat /home/user/fork.txt"), "source-after\n");
     assert.equal(await run(slot, "cat /home/user/fork.txt"), "child-after\n");
-    await dispose(child, slot);
+    await dispose(child);
   });
 
   it("applies egress policy to a real guest, and never lets it reach the host", async () => {
@@ -291,7 +292,7 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
     const exit = await r2.vm.exited;
     assert.equal(exit.expected, false);
     assert.match(exit.reason, /QEMU exited unexpectedly \(signal SIGKILL\)/);
-    await dispose(r2.vm, r2.slot);
-    await dispose(r1.vm, r1.slot);
+    await dispose(r2.vm);
+    await dispose(r1.vm);
   });
 });

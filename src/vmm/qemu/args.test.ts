@@ -29,6 +29,7 @@ const input = {
   qmpSocket: "/run/abc/qmp.sock",
   consoleLog: "/run/abc/console.log",
   incoming: false,
+  kernelCommandLine: "console=ttyS0 warren.test=1",
 };
 
 function value(args: string[], flag: string): string[] {
@@ -37,7 +38,7 @@ function value(args: string[], flag: string): string[] {
 
 describe("qemuArgs", () => {
   it("builds a TCG microvm with shared guest RAM, both drives, the tap NIC and QMP", () => {
-    const args = qemuArgs({ ...input, accel: "tcg", tscKhz: 2_096_023 });
+    const args = qemuArgs({ ...input, accel: "tcg" });
     assert.deepEqual(value(args, "-accel"), ["tcg,thread=multi,tb-size=64"]);
     const bigger = qemuArgs({ ...input, accel: "tcg", tcgCacheMiB: 128 });
     assert.deepEqual(value(bigger, "-accel"), ["tcg,thread=multi,tb-size=128"]);
@@ -50,7 +51,7 @@ describe("qemuArgs", () => {
       value(args, "-drive").some((d) => d.startsWith("id=agent,") && d.includes("readonly=on")),
     );
     assert.deepEqual(value(args, "-netdev"), ["tap,id=net0,ifname=tap0,script=no,downscript=no"]);
-    assert.match(value(args, "-append")[0] ?? "", /tsc_early_khz=2096023 warren\.interpreted=1/);
+    assert.deepEqual(value(args, "-append"), ["console=ttyS0 warren.test=1"]);
     assert.ok(!args.includes("-incoming"));
     assert.ok(value(args, "-sandbox")[0]?.startsWith("on,"));
   });
@@ -62,22 +63,29 @@ describe("qemuArgs", () => {
     assert.ok(args.includes("migration.announce-rounds=0"));
   });
 
-  it("uses the host CPU and kvm-clock under KVM, without the TSC hint", () => {
-    const args = qemuArgs({ ...input, accel: "kvm", tscKhz: 2_096_023 });
+  it("uses the host CPU and kvm-clock under KVM", () => {
+    const args = qemuArgs({ ...input, accel: "kvm" });
     assert.deepEqual(value(args, "-accel"), ["kvm"]);
     assert.match(value(args, "-machine")[0] ?? "", /pit=off,pic=off/);
-    assert.doesNotMatch(value(args, "-append")[0] ?? "", /tsc_early_khz|warren\.interpreted/);
+  });
+});
+
+describe("kernelCommandLine", () => {
+  it("hints the TSC rate and runs envd interpreted only when the CPU is emulated", () => {
+    const tcg = kernelCommandLine(spec, { emulated: true, tscKhz: 2_096_023 });
+    assert.match(tcg, /tsc_early_khz=2096023 warren\.interpreted=1/);
+    const kvm = kernelCommandLine(spec, { tscKhz: 2_096_023 });
+    assert.doesNotMatch(kvm, /tsc_early_khz|warren\.interpreted/);
   });
 
   it("asks the guest to grow its root filesystem only when the disk was enlarged", () => {
-    assert.match(
-      value(qemuArgs({ ...input, accel: "tcg", growRoot: true }), "-append")[0] ?? "",
-      /warren\.grow=1/,
-    );
-    assert.doesNotMatch(
-      value(qemuArgs({ ...input, accel: "tcg" }), "-append")[0] ?? "",
-      /warren\.grow/,
-    );
+    assert.match(kernelCommandLine(spec, { growRoot: true }), /warren\.grow=1/);
+    assert.doesNotMatch(kernelCommandLine(spec), /warren\.grow/);
+  });
+
+  it("turns address-space randomization off only when asked", () => {
+    assert.match(kernelCommandLine(spec, { aslr: false }), /(^| )norandmaps( |$)/);
+    assert.doesNotMatch(kernelCommandLine(spec), /norandmaps/);
   });
 
   it("puts the slot's guest address and the images' kernel flags on the kernel command line", () => {

@@ -16,15 +16,13 @@ export interface QemuArgsInput {
   readonly incoming: boolean;
   /** Drop root after setup (QEMU's -runas). */
   readonly runAs?: string;
-  /** TCG only: the host TSC rate handed to the guest kernel (see host-tsc.ts). */
-  readonly tscKhz?: number;
+  /** See kernelCommandLine. */
+  readonly kernelCommandLine: string;
   /**
    * TCG only: translated-code cache in MiB (default 64). Most of it ends up resident in every
    * VM that runs a while (its largest share of memory); smaller means retranslating more often.
    */
   readonly tcgCacheMiB?: number;
-  /** The root disk is larger than its image: the guest's init grows the filesystem. */
-  readonly growRoot?: boolean;
 }
 
 /**
@@ -42,12 +40,20 @@ export const QEMU_BASE_FLAGS = ["-nodefaults", "-no-user-config", "-nographic", 
 export interface KernelOptions {
   /** TCG: the guest's CPU is emulated. */
   readonly emulated?: boolean;
+  /** TCG only: the host TSC rate handed to the guest kernel (see host-tsc.ts). */
   readonly tscKhz?: number;
+  /** The root disk is larger than its image: the guest's init grows the filesystem. */
   readonly growRoot?: boolean;
+  /**
+   * Address-space layout randomization in the guest (default: on). QEMU 7.2's TCG keys
+   * translated code by virtual address, so under TCG every exec at fresh random addresses
+   * retranslates its whole program (~7 MiB of code and ~200 ms of CPU per command here).
+   */
+  readonly aslr?: boolean;
 }
 
 export function kernelCommandLine(spec: VmSpec, options: KernelOptions = {}): string {
-  const { emulated = false, tscKhz, growRoot = false } = options;
+  const { emulated = false, tscKhz, growRoot = false, aslr = true } = options;
   return [
     "console=ttyS0 reboot=t panic=-1 quiet loglevel=3",
     "root=/dev/vda rw rootfstype=ext4 warren.agent=/dev/vdb",
@@ -56,6 +62,7 @@ export function kernelCommandLine(spec: VmSpec, options: KernelOptions = {}): st
     // The guest agent then runs its JavaScript interpreted (see images/agent-init.ts).
     emulated ? "warren.interpreted=1" : "",
     growRoot ? "warren.grow=1" : "",
+    aslr ? "" : "norandmaps",
     spec.images.kernelArgs ?? "",
     spec.extraKernelArgs ?? "",
   ]
@@ -102,11 +109,7 @@ export function qemuArgs(input: QemuArgsInput): string[] {
     "-initrd",
     spec.images.initramfs,
     "-append",
-    kernelCommandLine(spec, {
-      emulated: accel === "tcg",
-      tscKhz: input.tscKhz,
-      growRoot: input.growRoot,
-    }),
+    input.kernelCommandLine,
     "-drive",
     // cache=unsafe: guest flushes and QEMU's own (stop, overlay switch) stop at the host page
     // cache instead of forcing every dirty page of the filesystem to disk (ext4 ordered mode),

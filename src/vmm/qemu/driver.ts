@@ -3,7 +3,7 @@ import { chown, mkdir, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import type { Accelerator, PreparedRestore, Vm, VmmDriver, VmSpec } from "../driver.js";
-import { cpuModel, qemuArgs } from "./args.js";
+import { cpuModel, kernelCommandLine, qemuArgs } from "./args.js";
 import { flattenDisk } from "./flatten-disk.js";
 import { hostTscKhz } from "./host-tsc.js";
 import { explainFailure, launch, loadDeviceState, runtimePaths } from "./launch.js";
@@ -38,6 +38,13 @@ export interface QemuDriverOptions {
   readonly runAs?: VmmUser;
   /** TCG translated-code cache per VM, MiB (see QemuArgsInput.tcgCacheMiB). */
   readonly tcgCacheMiB?: number;
+  /** Guest address-space randomization (see KernelOptions.aslr); default: off under TCG only. */
+  readonly guestAslr?: boolean;
+  /**
+   * Lets KSM merge identical pages across VMMs: all of each QEMU's memory, guest RAM
+   * included (QEMU 7.2 cannot exclude it). The caller starts KSM (`enableKsm`).
+   */
+  readonly mergeMemory?: boolean;
 }
 
 export async function qemuVersion(): Promise<string> {
@@ -51,6 +58,8 @@ export class QemuDriver implements VmmDriver {
   readonly #tscKhz: number | undefined;
   readonly #runAs: VmmUser | undefined;
   readonly #tcgCacheMiB: number | undefined;
+  readonly #guestAslr: boolean;
+  readonly #mergeMemory: boolean;
 
   constructor(options: QemuDriverOptions) {
     this.accel = options.accel;
@@ -58,6 +67,25 @@ export class QemuDriver implements VmmDriver {
     this.#tscKhz = options.tscKhz ?? hostTscKhz();
     this.#runAs = options.runAs;
     this.#tcgCacheMiB = options.tcgCacheMiB;
+    this.#guestAslr = options.guestAslr ?? this.accel === "kvm";
+    this.#mergeMemory = options.mergeMemory ?? false;
+  }
+
+  /** The kernel command line a boot of `spec` gets here. */
+  #kernelCommandLine(spec: VmSpec, growRoot = false): string {
+    return kernelCommandLine(spec, {
+      emulated: this.accel === "tcg",
+      tscKhz: this.#tscKhz,
+      growRoot,
+      aslr: this.#guestAslr,
+    });
+  }
+
+  async bootDrift(snapshotDir: string, spec: VmSpec): Promise<string | undefined> {
+    const booted = (await readSnapshotMeta(snapshotDir)).kernelCommandLine;
+    const now = this.#kernelCommandLine(spec);
+    if (booted === now) return undefined;
+    return `its guest booted with kernel command line "${booted ?? "(not recorded)"}", a boot here now uses "${now}"`;
   }
 
   /** What a snapshot of this VM records, and what a restore here must match. */
@@ -103,6 +131,7 @@ export class QemuDriver implements VmmDriver {
       throw err;
     }
     const memory = { file: paths.memory, shared: true };
+    const commandLine = this.#kernelCommandLine(spec, growRoot);
     const args = qemuArgs({
       spec,
       accel: this.accel,
@@ -112,14 +141,23 @@ export class QemuDriver implements VmmDriver {
       qmpSocket: paths.qmpSocket,
       consoleLog: paths.consoleLog,
       incoming: false,
-      tscKhz: this.#tscKhz,
+      kernelCommandLine: commandLine,
       tcgCacheMiB: this.#tcgCacheMiB,
       runAs: this.#runAs?.name,
-      growRoot,
     });
-    const { proc, qmp } = await launch(spec, args, paths.consoleLog, paths.qmpSocket);
-    const host = this.#hostFor(spec);
-    return new QemuVm(spec, proc, qmp, memory, paths.overlay, host, this.#runAs);
+    const { proc, qmp } = await launch(spec, args, paths.consoleLog, paths.qmpSocket, {
+      mergeable: this.#mergeMemory,
+    });
+    return new QemuVm({
+      spec,
+      proc,
+      qmp,
+      memory,
+      rootDisk: paths.overlay,
+      host: this.#hostFor(spec),
+      runAs: this.#runAs,
+      kernelCommandLine: commandLine,
+    });
   }
 
   flattenDisk(snapshotDir: string, ontoDir: string): Promise<void> {
@@ -159,11 +197,14 @@ export class QemuDriver implements VmmDriver {
       qmpSocket: paths.qmpSocket,
       consoleLog: paths.consoleLog,
       incoming: true,
-      tscKhz: this.#tscKhz,
+      // The guest booted long ago; QEMU's device set still wants a command line.
+      kernelCommandLine: this.#kernelCommandLine(spec),
       tcgCacheMiB: this.#tcgCacheMiB,
       runAs: this.#runAs?.name,
     });
-    const { proc, qmp } = await launch(spec, args, paths.consoleLog, paths.qmpSocket);
+    const { proc, qmp } = await launch(spec, args, paths.consoleLog, paths.qmpSocket, {
+      mergeable: this.#mergeMemory,
+    });
     if (options.background) proc.setNice(BACKGROUND_NICE);
     const deviceState = join(snapshotDir, DEVICE_STATE_FILE);
     const abandon = async () => {
@@ -203,7 +244,16 @@ export class QemuDriver implements VmmDriver {
           if (!loaded) await load();
           await qmp.execute("cont");
         });
-        return new QemuVm(spec, proc, qmp, memory, paths.overlay, host, this.#runAs);
+        return new QemuVm({
+          spec,
+          proc,
+          qmp,
+          memory,
+          rootDisk: paths.overlay,
+          host,
+          runAs: this.#runAs,
+          kernelCommandLine: meta.kernelCommandLine,
+        });
       },
       discard: abandon,
     };

@@ -6,4 +6,5 @@ export {
   qemuVersion,
   type VmmUser,
 } from "./driver.js";
+export { enableKsm } from "./memory-merge.js";
 export { QmpClient, type QmpEvent } from "./qmp-client.js";

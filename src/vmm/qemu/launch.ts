@@ -64,8 +64,9 @@ export async function launch(
   args: string[],
   consoleLog: string,
   qmpSocket: string,
+  options: { mergeable?: boolean } = {},
 ): Promise<{ proc: QemuProcess; qmp: QmpClient }> {
-  const proc = new QemuProcess(spec.id, args, spec.network, consoleLog);
+  const proc = new QemuProcess(spec.id, args, spec.network, consoleLog, options);
   try {
     await waitForSocket(qmpSocket, proc);
     const qmp = await connectQmp(qmpSocket, proc);

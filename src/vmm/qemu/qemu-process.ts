@@ -4,6 +4,7 @@ import { readFile } from "node:fs/promises";
 import { setPriority } from "node:os";
 import type { ExitInfo, VmNetwork } from "../driver.js";
 import { VmmError } from "../errors.js";
+import { spawnMergeable } from "./memory-merge.js";
 
 export const QEMU_BINARY = "qemu-system-x86_64";
 
@@ -21,13 +22,16 @@ export class QemuProcess {
     args: string[],
     network: VmNetwork,
     readonly consoleLog: string,
+    /** `mergeable`: KSM may merge QEMU's memory with other processes' (see memory-merge.ts). */
+    options: { mergeable?: boolean } = {},
   ) {
     // `ip netns exec` enters the namespace and execs QEMU in place: the pid is QEMU's.
     const [command, argv] =
       network.kind === "tap"
         ? ["ip", ["netns", "exec", network.netns, QEMU_BINARY, ...args]]
         : [QEMU_BINARY, args];
-    this.child = spawn(command, argv as string[], { stdio: ["ignore", "ignore", "pipe"] });
+    const start = () => spawn(command, argv as string[], { stdio: ["ignore", "ignore", "pipe"] });
+    this.child = options.mergeable ? spawnMergeable(start) : start();
     this.child.stderr?.setEncoding("utf8");
     this.child.stderr?.on("data", (chunk: string) => {
       this.#stderr = (this.#stderr + chunk).slice(-STDERR_LIMIT);

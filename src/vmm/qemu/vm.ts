@@ -28,21 +28,45 @@ export interface VmMemory {
   readonly shared: boolean;
 }
 
+export interface QemuVmParts {
+  readonly spec: VmSpec;
+  readonly proc: QemuProcess;
+  readonly qmp: QmpClient;
+  readonly memory: VmMemory;
+  /** The overlay QEMU writes the root disk to. */
+  readonly rootDisk: string;
+  readonly host: RestoreHost;
+  readonly runAs: VmmUser | undefined;
+  readonly kernelCommandLine: string | undefined;
+}
+
 /** A running QEMU microVM: snapshots itself (pause or fork capture) and is destroyed. */
 export class QemuVm implements Vm {
   readonly exited: Promise<ExitInfo>;
   #snapshots = 0;
 
-  constructor(
-    readonly spec: VmSpec,
-    readonly proc: QemuProcess,
-    readonly qmp: QmpClient,
-    readonly memory: VmMemory,
-    private rootDisk: string,
-    readonly host: RestoreHost,
-    readonly runAs: VmmUser | undefined,
-  ) {
-    this.exited = proc.exited;
+  readonly spec: VmSpec;
+  readonly proc: QemuProcess;
+  readonly qmp: QmpClient;
+  readonly memory: VmMemory;
+  readonly host: RestoreHost;
+  readonly runAs: VmmUser | undefined;
+  /** What the guest booted with (a restore carries its snapshot's; older ones lack it). */
+  readonly kernelCommandLine: string | undefined;
+  private rootDisk: string;
+
+  constructor(parts: QemuVmParts) {
+    ({
+      spec: this.spec,
+      proc: this.proc,
+      qmp: this.qmp,
+      memory: this.memory,
+      host: this.host,
+      runAs: this.runAs,
+      kernelCommandLine: this.kernelCommandLine,
+      rootDisk: this.rootDisk,
+    } = parts);
+    this.exited = this.proc.exited;
   }
 
   get id(): string {
@@ -101,6 +125,7 @@ export class QemuVm implements Vm {
         qemuVersion: this.host.qemuVersion,
         kernel: this.host.kernel,
         images: this.host.images,
+        kernelCommandLine: this.kernelCommandLine,
         shape: this.spec.shape,
         memoryImage: memory.image,
         memoryDiff: memory.diffPages > 0 ? MEMORY_DIFF_FILE : undefined,

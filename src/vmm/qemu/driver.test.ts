@@ -1,0 +1,79 @@
+import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, it } from "node:test";
+import type { SnapshotMeta, VmSpec } from "../driver.js";
+import { QemuDriver } from "./driver.js";
+import { SNAPSHOT_FORMAT_VERSION, writeSnapshotMeta } from "./snapshot-meta.js";
+
+const spec: VmSpec = {
+  id: "t",
+  shape: { vcpus: 1, memoryMiB: 256 },
+  images: {
+    kernel: "/k",
+    kernelVersion: "6.1",
+    fingerprint: "f",
+    initramfs: "/i",
+    agentDrive: "/a",
+  },
+  baseDisk: "/base.ext4",
+  network: { kind: "none" },
+  runtimeDir: "/run/t",
+  guestIp: "169.254.0.21/30",
+  guestGateway: "169.254.0.22",
+};
+
+const meta = (kernelCommandLine?: string): SnapshotMeta => ({
+  formatVersion: SNAPSHOT_FORMAT_VERSION,
+  accel: "tcg",
+  cpuModel: "max",
+  qemuVersion: "q",
+  kernel: "6.1",
+  images: "f",
+  kernelCommandLine,
+  shape: spec.shape,
+  memoryImage: "/m",
+  diffPages: 0,
+  deviceStateFile: "devstate.bin",
+  diskFile: "disk.qcow2",
+  createdAt: new Date(0).toISOString(),
+});
+
+describe("QemuDriver.bootDrift", () => {
+  const dirs: string[] = [];
+  after(() => Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true }))));
+  const snapshotWith = async (commandLine?: string) => {
+    const dir = await mkdtemp(join(tmpdir(), "warren-drift-"));
+    dirs.push(dir);
+    await writeSnapshotMeta(dir, meta(commandLine));
+    return dir;
+  };
+  const driver = (guestAslr?: boolean) =>
+    new QemuDriver({ accel: "tcg", qemuVersion: "q", tscKhz: 1_000_000, guestAslr });
+
+  it("finds none when a boot now would use the recorded command line", async () => {
+    const tcg = driver();
+    const recorded = await snapshotWith();
+    const reason = await tcg.bootDrift(recorded, spec);
+    const now = /a boot here now uses "(.*)"$/.exec(reason ?? "")?.[1];
+    assert.ok(now?.includes("norandmaps"), "TCG guests run without ASLR by default");
+    assert.equal(await tcg.bootDrift(await snapshotWith(now), spec), undefined);
+  });
+
+  it("names both command lines when a setting changed it", async () => {
+    const off = /now uses "(.*)"$/.exec(
+      (await driver(false).bootDrift(await snapshotWith(), spec)) ?? "",
+    )?.[1];
+    const reason = await driver(true).bootDrift(await snapshotWith(off), spec);
+    assert.match(
+      reason ?? "",
+      /booted with kernel command line ".*norandmaps.*", a boot here now uses "/,
+    );
+    assert.doesNotMatch(reason?.split("now uses")[1] ?? "", /norandmaps/);
+  });
+
+  it("counts a snapshot without a recorded command line as drifted", async () => {
+    assert.match((await driver().bootDrift(await snapshotWith(), spec)) ?? "", /not recorded/);
+  });
+});

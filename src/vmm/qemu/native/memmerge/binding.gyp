@@ -1,0 +1,9 @@
+{
+  "targets": [
+    {
+      "target_name": "memmerge",
+      "sources": ["memmerge.c"],
+      "cflags": ["-Wall", "-Wextra", "-O2"]
+    }
+  ]
+}
