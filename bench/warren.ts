@@ -124,9 +124,12 @@ async function measureDensity(server: TestServer, label: string): Promise<Record
   result.fillMs = Math.round(since(densityStart));
   rows.push(summarize(`density: create while ${DENSITY} are held${label}`, "ms", creates));
   // Guests settle: envd's GC and the kernel's deferred work run in the first minute after a
-  // restore (measured: ~4 % of a core per VM at 20-30 s, under 1 % after 60 s). With KSM,
-  // ksmd needs about as long to compare every VMM's pages twice and merge them.
+  // restore (measured: ~4 % of a core per VM at 20-30 s, under 1 % after 60 s).
   await sleep(60_000);
+  // ksmd merges a page once it has seen it unchanged in two passes over every VMM (~9 GiB
+  // for 150): wait until merging levels off.
+  result.ksmWaitS = await ksmSettled();
+  result.ksmSharingMiB = Math.round((ksmCounter("pages_sharing") * 4) / 1024);
   const runDir = join(server.dataDir, "run");
   const before = vmmProcesses(runDir);
   const ksmdBefore = ksmdTicks();
@@ -186,6 +189,30 @@ async function measureDensity(server: TestServer, label: string): Promise<Record
   });
   await Promise.all(idle.map((s) => s.kill()));
   return result;
+}
+
+const KSM_DIR = "/sys/kernel/mm/ksm";
+
+function ksmCounter(name: string): number {
+  try {
+    return Number(readFileSync(join(KSM_DIR, name), "utf8"));
+  } catch {
+    return 0;
+  }
+}
+
+/** Seconds until KSM's merged pages grow by under 2 % in 20 s (at most 5 min); 0 if KSM is off. */
+async function ksmSettled(): Promise<number> {
+  if (ksmCounter("run") !== 1) return 0;
+  const start = performance.now();
+  let last = ksmCounter("pages_sharing");
+  while (since(start) < 300_000) {
+    await sleep(20_000);
+    const now = ksmCounter("pages_sharing");
+    if (now - last < now * 0.02) break;
+    last = now;
+  }
+  return Math.round(since(start) / 1000);
 }
 
 function memAvailableMiB(): number {
@@ -255,12 +282,13 @@ try {
   );
   rows.push(summarize("resume → command", "ms", resumes));
 
+  const snapshotIds: string[] = [];
   const snapshotRound = async (label: string) => {
     const from = server.logs.length;
     const api: number[] = [];
     for (let i = 0; i < 3; i++) {
       const t = performance.now();
-      await sandbox.createSnapshot();
+      snapshotIds.push((await sandbox.createSnapshot()).snapshotId);
       api.push(since(t));
     }
     rows.push(summarize(`snapshot, ${label} (API call)`, "ms", api));
@@ -282,6 +310,9 @@ try {
   await sleep(1_000);
   await snapshotRound("continuous disk writes");
   await sandbox.kill();
+  // Persistent snapshots would outlive the bench (disk and memory images); newest first, as
+  // each stands on the one before.
+  for (const id of snapshotIds.reverse()) await Sandbox.deleteSnapshot(id);
 
   // ---- fork --------------------------------------------------------------------------
   for (const count of [1, 4, 16]) {
@@ -358,7 +389,7 @@ try {
 }
 
 // ---- density with KSM (a server of its own: the setting applies when a VMM starts) -------
-const KSM_RUN = "/sys/kernel/mm/ksm/run";
+const KSM_RUN = join(KSM_DIR, "run");
 if (process.env.BENCH_KSM !== "0" && existsSync(KSM_RUN)) {
   const ksmWas = readFileSync(KSM_RUN, "utf8").trim();
   const ksmServer = await startServer({

@@ -66,11 +66,13 @@ function exchange(
  * the sandbox is usable once it returns. A refused connection is retried every 5 ms; a
  * connection that was accepted is given the whole deadline to answer (when many guests
  * start at once on few cores, aborting slow answers would only start the work again).
+ * `stamped` (default true) sends the host's time, which envd sets its clock to and orders
+ * /inits by.
  */
 export async function initEnvd(
   host: string,
   body: EnvdInitRequest,
-  options: { token?: string; deadlineMs: number; signal?: AbortSignal },
+  options: { token?: string; deadlineMs: number; signal?: AbortSignal; stamped?: boolean },
 ): Promise<void> {
   const deadline = performance.now() + options.deadlineMs;
   let lastError = "no attempt";
@@ -79,7 +81,8 @@ export async function initEnvd(
     const remainingMs = Math.round(deadline - performance.now());
     if (remainingMs <= 0) break;
     try {
-      const stamped = { ...body, timestamp: new Date().toISOString() };
+      const stamped =
+        options.stamped === false ? body : { ...body, timestamp: new Date().toISOString() };
       const reply = await exchange(host, "POST", "/init", {
         body: stamped,
         token: options.token,
@@ -134,8 +137,8 @@ const EXERCISE_FILE = "/tmp/.warren-exercise";
 const EXERCISE_BOUNDARY = "warren-exercise";
 
 /**
- * Walks envd's hot paths once, as a client's first calls would: /init (which also sets the
- * guest clock), a file written, read and listed, a login shell. V8 compiles each JavaScript
+ * Walks envd's hot paths once, as a client's first calls would: /init, a file written, read
+ * and listed, a login shell. V8 compiles each JavaScript
  * function on its first call; under TCG that runs its parser through translation, ~1.5 s of
  * a first command. Done before the template is captured, every sandbox starts with those
  * functions compiled; done in a pooled VMM, its QEMU has the code translated as well. The
@@ -143,7 +146,9 @@ const EXERCISE_BOUNDARY = "warren-exercise";
  * guest's flusher right after a create.
  */
 export async function exerciseEnvd(host: string): Promise<void> {
-  await initEnvd(host, {}, { deadlineMs: 30_000 });
+  // Unstamped: envd would otherwise ignore every /init stamped earlier than this one, and a
+  // template lives on while the host clock may be stepped back.
+  await initEnvd(host, {}, { deadlineMs: 30_000, stamped: false });
   const query = `?path=${encodeURIComponent(EXERCISE_FILE)}&username=user`;
   const form: Multipart = {
     contentType: `multipart/form-data; boundary=${EXERCISE_BOUNDARY}`,
