@@ -17,7 +17,7 @@ import {
   type RestoreHost,
   readSnapshotMeta,
 } from "./snapshot-meta.js";
-import { QemuVm, type VmmUser } from "./vm.js";
+import { QemuVm, type VmMemory, type VmmUser } from "./vm.js";
 
 export type { VmmUser } from "./vm.js";
 
@@ -90,6 +90,25 @@ export class QemuDriver implements VmmDriver {
     return `its guest booted with kernel command line "${booted ?? "(not recorded)"}", a boot here now uses "${now}"`;
   }
 
+  /** Starts QEMU for `spec` (booting, or waiting for a snapshot's state when `incoming`). */
+  #launch(spec: VmSpec, memory: VmMemory, kernelCommandLine: string, incoming: boolean) {
+    const paths = runtimePaths(spec);
+    const args = qemuArgs({
+      spec,
+      accel: this.accel,
+      memoryFile: memory.file,
+      memoryShared: memory.shared,
+      rootDisk: paths.overlay,
+      qmpSocket: paths.qmpSocket,
+      consoleLog: paths.consoleLog,
+      incoming,
+      kernelCommandLine,
+      tcgCacheMiB: this.#tcgCacheMiB,
+      runAs: this.#runAs?.name,
+    });
+    return launch(spec, args, paths.consoleLog, paths.qmpSocket, { mergeable: this.#mergeMemory });
+  }
+
   /** What a snapshot of this VM records, and what a restore here must match. */
   #hostFor(spec: VmSpec): RestoreHost {
     return {
@@ -134,22 +153,7 @@ export class QemuDriver implements VmmDriver {
     }
     const memory = { file: paths.memory, shared: true };
     const commandLine = this.#kernelCommandLine(spec, growRoot);
-    const args = qemuArgs({
-      spec,
-      accel: this.accel,
-      memoryFile: memory.file,
-      memoryShared: true,
-      rootDisk: paths.overlay,
-      qmpSocket: paths.qmpSocket,
-      consoleLog: paths.consoleLog,
-      incoming: false,
-      kernelCommandLine: commandLine,
-      tcgCacheMiB: this.#tcgCacheMiB,
-      runAs: this.#runAs?.name,
-    });
-    const { proc, qmp } = await launch(spec, args, paths.consoleLog, paths.qmpSocket, {
-      mergeable: this.#mergeMemory,
-    });
+    const { proc, qmp } = await this.#launch(spec, memory, commandLine, false);
     return new QemuVm({
       spec,
       proc,
@@ -190,23 +194,8 @@ export class QemuDriver implements VmmDriver {
     }
     const memory = { file: meta.memoryImage, shared: false };
     const diff = meta.memoryDiff ? join(snapshotDir, meta.memoryDiff) : undefined;
-    const args = qemuArgs({
-      spec,
-      accel: this.accel,
-      memoryFile: memory.file,
-      memoryShared: false,
-      rootDisk: paths.overlay,
-      qmpSocket: paths.qmpSocket,
-      consoleLog: paths.consoleLog,
-      incoming: true,
-      // The guest booted long ago; QEMU's device set still wants a command line.
-      kernelCommandLine: this.#kernelCommandLine(spec),
-      tcgCacheMiB: this.#tcgCacheMiB,
-      runAs: this.#runAs?.name,
-    });
-    const { proc, qmp } = await launch(spec, args, paths.consoleLog, paths.qmpSocket, {
-      mergeable: this.#mergeMemory,
-    });
+    // The guest booted long ago; QEMU's device set still wants a command line.
+    const { proc, qmp } = await this.#launch(spec, memory, this.#kernelCommandLine(spec), true);
     if (options.background) proc.setNice(BACKGROUND_NICE);
     const deviceState = join(snapshotDir, DEVICE_STATE_FILE);
     const abandon = async () => {
