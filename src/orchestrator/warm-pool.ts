@@ -51,8 +51,8 @@ const REFILL_DELAY_MS = 1_000;
 /**
  * Per-template pools of warmed VMMs in their own network slots. A create takes one when
  * there is one (then only a `cont` and /init remain) and falls back to a plain restore
- * otherwise; taking one starts a refill in the background soon after. Pooled VMMs count against
- * capacity and are given up when host memory runs low.
+ * otherwise; taking one starts a refill in the background soon after. Pooled VMMs count
+ * against capacity and are given up when host memory runs low.
  */
 export class WarmPool {
   readonly #o: WarmPoolOptions;
