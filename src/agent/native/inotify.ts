@@ -1,4 +1,4 @@
-import { loadAddon } from "./load-addon.js";
+import { loadAddon } from "../../shared/load-addon.js";
 
 export interface RawInotifyEvent {
   readonly wd: number;
@@ -21,7 +21,7 @@ interface InotifyAddon {
 let addon: InotifyAddon | undefined;
 
 export function inotify(): InotifyAddon {
-  addon ??= loadAddon<InotifyAddon>("inotify");
+  addon ??= loadAddon<InotifyAddon>("inotify", import.meta.url);
   return addon;
 }
 

@@ -1,4 +1,4 @@
-import { loadAddon } from "./load-addon.js";
+import { loadAddon } from "../../shared/load-addon.js";
 
 interface SystemAddon {
   /** clock_settime(CLOCK_REALTIME); throws with the errno text. */
@@ -10,6 +10,6 @@ interface SystemAddon {
 let addon: SystemAddon | undefined;
 
 export function system(): SystemAddon {
-  addon ??= loadAddon<SystemAddon>("system");
+  addon ??= loadAddon<SystemAddon>("system", import.meta.url);
   return addon;
 }

@@ -109,6 +109,25 @@ export class QemuDriver implements VmmDriver {
     return launch(spec, args, paths.consoleLog, paths.qmpSocket, { mergeable: this.#mergeMemory });
   }
 
+  /** The Vm for a QEMU `#launch` started; `kernelCommandLine`: what its guest booted with. */
+  #vm(
+    spec: VmSpec,
+    memory: VmMemory,
+    { proc, qmp }: Awaited<ReturnType<typeof launch>>,
+    kernelCommandLine: string | undefined,
+  ): QemuVm {
+    return new QemuVm({
+      spec,
+      proc,
+      qmp,
+      memory,
+      rootDisk: runtimePaths(spec).overlay,
+      host: this.#hostFor(spec),
+      runAs: this.#runAs,
+      kernelCommandLine,
+    });
+  }
+
   /** What a snapshot of this VM records, and what a restore here must match. */
   #hostFor(spec: VmSpec): RestoreHost {
     return {
@@ -153,17 +172,8 @@ export class QemuDriver implements VmmDriver {
     }
     const memory = { file: paths.memory, shared: true };
     const commandLine = this.#kernelCommandLine(spec, growRoot);
-    const { proc, qmp } = await this.#launch(spec, memory, commandLine, false);
-    return new QemuVm({
-      spec,
-      proc,
-      qmp,
-      memory,
-      rootDisk: paths.overlay,
-      host: this.#hostFor(spec),
-      runAs: this.#runAs,
-      kernelCommandLine: commandLine,
-    });
+    const launched = await this.#launch(spec, memory, commandLine, false);
+    return this.#vm(spec, memory, launched, commandLine);
   }
 
   flattenDisk(snapshotDir: string, ontoDir: string): Promise<void> {
@@ -235,16 +245,7 @@ export class QemuDriver implements VmmDriver {
           if (!loaded) await load();
           await qmp.execute("cont");
         });
-        return new QemuVm({
-          spec,
-          proc,
-          qmp,
-          memory,
-          rootDisk: paths.overlay,
-          host,
-          runAs: this.#runAs,
-          kernelCommandLine: meta.kernelCommandLine,
-        });
+        return this.#vm(spec, memory, { proc, qmp }, meta.kernelCommandLine);
       },
       discard: abandon,
     };

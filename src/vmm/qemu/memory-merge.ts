@@ -1,14 +1,13 @@
-import { existsSync } from "node:fs";
 import { readFile, writeFile } from "node:fs/promises";
-import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
+import { loadAddon } from "../../shared/load-addon.js";
 import { VmmError } from "../errors.js";
 
 const KSM = "/sys/kernel/mm/ksm";
 /**
  * Pages ksmd scans per 20 ms wake-up: ~200 MB/s, so 150 idle sandboxes (~6 GiB to compare)
- * converge within a minute or two; the kernel's default of 100 takes ten times longer.
+ * level off within a few minutes (240 s in the bench); the kernel's default of 100 takes ten
+ * times longer.
  */
 const KSM_PAGES_TO_SCAN = 1_000;
 
@@ -18,21 +17,8 @@ interface MemMergeAddon {
 
 let addon: MemMergeAddon | undefined;
 
-/** The addon beside the server bundle (build/Release/), or in its source folder (development). */
 function memMerge(): MemMergeAddon {
-  if (addon) return addon;
-  const here = dirname(fileURLToPath(import.meta.url));
-  const candidates = [
-    join(here, "build", "Release", "memmerge.node"),
-    join(here, "native", "memmerge", "build", "Release", "memmerge.node"),
-  ];
-  const found = candidates.find((path) => existsSync(path));
-  if (!found) {
-    throw new VmmError(
-      `native addon 'memmerge' is not built (run \`npm run build\`); looked in ${candidates.join(", ")}`,
-    );
-  }
-  addon = createRequire(import.meta.url)(found) as MemMergeAddon;
+  addon ??= loadAddon<MemMergeAddon>("memmerge", import.meta.url);
   return addon;
 }
 

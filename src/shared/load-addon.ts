@@ -4,11 +4,13 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 /**
- * Loads one of the agent's own native addons: from `build/Release/` beside the bundled
- * envd (the agent drive layout), or from its build folder in the source tree (development).
+ * Loads one of Warren's own native addons for the module at `from` (its `import.meta.url`):
+ * from `build/Release/` beside a bundle (dist/agent, dist/server: the build copies each addon
+ * there), or from the addon's build folder in the source tree (`<name>/` or `native/<name>/`
+ * beside the module, during development).
  */
-export function loadAddon<T>(name: string): T {
-  const here = dirname(fileURLToPath(import.meta.url));
+export function loadAddon<T>(name: string, from: string): T {
+  const here = dirname(fileURLToPath(from));
   const candidates = [
     join(here, "build", "Release", `${name}.node`),
     join(here, name, "build", "Release", `${name}.node`),
@@ -20,5 +22,5 @@ export function loadAddon<T>(name: string): T {
       `native addon '${name}' is not built (run \`npm run build\`); looked in ${candidates.join(", ")}`,
     );
   }
-  return createRequire(import.meta.url)(found) as T;
+  return createRequire(from)(found) as T;
 }
