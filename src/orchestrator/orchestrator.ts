@@ -1,5 +1,4 @@
 import { EventEmitter } from "node:events";
-import { chmod, mkdir } from "node:fs/promises";
 import type { Logger } from "pino";
 import type { Catalog, SandboxPatch, SandboxRow, TemplateRow } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
@@ -11,7 +10,7 @@ import { ensureBaseTemplate } from "./base-template.js";
 import { Capacity, type CapacityLimits } from "./capacity.js";
 import { initEnvd } from "./envd-client.js";
 import { newId } from "./ids.js";
-import type { StateLayout } from "./layout.js";
+import { ensureLayout, type StateLayout } from "./layout.js";
 import { byStart, matchesFilter } from "./list-filter.js";
 import {
   configOf,
@@ -126,11 +125,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
   async start(): Promise<void> {
     try {
       const { catalog, layout } = this.#o;
-      await mkdir(layout.snapshotsDir, { recursive: true });
-      await mkdir(layout.runDir, { recursive: true });
-      // The unprivileged VMM must traverse to its runtime dir and read snapshot files.
-      await chmod(layout.snapshotsDir, 0o755);
-      await chmod(layout.runDir, 0o711);
+      await ensureLayout(layout);
       await recoverLeftovers({ catalog, layout, snapshots: this.#snapshots, logger: this.#log });
       await this.#o.slots.cleanupStale();
       await this.#o.slots.start();

@@ -7,7 +7,12 @@ import { createApi } from "../api/index.js";
 import { SqliteCatalog } from "../catalog/index.js";
 import { ensureHostSetup, ensureVmmUser } from "../images/index.js";
 import { SlotPool } from "../network/index.js";
-import { Orchestrator, type ServerStatus, stateLayout } from "../orchestrator/index.js";
+import {
+  ensureLayout,
+  Orchestrator,
+  type ServerStatus,
+  stateLayout,
+} from "../orchestrator/index.js";
 import { SandboxProxy } from "../proxy/index.js";
 import { type Config, hostResources } from "../shared/config.js";
 import { chooseAccelerator, enableKsm, QemuDriver, qemuVersion } from "../vmm/qemu/index.js";
@@ -37,6 +42,7 @@ export async function startNodeServer(
   const root = logger ?? pino({ level: config.logLevel, base: undefined });
   const log = root.child({ component: "server" });
   const layout = stateLayout(config.dataDir);
+  await ensureLayout(layout);
   const { keys, file: keyFile, generated } = await loadApiKeys(layout.secretsDir, config.apiKeys);
   if (generated) {
     // Printed once, on the start that created it; afterwards it is only in the file.

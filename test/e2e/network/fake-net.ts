@@ -1,0 +1,72 @@
+import { runCommand } from "../../../src/network/index.js";
+import { NetnsAgent } from "./netns-agent.js";
+
+/**
+ * A stand-in for the internet: namespace `warren-fakenet` behind veth `wfakenet` on the
+ * host, holding public-looking (TEST-NET-2) and private addresses, with a NetnsAgent
+ * listening on `port` on all of them. Slots under test use `wfakenet` as their egress
+ * interface, so guest traffic never leaves this machine.
+ */
+export const FAKENET = {
+  netns: "warren-fakenet",
+  hostVeth: "wfakenet",
+  /** The host's own address on the fake net: a host address in a public range. */
+  hostAddress: "198.51.100.254",
+  public1: "198.51.100.1",
+  public2: "198.51.100.2",
+  /** A private address (192.168/16), routed by the host to the fake net. */
+  private1: "192.168.77.1",
+} as const;
+
+export class FakeNet {
+  readonly agent: NetnsAgent;
+
+  private constructor(agent: NetnsAgent) {
+    this.agent = agent;
+  }
+
+  static async start(port: number): Promise<FakeNet> {
+    const { netns, hostVeth, hostAddress, public1, public2, private1 } = FAKENET;
+    await runCommand("ip", ["-batch", "-"], {
+      input: [
+        `netns add ${netns}`,
+        `link add ${hostVeth} type veth peer name eth0 netns ${netns}`,
+        `addr add ${hostAddress}/24 dev ${hostVeth}`,
+        `link set ${hostVeth} up`,
+        `route add 192.168.77.0/24 via ${public1} dev ${hostVeth}`,
+        "",
+      ].join("\n"),
+    });
+    try {
+      await runCommand("ip", ["-n", netns, "-batch", "-"], {
+        input: [
+          "link set lo up",
+          `addr add ${public1}/24 dev eth0`,
+          `addr add ${public2}/24 dev eth0`,
+          `addr add ${private1}/24 dev eth0`,
+          "link set eth0 up",
+          `route add default via ${hostAddress}`,
+          "",
+        ].join("\n"),
+      });
+      const agent = await NetnsAgent.start(`/run/netns/${netns}`);
+      const listening = await agent.listen(port, "fakenet");
+      if (!listening.ok) throw new Error(`fake net listener: ${listening.error}`);
+      return new FakeNet(agent);
+    } catch (err) {
+      await removeFakeNet();
+      throw err;
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.agent.close();
+    await removeFakeNet();
+  }
+}
+
+async function removeFakeNet(): Promise<void> {
+  await runCommand("ip", ["-force", "-batch", "-"], {
+    input: `link del ${FAKENET.hostVeth}\nnetns del ${FAKENET.netns}\n`,
+  });
+}

@@ -1,0 +1,162 @@
+import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
+import { after, before, test } from "node:test";
+import {
+  DEFAULT_EGRESS_POLICY,
+  EgressPolicyError,
+  type NetworkSlot,
+  SlotPool,
+} from "../../../src/network/index.js";
+import { WarrenError } from "../../../src/shared/index.js";
+import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
+import { CleanupStack } from "./cleanup-stack.js";
+import { FakeGuest, TAP_OWNER } from "./fake-guest.js";
+import { FAKENET, FakeNet } from "./fake-net.js";
+
+// Slot pool: reuse, reset on release, limits, cleanup of what an earlier server left.
+// Fake guests (stand-ins for QEMU and the VM, see FakeGuest) and a fake internet
+// (FakeNet) check behaviour, not just bookkeeping.
+
+const NET_PORT = 9090;
+const cleanup = new CleanupStack();
+const options = { tapOwner: TAP_OWNER, egressInterface: FAKENET.hostVeth };
+
+before(async () => {
+  await removeLeftovers();
+  const net = await FakeNet.start(NET_PORT);
+  cleanup.defer(() => net.close());
+});
+
+after(async () => {
+  await cleanup.run();
+  assert.deepEqual(await leakCheck(), []);
+});
+
+function usePool(extra: ConstructorParameters<typeof SlotPool>[0] = {}): SlotPool {
+  const pool = new SlotPool({ ...options, ...extra });
+  cleanup.defer(() => pool.close());
+  return pool;
+}
+
+/** Boots a fake guest on the slot and says whether it reaches the fake internet. */
+async function guestReachesInternet(slot: NetworkSlot): Promise<boolean> {
+  const guest = await FakeGuest.attach(slot);
+  try {
+    return (await guest.agent.connect(FAKENET.public1, NET_PORT, 1000)).ok;
+  } finally {
+    await guest.close();
+  }
+}
+
+async function until(check: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+test("a released slot is reset to the default policy and handed out again", async () => {
+  // One slot at most: the slot given back is the one handed out next.
+  const pool = usePool({ size: 1, maxSlots: 1 });
+  const first = await pool.acquire({ allowInternet: false, allowOut: [], denyOut: [] });
+  assert.equal(first.policy.allowInternet, false);
+  assert.equal(await guestReachesInternet(first), false);
+  await pool.release(first);
+
+  const again = await pool.acquire();
+  assert.equal(again, first, "the released slot was not reused");
+  assert.deepEqual(again.policy, DEFAULT_EGRESS_POLICY);
+  assert.equal(await guestReachesInternet(again), true);
+  await pool.release(again);
+  await pool.close();
+  assert.deepEqual(await leakCheck(), [`netns ${FAKENET.netns}`, `link ${FAKENET.hostVeth}`]);
+});
+
+test("the pool keeps `size` slots ready and removes the extra ones it gets back", async () => {
+  const pool = usePool({ size: 1, maxSlots: 3 });
+  await pool.start();
+  await until(() => pool.stats.idle === 1, "the pool to fill");
+  const a = await pool.acquire();
+  const b = await pool.acquire();
+  await until(() => pool.stats.idle === 1, "the pool to refill");
+  assert.deepEqual(pool.stats, { idle: 1, inUse: 2, total: 3 });
+  const c = await pool.acquire();
+  assert.deepEqual(pool.stats, { idle: 0, inUse: 3, total: 3 });
+  await assert.rejects(pool.acquire(), (err: unknown) => {
+    assert.ok(err instanceof WarrenError && err.kind === "resource_exhausted", String(err));
+    return true;
+  });
+  await pool.release(a); // kept: the pool had no idle slot
+  assert.deepEqual(pool.stats, { idle: 1, inUse: 2, total: 3 });
+  await pool.release(b); // removed: the pool is full
+  assert.deepEqual(pool.stats, { idle: 1, inUse: 1, total: 2 });
+  assert.equal(existsSync(b.netnsPath), false, "the extra slot was not removed");
+  assert.equal(existsSync(a.netnsPath), true);
+  await pool.release(c);
+  assert.deepEqual(pool.stats, { idle: 1, inUse: 0, total: 1 });
+  await assert.rejects(pool.release(b), /not in use/);
+  await pool.close();
+  assert.deepEqual(pool.stats, { idle: 0, inUse: 0, total: 0 });
+  await assert.rejects(pool.acquire(), /closed/);
+});
+
+test("a bad policy is refused before a slot is taken", async () => {
+  const pool = usePool({ size: 0 });
+  await assert.rejects(
+    pool.acquire({ allowInternet: true, allowOut: ["10.0.0.0/8", "nope"], denyOut: [] }),
+    (err: unknown) => err instanceof EgressPolicyError && err.entry === "nope",
+  );
+  assert.deepEqual(pool.stats, { idle: 0, inUse: 0, total: 0 });
+  assert.throws(() => new SlotPool({ size: -1 }), /size must be an integer/);
+  assert.throws(() => new SlotPool({ baseCidr: "10.201.0.0" }), /baseCidr/);
+  assert.throws(() => new SlotPool({ size: 5, maxSlots: 2 }), /maxSlots/);
+});
+
+test("cleanupStale removes what another server left and keeps this pool's slots", async () => {
+  // A server that died without cleaning up: its slots are still on the host.
+  const crashed = new SlotPool({ ...options, size: 0 });
+  const stale = [await crashed.acquire(), await crashed.acquire()];
+
+  const pool = usePool({ size: 0 });
+  const own = await pool.acquire();
+  assert.ok(!stale.some((s) => s.index === own.index), "a stale slot's index was reused");
+
+  const report = await pool.cleanupStale();
+  assert.deepEqual([...report.netns].sort(), stale.map((s) => s.netns).sort());
+  assert.deepEqual([...report.links].sort(), stale.map((s) => s.hostVeth).sort());
+  assert.ok(report.hostRules >= 2 * 6, `only ${report.hostRules} host rules removed`);
+  for (const s of stale) assert.equal(existsSync(s.netnsPath), false);
+  assert.equal(existsSync(own.netnsPath), true);
+  assert.equal(await guestReachesInternet(own), true);
+
+  // The freed indexes are usable again.
+  const next = await pool.acquire();
+  assert.ok(stale.some((s) => s.index === next.index));
+  await pool.close();
+});
+
+test("slot create and destroy times", async (t) => {
+  const pool = usePool({ size: 0 });
+  const create: number[] = [];
+  const destroy: number[] = [];
+  const policy: number[] = [];
+  for (let i = 0; i < 10; i++) {
+    let started = performance.now();
+    const slot = await pool.acquire();
+    create.push(performance.now() - started);
+    started = performance.now();
+    await slot.setPolicy({ allowInternet: false, allowOut: ["198.51.100.0/24"], denyOut: [] });
+    policy.push(performance.now() - started);
+    started = performance.now();
+    await pool.release(slot); // size 0: release destroys
+    destroy.push(performance.now() - started);
+  }
+  const summary = (ms: number[]) => {
+    const sorted = [...ms].sort((x, y) => x - y);
+    return `p50 ${sorted[Math.floor(sorted.length / 2)]?.toFixed(1)} ms, max ${sorted.at(-1)?.toFixed(1)} ms`;
+  };
+  t.diagnostic(`create: ${summary(create)}`);
+  t.diagnostic(`setPolicy: ${summary(policy)}`);
+  t.diagnostic(`destroy: ${summary(destroy)}`);
+});

@@ -1,0 +1,246 @@
+/**
+ * SnapshotStore against the real catalog (SQLite file), real qcow2 files and the QEMU driver's
+ * real `flattenDisk` (qemu-img). The VM being captured is a stand-in (`ScribeVm`): it writes
+ * a recognisable pattern into a fresh overlay per generation, as a guest writing its disk
+ * between pauses would. Real VMs run through the same store in test/e2e/flatten.test.ts.
+ */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, it } from "node:test";
+import { promisify } from "node:util";
+import pino from "pino";
+import { type SandboxRow, SqliteCatalog } from "../../../src/catalog/index.js";
+import { stateLayout } from "../../../src/orchestrator/layout.js";
+import { SnapshotStore } from "../../../src/orchestrator/snapshot-store.js";
+import type { ExitInfo, SnapshotTiming, Vm, VmSpec } from "../../../src/vmm/index.js";
+import { QemuDriver } from "../../../src/vmm/qemu/index.js";
+import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";
+
+const run = promisify(execFile);
+const MiB = 1024 * 1024;
+
+let root: string;
+before(async () => {
+  root = await mkdtemp(join(tmpdir(), "warren-snapshot-store-"));
+});
+after(async () => {
+  await rm(root, { recursive: true, force: true });
+});
+
+/** Stand-in for a VM: each capture freezes an overlay holding one pattern byte at one offset. */
+class ScribeVm {
+  generation = 0;
+  constructor(private disk: string) {}
+
+  async snapshot(dir: string): Promise<SnapshotTiming> {
+    await mkdir(dir, { recursive: true });
+    const frozen = join(dir, "disk.qcow2");
+    await createOverlay(frozen, this.disk, this.disk.endsWith(".qcow2") ? "qcow2" : "raw");
+    this.generation += 1;
+    await qemuIo(frozen, `write -P ${this.generation} ${this.generation * MiB} 64k`, false);
+    this.disk = frozen;
+    return { pausedMs: 0, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0 };
+  }
+
+  asVm(): Vm {
+    return {
+      id: "scribe",
+      pid: 0,
+      spec: {} as VmSpec,
+      consoleLog: "",
+      exited: new Promise<ExitInfo>(() => {}),
+      snapshot: (dir) => this.snapshot(dir),
+      destroy: async () => {},
+    };
+  }
+}
+
+async function qemuIo(image: string, command: string, readOnly = true): Promise<string> {
+  const args = [...(readOnly ? ["-r"] : []), "-f", "qcow2", "-c", command, image];
+  const { stdout } = await run("qemu-io", args);
+  if (/fail|error|mismatch/i.test(stdout)) throw new Error(`qemu-io ${command}: ${stdout}`);
+  return stdout;
+}
+
+async function chainLength(image: string): Promise<number> {
+  const { stdout } = await run("qemu-img", ["info", "--backing-chain", "--output=json", image]);
+  return (JSON.parse(stdout) as unknown[]).length;
+}
+
+/** A data dir with a raw base disk and a template snapshot stacked on it. */
+async function fixture(name: string, flattenDepth: number, driver = testDriver()) {
+  const layout = stateLayout(join(root, name));
+  await mkdir(layout.snapshotsDir, { recursive: true });
+  const base = join(root, `${name}-base.raw`);
+  await writeFile(base, Buffer.alloc(0));
+  await run("truncate", ["-s", "64M", base]);
+  const catalog = await SqliteCatalog.open(layout.catalog);
+  const templateDir = join(layout.snapshotsDir, "template");
+  await mkdir(templateDir);
+  await createOverlay(join(templateDir, "disk.qcow2"), base, "raw");
+  await catalog.putSnapshot({
+    id: "template",
+    dir: templateDir,
+    kind: "template",
+    names: [],
+    imagesFingerprint: "test",
+    createdAt: new Date().toISOString(),
+  });
+  const store = new SnapshotStore({
+    catalog,
+    driver,
+    layout,
+    imagesFingerprint: "test",
+    flattenDepth,
+    logger: pino({ level: "silent" }),
+    retireDelayMs: 0,
+  });
+  const vm = new ScribeVm(join(templateDir, "disk.qcow2"));
+  /** Pauses `generations` times, each snapshot on the one before (as a sandbox does). */
+  const pauses = async (generations: number, parentId = "template"): Promise<string> => {
+    let parent = parentId;
+    for (let i = 0; i < generations; i++) {
+      const { id } = await store.capture(vm.asVm(), {
+        sandboxId: "sbx",
+        parentId: parent,
+        kind: "pause",
+        resume: false,
+      });
+      parent = id;
+    }
+    return parent;
+  };
+  return { layout, catalog, store, vm, pauses };
+}
+
+/** A paused sandbox's catalog row standing on `snapshotId`. */
+function pausedOn(snapshotId: string): SandboxRow {
+  const now = new Date().toISOString();
+  return {
+    id: "sbx",
+    templateId: "template",
+    state: "paused",
+    clientId: "test",
+    vcpus: 1,
+    memoryMiB: 512,
+    diskSizeMiB: 64,
+    metadata: {},
+    envVars: {},
+    config: {},
+    startedAt: now,
+    endAt: now,
+    snapshotId,
+    updatedAt: now,
+  };
+}
+
+function testDriver(): QemuDriver {
+  return new QemuDriver({ accel: "tcg", qemuVersion: "test" });
+}
+
+it("keeps a 30-generation chain within the flatten depth, with every generation's data", async () => {
+  const { layout, catalog, store, vm, pauses } = await fixture("deep", 4);
+  const last = await pauses(30);
+  await store.close(); // waits for the flattens and the retired layers' deletion
+
+  const disk = join(layout.snapshotsDir, last, "disk.qcow2");
+  // raw base + template + at most `flattenDepth` layers above it.
+  const length = await chainLength(disk);
+  assert.ok(length <= 2 + 4, `chain of ${length} images`);
+  for (let g = 1; g <= vm.generation; g++) await qemuIo(disk, `read -P ${g} ${g * MiB} 64k`);
+
+  // Only the template and the last snapshot's own chain remain, on disk and in the catalog.
+  const kept = new Set<string>();
+  for (let id: string | undefined = last; id; id = (await catalog.getSnapshot(id))?.parentId) {
+    kept.add(id);
+  }
+  assert.ok(kept.has("template"));
+  const rows = (await catalog.listSnapshots()).map((row) => row.id).sort();
+  assert.deepEqual(rows, [...kept].sort());
+  assert.deepEqual((await readdir(layout.snapshotsDir)).sort(), [...kept].sort());
+  await catalog.close();
+});
+
+it("never flattens with depth 0, and flattens onto the nearest named snapshot", async () => {
+  const off = await fixture("off", 0);
+  const last = await off.pauses(6);
+  await off.store.close();
+  assert.equal(await chainLength(join(off.layout.snapshotsDir, last, "disk.qcow2")), 2 + 6);
+  await off.catalog.close();
+
+  const named = await fixture("named", 2);
+  const middle = await named.pauses(2);
+  const row = await named.catalog.getSnapshot(middle);
+  assert.ok(row);
+  await named.catalog.putSnapshot({ ...row, kind: "named" });
+  const tip = await named.pauses(3, middle);
+  await named.store.close();
+  assert.equal((await named.catalog.getSnapshot(tip))?.parentId, middle);
+  assert.equal(await chainLength(join(named.layout.snapshotsDir, tip, "disk.qcow2")), 2 + 3);
+  for (let g = 1; g <= 5; g++) {
+    await qemuIo(join(named.layout.snapshotsDir, tip, "disk.qcow2"), `read -P ${g} ${g * MiB} 64k`);
+  }
+  await named.catalog.close();
+});
+
+it("keeps a snapshot released while it is being flattened until the flatten is done", async () => {
+  let releaseGate!: () => void;
+  const gate = new Promise<void>((resolve) => {
+    releaseGate = resolve;
+  });
+  let flattening!: () => void;
+  const started = new Promise<void>((resolve) => {
+    flattening = resolve;
+  });
+  const real = testDriver();
+  const gated = {
+    flattenDisk: async (dir: string, onto: string) => {
+      flattening();
+      await gate;
+      await real.flattenDisk(dir, onto);
+    },
+  };
+  const { layout, catalog, store, pauses } = await fixture("busy", 1, gated as QemuDriver);
+  const last = await pauses(2);
+  await started;
+  assert.deepEqual(await store.release(last), [], "released mid-flatten");
+  assert.ok(await catalog.getSnapshot(last));
+  releaseGate();
+  await store.close();
+  assert.equal(await catalog.getSnapshot(last), undefined);
+  assert.deepEqual(await readdir(layout.snapshotsDir), ["template"]);
+  await catalog.close();
+});
+
+it("leaves the snapshot as it was when flattening fails", async () => {
+  const real = testDriver();
+  // qemu-img is asked to rebase onto a directory with no disk in it.
+  const misdirected = {
+    flattenDisk: (dir: string, onto: string) => real.flattenDisk(dir, join(onto, "missing")),
+  };
+  const { layout, catalog, store, pauses } = await fixture("fails", 1, misdirected as QemuDriver);
+  const last = await pauses(2);
+  await store.close();
+  const row = await catalog.getSnapshot(last);
+  assert.ok(row?.parentId && row.parentId !== "template", "still stacked on its parent");
+  assert.deepEqual(await readdir(join(layout.snapshotsDir, last)), ["disk.qcow2"]);
+  await qemuIo(join(layout.snapshotsDir, last, "disk.qcow2"), `read -P 1 ${MiB} 64k`);
+  await catalog.close();
+});
+
+it("sweeps pause and fork snapshots nothing uses, and keeps those in use", async () => {
+  const { layout, catalog, store, pauses } = await fixture("sweep", 0);
+  const used = await pauses(2);
+  const unused = await pauses(1);
+  await catalog.insertSandbox(pausedOn(used));
+  assert.equal(await store.sweep(), 1);
+  assert.equal(await catalog.getSnapshot(unused), undefined);
+  const kept = (await readdir(layout.snapshotsDir)).sort();
+  assert.equal(kept.length, 3, "template, the paused sandbox's snapshot and its parent");
+  assert.ok(kept.includes(used) && kept.includes("template"));
+  await store.close();
+  await catalog.close();
+});
