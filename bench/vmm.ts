@@ -3,7 +3,7 @@
 // dirtied, and restore / cold boot. Run: npm run bench:vmm (as root; builds images first).
 import { rmSync } from "node:fs";
 import { join } from "node:path";
-import { type NetworkSlot, SlotPool } from "../src/network/index.js";
+import { NetnsSlotPool, type NetworkSlot } from "../src/network/index.js";
 import type { Vm, VmSpec } from "../src/vmm/index.js";
 import {
   envdUrl,
@@ -22,7 +22,7 @@ const SHAPE = { vcpus: 1, memoryMiB: 512 };
 const TEMPLATE_SETTLE_MS = 2_000;
 
 const { images, driver, accel: probe, runAs, work } = await testVmm("bench-vmm");
-const pool = new SlotPool({ size: 2, tapOwner: runAs });
+const pool = new NetnsSlotPool({ size: 2, tapOwner: runAs });
 let counter = 0;
 
 const spec = (slot: NetworkSlot): VmSpec => slotVmSpec(`b${++counter}`, slot, images, work, SHAPE);

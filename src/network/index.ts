@@ -8,14 +8,8 @@ export {
   validateEgressPolicy,
 } from "./egress-policy.js";
 export { EgressPolicyError, NetworkError, SlotTakenError } from "./errors.js";
+export { NetnsSlotPool, type NetnsSlotPoolOptions } from "./netns-slot-pool.js";
 export { NetworkSlot } from "./network-slot.js";
-export {
-  DEFAULT_BASE_CIDR,
-  GATEWAY_ADDRESS,
-  GUEST_ADDRESS,
-  GUEST_MAC,
-  TAP_MAC,
-  TAP_NAME,
-} from "./slot-addressing.js";
-export { type NetworkLogger, SlotPool, type SlotPoolOptions } from "./slot-pool.js";
+export { DEFAULT_BASE_CIDR, TAP_NAME } from "./slot-addressing.js";
+export type { Slot, SlotPool } from "./slot-pool.js";
 export type { StaleCleanupReport } from "./stale-cleanup.js";

@@ -1,5 +1,6 @@
+import { GUEST_ADDRESS } from "../protocol/index.js";
 import { type EgressPolicy, NEVER_RANGES, PRIVATE_RANGES } from "./egress-policy.js";
-import { GUEST_ADDRESS, NETNS_VETH, type SlotAddresses, TAP_NAME } from "./slot-addressing.js";
+import { NETNS_VETH, type SlotAddresses, TAP_NAME } from "./slot-addressing.js";
 
 // The iptables ruleset inside one slot's namespace (iptables-restore input). The namespace
 // is a router between the guest (tap0) and the host (eth0); nothing listens in it.

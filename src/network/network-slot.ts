@@ -1,4 +1,11 @@
 import { existsSync } from "node:fs";
+import {
+  GATEWAY_ADDRESS,
+  GATEWAY_MAC,
+  GUEST_ADDRESS,
+  GUEST_LINK_PREFIX,
+  GUEST_MAC,
+} from "../protocol/index.js";
 import { WarrenError } from "../shared/index.js";
 import type { CommandRunner } from "./command-runner.js";
 import { DEFAULT_EGRESS_POLICY, type EgressPolicy, validateEgressPolicy } from "./egress-policy.js";
@@ -13,17 +20,8 @@ import {
 } from "./host-rules.js";
 import { formatCidr, type Ipv4Cidr } from "./ipv4.js";
 import { blockedDestinations, egressUpdate, netnsRuleset } from "./netns-rules.js";
-import {
-  GATEWAY_ADDRESS,
-  GUEST_ADDRESS,
-  GUEST_LINK_PREFIX,
-  GUEST_MAC,
-  NETNS_VETH,
-  type SlotAddresses,
-  slotAddresses,
-  TAP_MAC,
-  TAP_NAME,
-} from "./slot-addressing.js";
+import { NETNS_VETH, type SlotAddresses, slotAddresses, TAP_NAME } from "./slot-addressing.js";
+import type { Slot } from "./slot-pool.js";
 
 /** What every slot of a pool shares. */
 export interface SlotSettings {
@@ -40,9 +38,9 @@ export interface SlotSettings {
  * One sandbox's network: namespace `warren-<n>` holding the guest's tap (`tap0`,
  * 169.254.0.22/30, fixed MAC) and the namespace end (`eth0`) of a veth pair whose host end is
  * `wv<n>`. The host reaches the guest at `hostAddress`; the egress policy can change while
- * the guest runs. Create through SlotPool (or `NetworkSlot.create` directly).
+ * the guest runs. Create through NetnsSlotPool (or `NetworkSlot.create` directly).
  */
-export class NetworkSlot implements SlotAddresses {
+export class NetworkSlot implements Slot, SlotAddresses {
   readonly index: number;
   readonly netns: string;
   readonly netnsPath: string;
@@ -51,7 +49,7 @@ export class NetworkSlot implements SlotAddresses {
   readonly hostAddress: string;
   /** The device QEMU opens inside the namespace (`-netdev tap,ifname=tap0,script=no`). */
   readonly tapName = TAP_NAME;
-  readonly tapMac = TAP_MAC;
+  readonly tapMac = GATEWAY_MAC;
   readonly guestAddress = GUEST_ADDRESS;
   readonly guestMac = GUEST_MAC;
   readonly gateway = GATEWAY_ADDRESS;
@@ -93,7 +91,7 @@ export class NetworkSlot implements SlotAddresses {
     if (existsSync(slot.netnsPath) || existsSync(`/sys/class/net/${slot.hostVeth}`)) {
       throw new SlotTakenError(
         `network slot ${index} already exists on this host (${slot.netns} or ${slot.hostVeth}); ` +
-          "SlotPool.cleanupStale() removes what an earlier server left",
+          "NetnsSlotPool.cleanupStale() removes what an earlier server left",
         index,
       );
     }
@@ -205,7 +203,7 @@ export class NetworkSlot implements SlotAddresses {
       `addr add ${this.hostAddress}/31 dev ${NETNS_VETH}`,
       `link set ${NETNS_VETH} up`,
       `tuntap add dev ${TAP_NAME} mode tap${ownerArgs}`,
-      `link set ${TAP_NAME} address ${TAP_MAC}`,
+      `link set ${TAP_NAME} address ${GATEWAY_MAC}`,
       `addr add ${GATEWAY_ADDRESS}/${GUEST_LINK_PREFIX} dev ${TAP_NAME}`,
       `link set ${TAP_NAME} up`,
       `route add default via ${this.hostVethAddress} dev ${NETNS_VETH}`,

@@ -1,15 +1,7 @@
 import { WarrenError } from "../shared/index.js";
 import { cidrSize, formatIpv4, type Ipv4Cidr, parseCidr } from "./ipv4.js";
 
-// What every guest sees (docs/guest-boot.md): the same address, gateway and MACs in every
-// sandbox, so snapshots and forks resume without re-addressing.
-export const GUEST_ADDRESS = "169.254.0.21";
-export const GUEST_MAC = "02:fc:00:00:00:15";
-/** The tap's own address: the guest's gateway. */
-export const GATEWAY_ADDRESS = "169.254.0.22";
-export const GUEST_LINK_PREFIX = 30;
-/** The tap's MAC is fixed too: a restored guest's ARP cache still points at it. */
-export const TAP_MAC = "02:fc:00:00:00:16";
+/** The tap QEMU opens in each slot's namespace; it carries the guest's gateway address and MAC. */
 export const TAP_NAME = "tap0";
 /** Name of the veth end inside each slot's namespace. */
 export const NETNS_VETH = "eth0";

@@ -1,9 +1,10 @@
 import { access, chmod, mkdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
-import type { Logger } from "pino";
 import type { Catalog, TemplateRow } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
-import { GATEWAY_ADDRESS, GUEST_ADDRESS, type SlotPool, TAP_NAME } from "../network/index.js";
+import { type SlotPool, TAP_NAME } from "../network/index.js";
+import { GATEWAY_ADDRESS, GUEST_ADDRESS } from "../protocol/index.js";
+import type { Logger } from "../shared/index.js";
 import type { MachineShape, VmmDriver } from "../vmm/index.js";
 import { exerciseEnvd, waitForHealth } from "./envd-client.js";
 import { newId } from "./ids.js";

@@ -1,5 +1,5 @@
 import type { SandboxRow } from "../catalog/index.js";
-import type { NetworkSlot } from "../network/index.js";
+import type { Slot } from "../network/index.js";
 import { ENVD_VERSION } from "../protocol/index.js";
 import type { Vm } from "../vmm/index.js";
 import { newId, newToken } from "./ids.js";
@@ -23,7 +23,7 @@ export interface SandboxConfig {
 export interface LiveSandbox {
   row: SandboxRow;
   vm?: Vm;
-  slot?: NetworkSlot;
+  slot?: Slot;
   releaseCapacity?: () => void;
   ttlTimer?: NodeJS.Timeout;
   /** Aborted by kill while a create or resume is in flight. */

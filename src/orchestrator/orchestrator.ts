@@ -1,10 +1,9 @@
 import { EventEmitter } from "node:events";
-import type { Logger } from "pino";
 import type { Catalog, SandboxPatch, SandboxRow, TemplateRow } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
-import { type NetworkSlot, type SlotPool, validateEgressPolicy } from "../network/index.js";
+import { type Slot, type SlotPool, validateEgressPolicy } from "../network/index.js";
 import { ENVD_PORT } from "../protocol/index.js";
-import { toWarrenError, WarrenError } from "../shared/index.js";
+import { type Logger, toWarrenError, WarrenError } from "../shared/index.js";
 import type { MachineShape, VmmDriver } from "../vmm/index.js";
 import { ensureBaseTemplate } from "./base-template.js";
 import { Capacity, type CapacityLimits } from "./capacity.js";
@@ -633,7 +632,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     const vmMs = Math.round(performance.now() - started);
     this.#watchExit(live);
     signal?.throwIfAborted();
-    const host = (live.slot as NetworkSlot).hostAddress; // set by startWarm or restore
+    const host = (live.slot as Slot).hostAddress; // set by startWarm or restore
     await initEnvd(
       host,
       { envVars: { ...live.row.envVars }, accessToken: live.row.envdAccessToken ?? "" },

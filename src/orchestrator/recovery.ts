@@ -1,6 +1,6 @@
 import { readdir, readFile, rm } from "node:fs/promises";
-import type { Logger } from "pino";
 import type { Catalog } from "../catalog/index.js";
+import type { Logger } from "../shared/index.js";
 import type { StateLayout } from "./layout.js";
 import type { SnapshotStore } from "./snapshot-store.js";
 

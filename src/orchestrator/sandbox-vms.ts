@@ -1,9 +1,8 @@
 import { rm } from "node:fs/promises";
-import type { Logger } from "pino";
 import type { Catalog } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
 import { type EgressPolicy, type SlotPool, sameEgressPolicy } from "../network/index.js";
-import { WarrenError } from "../shared/index.js";
+import { type Logger, WarrenError } from "../shared/index.js";
 import type { Vm, VmmDriver } from "../vmm/index.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
 import type { LiveSandbox } from "./live-sandbox.js";

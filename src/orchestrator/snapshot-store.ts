@@ -1,6 +1,6 @@
 import { chmod, rm } from "node:fs/promises";
-import type { Logger } from "pino";
 import type { Catalog, SnapshotRow } from "../catalog/index.js";
+import type { Logger } from "../shared/index.js";
 import type { SnapshotTiming, Vm, VmmDriver } from "../vmm/index.js";
 import { newId } from "./ids.js";
 import { type StateLayout, snapshotDir } from "./layout.js";

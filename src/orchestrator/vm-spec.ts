@@ -1,9 +1,9 @@
-import type { NetworkSlot } from "../network/index.js";
+import type { Slot } from "../network/index.js";
 import type { GuestImages, MachineShape, VmSpec } from "../vmm/index.js";
 
 export interface GuestSpecInput {
   readonly id: string;
-  readonly slot: Pick<NetworkSlot, "netns" | "tapName" | "guestAddress" | "gateway">;
+  readonly slot: Pick<Slot, "netns" | "tapName" | "guestAddress" | "gateway">;
   readonly images: GuestImages & { readonly baseRootfs: string };
   readonly shape: MachineShape & { readonly diskSizeMiB?: number };
   readonly runtimeDir: string;

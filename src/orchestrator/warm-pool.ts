@@ -1,7 +1,7 @@
 import { readFile } from "node:fs/promises";
-import type { Logger } from "pino";
 import type { GuestArtifacts } from "../images/index.js";
-import type { NetworkSlot, SlotPool } from "../network/index.js";
+import type { Slot, SlotPool } from "../network/index.js";
+import type { Logger } from "../shared/index.js";
 import type { MachineShape, PreparedRestore, VmmDriver } from "../vmm/index.js";
 import type { Capacity } from "./capacity.js";
 import { exerciseEnvd, waitForHealth } from "./envd-client.js";
@@ -13,7 +13,7 @@ import { guestSpec } from "./vm-spec.js";
 export interface WarmVm {
   /** The id the sandbox that takes it will have (its runtime dir is named after it). */
   readonly id: string;
-  readonly slot: NetworkSlot;
+  readonly slot: Slot;
   readonly prepared: PreparedRestore;
   /** Its share of the node's capacity, handed over to the sandbox that takes it. */
   readonly releaseCapacity: () => void;
@@ -124,7 +124,7 @@ export class WarmPool {
     const { driver, slots, images, layout, capacity, logger } = this.#o;
     const started = performance.now();
     const releaseCapacity = capacity.reserve(target.shape);
-    let slot: NetworkSlot | undefined;
+    let slot: Slot | undefined;
     let prepared: PreparedRestore | undefined;
     try {
       slot = await slots.acquire();

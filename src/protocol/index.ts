@@ -1,3 +1,4 @@
 export * from "./envd.js";
 export * as filesystemPb from "./gen/filesystem/filesystem_pb.js";
 export * as processPb from "./gen/process/process_pb.js";
+export * from "./guest-network.js";

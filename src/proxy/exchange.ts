@@ -1,7 +1,7 @@
 import type { Agent, ClientRequest, OutgoingHttpHeaders } from "node:http";
 import type { Socket } from "node:net";
 import type { ProxyRoute } from "../orchestrator/types.js";
-import type { ProxyLogger } from "./proxy-logger.js";
+import type { Logger } from "../shared/index.js";
 
 /** What forwarding one admitted request (or upgrade) needs. */
 export interface Exchange {
@@ -14,7 +14,7 @@ export interface Exchange {
   /** The sandbox's own keep-alive pool. */
   readonly agent: Agent;
   readonly idleTimeoutMs: number;
-  readonly logger: ProxyLogger;
+  readonly logger: Logger;
   /** `performance.now()` when the request arrived. */
   readonly started: number;
   /** Registers what to do when the sandbox stops; returns the unregistration. */

@@ -1,4 +1,3 @@
-export type { ProxyLogger } from "./proxy-logger.js";
 export type { ProxyErrorBody } from "./respond.js";
 export { SandboxProxy, type SandboxProxyOptions } from "./sandbox-proxy.js";
 export { type ProxyTarget, parseTarget, type TargetInput, type TargetResult } from "./target.js";

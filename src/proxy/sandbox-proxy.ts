@@ -3,13 +3,12 @@ import type { Duplex } from "node:stream";
 import type { TLSSocket } from "node:tls";
 import type { ProxyRoute, SandboxRouter } from "../orchestrator/types.js";
 import { ENVD_PORT } from "../protocol/index.js";
-import { WarrenError } from "../shared/index.js";
+import { type Logger, silentLogger, WarrenError } from "../shared/index.js";
 import { isInternalEnvdPath, requestPath, tokenMatches } from "./access.js";
 import { durationMs, type Exchange } from "./exchange.js";
 import { forwardRequest } from "./forward-request.js";
 import { forwardUpgrade } from "./forward-upgrade.js";
 import { upstreamRequestHeaders } from "./headers.js";
-import { type ProxyLogger, silentLogger } from "./proxy-logger.js";
 import { type ProxyErrorBody, sendError, writeSocketError } from "./respond.js";
 import { isSandboxHost, parseTarget } from "./target.js";
 
@@ -22,7 +21,7 @@ export interface SandboxProxyOptions {
    */
   readonly domain?: string;
   /** pino-compatible. Default: silent. */
-  readonly logger?: ProxyLogger;
+  readonly logger?: Logger;
   /**
    * Idle time after which a pooled upstream connection is closed, and an exchange with no
    * bytes either way is cut (E2B's orchestrator proxy: 620 s). Default 620_000.
@@ -56,7 +55,7 @@ type Admission =
 export class SandboxProxy {
   readonly #router: SandboxRouter;
   readonly #domain: string | undefined;
-  readonly #logger: ProxyLogger;
+  readonly #logger: Logger;
   readonly #idleTimeoutMs: number;
   readonly #sandboxes = new Map<string, SandboxConnections>();
   readonly #unsubscribe: () => void;

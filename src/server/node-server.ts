@@ -6,7 +6,7 @@ import pino, { type Logger } from "pino";
 import { createApi } from "../api/index.js";
 import { SqliteCatalog } from "../catalog/index.js";
 import { ensureHostSetup, ensureVmmUser } from "../images/index.js";
-import { SlotPool } from "../network/index.js";
+import { NetnsSlotPool } from "../network/index.js";
 import {
   ensureLayout,
   Orchestrator,
@@ -107,7 +107,7 @@ export async function startNodeServer(
       guestAslr: config.guestAslr === "auto" ? undefined : config.guestAslr === "on",
       mergeMemory: config.ksm === "on",
     });
-    const slots = new SlotPool({
+    const slots = new NetnsSlotPool({
       size: config.slotPoolSize,
       tapOwner: { uid: vmmUser.uid, gid: vmmUser.gid },
       logger: root.child({ component: "network" }),

@@ -1,7 +1,7 @@
+import { GUEST_MAC } from "../../protocol/index.js";
 import type { Accelerator, VmSpec } from "../driver.js";
 
 /** Fixed guest MAC: every guest has the same one, so snapshots need no re-addressing. */
-export const GUEST_MAC = "02:fc:00:00:00:15";
 
 export interface QemuArgsInput {
   readonly spec: VmSpec;

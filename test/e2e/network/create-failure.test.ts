@@ -2,9 +2,9 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import {
   type CommandRunner,
+  NetnsSlotPool,
   NetworkError,
   runCommand,
-  SlotPool,
 } from "../../../src/network/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
 import { TAP_OWNER } from "./fake-guest.js";
@@ -67,7 +67,7 @@ function injected(file: string, args: readonly string[]): NetworkError {
 /** Commands a successful slot creation runs. */
 async function creationCommands(): Promise<string[]> {
   const probe = faultyRunner("", "before");
-  const pool = new SlotPool({
+  const pool = new NetnsSlotPool({
     size: 0,
     tapOwner: TAP_OWNER,
     egressInterface: "lo",
@@ -88,7 +88,7 @@ test("a creation that fails at any step removes what it created", async (t) => {
   for (const step of steps) {
     for (const mode of ["before", "half", "after"] as const) {
       const faulty = faultyRunner(step, mode);
-      const pool = new SlotPool({
+      const pool = new NetnsSlotPool({
         size: 0,
         tapOwner: TAP_OWNER,
         egressInterface: "lo",
@@ -117,7 +117,7 @@ test("a real command failure names the command and carries its stderr", async ()
     file === "iptables-restore" && args.includes("--noflush")
       ? runCommand(file, ["--no-such-flag", ...args], options)
       : runCommand(file, args, options);
-  const pool = new SlotPool({ size: 0, egressInterface: "lo", runner });
+  const pool = new NetnsSlotPool({ size: 0, egressInterface: "lo", runner });
   await assert.rejects(pool.acquire(), (err: unknown) => {
     assert.ok(err instanceof NetworkError, String(err));
     assert.equal(err.kind, "internal");
@@ -128,5 +128,5 @@ test("a real command failure names the command and carries its stderr", async ()
   });
   assert.deepEqual(await leakCheck(), []);
   await pool.close();
-  assert.throws(() => new SlotPool({ egressInterface: "no such if" }), /egressInterface/);
+  assert.throws(() => new NetnsSlotPool({ egressInterface: "no such if" }), /egressInterface/);
 });

@@ -5,8 +5,8 @@ import {
   DEFAULT_EGRESS_POLICY,
   type EgressPolicy,
   EgressPolicyError,
+  NetnsSlotPool,
   type NetworkSlot,
-  SlotPool,
 } from "../../../src/network/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
 import { CleanupStack } from "./cleanup-stack.js";
@@ -30,7 +30,11 @@ before(async () => {
   await removeLeftovers();
   const net = await FakeNet.start(NET_PORT);
   cleanup.defer(() => net.close());
-  const pool = new SlotPool({ size: 0, tapOwner: TAP_OWNER, egressInterface: FAKENET.hostVeth });
+  const pool = new NetnsSlotPool({
+    size: 0,
+    tapOwner: TAP_OWNER,
+    egressInterface: FAKENET.hostVeth,
+  });
   cleanup.defer(() => pool.close());
   slot = await pool.acquire();
   guest = await FakeGuest.attach(slot);

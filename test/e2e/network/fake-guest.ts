@@ -1,13 +1,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import {
-  GATEWAY_ADDRESS,
-  GUEST_ADDRESS,
-  GUEST_MAC,
-  type NetworkSlot,
-  runCommand,
-} from "../../../src/network/index.js";
+import { type NetworkSlot, runCommand } from "../../../src/network/index.js";
+import { GATEWAY_ADDRESS, GUEST_ADDRESS, GUEST_MAC } from "../../../src/protocol/index.js";
 import { NetnsAgent } from "./netns-agent.js";
 
 const PUMP = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "tap-pump.py");

@@ -4,8 +4,8 @@ import { after, before, test } from "node:test";
 import {
   DEFAULT_EGRESS_POLICY,
   EgressPolicyError,
+  NetnsSlotPool,
   type NetworkSlot,
-  SlotPool,
 } from "../../../src/network/index.js";
 import { WarrenError } from "../../../src/shared/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
@@ -32,8 +32,8 @@ after(async () => {
   assert.deepEqual(await leakCheck(), []);
 });
 
-function usePool(extra: ConstructorParameters<typeof SlotPool>[0] = {}): SlotPool {
-  const pool = new SlotPool({ ...options, ...extra });
+function usePool(extra: ConstructorParameters<typeof NetnsSlotPool>[0] = {}): NetnsSlotPool {
+  const pool = new NetnsSlotPool({ ...options, ...extra });
   cleanup.defer(() => pool.close());
   return pool;
 }
@@ -108,14 +108,14 @@ test("a bad policy is refused before a slot is taken", async () => {
     (err: unknown) => err instanceof EgressPolicyError && err.entry === "nope",
   );
   assert.deepEqual(pool.stats, { idle: 0, inUse: 0, total: 0 });
-  assert.throws(() => new SlotPool({ size: -1 }), /size must be an integer/);
-  assert.throws(() => new SlotPool({ baseCidr: "10.201.0.0" }), /baseCidr/);
-  assert.throws(() => new SlotPool({ size: 5, maxSlots: 2 }), /maxSlots/);
+  assert.throws(() => new NetnsSlotPool({ size: -1 }), /size must be an integer/);
+  assert.throws(() => new NetnsSlotPool({ baseCidr: "10.201.0.0" }), /baseCidr/);
+  assert.throws(() => new NetnsSlotPool({ size: 5, maxSlots: 2 }), /maxSlots/);
 });
 
 test("cleanupStale removes what another server left and keeps this pool's slots", async () => {
   // A server that died without cleaning up: its slots are still on the host.
-  const crashed = new SlotPool({ ...options, size: 0 });
+  const crashed = new NetnsSlotPool({ ...options, size: 0 });
   const stale = [await crashed.acquire(), await crashed.acquire()];
 
   const pool = usePool({ size: 0 });

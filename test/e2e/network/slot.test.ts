@@ -2,14 +2,8 @@ import assert from "node:assert/strict";
 import { createServer, type Server } from "node:net";
 import { networkInterfaces } from "node:os";
 import { after, before, test } from "node:test";
-import {
-  GATEWAY_ADDRESS,
-  GUEST_ADDRESS,
-  type NetworkSlot,
-  runCommand,
-  SlotPool,
-  TAP_MAC,
-} from "../../../src/network/index.js";
+import { NetnsSlotPool, type NetworkSlot, runCommand } from "../../../src/network/index.js";
+import { GATEWAY_ADDRESS, GATEWAY_MAC, GUEST_ADDRESS } from "../../../src/protocol/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
 import { CleanupStack } from "./cleanup-stack.js";
 import { FakeGuest, startPump, TAP_OWNER } from "./fake-guest.js";
@@ -20,7 +14,7 @@ import { hostConnect, NetnsAgent } from "./netns-agent.js";
 
 const GUEST_PORT = 8080;
 const cleanup = new CleanupStack();
-let pool: SlotPool;
+let pool: NetnsSlotPool;
 let slot1: NetworkSlot;
 let slot2: NetworkSlot;
 let guest1: FakeGuest;
@@ -30,7 +24,7 @@ before(async () => {
   const removed = await removeLeftovers();
   if (removed.length > 0)
     console.error(`removed leftovers of an earlier run: ${removed.join(", ")}`);
-  pool = new SlotPool({ size: 0, tapOwner: TAP_OWNER });
+  pool = new NetnsSlotPool({ size: 0, tapOwner: TAP_OWNER });
   cleanup.defer(() => pool.close());
   slot1 = await pool.acquire();
   slot2 = await pool.acquire();
@@ -67,7 +61,7 @@ test("the host reaches each guest at its slot's hostAddress, DNATed to the guest
 test("every slot gives its guest the same addresses and MACs", async () => {
   for (const slot of [slot1, slot2]) {
     const { stdout } = await runCommand("ip", ["-n", slot.netns, "-d", "link", "show", "tap0"]);
-    assert.match(stdout, new RegExp(`link/ether ${TAP_MAC} `));
+    assert.match(stdout, new RegExp(`link/ether ${GATEWAY_MAC} `));
     assert.match(stdout, /tun type tap .*user nobody group nogroup/);
     const neigh = await runCommand("ip", ["-n", slot.netns, "neigh", "show", GUEST_ADDRESS]);
     assert.match(neigh.stdout, /lladdr 02:fc:00:00:00:15 PERMANENT/);
@@ -80,7 +74,7 @@ test("every slot gives its guest the same addresses and MACs", async () => {
       "show",
       GATEWAY_ADDRESS,
     ]);
-    assert.match(stdout, new RegExp(`lladdr ${TAP_MAC}`));
+    assert.match(stdout, new RegExp(`lladdr ${GATEWAY_MAC}`));
   }
 });
 

@@ -5,7 +5,7 @@ import { createServer, type Server } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { GuestArtifacts } from "../../../src/images/index.js";
-import { type NetworkSlot, SlotPool } from "../../../src/network/index.js";
+import { NetnsSlotPool, type NetworkSlot } from "../../../src/network/index.js";
 import {
   QmpError,
   SnapshotMismatchError,
@@ -42,7 +42,7 @@ function qemuCount(): number {
 describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (real guests)", () => {
   let images: GuestArtifacts;
   let driver: QemuDriver;
-  let pool: SlotPool;
+  let pool: NetnsSlotPool;
   let fakenet: FakeNet;
   let hostListener: Server;
   let work: string;
@@ -80,7 +80,7 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
     const runAs = vmm.runAs;
     mkdirSync(join(work, "run"));
     fakenet = await FakeNet.start(FAKENET_PORT);
-    pool = new SlotPool({ size: 0, egressInterface: FAKENET.hostVeth, tapOwner: runAs });
+    pool = new NetnsSlotPool({ size: 0, egressInterface: FAKENET.hostVeth, tapOwner: runAs });
     hostListener = createServer((socket) => socket.end("host\n")).listen(HOST_PORT, "0.0.0.0");
   });
 

@@ -1,0 +1,282 @@
+import { type Logger, silentLogger, WarrenError } from "../shared/index.js";
+import { type CommandRunner, runCommand } from "./command-runner.js";
+import {
+  DEFAULT_EGRESS_POLICY,
+  type EgressPolicy,
+  sameEgressPolicy,
+  validateEgressPolicy,
+} from "./egress-policy.js";
+import { SlotTakenError } from "./errors.js";
+import { defaultRouteInterface, enableHostForwarding } from "./host-info.js";
+import type { Ipv4Cidr } from "./ipv4.js";
+import { NetworkSlot, type SlotSettings } from "./network-slot.js";
+import { DEFAULT_BASE_CIDR, maxSlotIndex, parseBaseCidr } from "./slot-addressing.js";
+import type { Slot, SlotPool } from "./slot-pool.js";
+import { cleanupStaleSlots, type StaleCleanupReport } from "./stale-cleanup.js";
+
+export interface NetnsSlotPoolOptions {
+  /** Slots kept created and idle, ready to hand out at once. Default 4. */
+  size?: number;
+  /** Most slots at once, idle and in use. Default: as many /31s as `baseCidr` holds, less one. */
+  maxSlots?: number;
+  /** Private IPv4 block carved into one /31 per slot. Default "10.201.0.0/16". */
+  baseCidr?: string;
+  /** Owner of every tap, so a QEMU running as this user and group can open it. Default: root only. */
+  tapOwner?: { uid: number; gid: number };
+  /**
+   * Host interface guest traffic leaves by (masqueraded). Default: the interface of the
+   * host's default route when start() runs; without one, guests have no egress.
+   */
+  egressInterface?: string;
+  /** Policy of a slot handed out without one, and of every released slot. Default: internet on, no lists. */
+  defaultPolicy?: EgressPolicy;
+  logger?: Logger;
+  /** Runs every command; tests wrap it to inject failures. Default: runCommand. */
+  runner?: CommandRunner;
+}
+
+/**
+ * Creates network slots ahead of need and reuses them. acquire() hands out a slot with the
+ * requested (or default) egress policy; release() resets a slot whose sandbox ended and
+ * keeps it for the next one; close() removes every slot. One pool per host: at start,
+ * cleanupStale() removes what an earlier server left.
+ */
+export class NetnsSlotPool implements SlotPool {
+  readonly #size: number;
+  readonly #maxSlots: number;
+  readonly #defaultPolicy: EgressPolicy;
+  readonly #logger: Logger;
+  readonly #run: CommandRunner;
+  readonly #options: NetnsSlotPoolOptions;
+  readonly #base: Ipv4Cidr;
+  /** Indexes with something on the host: idle, in use, being created or being destroyed. */
+  readonly #taken = new Set<number>();
+  /** Indexes found in use by someone else (SlotTakenError); skipped until cleanupStale. */
+  readonly #foreign = new Set<number>();
+  readonly #idle: NetworkSlot[] = [];
+  readonly #inUse = new Set<NetworkSlot>();
+  #settings: Promise<SlotSettings> | undefined;
+  #refilling: Promise<void> | undefined;
+  #closed = false;
+
+  constructor(options: NetnsSlotPoolOptions = {}) {
+    this.#options = options;
+    this.#base = parseBaseCidr(options.baseCidr ?? DEFAULT_BASE_CIDR);
+    const capacity = maxSlotIndex(this.#base);
+    this.#size = checkCount("size", options.size ?? 4, capacity);
+    this.#maxSlots = checkCount("maxSlots", options.maxSlots ?? capacity, capacity);
+    if (this.#maxSlots < this.#size) {
+      throw new WarrenError(
+        "invalid_argument",
+        `maxSlots (${this.#maxSlots}) must be at least size (${this.#size})`,
+      );
+    }
+    const owner = options.tapOwner;
+    if (owner && !(isId(owner.uid) && isId(owner.gid))) {
+      throw new WarrenError(
+        "invalid_argument",
+        "tapOwner must be { uid, gid } with non-negative integers",
+      );
+    }
+    const egress = options.egressInterface;
+    if (egress !== undefined && !/^[^\s/:"'!]{1,15}$/.test(egress)) {
+      throw new WarrenError(
+        "invalid_argument",
+        `egressInterface "${egress}" is not an interface name`,
+      );
+    }
+    this.#defaultPolicy = validateEgressPolicy(options.defaultPolicy ?? DEFAULT_EGRESS_POLICY);
+    this.#logger = options.logger ?? silentLogger;
+    this.#run = options.runner ?? runCommand;
+  }
+
+  /**
+   * Turns on forwarding on the host, settles the egress interface and starts filling the
+   * pool in the background. acquire() calls it when needed.
+   */
+  async start(): Promise<void> {
+    this.#checkOpen();
+    this.#refill(await this.#ready());
+  }
+
+  /** Removes every slot namespace, `wv*` veth and Warren host rule this pool does not own. */
+  async cleanupStale(): Promise<StaleCleanupReport> {
+    const report = await cleanupStaleSlots(this.#run, this.#taken);
+    this.#foreign.clear();
+    if (report.netns.length + report.links.length + report.hostRules > 0) {
+      this.#logger.info({ ...report }, "network.stale_removed");
+    }
+    return report;
+  }
+
+  /**
+   * Hands out a slot with `policy` (default: the pool's default policy). Takes an idle slot
+   * or creates one; throws WarrenError resource_exhausted when maxSlots are in use, and
+   * EgressPolicyError (before touching anything) for a bad policy.
+   */
+  async acquire(policy?: EgressPolicy): Promise<NetworkSlot> {
+    const wanted = policy ? validateEgressPolicy(policy) : this.#defaultPolicy;
+    this.#checkOpen();
+    const settings = await this.#ready();
+    const slot = this.#idle.shift() ?? (await this.#create(settings, wanted));
+    this.#inUse.add(slot);
+    try {
+      if (!sameEgressPolicy(slot.policy, wanted)) await slot.setPolicy(wanted);
+      this.#checkOpen();
+    } catch (err) {
+      this.#inUse.delete(slot);
+      await this.#destroy(slot);
+      throw err;
+    }
+    this.#refill(settings);
+    return slot;
+  }
+
+  /**
+   * Takes back a slot whose sandbox ended (its VMM must have exited): resets its policy and
+   * keeps it idle, or removes it when the pool is full, closed, or the reset fails.
+   */
+  async release(given: Slot): Promise<void> {
+    const slot = given as NetworkSlot;
+    if (!this.#inUse.delete(slot)) {
+      throw new WarrenError(
+        "invalid_argument",
+        `network slot ${slot.index} is not in use from this pool`,
+      );
+    }
+    if (slot.destroyed || this.#closed || this.#idle.length >= this.#size) {
+      await this.#destroy(slot);
+      return;
+    }
+    try {
+      if (!sameEgressPolicy(slot.policy, this.#defaultPolicy))
+        await slot.setPolicy(this.#defaultPolicy);
+    } catch (err) {
+      this.#logger.warn({ slot: slot.index, err }, "network.slot_reset_failed");
+      await this.#destroy(slot);
+      return;
+    }
+    if (this.#closed) await this.#destroy(slot);
+    else this.#idle.push(slot);
+  }
+
+  /** Removes every slot, idle and in use. The pool cannot be used afterwards. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    await this.#refilling;
+    const slots = [...this.#idle.splice(0), ...this.#inUse];
+    this.#inUse.clear();
+    const results = await Promise.allSettled(slots.map((s) => this.#destroy(s)));
+    const failed = results.find((r) => r.status === "rejected");
+    if (failed) throw (failed as PromiseRejectedResult).reason;
+  }
+
+  /** Counts, for metrics and tests. */
+  get stats(): { idle: number; inUse: number; total: number } {
+    return { idle: this.#idle.length, inUse: this.#inUse.size, total: this.#taken.size };
+  }
+
+  #ready(): Promise<SlotSettings> {
+    this.#settings ??= this.#resolveSettings().catch((err: unknown) => {
+      this.#settings = undefined; // try again on the next call
+      throw err;
+    });
+    return this.#settings;
+  }
+
+  async #resolveSettings(): Promise<SlotSettings> {
+    if (await enableHostForwarding()) this.#logger.info({}, "network.host_forwarding_enabled");
+    const egressInterface =
+      this.#options.egressInterface ?? (await defaultRouteInterface(this.#run));
+    if (!egressInterface) this.#logger.warn({}, "network.no_egress_interface");
+    return {
+      base: this.#base,
+      tapOwner: this.#options.tapOwner,
+      egressInterface,
+      run: this.#run,
+    };
+  }
+
+  async #create(settings: SlotSettings, policy = this.#defaultPolicy): Promise<NetworkSlot> {
+    for (;;) {
+      const index = this.#freeIndex();
+      this.#taken.add(index);
+      const started = performance.now();
+      try {
+        const slot = await NetworkSlot.create(settings, index, policy);
+        this.#logger.info({ slot: index, durationMs: elapsed(started) }, "network.slot_created");
+        return slot;
+      } catch (err) {
+        this.#taken.delete(index);
+        if (!(err instanceof SlotTakenError)) throw err;
+        // Someone else's (until cleanupStale removes it): leave it alone, use another index.
+        this.#foreign.add(index);
+        this.#logger.warn({ slot: index }, "network.slot_taken");
+      }
+    }
+  }
+
+  async #destroy(slot: NetworkSlot): Promise<void> {
+    const started = performance.now();
+    try {
+      await slot.destroy();
+      this.#taken.delete(slot.index);
+      this.#logger.info(
+        { slot: slot.index, durationMs: elapsed(started) },
+        "network.slot_destroyed",
+      );
+    } catch (err) {
+      // The index stays taken: its leftovers must not be mistaken for a new slot's.
+      this.#logger.warn({ slot: slot.index, err }, "network.slot_destroy_failed");
+      throw err;
+    }
+  }
+
+  #freeIndex(): number {
+    if (this.#taken.size < this.#maxSlots) {
+      for (let index = 1; index <= maxSlotIndex(this.#base); index++) {
+        if (!this.#taken.has(index) && !this.#foreign.has(index)) return index;
+      }
+    }
+    throw new WarrenError("resource_exhausted", `all ${this.#maxSlots} network slots are in use`);
+  }
+
+  /** Keeps `size` idle slots, one creation at a time, in the background. */
+  #refill(settings: SlotSettings): void {
+    if (this.#refilling || this.#closed) return;
+    const loop = async () => {
+      while (!this.#closed && this.#idle.length < this.#size && this.#taken.size < this.#maxSlots) {
+        const slot = await this.#create(settings);
+        if (this.#closed) await this.#destroy(slot);
+        else this.#idle.push(slot);
+      }
+    };
+    this.#refilling = loop()
+      .catch((err: unknown) => this.#logger.warn({ err }, "network.refill_failed"))
+      .finally(() => {
+        this.#refilling = undefined;
+      });
+  }
+
+  #checkOpen(): void {
+    if (this.#closed) throw new WarrenError("unavailable", "the network slot pool is closed");
+  }
+}
+
+function checkCount(name: string, value: number, capacity: number): number {
+  if (!Number.isInteger(value) || value < 0 || value > capacity) {
+    throw new WarrenError(
+      "invalid_argument",
+      `${name} must be an integer from 0 to ${capacity}, got ${value}`,
+    );
+  }
+  return value;
+}
+
+function isId(value: number): boolean {
+  return Number.isInteger(value) && value >= 0;
+}
+
+function elapsed(started: number): number {
+  return Math.round((performance.now() - started) * 10) / 10;
+}
