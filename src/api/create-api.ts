@@ -8,8 +8,7 @@ import fastify, {
   type FastifyServerFactory,
 } from "fastify";
 import type { Logger } from "pino";
-import type { SandboxService } from "../orchestrator/index.js";
-import { WarrenError } from "../shared/errors.js";
+import { assertReady, type SandboxService } from "../orchestrator/index.js";
 import type { ApiContext } from "./api-context.js";
 import { authenticate } from "./auth.js";
 import { formatSchemaErrors, handleError, handleFrameworkError, handleNotFound } from "./errors.js";
@@ -117,11 +116,5 @@ function acceptJsonOnly(app: FastifyInstance): void {
 
 /** 503 (with Retry-After) until the service is ready: the SDK reports ServiceBusyError. */
 function checkReady(service: SandboxService): void {
-  const status = service.status();
-  if (status.phase === "ready") return;
-  const why = status.message === undefined ? "" : `: ${status.message}`;
-  throw new WarrenError(
-    "unavailable",
-    status.phase === "starting" ? `server is starting${why}` : `server failed to start${why}`,
-  );
+  assertReady(service.status());
 }

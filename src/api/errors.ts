@@ -1,9 +1,10 @@
 /**
  * Every error response is E2B's `Error` JSON: `{code, message}` with `code` equal to the
  * HTTP status (the SDK tests `error.code === 404`, not the status line), plus `error_code`
- * (a stable reason) when there is one. WarrenErrors keep their status and message;
- * fastify's own 4xx (body too large, bad media type, schema errors) keep theirs; anything
- * else is a 500 whose cause is logged and never sent.
+ * (the error's kind, e.g. `conflict`) and `reason` (what exactly, e.g. `sandbox_paused`;
+ * docs/errors.md lists them). WarrenErrors keep their status and message; fastify's own 4xx
+ * (body too large, bad media type, schema errors) keep theirs; anything else is a 500 whose
+ * cause is logged and never sent.
  */
 import type {
   FastifyError,
@@ -11,12 +12,13 @@ import type {
   FastifyRequest,
   FastifySchemaValidationError,
 } from "fastify";
-import { WarrenError } from "../shared/errors.js";
+import { type ErrorKind, WarrenError } from "../shared/index.js";
 
 export interface ErrorJson {
   code: number;
   message: string;
   error_code?: string;
+  reason?: string;
 }
 
 /** How long a client should wait before retrying, by status (seconds). */
@@ -30,7 +32,7 @@ const FASTIFY_MESSAGES: Readonly<Record<string, (request: FastifyRequest) => str
   FST_ERR_CTP_INVALID_JSON_BODY: () => "request body is not valid JSON",
 };
 
-const CLIENT_ERROR_CODES: Readonly<Record<number, string>> = {
+const CLIENT_ERROR_KINDS: Readonly<Record<number, ErrorKind>> = {
   400: "invalid_argument",
   404: "not_found",
   413: "payload_too_large",
@@ -53,8 +55,13 @@ export function formatSchemaErrors(errors: FastifySchemaValidationError[], dataV
 
 export function toErrorJson(error: unknown, request: FastifyRequest): ErrorJson {
   if (error instanceof WarrenError) {
-    if (error.status >= 500 && error.kind === "internal") return internal();
-    return { code: error.status, message: error.message, error_code: error.kind };
+    if (error.kind === "internal") return { ...internal(), reason: error.reason };
+    return {
+      code: error.status,
+      message: error.message,
+      error_code: error.kind,
+      reason: error.reason,
+    };
   }
   const fastifyError = error as Partial<FastifyError> | undefined;
   const status = fastifyError?.statusCode;
@@ -62,8 +69,12 @@ export function toErrorJson(error: unknown, request: FastifyRequest): ErrorJson 
   const isClientError = status !== undefined && status >= 400 && status < 500;
   if (isClientError && (fastifyError?.validation !== undefined || code.startsWith("FST_"))) {
     const message = FASTIFY_MESSAGES[code]?.(request) ?? fastifyError?.message ?? "bad request";
-    const reason = CLIENT_ERROR_CODES[status];
-    return { code: status, message, ...(reason === undefined ? {} : { error_code: reason }) };
+    const kind = CLIENT_ERROR_KINDS[status];
+    return {
+      code: status,
+      message,
+      ...(kind === undefined ? {} : { error_code: kind, reason: kind }),
+    };
   }
   return internal();
 }
@@ -126,10 +137,16 @@ export function handleNotFound(request: FastifyRequest, reply: FastifyReply) {
     code: 404,
     message: `route ${request.method} ${request.url.split("?")[0]} not found`,
     error_code: "not_found",
+    reason: "route_not_found",
   });
 }
 
 /** fastify `frameworkErrors`: requests that never reach routing (e.g. a malformed URL). */
 export function handleFrameworkError(error: Error, _request: FastifyRequest, reply: FastifyReply) {
-  sendError(reply, { code: 400, message: error.message, error_code: "invalid_argument" });
+  sendError(reply, {
+    code: 400,
+    message: error.message,
+    error_code: "invalid_argument",
+    reason: "invalid_argument",
+  });
 }

@@ -4,7 +4,8 @@
  * knows nothing of VMs or HTTP. Methods are async so that both kinds fit one interface.
  */
 
-export type SandboxRowState =
+/** A sandbox's lifecycle state (docs/lifecycle.md); killed rows are kept as its history. */
+export type SandboxState =
   | "creating"
   | "running"
   | "pausing"
@@ -17,7 +18,7 @@ export interface SandboxRow {
   readonly id: string;
   readonly templateId: string;
   readonly alias?: string;
-  readonly state: SandboxRowState;
+  readonly state: SandboxState;
   readonly clientId: string;
   readonly envdAccessToken?: string;
   readonly trafficAccessToken?: string;
@@ -83,7 +84,7 @@ export interface Catalog {
   updateSandbox(id: string, patch: SandboxPatch): Promise<SandboxRow | undefined>;
   getSandbox(id: string): Promise<SandboxRow | undefined>;
   /** Sandboxes in the given states (all when absent), ordered by startedAt then id. */
-  listSandboxes(states?: readonly SandboxRowState[]): Promise<SandboxRow[]>;
+  listSandboxes(states?: readonly SandboxState[]): Promise<SandboxRow[]>;
   deleteSandbox(id: string): Promise<void>;
 
   /** Inserts or replaces by id; aliases move to this template. */

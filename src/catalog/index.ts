@@ -3,7 +3,7 @@ export type {
   EventRow,
   SandboxPatch,
   SandboxRow,
-  SandboxRowState,
+  SandboxState,
   SnapshotRow,
   TemplateRow,
 } from "./catalog.js";

@@ -15,7 +15,7 @@ export class NetworkError extends WarrenError {
     readonly exitCode?: number,
     options?: { cause?: unknown },
   ) {
-    super("internal", message, options);
+    super("network_failed", message, options);
   }
 }
 

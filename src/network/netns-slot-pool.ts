@@ -238,7 +238,7 @@ export class NetnsSlotPool implements SlotPool {
         if (!this.#taken.has(index) && !this.#foreign.has(index)) return index;
       }
     }
-    throw new WarrenError("resource_exhausted", `all ${this.#maxSlots} network slots are in use`);
+    throw new WarrenError("network_exhausted", `all ${this.#maxSlots} network slots are in use`);
   }
 
   /** Keeps `size` idle slots, one creation at a time, in the background. */

@@ -1,4 +1,4 @@
-import { access, chmod, mkdir, rm, stat } from "node:fs/promises";
+import { access, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Catalog, TemplateRow } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
@@ -6,9 +6,10 @@ import { type SlotPool, TAP_NAME } from "../network/index.js";
 import { GATEWAY_ADDRESS, GUEST_ADDRESS } from "../protocol/index.js";
 import type { Logger } from "../shared/index.js";
 import type { MachineShape, VmmDriver } from "../vmm/index.js";
-import { exerciseEnvd, waitForHealth } from "./envd-client.js";
+import type { GuestAgent } from "./guest-agent.js";
 import { newId } from "./ids.js";
-import { runtimeDir, type StateLayout, snapshotDir } from "./layout.js";
+import { runtimeDir, type StateLayout } from "./layout.js";
+import type { SnapshotStore } from "./snapshot-store.js";
 import { type GuestSpecInput, guestSpec } from "./vm-spec.js";
 
 export const BASE_TEMPLATE = "base";
@@ -28,10 +29,14 @@ export interface BaseTemplateOptions {
   readonly catalog: Catalog;
   readonly driver: VmmDriver;
   readonly slots: SlotPool;
+  readonly agent: GuestAgent;
   readonly images: GuestArtifacts;
   readonly layout: StateLayout;
+  readonly snapshots: SnapshotStore;
   readonly shape: MachineShape;
   readonly logger: Logger;
+  /** How long the booted guest settles before its capture (default 2 s). */
+  readonly settleMs?: number;
 }
 
 /**
@@ -40,7 +45,7 @@ export interface BaseTemplateOptions {
  * (a cold boot: seconds under TCG), and every create restores from it.
  */
 export async function ensureBaseTemplate(options: BaseTemplateOptions): Promise<TemplateRow> {
-  const { catalog, shape, logger } = options;
+  const { catalog, shape, logger, snapshots } = options;
   const current = await catalog.getTemplate(BASE_TEMPLATE);
   if (current) {
     const reason = await staleReason(current, options);
@@ -54,7 +59,13 @@ export async function ensureBaseTemplate(options: BaseTemplateOptions): Promise<
     { template: row.id, durationMs: Math.round(performance.now() - started) },
     "template.built",
   );
-  if (current) await retireTemplate(catalog, current, logger);
+  if (current) {
+    // Its capture goes too, unless paused sandboxes or later snapshots still stand on it.
+    await catalog.deleteTemplate(current.id);
+    const deleted = await snapshots.releaseTemplate(current.snapshotId);
+    if (deleted.length === 0)
+      logger.info({ snapshot: current.snapshotId }, "template.snapshot_kept");
+  }
   return row;
 }
 
@@ -80,42 +91,33 @@ async function staleReason(
 }
 
 async function buildBaseTemplate(options: BaseTemplateOptions): Promise<TemplateRow> {
-  const { catalog, driver, slots, images, layout, shape } = options;
-  const snapshotId = newId();
-  const dir = snapshotDir(layout, snapshotId);
+  const { catalog, driver, slots, agent, images, layout, snapshots, shape } = options;
   const slot = await slots.acquire();
-  const vmId = `template${snapshotId}`;
+  const vmId = `template${newId()}`;
   let vm: Awaited<ReturnType<VmmDriver["boot"]>> | undefined;
+  let snapshotId: string;
   try {
     vm = await driver.boot(
       guestSpec({ id: vmId, slot, images, shape, runtimeDir: runtimeDir(layout, vmId) }),
     );
-    await waitForHealth(slot.hostAddress, { deadlineMs: 180_000, exited: vm.exited });
-    await exerciseEnvd(slot.hostAddress);
+    await agent.waitForHealth(slot.hostAddress, { deadlineMs: 180_000, exited: vm.exited });
+    await agent.exercise(slot.hostAddress);
     // Captured from a quiet guest: right after boot, every restore would re-run the guest's
     // follow-up work (~6k more TCG blocks to translate, ~80 ms) before answering (bench/vmm.ts).
-    await new Promise((resolve) => setTimeout(resolve, TEMPLATE_SETTLE_MS));
-    await mkdir(dir, { recursive: true });
-    await vm.snapshot(dir, { resume: false });
-    // The VMM account reads snapshot files when it opens backing chains after dropping root.
-    await chmod(dir, 0o755);
+    await new Promise((resolve) => setTimeout(resolve, options.settleMs ?? TEMPLATE_SETTLE_MS));
+    ({ id: snapshotId } = await snapshots.capture(vm, {
+      kind: "template",
+      names: [`${BASE_TEMPLATE}:default`],
+      resume: false,
+    }));
     await rm(vm.spec.runtimeDir, { recursive: true, force: true });
   } catch (err) {
     await vm?.destroy().catch(() => {});
-    await rm(dir, { recursive: true, force: true });
     throw err;
   } finally {
     await slots.release(slot);
   }
   const createdAt = new Date().toISOString();
-  await catalog.putSnapshot({
-    id: snapshotId,
-    dir,
-    kind: "template",
-    names: [`${BASE_TEMPLATE}:default`],
-    imagesFingerprint: images.fingerprint,
-    createdAt,
-  });
   const diskSizeMiB = Math.ceil((await stat(images.baseRootfs)).size / 1024 / 1024);
   const row: TemplateRow = {
     id: newId(),
@@ -129,19 +131,6 @@ async function buildBaseTemplate(options: BaseTemplateOptions): Promise<Template
   };
   await catalog.putTemplate(row);
   return row;
-}
-
-/** Drops a replaced template; its snapshot goes too unless paused sandboxes still use it. */
-async function retireTemplate(catalog: Catalog, old: TemplateRow, logger: Logger): Promise<void> {
-  await catalog.deleteTemplate(old.id);
-  const users = await catalog.snapshotUsers(old.snapshotId);
-  if (users.snapshots.length > 0 || users.sandboxes.length > 0 || users.templates.length > 0) {
-    logger.info({ snapshot: old.snapshotId, users }, "template.snapshot_kept");
-    return;
-  }
-  const snapshot = await catalog.getSnapshot(old.snapshotId);
-  if (snapshot) await rm(snapshot.dir, { recursive: true, force: true });
-  await catalog.deleteSnapshot(old.snapshotId);
 }
 
 async function exists(path: string): Promise<boolean> {

@@ -33,7 +33,7 @@ export class Capacity {
             ? `${this.#memoryMiB} of ${this.limits.maxMemoryMiB} MiB of guest memory are in use`
             : undefined;
     if (full) {
-      throw new WarrenError("resource_exhausted", `node at capacity: ${full}; retry later`);
+      throw new WarrenError("capacity_exhausted", `node at capacity: ${full}; retry later`);
     }
     this.#sandboxes += 1;
     this.#vcpus += shape.vcpus;

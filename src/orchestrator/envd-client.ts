@@ -5,6 +5,7 @@ import { Filesystem } from "../protocol/gen/filesystem/filesystem_pb.js";
 import { Process } from "../protocol/gen/process/process_pb.js";
 import { ENVD_PORT, type EnvdInitRequest, type EnvdMetrics } from "../protocol/index.js";
 import { WarrenError } from "../shared/index.js";
+import type { GuestAgent, InitOptions } from "./guest-agent.js";
 
 interface Multipart {
   readonly contentType: string;
@@ -69,11 +70,7 @@ function exchange(
  * `stamped` (default true) sends the host's time, which envd sets its clock to and orders
  * /inits by.
  */
-export async function initEnvd(
-  host: string,
-  body: EnvdInitRequest,
-  options: { token?: string; deadlineMs: number; signal?: AbortSignal; stamped?: boolean },
-): Promise<void> {
+async function initEnvd(host: string, body: EnvdInitRequest, options: InitOptions): Promise<void> {
   const deadline = performance.now() + options.deadlineMs;
   let lastError = "no attempt";
   for (;;) {
@@ -104,7 +101,7 @@ export async function initEnvd(
 }
 
 /** GET /metrics from a running sandbox's envd. */
-export async function readEnvdMetrics(host: string, token?: string): Promise<EnvdMetrics> {
+async function readEnvdMetrics(host: string, token?: string): Promise<EnvdMetrics> {
   const reply = await exchange(host, "GET", "/metrics", { token, timeoutMs: 5_000 });
   if (reply.status !== 200) {
     throw new WarrenError("internal", `envd /metrics answered ${reply.status}: ${reply.body}`);
@@ -113,7 +110,7 @@ export async function readEnvdMetrics(host: string, token?: string): Promise<Env
 }
 
 /** Polls GET /health until envd answers 204 (a cold boot); fails early if the VMM exits. */
-export async function waitForHealth(
+async function waitForHealth(
   host: string,
   options: { deadlineMs: number; exited?: Promise<unknown> },
 ): Promise<void> {
@@ -145,7 +142,7 @@ const EXERCISE_BOUNDARY = "warren-exercise";
  * shell removes the file and runs `sync`: what the walk dirtied is written now, not by the
  * guest's flusher right after a create.
  */
-export async function exerciseEnvd(host: string): Promise<void> {
+async function exerciseEnvd(host: string): Promise<void> {
   // Unstamped: envd would otherwise ignore every /init stamped earlier than this one, and a
   // template lives on while the host clock may be stepped back.
   await initEnvd(host, {}, { deadlineMs: 30_000, stamped: false });
@@ -196,5 +193,21 @@ export async function exerciseEnvd(host: string): Promise<void> {
   );
   for await (const _event of stream) {
     // Drained until the process ends.
+  }
+}
+
+/** The real guest agent client: envd over HTTP and Connect, a connection per exchange. */
+export class EnvdClient implements GuestAgent {
+  init(host: string, body: EnvdInitRequest, options: InitOptions): Promise<void> {
+    return initEnvd(host, body, options);
+  }
+  waitForHealth(host: string, options: { deadlineMs: number; exited?: Promise<unknown> }) {
+    return waitForHealth(host, options);
+  }
+  exercise(host: string): Promise<void> {
+    return exerciseEnvd(host);
+  }
+  metrics(host: string, token?: string): Promise<EnvdMetrics> {
+    return readEnvdMetrics(host, token);
   }
 }

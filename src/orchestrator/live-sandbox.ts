@@ -25,7 +25,6 @@ export interface LiveSandbox {
   vm?: Vm;
   slot?: Slot;
   releaseCapacity?: () => void;
-  ttlTimer?: NodeJS.Timeout;
   /** Aborted by kill while a create or resume is in flight. */
   abort?: AbortController;
   readonly metrics: SandboxMetric[];

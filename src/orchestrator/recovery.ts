@@ -1,11 +1,13 @@
-import { readdir, readFile, rm } from "node:fs/promises";
+import { readdir, rm } from "node:fs/promises";
 import type { Catalog } from "../catalog/index.js";
 import type { Logger } from "../shared/index.js";
+import type { VmmDriver } from "../vmm/index.js";
 import type { StateLayout } from "./layout.js";
 import type { SnapshotStore } from "./snapshot-store.js";
 
 export interface RecoveryOptions {
   readonly catalog: Catalog;
+  readonly driver: Pick<VmmDriver, "killOrphans">;
   readonly layout: StateLayout;
   readonly snapshots: SnapshotStore;
   readonly logger: Logger;
@@ -19,8 +21,8 @@ export interface RecoveryOptions {
  * nothing uses any more (e.g. layers a flatten made redundant) are deleted.
  */
 export async function recoverLeftovers(options: RecoveryOptions): Promise<void> {
-  const { catalog, layout, snapshots, logger } = options;
-  const killed = await killStrayVmms(layout.runDir);
+  const { catalog, driver, layout, snapshots, logger } = options;
+  const killed = await driver.killOrphans(layout.runDir);
   if (killed > 0) logger.warn({ count: killed }, "recovery.vmm_killed");
   const lost = await catalog.listSandboxes([
     "creating",
@@ -50,22 +52,4 @@ export async function recoverLeftovers(options: RecoveryOptions): Promise<void> 
   for (const entry of await readdir(layout.runDir).catch(() => [] as string[])) {
     await rm(`${layout.runDir}/${entry}`, { recursive: true, force: true });
   }
-}
-
-/** Kills QEMU processes whose command line points into our runtime directory. */
-async function killStrayVmms(runDir: string): Promise<number> {
-  let count = 0;
-  for (const entry of await readdir("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    const cmdline = await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "");
-    if (!cmdline.startsWith("qemu-system") && !cmdline.includes("/qemu-system")) continue;
-    if (!cmdline.includes(`${runDir}/`)) continue;
-    try {
-      process.kill(Number(entry), "SIGKILL");
-      count += 1;
-    } catch {
-      // Already gone.
-    }
-  }
-  return count;
 }

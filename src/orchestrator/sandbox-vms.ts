@@ -4,6 +4,7 @@ import type { GuestArtifacts } from "../images/index.js";
 import { type EgressPolicy, type SlotPool, sameEgressPolicy } from "../network/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { Vm, VmmDriver } from "../vmm/index.js";
+import type { GuestAgent } from "./guest-agent.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
 import type { LiveSandbox } from "./live-sandbox.js";
 import { guestSpec } from "./vm-spec.js";
@@ -13,15 +14,19 @@ export interface SandboxVmsOptions {
   readonly catalog: Catalog;
   readonly driver: VmmDriver;
   readonly slots: SlotPool;
+  readonly agent: GuestAgent;
   readonly images: GuestArtifacts;
   readonly layout: StateLayout;
   readonly logger: Logger;
+  /** How long a start or resume waits for envd to answer /init. */
+  readonly envdDeadlineMs: number;
 }
 
 /**
  * The machinery under a sandbox: bringing its VM up in a network slot (from a pooled VMM or
- * a fresh restore) and giving everything back. It keeps `live.vm` and `live.slot` current,
- * so that a failure half-way leaves exactly what `release()` cleans up.
+ * a fresh restore), handing the guest its settings, and giving everything back. It keeps
+ * `live.vm` and `live.slot` current, so that a failure half-way leaves exactly what
+ * `release()` cleans up.
  */
 export class SandboxVms {
   readonly #o: SandboxVmsOptions;
@@ -72,6 +77,23 @@ export class SandboxVms {
     });
     live.vm = await this.#o.driver.restore(snapshot.dir, spec);
     return live.vm;
+  }
+
+  /**
+   * envd's /init in the started VM: the sandbox's env vars and access token, and the clock.
+   * `presentToken`: the token the guest's envd holds now (a fork child's is its source's).
+   */
+  async initGuest(live: LiveSandbox, presentToken?: string, signal?: AbortSignal): Promise<void> {
+    if (!live.slot) throw new WarrenError("internal", `sandbox ${live.row.id} has no slot`);
+    await this.#o.agent.init(
+      live.slot.hostAddress,
+      { envVars: { ...live.row.envVars }, accessToken: live.row.envdAccessToken ?? "" },
+      {
+        token: presentToken ?? live.row.envdAccessToken,
+        deadlineMs: this.#o.envdDeadlineMs,
+        signal,
+      },
+    );
   }
 
   /** Gives back what a running VM holds: VMM, slot, runtime dir, capacity. */

@@ -26,11 +26,15 @@ export interface SnapshotStoreOptions {
 }
 
 export interface CaptureInput {
-  readonly sandboxId: string;
+  /** The sandbox captured; none for a template's build VM. */
+  readonly sandboxId?: string;
   /** The snapshot the VM runs on (its disk is stacked on that one's), if any. */
   readonly parentId?: string;
-  readonly kind: "pause" | "fork" | "named";
-  /** Keep the VM running (fork, named snapshot) or let its VMM go (pause). */
+  /** "template": a template's own capture, kept until `releaseTemplate`. */
+  readonly kind: "template" | "pause" | "fork" | "named";
+  /** Names it is found by (a template capture's `base:default`). */
+  readonly names?: readonly string[];
+  /** Keep the VM running (fork, named snapshot) or let its VMM go (pause, template). */
   readonly resume: boolean;
 }
 
@@ -78,7 +82,7 @@ export class SnapshotStore {
       sandboxId: input.sandboxId,
       parentId: input.parentId,
       kind: input.kind,
-      names: [],
+      names: input.names ?? [],
       imagesFingerprint: this.#o.imagesFingerprint,
       createdAt: new Date().toISOString(),
     });
@@ -92,13 +96,26 @@ export class SnapshotStore {
    * captures are kept: their template decides. Returns the ids deleted.
    */
   release(snapshotId: string | undefined): Promise<string[]> {
+    return this.#release(snapshotId, false);
+  }
+
+  /**
+   * A template's capture, once its template row is deleted: removed like any other snapshot
+   * when nothing uses it any more (paused sandboxes or later snapshots may still stand on it).
+   */
+  releaseTemplate(snapshotId: string): Promise<string[]> {
+    return this.#release(snapshotId, true);
+  }
+
+  #release(snapshotId: string | undefined, template: boolean): Promise<string[]> {
     return this.#graph.run("graph", async () => {
       const { catalog } = this.#o;
       const deleted: string[] = [];
       let id = snapshotId;
       while (id) {
         const snapshot = await catalog.getSnapshot(id);
-        if (!snapshot || snapshot.kind === "template") break;
+        const keptTemplate = snapshot?.kind === "template" && !(template && id === snapshotId);
+        if (!snapshot || keptTemplate) break;
         const users = await catalog.snapshotUsers(id);
         if (users.sandboxes.length + users.snapshots.length + users.templates.length > 0) break;
         if (id === this.#flattening) {

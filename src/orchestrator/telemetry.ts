@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
 import type { Catalog } from "../catalog/index.js";
-import { readEnvdMetrics } from "./envd-client.js";
+import type { GuestAgent } from "./guest-agent.js";
 import type { LiveSandbox } from "./live-sandbox.js";
 import type { SandboxLogEntry, SandboxMetric } from "./types.js";
 
@@ -12,11 +12,12 @@ const CONSOLE_TAIL_LINES = 200;
  * idle guest) and kept per sandbox, so a window in the past answers from the samples taken.
  */
 export async function sampleMetrics(
+  agent: GuestAgent,
   live: LiveSandbox,
   window: { start?: Date; end?: Date },
 ): Promise<SandboxMetric[]> {
   if (live.row.state === "running" && live.slot) {
-    const sample = await readEnvdMetrics(live.slot.hostAddress, live.row.envdAccessToken);
+    const sample = await agent.metrics(live.slot.hostAddress, live.row.envdAccessToken);
     live.metrics.push({
       timestamp: new Date(),
       cpuCount: sample.cpu_count,

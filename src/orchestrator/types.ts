@@ -1,12 +1,11 @@
 /**
  * What the orchestrator offers the API and the proxy. Framework-free: the API turns HTTP
  * into these calls, the proxy asks `SandboxRouter` where a sandbox's port is. Errors are
- * WarrenErrors (src/shared): not_found → 404, conflict → 409, resource_exhausted → 429,
- * unavailable → 503, invalid_argument → 400.
+ * WarrenErrors (src/shared) whose `reason` says what happened (docs/errors.md), e.g.
+ * sandbox_not_found, sandbox_paused, capacity_exhausted, not_ready.
  */
 
-/** States in the catalog. The E2B API shows only running/paused (see `publicState`). */
-export type SandboxState = "creating" | "running" | "pausing" | "paused" | "resuming" | "killing";
+import type { ErrorReason } from "../shared/index.js";
 
 /** The two states the E2B API knows. */
 export type PublicState = "running" | "paused";
@@ -107,10 +106,10 @@ export interface ForkInput {
   readonly metadata?: Readonly<Record<string, string>>;
 }
 
-/** One child of a fork: started, or why not (E2B's SandboxForkResult). */
+/** One child of a fork: started, or why not (the API turns it into E2B's SandboxForkResult). */
 export type ForkResult =
   | { readonly sandbox: SandboxInfo }
-  | { readonly error: { readonly code: number; readonly message: string } };
+  | { readonly error: { readonly reason: ErrorReason; readonly message: string } };
 
 /** A persistent snapshot: a template made from a sandbox's captured state. */
 export interface SnapshotInfo {
@@ -124,8 +123,11 @@ export interface SnapshotInfo {
 }
 
 export interface ServerStatus {
-  /** starting: the API answers 503 until ready (the base template is being built). */
-  readonly phase: "starting" | "ready" | "failed";
+  /**
+   * Only `ready` serves sandboxes; the others answer 503: `starting` (host setup, base
+   * template), `stopping` (shutdown, sandboxes being paused), `failed` (the start failed).
+   */
+  readonly phase: "starting" | "ready" | "stopping" | "failed";
   readonly accelerator?: "kvm" | "tcg";
   /** Why the accelerator was chosen (probe result or configuration). */
   readonly acceleratorReason?: string;

@@ -4,7 +4,7 @@ import type { Slot, SlotPool } from "../network/index.js";
 import type { Logger } from "../shared/index.js";
 import type { MachineShape, PreparedRestore, VmmDriver } from "../vmm/index.js";
 import type { Capacity } from "./capacity.js";
-import { exerciseEnvd, waitForHealth } from "./envd-client.js";
+import type { GuestAgent } from "./guest-agent.js";
 import { newId } from "./ids.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
 import { guestSpec } from "./vm-spec.js";
@@ -22,6 +22,7 @@ export interface WarmVm {
 export interface WarmPoolOptions {
   readonly driver: VmmDriver;
   readonly slots: SlotPool;
+  readonly agent: GuestAgent;
   readonly images: GuestArtifacts;
   readonly layout: StateLayout;
   readonly capacity: Capacity;
@@ -92,7 +93,7 @@ export class WarmPool {
     clearInterval(this.#timer);
     await this.#filling?.catch(() => {});
     for (const target of this.#targets.values()) {
-      for (const warm of target.ready.splice(0)) await this.#discard(warm);
+      for (const warm of target.ready.splice(0)) await this.discard(warm);
     }
   }
 
@@ -114,14 +115,14 @@ export class WarmPool {
           await new Promise((resolve) => setTimeout(resolve, RETRY_AFTER_FAILURE_MS).unref());
           return;
         }
-        if (this.#closed) return this.#discard(warm);
+        if (this.#closed) return this.discard(warm);
         target.ready.push(warm);
       }
     }
   }
 
   async #make(target: Target): Promise<WarmVm> {
-    const { driver, slots, images, layout, capacity, logger } = this.#o;
+    const { driver, slots, agent, images, layout, capacity, logger } = this.#o;
     const started = performance.now();
     const releaseCapacity = capacity.reserve(target.shape);
     let slot: Slot | undefined;
@@ -140,8 +141,8 @@ export class WarmPool {
       const host = slot.hostAddress;
       // Warm the paths a create and its first calls take next.
       await prepared.warm(async () => {
-        await waitForHealth(host, { deadlineMs: 60_000 });
-        await exerciseEnvd(host);
+        await agent.waitForHealth(host, { deadlineMs: 60_000 });
+        await agent.exercise(host);
       });
       logger.info(
         { snapshotId: target.snapshotId, durationMs: Math.round(performance.now() - started) },
@@ -156,7 +157,8 @@ export class WarmPool {
     }
   }
 
-  async #discard(warm: WarmVm): Promise<void> {
+  /** Gives a warmed VMM up: its VMM, its slot and its capacity share. */
+  async discard(warm: WarmVm): Promise<void> {
     await warm.prepared.discard().catch(() => {});
     await this.#o.slots.release(warm.slot).catch(() => {});
     warm.releaseCapacity();
@@ -170,7 +172,7 @@ export class WarmPool {
       const warm = target.ready.pop();
       if (warm) {
         this.#o.logger.warn({ snapshotId: target.snapshotId }, "pool.vmm_released_memory_pressure");
-        return this.#discard(warm);
+        return this.discard(warm);
       }
     }
   }

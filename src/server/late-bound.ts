@@ -13,6 +13,7 @@ import type {
   ServerStatus,
   SnapshotInfo,
 } from "../orchestrator/index.js";
+import { assertReady } from "../orchestrator/index.js";
 import { WarrenError } from "../shared/index.js";
 
 type Target = SandboxService & SandboxRouter;
@@ -36,13 +37,8 @@ export class LateBound implements Target {
 
   get #real(): Target {
     if (this.#target) return this.#target;
-    const status = this.startingStatus();
-    throw new WarrenError(
-      "unavailable",
-      status.phase === "failed"
-        ? `the server failed to start: ${status.message ?? "see its log"}`
-        : `the server is starting up${status.message ? ` (${status.message})` : ""}`,
-    );
+    assertReady(this.startingStatus());
+    throw new WarrenError("internal", "the server is ready but has no orchestrator bound");
   }
 
   status(): ServerStatus {

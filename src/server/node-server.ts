@@ -8,6 +8,7 @@ import { SqliteCatalog } from "../catalog/index.js";
 import { ensureHostSetup, ensureVmmUser } from "../images/index.js";
 import { NetnsSlotPool } from "../network/index.js";
 import {
+  EnvdClient,
   ensureLayout,
   Orchestrator,
   type ServerStatus,
@@ -118,6 +119,7 @@ export async function startNodeServer(
       catalog,
       driver,
       slots,
+      agent: new EnvdClient(),
       images,
       layout,
       limits: {

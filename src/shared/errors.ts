@@ -1,7 +1,9 @@
 /**
- * One error family for all of Warren. A `reason` is a stable machine-readable kind; each
- * maps to exactly one HTTP status and one Connect code name (the table below), so the API,
- * the proxy and the agent translate errors the same way.
+ * One error family for all of Warren. Every error has a `reason`: a stable snake_case string
+ * a client can act on (`sandbox_paused`, `capacity_exhausted`). Each reason belongs to one
+ * `kind`, and each kind maps to exactly one HTTP status and one Connect code (ERROR_KINDS), so
+ * the API, the proxy and the agent translate errors the same way. docs/errors.md lists every
+ * reason; it is generated from these tables (a unit test keeps it current).
  */
 export const ERROR_KINDS = {
   invalid_argument: { status: 400, connect: "invalid_argument" },
@@ -13,6 +15,7 @@ export const ERROR_KINDS = {
   already_exists: { status: 409, connect: "already_exists" },
   conflict: { status: 409, connect: "failed_precondition" },
   payload_too_large: { status: 413, connect: "resource_exhausted" },
+  unsupported_media_type: { status: 415, connect: "invalid_argument" },
   resource_exhausted: { status: 429, connect: "resource_exhausted" },
   internal: { status: 500, connect: "internal" },
   unavailable: { status: 503, connect: "unavailable" },
@@ -21,14 +24,116 @@ export const ERROR_KINDS = {
 
 export type ErrorKind = keyof typeof ERROR_KINDS;
 
+interface ReasonSpec {
+  readonly kind: ErrorKind;
+  /** What happened and what the client can do about it (docs/errors.md). */
+  readonly doc: string;
+}
+
+/**
+ * Reasons more precise than their kind. A kind's own name is a reason too, for errors with
+ * nothing more to say than their kind (a malformed field: `invalid_argument`, whose message
+ * names the field).
+ */
+export const ERROR_REASONS = {
+  sandbox_not_found: {
+    kind: "not_found",
+    doc: "No sandbox has this id: it never existed, was killed, or timed out.",
+  },
+  sandbox_paused: {
+    kind: "conflict",
+    doc: "The sandbox is paused and the call needs it running: resume it (connect) first.",
+  },
+  sandbox_running: {
+    kind: "conflict",
+    doc: "The sandbox is already running (resume of a running sandbox).",
+  },
+  sandbox_busy: {
+    kind: "conflict",
+    doc: "The sandbox is between states (pausing, killing): retry once the transition ends.",
+  },
+  sandbox_killed: {
+    kind: "conflict",
+    doc: "The sandbox was killed while this call was creating or resuming it.",
+  },
+  template_not_found: {
+    kind: "not_found",
+    doc: "No template or snapshot has this id or name.",
+  },
+  template_name_taken: {
+    kind: "already_exists",
+    doc: "A template or snapshot already has this name: choose another or delete it.",
+  },
+  template_in_use: {
+    kind: "conflict",
+    doc: "Sandboxes still run on this template or snapshot (named in the message): kill them first.",
+  },
+  template_protected: {
+    kind: "invalid_argument",
+    doc: "The built-in `base` template cannot be deleted.",
+  },
+  snapshot_incompatible: {
+    kind: "conflict",
+    doc: "The snapshot was taken on another accelerator, CPU model, kernel, machine shape or format: it cannot be restored on this node.",
+  },
+  capacity_exhausted: {
+    kind: "resource_exhausted",
+    doc: "The node is at its limit of sandboxes, vCPUs or guest memory: retry after Retry-After, or kill sandboxes.",
+  },
+  network_exhausted: {
+    kind: "resource_exhausted",
+    doc: "Every network slot of the node is in use: retry later.",
+  },
+  not_ready: {
+    kind: "unavailable",
+    doc: "The server is starting (host setup, base template): retry after Retry-After.",
+  },
+  start_failed: {
+    kind: "unavailable",
+    doc: "The server failed to start; the message says why and the server's log has more.",
+  },
+  shutting_down: {
+    kind: "unavailable",
+    doc: "The server is shutting down.",
+  },
+  guest_unavailable: {
+    kind: "unavailable",
+    doc: "The sandbox's agent (envd) did not answer, e.g. for metrics: retry.",
+  },
+  vmm_failed: {
+    kind: "internal",
+    doc: "The VMM (QEMU) failed to start, snapshot or restore; the server's log has the cause.",
+  },
+  network_failed: {
+    kind: "internal",
+    doc: "Setting up or changing a sandbox's network failed; the server's log has the command.",
+  },
+  route_not_found: {
+    kind: "not_found",
+    doc: "No API route has this method and path.",
+  },
+} as const satisfies Record<string, ReasonSpec>;
+
+export type ErrorReason = ErrorKind | keyof typeof ERROR_REASONS;
+
+export function kindOf(reason: ErrorReason): ErrorKind {
+  return reason in ERROR_KINDS
+    ? (reason as ErrorKind)
+    : ERROR_REASONS[reason as keyof typeof ERROR_REASONS].kind;
+}
+
 export class WarrenError extends Error {
   override readonly name = "WarrenError";
   constructor(
-    readonly kind: ErrorKind,
+    readonly reason: ErrorReason,
     message: string,
     options?: { cause?: unknown },
   ) {
     super(message, options);
+  }
+
+  get kind(): ErrorKind {
+    return kindOf(this.reason);
   }
 
   get status(): number {
@@ -61,4 +166,17 @@ export function toWarrenError(err: unknown, context?: string): WarrenError {
   const kind = (code && ERRNO_KINDS[code]) || "internal";
   const detail = err instanceof Error ? err.message : String(err);
   return new WarrenError(kind, context ? `${context}: ${detail}` : detail, { cause: err });
+}
+
+/** docs/errors.md's table of reasons, generated from ERROR_KINDS and ERROR_REASONS. */
+export function errorReasonsTable(): string {
+  const rows = [
+    "| reason | HTTP | `error_code` | meaning |",
+    "|---|---|---|---|",
+    ...Object.entries(ERROR_REASONS).map(
+      ([reason, spec]) =>
+        `| \`${reason}\` | ${ERROR_KINDS[spec.kind].status} | \`${spec.kind}\` | ${spec.doc} |`,
+    ),
+  ];
+  return rows.join("\n");
 }

@@ -1,3 +1,12 @@
 export { AsyncQueue } from "./async-queue.js";
-export { ERROR_KINDS, type ErrorKind, toWarrenError, WarrenError } from "./errors.js";
+export {
+  ERROR_KINDS,
+  ERROR_REASONS,
+  type ErrorKind,
+  type ErrorReason,
+  errorReasonsTable,
+  kindOf,
+  toWarrenError,
+  WarrenError,
+} from "./errors.js";
 export { type Logger, silentLogger } from "./logger.js";

@@ -156,4 +156,9 @@ export interface VmmDriver {
    * template with drift still restores; it is just no longer what a rebuild would make.
    */
   bootDrift(snapshotDir: string, spec: VmSpec): Promise<string | undefined>;
+  /**
+   * Kills VMMs an earlier run left behind (a crash, kill -9) whose runtime directories are
+   * under `runDir`, and nothing else; returns how many. Called once at start.
+   */
+  killOrphans(runDir: string): Promise<number>;
 }

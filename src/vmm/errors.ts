@@ -7,7 +7,7 @@ export class VmmError extends WarrenError {
     readonly vmId?: string,
     options?: { cause?: unknown },
   ) {
-    super("internal", vmId ? `vm ${vmId}: ${message}` : message, options);
+    super("vmm_failed", vmId ? `vm ${vmId}: ${message}` : message, options);
   }
 }
 
@@ -26,6 +26,6 @@ export class QmpError extends VmmError {
 /** A snapshot cannot be restored here (accelerator, CPU model, kernel, shape or format differ). */
 export class SnapshotMismatchError extends WarrenError {
   constructor(message: string) {
-    super("conflict", message);
+    super("snapshot_incompatible", message);
   }
 }

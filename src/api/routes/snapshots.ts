@@ -4,6 +4,7 @@
  */
 import type { FastifyInstance } from "fastify";
 import type { SnapshotInfo } from "../../orchestrator/index.js";
+import { ERROR_KINDS, type ErrorReason, kindOf } from "../../shared/index.js";
 import type { ApiContext } from "../api-context.js";
 import { optionalSecondsToMs, queryInteger } from "../input.js";
 import { DEFAULT_PAGE_LIMIT, decodeNextToken, MAX_PAGE_LIMIT, paginate } from "../pagination.js";
@@ -38,7 +39,7 @@ export function registerSnapshotRoutes(app: FastifyInstance, context: ApiContext
           results.map((result) =>
             "sandbox" in result
               ? { sandbox: toSandboxJson(result.sandbox, domain) }
-              : { error: result.error },
+              : { error: forkErrorJson(result.error) },
           ),
         );
     },
@@ -86,4 +87,15 @@ export function registerSnapshotRoutes(app: FastifyInstance, context: ApiContext
 
 function toSnapshotJson(info: SnapshotInfo) {
   return { snapshotID: info.snapshotId, names: [...info.names] };
+}
+
+/** A child that did not start, as E2B's `Error` (code = the HTTP status its reason maps to). */
+function forkErrorJson(error: { reason: ErrorReason; message: string }) {
+  const kind = kindOf(error.reason);
+  return {
+    code: ERROR_KINDS[kind].status,
+    message: error.message,
+    error_code: kind,
+    reason: error.reason,
+  };
 }

@@ -7,7 +7,7 @@ import type {
   EventRow,
   SandboxPatch,
   SandboxRow,
-  SandboxRowState,
+  SandboxState,
   SnapshotRow,
   TemplateRow,
 } from "../catalog.js";
@@ -116,7 +116,7 @@ export class SqliteCatalog implements Catalog {
     });
   }
 
-  listSandboxes(states?: readonly SandboxRowState[]): Promise<SandboxRow[]> {
+  listSandboxes(states?: readonly SandboxState[]): Promise<SandboxRow[]> {
     return this.#run("list sandboxes", () => {
       const records = states
         ? this.#sql.listSandboxesIn.all(JSON.stringify(states))
@@ -239,7 +239,7 @@ export class SqliteCatalog implements Catalog {
 
 function toCatalogError(err: unknown, context: string): WarrenError {
   if (err instanceof WarrenError) {
-    return new WarrenError(err.kind, `${context}: ${err.message}`, { cause: err });
+    return new WarrenError(err.reason, `${context}: ${err.message}`, { cause: err });
   }
   const code = (err as { code?: unknown } | undefined)?.code;
   const message = `${context}: ${err instanceof Error ? err.message : String(err)}`;

@@ -8,6 +8,7 @@ import { flattenDisk } from "./flatten-disk.js";
 import { hostTscKhz } from "./host-tsc.js";
 import { explainFailure, launch, loadDeviceState, runtimePaths } from "./launch.js";
 import { applyMemoryDiff, findRamMapping } from "./memory-image.js";
+import { killOrphanVmms } from "./orphans.js";
 import { createOverlay, imageFormat, virtualSize } from "./qcow2-overlay.js";
 import { QEMU_BINARY } from "./qemu-process.js";
 import {
@@ -150,6 +151,10 @@ export class QemuDriver implements VmmDriver {
   /** Files QEMU may reopen after dropping root (its writable overlays) belong to its account. */
   async #giveToVmm(path: string): Promise<void> {
     if (this.#runAs) await chown(path, this.#runAs.uid, this.#runAs.gid);
+  }
+
+  killOrphans(runDir: string): Promise<number> {
+    return killOrphanVmms(runDir);
   }
 
   async boot(spec: VmSpec): Promise<Vm> {

@@ -157,7 +157,7 @@ test("prototype-poisoning JSON is refused", async () => {
   assert.equal(({} as Record<string, unknown>).polluted, undefined);
 });
 
-test("WarrenErrors keep their status and message; 429 says when to retry", async () => {
+test("WarrenErrors keep their status and message, with kind and reason; 429 says when to retry", async () => {
   const { call, service } = useApi();
   service.seed({ sandboxId: "abc" });
   const cases = [
@@ -166,6 +166,10 @@ test("WarrenErrors keep their status and message; 429 says when to retry", async
     [new WarrenError("invalid_argument", "template nope does not exist"), 400],
     [new WarrenError("resource_exhausted", "no free slot"), 429],
     [new WarrenError("unavailable", "host is draining"), 503],
+    [new WarrenError("sandbox_paused", "sandbox abc is paused: resume it first"), 409],
+    [new WarrenError("capacity_exhausted", "node at capacity"), 429],
+    [new WarrenError("template_name_taken", "a template named 'x' already exists"), 409],
+    [new WarrenError("not_ready", "the server is starting up"), 503],
   ] as const;
   for (const [error, status] of cases) {
     service.failures.set("create", error);
@@ -173,6 +177,7 @@ test("WarrenErrors keep their status and message; 429 says when to retry", async
     assert.equal(res.statusCode, status);
     assert.equal(errorOf(res).message, error.message);
     assert.equal(res.json().error_code, error.kind);
+    assert.equal(res.json().reason, error.reason);
     if (status === 429) assert.equal(res.headers["retry-after"], "1");
   }
 });
@@ -184,10 +189,15 @@ test("anything else is a plain 500: no message, no stack", async () => {
   assert.equal(res.statusCode, 500);
   assert.deepEqual(res.json(), { code: 500, message: "internal error", error_code: "internal" });
 
-  service.failures.set("get", new WarrenError("internal", "qemu died at /run/x"));
+  service.failures.set("get", new WarrenError("vmm_failed", "qemu died at /run/x"));
   const internal = await call("GET", "/sandboxes/abc");
   assert.equal(internal.statusCode, 500);
-  assert.equal(errorOf(internal).message, "internal error");
+  assert.deepEqual(internal.json(), {
+    code: 500,
+    message: "internal error",
+    error_code: "internal",
+    reason: "vmm_failed",
+  });
 });
 
 test("500s are logged with their cause", async () => {

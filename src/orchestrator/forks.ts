@@ -1,0 +1,172 @@
+import type { Catalog, TemplateRow } from "../catalog/index.js";
+import { type Logger, toWarrenError, WarrenError } from "../shared/index.js";
+import { newId } from "./ids.js";
+import type { Lifecycle } from "./lifecycle.js";
+import { configOf, type LiveSandbox, newRow } from "./live-sandbox.js";
+import { requireState, type SandboxTable } from "./sandbox-table.js";
+import type { SnapshotStore } from "./snapshot-store.js";
+import { listSnapshotTemplates, snapshotInfo } from "./snapshot-templates.js";
+import { findTemplate } from "./templates.js";
+import type { ForkInput, ForkResult, SnapshotInfo } from "./types.js";
+
+export interface ForksOptions {
+  readonly catalog: Catalog;
+  readonly table: SandboxTable;
+  readonly lifecycle: Lifecycle;
+  readonly snapshots: SnapshotStore;
+  /** Most children one fork call may ask for. */
+  readonly maxForkCount: number;
+  readonly defaultTimeoutMs: number;
+  readonly logger: Logger;
+}
+
+const SNAPSHOT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
+/**
+ * Fork and persistent snapshots: both start from one capture of a sandbox. A running source
+ * is stopped only while its state is written and continues on a fresh overlay stacked on the
+ * capture; a paused source's pause snapshot is used as it is.
+ */
+export class Forks {
+  readonly #o: ForksOptions;
+
+  constructor(options: ForksOptions) {
+    this.#o = options;
+  }
+
+  /** `count` children from one capture; each child's failure is reported in its result. */
+  async fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
+    const { maxForkCount, lifecycle, snapshots } = this.#o;
+    const source = this.#o.table.get(sandboxId);
+    if (!Number.isInteger(input.count) || input.count < 1 || input.count > maxForkCount) {
+      throw new WarrenError(
+        "invalid_argument",
+        `count must be an integer from 1 to ${maxForkCount}, got ${input.count}`,
+      );
+    }
+    const snapshotId = await this.#capture(source, "fork");
+    const row = source.row;
+    const started = performance.now();
+    const results = await Promise.all(
+      Array.from({ length: input.count }, async (): Promise<ForkResult> => {
+        try {
+          const child = newRow({
+            templateId: row.templateId,
+            alias: row.alias,
+            shape: row,
+            metadata: { ...row.metadata, ...input.metadata },
+            envVars: row.envVars,
+            config: configOf(row),
+            timeoutMs: input.timeoutMs ?? this.#o.defaultTimeoutMs,
+            snapshotId,
+          });
+          return { sandbox: await lifecycle.launch(child, row.envdAccessToken) };
+        } catch (err) {
+          const error = toWarrenError(err);
+          return { error: { reason: error.reason, message: error.message } };
+        }
+      }),
+    );
+    const startedCount = results.filter((r) => "sandbox" in r).length;
+    const durationMs = Math.round(performance.now() - started);
+    this.#o.logger.info(
+      { sandboxId, snapshotId, count: input.count, started: startedCount, durationMs },
+      "sandbox.forked",
+    );
+    await lifecycle.event(sandboxId, "sandbox.forked", {
+      snapshotId,
+      count: input.count,
+      started: startedCount,
+    });
+    // A fork whose every child failed leaves a capture nobody uses.
+    await snapshots.release(snapshotId);
+    return results;
+  }
+
+  /** A persistent snapshot of the sandbox: a template pointing at a capture of it. */
+  async createSnapshot(sandboxId: string, input: { name?: string }): Promise<SnapshotInfo> {
+    const { catalog, lifecycle } = this.#o;
+    const source = this.#o.table.get(sandboxId);
+    if (input.name !== undefined) {
+      if (!SNAPSHOT_NAME.test(input.name)) {
+        throw new WarrenError(
+          "invalid_argument",
+          "name must be 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
+        );
+      }
+      if (await catalog.getTemplate(input.name)) {
+        throw new WarrenError(
+          "template_name_taken",
+          `a template named '${input.name}' already exists`,
+        );
+      }
+    }
+    const snapshotId = await this.#capture(source, "named");
+    const template: TemplateRow = {
+      id: newId(),
+      aliases: input.name ? [input.name] : [],
+      kind: "snapshot",
+      snapshotId,
+      vcpus: source.row.vcpus,
+      memoryMiB: source.row.memoryMiB,
+      diskSizeMiB: source.row.diskSizeMiB,
+      createdAt: new Date().toISOString(),
+    };
+    await catalog.putTemplate(template);
+    await lifecycle.event(sandboxId, "sandbox.snapshotted", { template: template.id, snapshotId });
+    return snapshotInfo(template, sandboxId);
+  }
+
+  listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
+    return listSnapshotTemplates(this.#o.catalog, filter);
+  }
+
+  /**
+   * Deletes a snapshot template. Sandboxes made from it (and their forks, which inherit the
+   * template) block deletion. Its data may stay a while longer: the source sandbox's disk
+   * may stand on it (the store counts references).
+   */
+  async deleteTemplate(templateId: string): Promise<void> {
+    const { catalog, table, snapshots } = this.#o;
+    const template = await findTemplate(catalog, templateId);
+    if (template.kind === "base") {
+      throw new WarrenError("template_protected", `'${templateId}' is the built-in base template`);
+    }
+    const users = table
+      .values()
+      .filter((live) => live.row.templateId === template.id)
+      .map((live) => live.row.id);
+    if (users.length > 0) {
+      const many = users.length > 1;
+      throw new WarrenError(
+        "template_in_use",
+        `snapshot ${templateId} is still used by sandbox${many ? "es" : ""} ${users.join(", ")}: kill ${many ? "them" : "it"} first`,
+      );
+    }
+    await catalog.deleteTemplate(template.id);
+    await snapshots.release(template.snapshotId);
+  }
+
+  /** The sandbox's state as a snapshot id: a new capture if running, its pause snapshot if paused. */
+  #capture(live: LiveSandbox, kind: "fork" | "named"): Promise<string> {
+    const { table, snapshots, lifecycle } = this.#o;
+    return table.locked(live.row.id, async () => {
+      if (live.row.state === "paused" && live.row.snapshotId) return live.row.snapshotId;
+      requireState(live, "running");
+      if (!live.vm) throw new WarrenError("sandbox_busy", `sandbox ${live.row.id} has no VM`);
+      const { id: snapshotId, timing } = await snapshots.capture(live.vm, {
+        sandboxId: live.row.id,
+        parentId: live.row.snapshotId,
+        kind,
+        resume: true,
+      });
+      // Its disk now stands on the capture.
+      await lifecycle.update(live, { snapshotId });
+      this.#o.logger.info(
+        { sandboxId: live.row.id, snapshotId, kind, ...timing },
+        "sandbox.captured",
+      );
+      return snapshotId;
+    });
+  }
+}

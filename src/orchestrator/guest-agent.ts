@@ -1,0 +1,32 @@
+import type { EnvdInitRequest, EnvdMetrics } from "../protocol/index.js";
+
+/**
+ * The guest seam: how the orchestrator talks to envd inside a VM, by the address the host
+ * reaches it at (its slot's `hostAddress`). `EnvdClient` speaks HTTP to the real agent; unit
+ * tests use an in-memory fake that plays the guest.
+ */
+export interface GuestAgent {
+  /**
+   * POST /init until envd answers, as E2B's orchestrator does after every start and resume:
+   * env vars, access token and clock. `token`: the one the guest's envd holds now. Fails at
+   * once when envd refuses, after `deadlineMs` when it never answers.
+   */
+  init(host: string, body: EnvdInitRequest, options: InitOptions): Promise<void>;
+  /** Polls envd until it answers (a cold boot); fails early when `exited` settles. */
+  waitForHealth(
+    host: string,
+    options: { deadlineMs: number; exited?: Promise<unknown> },
+  ): Promise<void>;
+  /** Walks envd's hot paths once, as a client's first calls would (template, pool warm-up). */
+  exercise(host: string): Promise<void>;
+  /** One sample of envd's /metrics. */
+  metrics(host: string, token?: string): Promise<EnvdMetrics>;
+}
+
+export interface InitOptions {
+  readonly token?: string;
+  readonly deadlineMs: number;
+  readonly signal?: AbortSignal;
+  /** Default true: send the host's time, which envd sets its clock to and orders /inits by. */
+  readonly stamped?: boolean;
+}

@@ -1,0 +1,286 @@
+import { EventEmitter } from "node:events";
+import type { Catalog, SandboxPatch, SandboxRow } from "../catalog/index.js";
+import { validateEgressPolicy } from "../network/index.js";
+import { type Logger, WarrenError } from "../shared/index.js";
+import type { Vm } from "../vmm/index.js";
+import type { Capacity } from "./capacity.js";
+import { configOf, type LiveSandbox, sandboxInfo } from "./live-sandbox.js";
+import { egressPolicyOf } from "./network-config.js";
+import type { SandboxTable } from "./sandbox-table.js";
+import type { SandboxVms } from "./sandbox-vms.js";
+import { Semaphore } from "./semaphore.js";
+import type { SnapshotStore } from "./snapshot-store.js";
+import { TtlTimers } from "./ttl-timers.js";
+import type { SandboxInfo } from "./types.js";
+import type { WarmPool, WarmVm } from "./warm-pool.js";
+
+export interface LifecycleOptions {
+  readonly catalog: Catalog;
+  readonly table: SandboxTable;
+  readonly capacity: Capacity;
+  readonly vms: SandboxVms;
+  readonly pool: WarmPool;
+  readonly snapshots: SnapshotStore;
+  /** VMs brought up (restore and /init) at once; more creates, resumes and forks queue. */
+  readonly maxConcurrentStarts: number;
+  readonly logger: Logger;
+}
+
+/** After a failed capture, how long the VMM has to be seen exiting before it counts as alive. */
+const EXIT_GRACE_MS = 200;
+
+/**
+ * The sandbox state machine: creating → running ⇄ (pausing → paused → resuming) → killing →
+ * gone. Every transition runs under the sandbox's lock (SandboxTable) and is written to the
+ * catalog before the caller hears of it; a failure half-way gives back everything taken.
+ */
+export class Lifecycle {
+  readonly #o: LifecycleOptions;
+  readonly #log: Logger;
+  readonly #starts: Semaphore;
+  readonly #stopped = new EventEmitter();
+  readonly ttl: TtlTimers;
+
+  constructor(options: LifecycleOptions) {
+    this.#o = options;
+    this.#log = options.logger;
+    this.#starts = new Semaphore(options.maxConcurrentStarts);
+    this.ttl = new TtlTimers({
+      table: options.table,
+      logger: options.logger,
+      onExpired: (live) =>
+        configOf(live.row).lifecycle.onTimeout === "pause"
+          ? this.pause(live)
+          : this.teardown(live, "timeout"),
+    });
+  }
+
+  /**
+   * Admits a new sandbox (capacity, catalog row) and starts it from its row's snapshot; a
+   * kill meanwhile aborts the start, which then cleans up and fails with sandbox_killed.
+   * `presentToken`: the token the captured envd still holds (a fork child's source's).
+   */
+  async launch(fresh: SandboxRow, presentToken?: string): Promise<SandboxInfo> {
+    const { catalog, table, capacity, pool } = this.#o;
+    const snapshotId = fresh.snapshotId as string;
+    const warm = pool.take(snapshotId);
+    // A warmed VMM brings its id (its runtime dir is named after it) and its capacity share.
+    const row = warm ? { ...fresh, id: warm.id } : fresh;
+    const releaseCapacity = warm ? warm.releaseCapacity : capacity.reserve(row);
+    const live: LiveSandbox = { row, releaseCapacity, abort: new AbortController(), metrics: [] };
+    try {
+      await catalog.insertSandbox(row);
+    } catch (err) {
+      if (warm) await pool.discard(warm);
+      else releaseCapacity();
+      throw err;
+    }
+    table.add(live);
+    this.#log.info(
+      { sandboxId: row.id, snapshotId, pooled: warm !== undefined },
+      "sandbox.creating",
+    );
+    const started = performance.now();
+    await table.serial(row.id, async () => {
+      try {
+        await this.#startVm(live, snapshotId, presentToken, warm);
+        await this.update(live, { state: "running" });
+        this.ttl.arm(live);
+      } catch (err) {
+        const killed = live.abort?.signal.aborted === true;
+        await this.teardown(live, killed ? "killed" : "failed");
+        throw killed
+          ? new WarrenError(
+              "sandbox_killed",
+              `sandbox ${row.id} was killed while it was being created`,
+            )
+          : err;
+      } finally {
+        live.abort = undefined;
+      }
+    });
+    const durationMs = Math.round(performance.now() - started);
+    this.#log.info({ sandboxId: row.id, snapshotId, durationMs }, "sandbox.created");
+    await this.event(row.id, "sandbox.created", { durationMs, snapshotId });
+    return sandboxInfo(live.row);
+  }
+
+  /** Under the lock, running: capture to a new snapshot and let the VMM go. */
+  async pause(live: LiveSandbox): Promise<void> {
+    const vm = live.vm;
+    if (!vm) throw new WarrenError("sandbox_busy", `sandbox ${live.row.id} is not running`);
+    this.ttl.clear(live.row.id);
+    await this.update(live, { state: "pausing" });
+    let captured: Awaited<ReturnType<SnapshotStore["capture"]>>;
+    try {
+      captured = await this.#o.snapshots.capture(vm, {
+        sandboxId: live.row.id,
+        parentId: live.row.snapshotId,
+        kind: "pause",
+        resume: false,
+      });
+    } catch (err) {
+      if (await exitsWithin(vm, EXIT_GRACE_MS)) {
+        await this.teardown(live, "lost: pause failed");
+      } else {
+        await this.update(live, { state: "running" });
+        this.ttl.arm(live);
+      }
+      throw err;
+    }
+    const { id: snapshotId, timing } = captured;
+    live.vm = undefined;
+    this.#stopped.emit("stopped", live.row.id);
+    await this.update(live, { state: "paused", snapshotId });
+    await this.#o.vms.release(live);
+    this.#log.info({ sandboxId: live.row.id, ...timing }, "sandbox.paused");
+    await this.event(live.row.id, "sandbox.paused", { ...timing });
+  }
+
+  /** Under the lock, paused: restore from its snapshot and /init again; its TTL restarts. */
+  async resume(live: LiveSandbox, timeoutMs: number): Promise<void> {
+    const snapshotId = live.row.snapshotId;
+    if (!snapshotId) {
+      throw new WarrenError("internal", `paused sandbox ${live.row.id} has no snapshot`);
+    }
+    live.releaseCapacity = this.#o.capacity.reserve(live.row);
+    live.abort = new AbortController();
+    const started = performance.now();
+    await this.update(live, { state: "resuming" });
+    try {
+      await this.#startVm(live, snapshotId);
+    } catch (err) {
+      const killed = live.abort.signal.aborted;
+      live.abort = undefined;
+      await this.#o.vms.release(live);
+      if (killed) {
+        await this.teardown(live, "killed");
+        throw new WarrenError(
+          "sandbox_killed",
+          `sandbox ${live.row.id} was killed while it was resuming`,
+        );
+      }
+      await this.update(live, { state: "paused" });
+      throw err;
+    }
+    live.abort = undefined;
+    await this.update(live, {
+      state: "running",
+      endAt: new Date(Date.now() + timeoutMs).toISOString(),
+    });
+    this.ttl.arm(live);
+    const durationMs = Math.round(performance.now() - started);
+    this.#log.info({ sandboxId: live.row.id, durationMs }, "sandbox.resumed");
+    await this.event(live.row.id, "sandbox.resumed", { durationMs });
+  }
+
+  /** Under the lock, running: moves the deadline (a TTL change) and re-arms the timer. */
+  async setDeadline(live: LiveSandbox, endAt: Date): Promise<void> {
+    await this.update(live, { endAt: endAt.toISOString() });
+    this.ttl.arm(live);
+  }
+
+  /**
+   * The end of a sandbox: everything it holds is released, and the snapshots it stood on are
+   * deleted unless forks, templates or other sandboxes still use them.
+   */
+  async teardown(live: LiveSandbox, reason: string): Promise<void> {
+    const id = live.row.id;
+    const standsOn = live.row.snapshotId;
+    this.ttl.clear(id);
+    this.#stopped.emit("stopped", id);
+    await this.update(live, { state: "killing" }).catch(() => {});
+    await this.#o.vms.release(live);
+    await this.update(live, { state: "killed", endedReason: reason, snapshotId: undefined });
+    await this.#o.snapshots.release(standsOn);
+    this.#o.table.remove(id);
+    this.#log.info({ sandboxId: id, reason }, "sandbox.killed");
+    await this.event(id, "sandbox.killed", { reason });
+  }
+
+  /** Writes the patch to the catalog, then to the live row. */
+  async update(live: LiveSandbox, patch: SandboxPatch): Promise<void> {
+    live.row = (await this.#o.catalog.updateSandbox(live.row.id, patch)) ?? {
+      ...live.row,
+      ...patch,
+    };
+  }
+
+  /** A lifecycle event in the sandbox's history (GET /sandboxes/{id}/logs); never fails. */
+  async event(sandboxId: string, kind: string, detail?: Record<string, unknown>): Promise<void> {
+    await this.#o.catalog
+      .recordEvent({ at: new Date().toISOString(), sandboxId, kind, detail })
+      .catch((err: unknown) => this.#log.warn({ err, sandboxId, kind }, "catalog.event_failed"));
+  }
+
+  /** Sandboxes that stop serving traffic (paused, killed, lost), for the proxy. */
+  onStopped(listener: (sandboxId: string) => void): () => void {
+    this.#stopped.on("stopped", listener);
+    return () => this.#stopped.off("stopped", listener);
+  }
+
+  /** Slot, VM from the snapshot, /init: the sandbox answers once this returns. */
+  #startVm(
+    live: LiveSandbox,
+    snapshotId: string,
+    presentToken?: string,
+    warm?: WarmVm,
+  ): Promise<void> {
+    // A pooled VMM only continues: it does not queue behind restores.
+    if (warm) return this.#bringUp(live, snapshotId, presentToken, warm);
+    return this.#starts.use(() => this.#bringUp(live, snapshotId, presentToken));
+  }
+
+  async #bringUp(
+    live: LiveSandbox,
+    snapshotId: string,
+    presentToken?: string,
+    warm?: WarmVm,
+  ): Promise<void> {
+    const { vms } = this.#o;
+    const config = configOf(live.row);
+    const policy = validateEgressPolicy(egressPolicyOf(config.network, config.allowInternetAccess));
+    const signal = live.abort?.signal;
+    const started = performance.now();
+    if (warm) await vms.startWarm(live, warm, policy, signal);
+    else await vms.restore(live, snapshotId, policy, signal);
+    const vmMs = Math.round(performance.now() - started);
+    this.#watchExit(live);
+    signal?.throwIfAborted();
+    await vms.initGuest(live, presentToken, signal);
+    signal?.throwIfAborted();
+    const initMs = Math.round(performance.now() - started) - vmMs;
+    this.#log.info(
+      { sandboxId: live.row.id, pooled: warm !== undefined, vmMs, initMs },
+      "sandbox.vm_up",
+    );
+  }
+
+  /** A VMM that dies while its sandbox runs: the sandbox is lost, and says so. */
+  #watchExit(live: LiveSandbox): void {
+    const vm = live.vm;
+    const { table } = this.#o;
+    void vm?.exited.then(async (exit) => {
+      if (exit.expected || live.vm !== vm) return;
+      this.#log.error({ sandboxId: live.row.id, exit }, "sandbox.vmm_died");
+      await table
+        .serial(live.row.id, async () => {
+          if (live.vm !== vm || !table.has(live.row.id)) return;
+          live.vm = undefined;
+          await this.teardown(live, `lost: the VMM exited (${exit.reason})`);
+        })
+        .catch((err: unknown) => this.#log.error({ err }, "sandbox.cleanup_failed"));
+    });
+  }
+}
+
+/** Whether the VM's process exits within `ms` (after a failed capture: crashed, or alive). */
+function exitsWithin(vm: Vm, ms: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), ms);
+    void vm.exited.then(() => {
+      clearTimeout(timer);
+      resolve(true);
+    });
+  });
+}
