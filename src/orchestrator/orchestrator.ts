@@ -254,14 +254,14 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     });
   }
 
-  pause(sandboxId: string): Promise<void> {
+  async pause(sandboxId: string): Promise<void> {
     return this.#table.locked(sandboxId, async (live) => {
       requireState(live, "running", `sandbox ${sandboxId} is already paused`);
       await this.#lifecycle.pause(live);
     });
   }
 
-  connect(
+  async connect(
     sandboxId: string,
     timeoutMs: number | undefined,
   ): Promise<{ sandbox: SandboxInfo; resumed: boolean }> {
@@ -280,7 +280,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     });
   }
 
-  resume(
+  async resume(
     sandboxId: string,
     timeoutMs: number | undefined,
     autoPause?: boolean,
@@ -298,14 +298,14 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     });
   }
 
-  setTimeout(sandboxId: string, timeoutMs: number): Promise<void> {
+  async setTimeout(sandboxId: string, timeoutMs: number): Promise<void> {
     return this.#table.locked(sandboxId, async (live) => {
       requireState(live, "running");
       await this.#lifecycle.setDeadline(live, new Date(Date.now() + timeoutMs));
     });
   }
 
-  refresh(sandboxId: string, durationMs: number): Promise<void> {
+  async refresh(sandboxId: string, durationMs: number): Promise<void> {
     return this.#table.locked(sandboxId, async (live) => {
       requireState(live, "running");
       const wanted = Date.now() + durationMs;
@@ -326,11 +326,14 @@ export class Orchestrator implements SandboxService, SandboxRouter {
     });
   }
 
-  logs(sandboxId: string, options: { start?: Date; limit?: number }): Promise<SandboxLogEntry[]> {
+  async logs(
+    sandboxId: string,
+    options: { start?: Date; limit?: number },
+  ): Promise<SandboxLogEntry[]> {
     return sandboxLogs(this.#o.catalog, this.#table.get(sandboxId), options);
   }
 
-  updateNetwork(sandboxId: string, update: NetworkUpdate): Promise<void> {
+  async updateNetwork(sandboxId: string, update: NetworkUpdate): Promise<void> {
     return this.#table.locked(sandboxId, async (live) => {
       const config = configOf(live.row);
       const next: SandboxConfig = {
@@ -351,27 +354,27 @@ export class Orchestrator implements SandboxService, SandboxRouter {
 
   // ---- fork and snapshots -------------------------------------------------------------------
 
-  fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
+  async fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
     assertReady(this.#status);
     return this.#forks.fork(sandboxId, input);
   }
 
-  createSnapshot(sandboxId: string, input: { name?: string }): Promise<SnapshotInfo> {
+  async createSnapshot(sandboxId: string, input: { name?: string }): Promise<SnapshotInfo> {
     assertReady(this.#status);
     return this.#forks.createSnapshot(sandboxId, input);
   }
 
-  listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
+  async listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
     return this.#forks.listSnapshots(filter);
   }
 
-  deleteTemplate(templateId: string): Promise<void> {
+  async deleteTemplate(templateId: string): Promise<void> {
     return this.#forks.deleteTemplate(templateId);
   }
 
   // ---- SandboxRouter ------------------------------------------------------------------------
 
-  route(sandboxId: string, port: number): Promise<RouteResult> {
+  async route(sandboxId: string, port: number): Promise<RouteResult> {
     return routeSandbox(
       {
         table: this.#table,

@@ -41,7 +41,7 @@ export class SandboxTable {
    * The prologue of every operation on one sandbox: it must exist, `op` waits for its lock,
    * and it must still exist once the lock is held (a kill may have won the race).
    */
-  locked<T>(sandboxId: string, op: (live: LiveSandbox) => Promise<T>): Promise<T> {
+  async locked<T>(sandboxId: string, op: (live: LiveSandbox) => Promise<T>): Promise<T> {
     this.get(sandboxId);
     return this.#lock.run(sandboxId, () => op(this.get(sandboxId)));
   }

@@ -44,7 +44,7 @@ export class LateBound implements Target {
   status(): ServerStatus {
     return this.#target?.status() ?? this.startingStatus();
   }
-  create(input: CreateSandboxInput): Promise<SandboxInfo> {
+  async create(input: CreateSandboxInput): Promise<SandboxInfo> {
     return this.#real.create(input);
   }
   get(id: string): SandboxInfo {
@@ -53,43 +53,47 @@ export class LateBound implements Target {
   list(filter: ListFilter): SandboxInfo[] {
     return this.#real.list(filter);
   }
-  kill(id: string): Promise<void> {
+  async kill(id: string): Promise<void> {
     return this.#real.kill(id);
   }
-  pause(id: string): Promise<void> {
+  async pause(id: string): Promise<void> {
     return this.#real.pause(id);
   }
-  connect(id: string, timeoutMs: number | undefined) {
+  async connect(id: string, timeoutMs: number | undefined) {
     return this.#real.connect(id, timeoutMs);
   }
-  resume(id: string, timeoutMs: number | undefined, autoPause?: boolean): Promise<SandboxInfo> {
+  async resume(
+    id: string,
+    timeoutMs: number | undefined,
+    autoPause?: boolean,
+  ): Promise<SandboxInfo> {
     return this.#real.resume(id, timeoutMs, autoPause);
   }
-  setTimeout(id: string, timeoutMs: number): Promise<void> {
+  async setTimeout(id: string, timeoutMs: number): Promise<void> {
     return this.#real.setTimeout(id, timeoutMs);
   }
-  refresh(id: string, durationMs: number): Promise<void> {
+  async refresh(id: string, durationMs: number): Promise<void> {
     return this.#real.refresh(id, durationMs);
   }
-  metrics(id: string, window: { start?: Date; end?: Date }): Promise<SandboxMetric[]> {
+  async metrics(id: string, window: { start?: Date; end?: Date }): Promise<SandboxMetric[]> {
     return this.#real.metrics(id, window);
   }
-  logs(id: string, options: { start?: Date; limit?: number }): Promise<SandboxLogEntry[]> {
+  async logs(id: string, options: { start?: Date; limit?: number }): Promise<SandboxLogEntry[]> {
     return this.#real.logs(id, options);
   }
-  updateNetwork(id: string, update: NetworkUpdate): Promise<void> {
+  async updateNetwork(id: string, update: NetworkUpdate): Promise<void> {
     return this.#real.updateNetwork(id, update);
   }
-  fork(id: string, input: ForkInput): Promise<ForkResult[]> {
+  async fork(id: string, input: ForkInput): Promise<ForkResult[]> {
     return this.#real.fork(id, input);
   }
-  createSnapshot(id: string, input: { name?: string }): Promise<SnapshotInfo> {
+  async createSnapshot(id: string, input: { name?: string }): Promise<SnapshotInfo> {
     return this.#real.createSnapshot(id, input);
   }
-  listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
+  async listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
     return this.#real.listSnapshots(filter);
   }
-  deleteTemplate(templateId: string): Promise<void> {
+  async deleteTemplate(templateId: string): Promise<void> {
     return this.#real.deleteTemplate(templateId);
   }
   route(id: string, port: number): Promise<RouteResult> {

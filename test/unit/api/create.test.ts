@@ -33,6 +33,7 @@ test("v2 with an empty body: E2B's defaults, always secured", async () => {
 
 test("v1 with only templateID: not secured, and no envdAccessToken in the response", async () => {
   const { call, service } = useApi({ defaultTimeoutMs: 60_000 });
+  service.templates.add("python");
   const res = await call("POST", "/sandboxes", { body: { templateID: "python" } });
   assert.equal(res.statusCode, 201);
   const input = lastCreate(service);
@@ -47,6 +48,7 @@ test("v1 with only templateID: not secured, and no envdAccessToken in the respon
 
 test("everything the SDK can send is mapped (v2, as e2b 2.51 builds it)", async () => {
   const { call, service } = useApi();
+  service.templates.add("my-template");
   const res = await call("POST", "/v2/sandboxes", {
     body: {
       templateID: "my-template",

@@ -1,11 +1,14 @@
 /**
  * InMemorySandboxService: a STAND-IN for the orchestrator, for API tests only. It boots
- * nothing: sandboxes are records in a Map. It follows the `SandboxService` contract closely
- * enough for the routes to be exercised (not_found for unknown ids, conflict on pausing a
- * paused sandbox, connect resumes or extends) and records every call with its arguments so
- * tests can check what the API asked for. The real orchestrator is exercised by the e2e
- * tests with real VMs.
+ * nothing: sandboxes are records in a Map, templates are names in a Set (add the ones a test
+ * creates from). It keeps the `SandboxService` contract (the contract suite runs against it
+ * in in-memory-sandbox-service.test.ts: states, deadlines and TTLs, capacity, fork, snapshots,
+ * error reasons), so that API tests exercise routes against faithful answers. It records every
+ * call with its arguments so tests can check what the API asked for, and fails a method on
+ * demand (`failures`). The real orchestrator runs the same contract on fakes and e2e on VMs.
  */
+
+import { validateEgressPolicy } from "../../../src/network/index.js";
 import type {
   CreateSandboxInput,
   ForkInput,
@@ -20,7 +23,7 @@ import type {
   ServerStatus,
   SnapshotInfo,
 } from "../../../src/orchestrator/index.js";
-import { WarrenError } from "../../../src/shared/errors.js";
+import { toWarrenError, WarrenError } from "../../../src/shared/index.js";
 
 export interface RecordedCall {
   readonly method: keyof SandboxService;
@@ -29,16 +32,38 @@ export interface RecordedCall {
 
 type Mutable<T> = { -readonly [K in keyof T]: T[K] };
 
+export interface InMemorySandboxServiceOptions {
+  /** Running sandboxes at most (creates, resumes and fork children past it: 429). */
+  readonly maxSandboxes?: number;
+  readonly maxForkCount?: number;
+}
+
+const SNAPSHOT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
 export class InMemorySandboxService implements SandboxService {
   readonly calls: RecordedCall[] = [];
   readonly sandboxes = new Map<string, Mutable<SandboxInfo>>();
+  /** Template names creates may use; persistent snapshots count as templates too. */
+  readonly templates = new Set(["base"]);
+  readonly snapshots: SnapshotInfo[] = [];
   serverStatus: ServerStatus = { phase: "ready", accelerator: "kvm" };
   metricSamples: SandboxMetric[] = [];
   logEntries: SandboxLogEntry[] = [];
   /** Thrown by the next call of that method (then cleared). */
   readonly failures = new Map<keyof SandboxService, Error>();
+  readonly maxSandboxes: number;
+  readonly maxForkCount: number;
+  readonly #timers = new Map<string, NodeJS.Timeout>();
+  /** Which template each snapshot-made sandbox came from (they block its deletion). */
+  readonly #madeFrom = new Map<string, string>();
   private nextId = 1;
+  /** Seeded sandboxes start one second apart from here, so tests know their order. */
   private clock = Date.parse("2030-01-01T00:00:00.000Z");
+
+  constructor(options: InMemorySandboxServiceOptions = {}) {
+    this.maxSandboxes = options.maxSandboxes ?? Number.POSITIVE_INFINITY;
+    this.maxForkCount = options.maxForkCount ?? 16;
+  }
 
   /** Calls of one method, in order. */
   callsOf(method: keyof SandboxService): (readonly unknown[])[] {
@@ -77,16 +102,27 @@ export class InMemorySandboxService implements SandboxService {
 
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
     this.record("create", input);
-    return this.seed({
-      templateId: input.templateId,
+    const template = this.findTemplate(input.templateId);
+    this.reserve();
+    validateEgressPolicy({
+      allowInternet: input.allowInternetAccess,
+      allowOut: [...input.network.allowOut],
+      denyOut: [...input.network.denyOut],
+    });
+    const sandbox = this.start({
+      templateId: template,
       metadata: input.metadata,
-      endAt: new Date(this.clock + input.timeoutMs),
+      timeoutMs: input.timeoutMs,
       network: input.network,
       allowInternetAccess: input.allowInternetAccess,
       lifecycle: input.lifecycle,
       ...(input.secure ? { envdAccessToken: "envd-token" } : {}),
       ...(input.network.allowPublicTraffic ? {} : { trafficAccessToken: "traffic-token" }),
     });
+    if (this.snapshots.some((s) => s.templateId === template)) {
+      this.#madeFrom.set(sandbox.sandboxId, template);
+    }
+    return sandbox;
   }
 
   get(sandboxId: string): SandboxInfo {
@@ -99,7 +135,12 @@ export class InMemorySandboxService implements SandboxService {
     return [...this.sandboxes.values()]
       .filter((s) => filter.states === undefined || filter.states.includes(s.state))
       .filter((s) => Object.entries(filter.metadata ?? {}).every(([k, v]) => s.metadata[k] === v))
-      .filter((s) => filter.template === undefined || s.templateId === filter.template)
+      .filter(
+        (s) =>
+          filter.template === undefined ||
+          s.templateId === filter.template ||
+          s.alias === filter.template,
+      )
       .filter((s) => filter.startedAfter === undefined || s.startedAt > filter.startedAfter)
       .sort(
         (a, b) =>
@@ -111,14 +152,14 @@ export class InMemorySandboxService implements SandboxService {
   async kill(sandboxId: string): Promise<void> {
     this.record("kill", sandboxId);
     this.find(sandboxId);
-    this.sandboxes.delete(sandboxId);
+    this.remove(sandboxId);
   }
 
   async pause(sandboxId: string): Promise<void> {
     this.record("pause", sandboxId);
     const sandbox = this.find(sandboxId);
     if (sandbox.state === "paused") {
-      throw new WarrenError("conflict", `sandbox ${sandboxId} is already paused`);
+      throw new WarrenError("sandbox_paused", `sandbox ${sandboxId} is already paused`);
     }
     this.setState(sandbox, "paused");
   }
@@ -129,9 +170,15 @@ export class InMemorySandboxService implements SandboxService {
   ): Promise<{ sandbox: SandboxInfo; resumed: boolean }> {
     this.record("connect", sandboxId, timeoutMs);
     const sandbox = this.find(sandboxId);
-    const resumed = sandbox.state === "paused";
-    this.setState(sandbox, "running");
-    return { sandbox, resumed };
+    const ttl = timeoutMs ?? 300_000;
+    if (sandbox.state === "paused") {
+      this.reserve();
+      this.setState(sandbox, "running");
+      this.setDeadline(sandbox, Date.now() + ttl);
+      return { sandbox, resumed: true };
+    }
+    if (Date.now() + ttl > sandbox.endAt.getTime()) this.setDeadline(sandbox, Date.now() + ttl);
+    return { sandbox, resumed: false };
   }
 
   async resume(
@@ -142,20 +189,28 @@ export class InMemorySandboxService implements SandboxService {
     this.record("resume", sandboxId, timeoutMs, autoPause);
     const sandbox = this.find(sandboxId);
     if (sandbox.state === "running") {
-      throw new WarrenError("conflict", `sandbox ${sandboxId} is already running`);
+      throw new WarrenError("sandbox_running", `sandbox ${sandboxId} is already running`);
+    }
+    this.reserve();
+    if (autoPause !== undefined) {
+      sandbox.lifecycle = { ...sandbox.lifecycle, onTimeout: autoPause ? "pause" : "kill" };
     }
     this.setState(sandbox, "running");
+    this.setDeadline(sandbox, Date.now() + (timeoutMs ?? 300_000));
     return sandbox;
   }
 
   async setTimeout(sandboxId: string, timeoutMs: number): Promise<void> {
     this.record("setTimeout", sandboxId, timeoutMs);
-    this.find(sandboxId);
+    const sandbox = this.running(sandboxId);
+    this.setDeadline(sandbox, Date.now() + timeoutMs);
   }
 
   async refresh(sandboxId: string, durationMs: number): Promise<void> {
     this.record("refresh", sandboxId, durationMs);
-    this.find(sandboxId);
+    const sandbox = this.running(sandboxId);
+    const wanted = Date.now() + durationMs;
+    if (wanted > sandbox.endAt.getTime()) this.setDeadline(sandbox, wanted);
   }
 
   async metrics(sandboxId: string, window: { start?: Date; end?: Date }): Promise<SandboxMetric[]> {
@@ -182,25 +237,66 @@ export class InMemorySandboxService implements SandboxService {
 
   async updateNetwork(sandboxId: string, update: NetworkUpdate): Promise<void> {
     this.record("updateNetwork", sandboxId, update);
-    this.find(sandboxId);
+    const sandbox = this.find(sandboxId);
+    const network = {
+      ...sandbox.network,
+      allowOut: update.allowOut ?? sandbox.network.allowOut,
+      denyOut: update.denyOut ?? sandbox.network.denyOut,
+    };
+    const allowInternetAccess = update.allowInternetAccess ?? sandbox.allowInternetAccess;
+    validateEgressPolicy({
+      allowInternet: allowInternetAccess,
+      allowOut: [...network.allowOut],
+      denyOut: [...network.denyOut],
+    });
+    sandbox.network = network;
+    sandbox.allowInternetAccess = allowInternetAccess;
   }
-
-  readonly snapshots: SnapshotInfo[] = [];
 
   async fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
     this.record("fork", sandboxId, input);
     const source = this.find(sandboxId);
-    return Array.from({ length: input.count }, () => ({
-      sandbox: this.seed({
-        templateId: source.templateId,
-        metadata: { ...source.metadata, ...input.metadata },
-      }),
-    }));
+    if (!Number.isInteger(input.count) || input.count < 1 || input.count > this.maxForkCount) {
+      throw new WarrenError(
+        "invalid_argument",
+        `count must be an integer from 1 to ${this.maxForkCount}, got ${input.count}`,
+      );
+    }
+    return Array.from({ length: input.count }, (): ForkResult => {
+      try {
+        this.reserve();
+        return {
+          sandbox: this.start({
+            templateId: source.templateId,
+            alias: source.alias,
+            metadata: { ...source.metadata, ...input.metadata },
+            timeoutMs: input.timeoutMs ?? 300_000,
+            network: source.network,
+            allowInternetAccess: source.allowInternetAccess,
+            lifecycle: source.lifecycle,
+          }),
+        };
+      } catch (err) {
+        const error = toWarrenError(err);
+        return { error: { reason: error.reason, message: error.message } };
+      }
+    });
   }
 
   async createSnapshot(sandboxId: string, input: { name?: string }): Promise<SnapshotInfo> {
     this.record("createSnapshot", sandboxId, input);
     this.find(sandboxId);
+    if (input.name !== undefined) {
+      if (!SNAPSHOT_NAME.test(input.name)) {
+        throw new WarrenError("invalid_argument", `name '${input.name}' is not a valid name`);
+      }
+      if (this.templates.has(input.name) || this.snapshotOf(input.name)) {
+        throw new WarrenError(
+          "template_name_taken",
+          `a template named '${input.name}' already exists`,
+        );
+      }
+    }
     this.clock += 1000;
     const templateId = `tpl${this.nextId++}`;
     const info: SnapshotInfo = {
@@ -216,16 +312,32 @@ export class InMemorySandboxService implements SandboxService {
 
   async listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
     this.record("listSnapshots", filter);
-    return this.snapshots.filter((s) => !filter.sandboxId || s.sandboxId === filter.sandboxId);
+    return this.snapshots
+      .filter((s) => !filter.sandboxId || s.sandboxId === filter.sandboxId)
+      .filter(
+        (s) =>
+          !filter.name ||
+          s.names.includes(filter.name) ||
+          s.names.includes(`${filter.name}:default`),
+      );
   }
 
   async deleteTemplate(templateId: string): Promise<void> {
     this.record("deleteTemplate", templateId);
-    const index = this.snapshots.findIndex(
-      (s) => s.templateId === templateId || s.snapshotId === templateId,
-    );
-    if (index < 0) throw new WarrenError("not_found", `template ${templateId} not found`);
-    this.snapshots.splice(index, 1);
+    if (this.templates.has(templateId)) {
+      throw new WarrenError("template_protected", `'${templateId}' is a built-in template`);
+    }
+    const snapshot = this.snapshotOf(templateId);
+    if (!snapshot)
+      throw new WarrenError("template_not_found", `template '${templateId}' not found`);
+    const users = [...this.#madeFrom].filter(([, from]) => from === snapshot.templateId);
+    if (users.length > 0) {
+      throw new WarrenError(
+        "template_in_use",
+        `snapshot ${templateId} is still used by ${users.map(([id]) => id).join(", ")}`,
+      );
+    }
+    this.snapshots.splice(this.snapshots.indexOf(snapshot), 1);
   }
 
   private record(method: keyof SandboxService, ...args: unknown[]): void {
@@ -239,11 +351,91 @@ export class InMemorySandboxService implements SandboxService {
 
   private find(sandboxId: string): Mutable<SandboxInfo> {
     const sandbox = this.sandboxes.get(sandboxId);
-    if (sandbox === undefined) throw new WarrenError("not_found", `sandbox ${sandboxId} not found`);
+    if (sandbox === undefined) {
+      throw new WarrenError("sandbox_not_found", `sandbox ${sandboxId} not found`);
+    }
     return sandbox;
+  }
+
+  private running(sandboxId: string): Mutable<SandboxInfo> {
+    const sandbox = this.find(sandboxId);
+    if (sandbox.state === "paused") {
+      throw new WarrenError("sandbox_paused", `sandbox ${sandboxId} is paused: resume it first`);
+    }
+    return sandbox;
+  }
+
+  /** A template name or id creates may use (a snapshot's `name:default` included). */
+  private findTemplate(idOrName: string): string {
+    if (this.templates.has(idOrName)) return idOrName;
+    const snapshot = this.snapshotOf(idOrName);
+    if (snapshot) return snapshot.templateId;
+    throw new WarrenError("template_not_found", `template '${idOrName}' not found`);
+  }
+
+  private snapshotOf(idOrName: string): SnapshotInfo | undefined {
+    const name = idOrName.replace(/:[^/:]*$/, "");
+    return this.snapshots.find(
+      (s) =>
+        s.templateId === name || s.snapshotId === idOrName || s.names.includes(`${name}:default`),
+    );
+  }
+
+  /** capacity_exhausted when another running sandbox would pass the limit. */
+  private reserve(): void {
+    const running = [...this.sandboxes.values()].filter((s) => s.state === "running").length;
+    if (running >= this.maxSandboxes) {
+      throw new WarrenError(
+        "capacity_exhausted",
+        `node at capacity: ${this.maxSandboxes} sandboxes are running; retry later`,
+      );
+    }
+  }
+
+  /** A new running sandbox, its TTL armed. */
+  private start(
+    fields: Partial<SandboxInfo> & { readonly templateId: string; readonly timeoutMs: number },
+  ): SandboxInfo {
+    const { timeoutMs, ...info } = fields;
+    const now = Date.now();
+    const sandbox = this.seed({
+      ...info,
+      startedAt: new Date(now),
+      endAt: new Date(now + timeoutMs),
+    });
+    this.armTtl(this.sandboxes.get(sandbox.sandboxId) as Mutable<SandboxInfo>);
+    return sandbox;
+  }
+
+  private setDeadline(sandbox: Mutable<SandboxInfo>, endAt: number): void {
+    sandbox.endAt = new Date(endAt);
+    this.armTtl(sandbox);
+  }
+
+  private armTtl(sandbox: Mutable<SandboxInfo>): void {
+    clearTimeout(this.#timers.get(sandbox.sandboxId));
+    const timer = setTimeout(
+      () => {
+        if (this.sandboxes.get(sandbox.sandboxId) !== sandbox || sandbox.state !== "running")
+          return;
+        if (sandbox.lifecycle.onTimeout === "pause") this.setState(sandbox, "paused");
+        else this.remove(sandbox.sandboxId);
+      },
+      Math.max(0, sandbox.endAt.getTime() - Date.now()),
+    );
+    timer.unref();
+    this.#timers.set(sandbox.sandboxId, timer);
+  }
+
+  private remove(sandboxId: string): void {
+    clearTimeout(this.#timers.get(sandboxId));
+    this.#timers.delete(sandboxId);
+    this.#madeFrom.delete(sandboxId);
+    this.sandboxes.delete(sandboxId);
   }
 
   private setState(sandbox: Mutable<SandboxInfo>, state: PublicState): void {
     sandbox.state = state;
+    if (state === "paused") clearTimeout(this.#timers.get(sandbox.sandboxId));
   }
 }

@@ -34,6 +34,7 @@ before(async () => {
 after(() => harness.app.close());
 
 test("create → getInfo → pause → connect (resume) → setTimeout → kill", async () => {
+  harness.service.templates.add("python");
   const sandbox = await Sandbox.create("python", {
     ...opts,
     timeoutMs: 90_500,

@@ -1,0 +1,89 @@
+/**
+ * FakeGuestAgent: a STAND-IN for EnvdClient (envd over HTTP) in orchestrator unit tests. It
+ * answers for the fake guest behind a slot's host address as envd would: /init is refused
+ * unless it presents the token the guest's envd holds, then sets the guest's token and env;
+ * calls to a guest that is not running wait (connection refused, retried) until the
+ * deadline. Tests can hold /init calls at a gate or make envd refuse them.
+ */
+import type { GuestAgent, InitOptions } from "../../src/orchestrator/index.js";
+import type { EnvdInitRequest, EnvdMetrics } from "../../src/protocol/index.js";
+import { WarrenError } from "../../src/shared/index.js";
+import type { FakeSlotPool } from "./fake-slot-pool.js";
+import type { FakeVm, FakeVmmDriver } from "./fake-vmm-driver.js";
+import type { Gate } from "./gate.js";
+
+const POLL_MS = 5;
+
+export class FakeGuestAgent implements GuestAgent {
+  readonly inits: { host: string; body: EnvdInitRequest; token?: string }[] = [];
+  exercises = 0;
+  /** Every /init waits here first (when set). */
+  initGate: Gate | undefined;
+  /** The next /init calls answer 500, as a broken envd would. */
+  failInits = 0;
+
+  constructor(
+    readonly driver: FakeVmmDriver,
+    readonly slots: FakeSlotPool,
+  ) {}
+
+  async init(host: string, body: EnvdInitRequest, options: InitOptions): Promise<void> {
+    await this.initGate?.passed(host);
+    const vm = await this.#reach(host, options.deadlineMs, options.signal);
+    if (this.failInits > 0) {
+      this.failInits -= 1;
+      throw new WarrenError("internal", "envd refused /init: 500 internal error");
+    }
+    const { guest } = vm;
+    if (guest.envdToken !== undefined && options.token !== guest.envdToken) {
+      throw new WarrenError("internal", "envd refused /init: 401 invalid access token");
+    }
+    guest.envdToken = body.accessToken || undefined;
+    guest.envVars = { ...(body.envVars ?? {}) };
+    guest.inits += 1;
+    this.inits.push({ host, body, token: options.token });
+  }
+
+  async waitForHealth(host: string, options: { deadlineMs: number }): Promise<void> {
+    await this.#reach(host, options.deadlineMs);
+  }
+
+  async exercise(host: string): Promise<void> {
+    await this.#reach(host, 1_000);
+    this.exercises += 1;
+  }
+
+  async metrics(host: string, token?: string): Promise<EnvdMetrics> {
+    const vm = await this.#reach(host, 1_000);
+    if (vm.guest.envdToken !== undefined && token !== vm.guest.envdToken) {
+      throw new WarrenError("internal", "envd /metrics answered 401");
+    }
+    return {
+      ts: Math.floor(Date.now() / 1000),
+      cpu_count: vm.spec.shape.vcpus,
+      cpu_used_pct: 1.5,
+      mem_total: vm.spec.shape.memoryMiB * 1024 * 1024,
+      mem_used: 64 * 1024 * 1024,
+      mem_cache: 0,
+      mem_total_mib: vm.spec.shape.memoryMiB,
+      mem_used_mib: 64,
+      disk_total: 2 * 1024 ** 3,
+      disk_used: 1024 ** 3,
+    };
+  }
+
+  /** The running guest at `host`, waited for as a client retries a refused connection. */
+  async #reach(host: string, deadlineMs: number, signal?: AbortSignal): Promise<FakeVm> {
+    const deadline = Date.now() + deadlineMs;
+    for (;;) {
+      signal?.throwIfAborted();
+      const slot = this.slots.byHost(host);
+      const vm = slot && this.driver.vmIn(slot.netns);
+      if (vm?.running) return vm;
+      if (Date.now() >= deadline) {
+        throw new WarrenError("internal", `envd at ${host} did not answer within ${deadlineMs} ms`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    }
+  }
+}

@@ -1,0 +1,202 @@
+/**
+ * A node of fakes: the real Orchestrator over FakeVmmDriver, FakeSlotPool, FakeGuestAgent and
+ * InMemoryCatalog, in a temporary data dir (snapshot and runtime directories are real
+ * directories). No root, no VMs, no network namespaces. Restarts keep the catalog, the data
+ * dir and the driver (VMMs outlive a crashed server, as QEMU processes do).
+ */
+import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { GuestArtifacts } from "../../src/images/index.js";
+import {
+  Orchestrator,
+  type OrchestratorOptions,
+  stateLayout,
+} from "../../src/orchestrator/index.js";
+import type { SandboxServiceHarness } from "../../src/orchestrator/sandbox-service.contract.js";
+import type { Logger } from "../../src/shared/index.js";
+import { FakeGuestAgent } from "./fake-guest-agent.js";
+import { FakeSlotPool } from "./fake-slot-pool.js";
+import { FakeVmmDriver } from "./fake-vmm-driver.js";
+import { InMemoryCatalog } from "./in-memory-catalog.js";
+
+export interface LogLine {
+  readonly level: "debug" | "info" | "warn" | "error";
+  readonly event: string;
+  readonly fields: Record<string, unknown>;
+}
+
+/** Keeps every line, so tests can look for an event. */
+export class RecordingLogger implements Logger {
+  readonly lines: LogLine[] = [];
+  debug(fields: Record<string, unknown>, event: string) {
+    this.lines.push({ level: "debug", event, fields });
+  }
+  info(fields: Record<string, unknown>, event: string) {
+    this.lines.push({ level: "info", event, fields });
+  }
+  warn(fields: Record<string, unknown>, event: string) {
+    this.lines.push({ level: "warn", event, fields });
+  }
+  error(fields: Record<string, unknown>, event: string) {
+    this.lines.push({ level: "error", event, fields });
+  }
+  events(event: string): LogLine[] {
+    return this.lines.filter((line) => line.event === event);
+  }
+}
+
+export type FakeNodeSettings = Partial<
+  Pick<
+    OrchestratorOptions,
+    | "maxForkCount"
+    | "poolSize"
+    | "defaultTimeoutMs"
+    | "flattenDepth"
+    | "maxConcurrentStarts"
+    | "envdDeadlineMs"
+  >
+> & { readonly maxSandboxes?: number; readonly maxSlots?: number };
+
+export class FakeNode {
+  readonly driver = new FakeVmmDriver();
+  readonly logger = new RecordingLogger();
+  slots: FakeSlotPool;
+  agent: FakeGuestAgent;
+  catalog = new InMemoryCatalog();
+  orchestrator!: Orchestrator;
+
+  private constructor(
+    readonly dataDir: string,
+    readonly images: GuestArtifacts,
+    readonly settings: FakeNodeSettings,
+  ) {
+    this.slots = new FakeSlotPool(settings.maxSlots);
+    this.agent = new FakeGuestAgent(this.driver, this.slots);
+  }
+
+  static async start(settings: FakeNodeSettings = {}): Promise<FakeNode> {
+    const dataDir = await mkdtemp(join(tmpdir(), "warren-fake-node-"));
+    const baseRootfs = join(dataDir, "base-rootfs.img");
+    await writeFile(baseRootfs, Buffer.alloc(4096));
+    const images: GuestArtifacts = {
+      kernel: "/fake/vmlinuz",
+      initramfs: "/fake/initramfs",
+      agentDrive: "/fake/agent-drive",
+      baseRootfs,
+      kernelVersion: "6.1.0-fake",
+      kernelArgs: "",
+      fingerprint: "fake-images-1",
+      manifest: "/fake/manifest.json",
+    };
+    const node = new FakeNode(dataDir, images, settings);
+    await node.#startOrchestrator();
+    return node;
+  }
+
+  get layout() {
+    return stateLayout(this.dataDir);
+  }
+
+  /** Stops gracefully (close) or as a crash would, then starts a new orchestrator. */
+  async restart(mode: "graceful" | "crash"): Promise<void> {
+    if (mode === "graceful") await this.orchestrator.close();
+    // A crashed server's slots are gone with it; its VMMs and files are not.
+    this.catalog = await this.catalog.reopen();
+    this.slots = new FakeSlotPool(this.settings.maxSlots);
+    this.agent = new FakeGuestAgent(this.driver, this.slots);
+    await this.#startOrchestrator();
+  }
+
+  /**
+   * What is held beyond an idle node: VMMs alive, slots in use, runtime dirs, snapshot dirs
+   * no template or sandbox needs. Pooled VMMs are part of idle.
+   */
+  async leaks(): Promise<string[]> {
+    const pooled = this.orchestrator.status().pooledVmms ?? 0;
+    const found: string[] = [];
+    if (this.driver.alive.size > pooled) {
+      found.push(...[...this.driver.alive].map((vm) => `vmm ${vm.id}`));
+    }
+    if (this.slots.inUse.size > pooled) found.push(`${this.slots.inUse.size} slots in use`);
+    const runtimeDirs = await readdir(this.layout.runDir).catch(() => [] as string[]);
+    if (runtimeDirs.length > pooled) found.push(...runtimeDirs.map((d) => `runtime dir ${d}`));
+    const needed = new Set<string>();
+    for (const template of await this.catalog.listTemplates()) needed.add(template.snapshotId);
+    for (const row of await this.catalog.listSandboxes([
+      "creating",
+      "running",
+      "pausing",
+      "paused",
+      "resuming",
+    ])) {
+      if (row.snapshotId) needed.add(row.snapshotId);
+    }
+    // A needed snapshot keeps its ancestors.
+    for (const id of [...needed]) {
+      let parent = (await this.catalog.getSnapshot(id))?.parentId;
+      while (parent) {
+        needed.add(parent);
+        parent = (await this.catalog.getSnapshot(parent))?.parentId;
+      }
+    }
+    for (const dir of await readdir(this.layout.snapshotsDir).catch(() => [] as string[])) {
+      if (!needed.has(dir)) found.push(`snapshot ${dir}`);
+    }
+    return found;
+  }
+
+  /** The contract suite's view of this node. */
+  harness(): SandboxServiceHarness {
+    const node = this;
+    return {
+      get service() {
+        return node.orchestrator;
+      },
+      get router() {
+        return node.orchestrator;
+      },
+      templateId: "base",
+      maxSandboxes: this.settings.maxSandboxes ?? 4,
+      maxForkCount: this.settings.maxForkCount ?? 4,
+      faults: {
+        holdStarts: () => node.driver.holdStarts(),
+        failNextPause: (how) => node.driver.failNextSnapshot(how),
+      },
+      restart: (mode) => node.restart(mode),
+      leaks: () => node.leaks(),
+      cleanup: () => node.close(),
+    };
+  }
+
+  async close(): Promise<void> {
+    await this.orchestrator.close().catch(() => {});
+    for (const vm of [...this.driver.alive]) await vm.destroy();
+    await rm(this.dataDir, { recursive: true, force: true });
+  }
+
+  async #startOrchestrator(): Promise<void> {
+    const s = this.settings;
+    this.orchestrator = new Orchestrator({
+      catalog: this.catalog,
+      driver: this.driver,
+      slots: this.slots,
+      agent: this.agent,
+      images: this.images,
+      layout: this.layout,
+      limits: { maxSandboxes: s.maxSandboxes ?? 4, maxVcpus: 64, maxMemoryMiB: 64 * 1024 },
+      templateShape: { vcpus: 1, memoryMiB: 512 },
+      maxForkCount: s.maxForkCount ?? 4,
+      flattenDepth: s.flattenDepth ?? 0,
+      maxConcurrentStarts: s.maxConcurrentStarts ?? 4,
+      poolSize: s.poolSize ?? 0,
+      poolMinAvailableMiB: 0,
+      defaultTimeoutMs: s.defaultTimeoutMs ?? 60_000,
+      accelerator: { accel: "tcg", reason: "fake driver" },
+      logger: this.logger,
+      envdDeadlineMs: s.envdDeadlineMs ?? 2_000,
+      templateSettleMs: 0,
+    });
+    await this.orchestrator.start();
+  }
+}

@@ -1,0 +1,190 @@
+/**
+ * FakeVmmDriver: a STAND-IN for QemuDriver in orchestrator unit tests. It runs no VM. A
+ * fake guest is a small record (the token and env its envd holds, a key/value "memory" a
+ * test writes into) that a snapshot writes into the snapshot directory (with a meta.json, as
+ * the real one) and a restore reads back, so forks and resumes carry exactly what was
+ * captured. Runtime directories are real directories, created and removed as QEMU's are.
+ * Tests steer it: hold VM starts at a gate, fail or crash the next capture, crash a VMM.
+ */
+import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import type {
+  Accelerator,
+  ExitInfo,
+  PreparedRestore,
+  SnapshotTiming,
+  Vm,
+  VmmDriver,
+  VmSpec,
+} from "../../src/vmm/index.js";
+import { VmmError } from "../../src/vmm/index.js";
+import { Gate } from "./gate.js";
+
+export interface FakeGuest {
+  /** The access token the guest's envd holds (set by /init); undefined: none. */
+  envdToken?: string;
+  envVars: Record<string, string>;
+  /** What a test puts "in the guest": survives snapshots, forks and resumes. */
+  memory: Record<string, string>;
+  /** /init calls this guest answered since it was booted (carried by snapshots). */
+  inits: number;
+}
+
+const GUEST_FILE = "fake-guest.json";
+let nextPid = 100_000;
+
+export class FakeVm implements Vm {
+  readonly pid = nextPid++;
+  readonly exited: Promise<ExitInfo>;
+  /** The vCPUs run (a prepared restore is stopped until started). */
+  running = false;
+  #exit!: (info: ExitInfo) => void;
+  #gone = false;
+
+  constructor(
+    readonly driver: FakeVmmDriver,
+    readonly spec: VmSpec,
+    readonly guest: FakeGuest,
+  ) {
+    this.exited = new Promise((resolve) => {
+      this.#exit = resolve;
+    });
+    driver.alive.add(this);
+  }
+
+  get id(): string {
+    return this.spec.id;
+  }
+
+  get consoleLog(): string {
+    return join(this.spec.runtimeDir, "console.log");
+  }
+
+  get gone(): boolean {
+    return this.#gone;
+  }
+
+  async snapshot(dir: string, opts: { resume: boolean }): Promise<SnapshotTiming> {
+    if (this.#gone) throw new VmmError("the VMM is gone", this.id);
+    const fault = this.driver.takeSnapshotFault();
+    if (fault === "crash") {
+      this.crash("killed by a signal during the capture");
+      throw new VmmError("QMP connection closed during the capture", this.id);
+    }
+    if (fault === "error") throw new VmmError("QMP xen-save-devices-state failed", this.id);
+    await mkdir(dir, { recursive: true });
+    await writeFile(join(dir, "meta.json"), JSON.stringify({ fake: true, vm: this.id }));
+    await writeFile(join(dir, GUEST_FILE), JSON.stringify(this.guest));
+    this.driver.captures.push({ vmId: this.id, dir, resume: opts.resume });
+    if (!opts.resume) this.#end({ expected: true, reason: "quit after the capture" });
+    return { pausedMs: 1, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0 };
+  }
+
+  async destroy(): Promise<void> {
+    this.#end({ expected: true, reason: "destroyed" });
+    await rm(this.spec.runtimeDir, { recursive: true, force: true });
+  }
+
+  /** The VMM dies on its own (a test's "QEMU crashed"). */
+  crash(reason = "killed by SIGSEGV"): void {
+    this.#end({ expected: false, reason });
+  }
+
+  #end(info: Omit<ExitInfo, "code" | "signal">): void {
+    if (this.#gone) return;
+    this.#gone = true;
+    this.running = false;
+    this.driver.alive.delete(this);
+    this.#exit({ code: null, signal: null, ...info });
+  }
+}
+
+export class FakeVmmDriver implements VmmDriver {
+  readonly accel: Accelerator = "tcg";
+  /** VMs whose VMM has not exited, started by any orchestrator using this driver. */
+  readonly alive = new Set<FakeVm>();
+  readonly captures: { vmId: string; dir: string; resume: boolean }[] = [];
+  readonly flattened: { snapshotDir: string; ontoDir: string }[] = [];
+  boots = 0;
+  restores = 0;
+  /** What bootDrift reports for every snapshot (undefined: no drift). */
+  drift: string | undefined;
+  #startGate: Gate | undefined;
+  #snapshotFaults: ("error" | "crash")[] = [];
+
+  /** Every restore (plain or a pooled VMM's start) waits until the gate opens. */
+  holdStarts(): Gate {
+    this.#startGate = new Gate();
+    return this.#startGate;
+  }
+
+  /** The next capture fails: "error" leaves the VMM running, "crash" kills it. */
+  failNextSnapshot(how: "error" | "crash"): void {
+    this.#snapshotFaults.push(how);
+  }
+
+  takeSnapshotFault(): "error" | "crash" | undefined {
+    return this.#snapshotFaults.shift();
+  }
+
+  /** The live VM attached to a slot's namespace (how the fake agent finds its guest). */
+  vmIn(netns: string): FakeVm | undefined {
+    return [...this.alive].find(
+      (vm) => vm.spec.network.kind === "tap" && vm.spec.network.netns === netns,
+    );
+  }
+
+  async boot(spec: VmSpec): Promise<Vm> {
+    this.boots += 1;
+    await makeRuntimeDir(spec);
+    const vm = new FakeVm(this, spec, { envVars: {}, memory: {}, inits: 0 });
+    vm.running = true;
+    return vm;
+  }
+
+  async restore(snapshotDir: string, spec: VmSpec): Promise<Vm> {
+    const prepared = await this.prepareRestore(snapshotDir, spec);
+    return prepared.start();
+  }
+
+  async prepareRestore(snapshotDir: string, spec: VmSpec): Promise<PreparedRestore> {
+    const guest = JSON.parse(await readFile(join(snapshotDir, GUEST_FILE), "utf8")) as FakeGuest;
+    await makeRuntimeDir(spec);
+    const vm = new FakeVm(this, spec, guest);
+    return {
+      pid: vm.pid,
+      warm: async (ready) => {
+        vm.running = true;
+        await ready();
+        vm.running = false;
+      },
+      start: async () => {
+        await this.#startGate?.passed(vm.id);
+        if (vm.gone) throw new VmmError("the VMM exited before it started", vm.id);
+        this.restores += 1;
+        vm.running = true;
+        return vm;
+      },
+      discard: () => vm.destroy(),
+    };
+  }
+
+  async flattenDisk(snapshotDir: string, ontoDir: string): Promise<void> {
+    this.flattened.push({ snapshotDir, ontoDir });
+  }
+
+  async bootDrift(): Promise<string | undefined> {
+    return this.drift;
+  }
+
+  async killOrphans(runDir: string): Promise<number> {
+    const orphans = [...this.alive].filter((vm) => vm.spec.runtimeDir.startsWith(`${runDir}/`));
+    for (const vm of orphans) vm.crash("killed as an orphan");
+    return orphans.length;
+  }
+}
+
+async function makeRuntimeDir(spec: VmSpec): Promise<void> {
+  await mkdir(spec.runtimeDir, { recursive: true });
+  await writeFile(join(spec.runtimeDir, "console.log"), `fake guest ${spec.id} booted\n`);
+}

@@ -1,0 +1,228 @@
+/**
+ * InMemoryCatalog: a STAND-IN for SqliteCatalog in orchestrator unit tests: the same
+ * `Catalog` contract (src/catalog/catalog.contract.ts runs against it), kept in plain maps.
+ * `reopen()` hands out a new catalog over the same data, as a restarted server would find
+ * its SQLite file.
+ */
+import type {
+  Catalog,
+  EventRow,
+  SandboxPatch,
+  SandboxRow,
+  SandboxState,
+  SnapshotRow,
+  TemplateRow,
+} from "../../src/catalog/index.js";
+import { WarrenError } from "../../src/shared/index.js";
+
+/** What a catalog remembers; shared by every catalog reopened on it. */
+interface Store {
+  readonly sandboxes: Map<string, SandboxRow>;
+  readonly templates: Map<string, TemplateRow>;
+  readonly snapshots: Map<string, SnapshotRow>;
+  readonly events: EventRow[];
+}
+
+const REQUIRED_SANDBOX_KEYS: readonly (keyof SandboxPatch)[] = [
+  "templateId",
+  "state",
+  "clientId",
+  "vcpus",
+  "memoryMiB",
+  "diskSizeMiB",
+  "metadata",
+  "envVars",
+  "config",
+  "startedAt",
+  "endAt",
+  "updatedAt",
+];
+
+/** A deep copy without keys set to undefined: rows leave unset optional fields absent. */
+function copy<T extends object>(row: T): T {
+  const out = structuredClone(row) as Record<string, unknown>;
+  for (const [key, value] of Object.entries(out)) if (value === undefined) delete out[key];
+  return out as T;
+}
+
+function byKeys<T>(...keys: ((row: T) => string)[]): (a: T, b: T) => number {
+  return (a, b) => {
+    for (const key of keys) {
+      const [x, y] = [key(a), key(b)];
+      if (x !== y) return x < y ? -1 : 1;
+    }
+    return 0;
+  };
+}
+
+export class InMemoryCatalog implements Catalog {
+  readonly #store: Store;
+  #open = true;
+
+  constructor(store?: Store) {
+    this.#store = store ?? {
+      sandboxes: new Map(),
+      templates: new Map(),
+      snapshots: new Map(),
+      events: [],
+    };
+  }
+
+  /** A new catalog on the same data (this one is closed first). */
+  async reopen(): Promise<InMemoryCatalog> {
+    await this.close();
+    return new InMemoryCatalog(this.#store);
+  }
+
+  async insertSandbox(row: SandboxRow): Promise<void> {
+    const { sandboxes } = this.#data();
+    if (sandboxes.has(row.id)) {
+      throw new WarrenError("already_exists", `insert sandbox ${row.id}: the id is taken`);
+    }
+    sandboxes.set(row.id, copy(row));
+  }
+
+  async updateSandbox(id: string, patch: SandboxPatch): Promise<SandboxRow | undefined> {
+    const { sandboxes } = this.#data();
+    for (const key of REQUIRED_SANDBOX_KEYS) {
+      if (key in patch && patch[key] === undefined) {
+        throw new WarrenError("invalid_argument", `${key} cannot be cleared`);
+      }
+    }
+    const current = sandboxes.get(id);
+    if (!current) return undefined;
+    const next = copy({ ...current, ...patch, id, updatedAt: new Date().toISOString() });
+    sandboxes.set(id, next);
+    return copy(next);
+  }
+
+  async getSandbox(id: string): Promise<SandboxRow | undefined> {
+    const row = this.#data().sandboxes.get(id);
+    return row && copy(row);
+  }
+
+  async listSandboxes(states?: readonly SandboxState[]): Promise<SandboxRow[]> {
+    return [...this.#data().sandboxes.values()]
+      .filter((row) => !states || states.includes(row.state))
+      .sort(
+        byKeys(
+          (r) => r.startedAt,
+          (r) => r.id,
+        ),
+      )
+      .map(copy);
+  }
+
+  async deleteSandbox(id: string): Promise<void> {
+    this.#data().sandboxes.delete(id);
+  }
+
+  async putTemplate(row: TemplateRow): Promise<void> {
+    const { templates } = this.#data();
+    // An alias moves to the template put last.
+    for (const [id, other] of templates) {
+      if (id === row.id) continue;
+      const aliases = other.aliases.filter((alias) => !row.aliases.includes(alias));
+      if (aliases.length !== other.aliases.length) templates.set(id, { ...other, aliases });
+    }
+    templates.set(row.id, copy(row));
+  }
+
+  async getTemplate(idOrAlias: string): Promise<TemplateRow | undefined> {
+    const { templates } = this.#data();
+    const row =
+      templates.get(idOrAlias) ??
+      [...templates.values()].find((template) => template.aliases.includes(idOrAlias));
+    return row && copy(row);
+  }
+
+  async listTemplates(): Promise<TemplateRow[]> {
+    return [...this.#data().templates.values()]
+      .sort(
+        byKeys(
+          (r) => r.createdAt,
+          (r) => r.id,
+        ),
+      )
+      .map(copy);
+  }
+
+  async deleteTemplate(id: string): Promise<void> {
+    this.#data().templates.delete(id);
+  }
+
+  async putSnapshot(row: SnapshotRow): Promise<void> {
+    this.#data().snapshots.set(row.id, copy(row));
+  }
+
+  async getSnapshot(id: string): Promise<SnapshotRow | undefined> {
+    const row = this.#data().snapshots.get(id);
+    return row && copy(row);
+  }
+
+  async listSnapshots(filter: { sandboxId?: string; name?: string } = {}): Promise<SnapshotRow[]> {
+    return [...this.#data().snapshots.values()]
+      .filter((row) => filter.sandboxId === undefined || row.sandboxId === filter.sandboxId)
+      .filter((row) => filter.name === undefined || row.names.includes(filter.name))
+      .sort(
+        byKeys(
+          (r) => r.createdAt,
+          (r) => r.id,
+        ),
+      )
+      .map(copy);
+  }
+
+  async deleteSnapshot(id: string): Promise<void> {
+    this.#data().snapshots.delete(id);
+  }
+
+  async snapshotUsers(
+    id: string,
+  ): Promise<{ snapshots: string[]; templates: string[]; sandboxes: string[] }> {
+    const { snapshots, templates, sandboxes } = this.#data();
+    const ids = (rows: Iterable<{ id: string }>, uses: (row: never) => boolean) =>
+      [...rows]
+        .filter(uses as (row: { id: string }) => boolean)
+        .map((row) => row.id)
+        .sort();
+    return {
+      snapshots: ids(snapshots.values(), (row: SnapshotRow) => row.parentId === id),
+      templates: ids(templates.values(), (row: TemplateRow) => row.snapshotId === id),
+      sandboxes: ids(
+        sandboxes.values(),
+        (row: SandboxRow) => row.snapshotId === id && row.state !== "killed",
+      ),
+    };
+  }
+
+  async recordEvent(event: EventRow): Promise<void> {
+    this.#data().events.push(copy(event));
+  }
+
+  async listEvents(
+    sandboxId: string,
+    options: { since?: string; limit?: number } = {},
+  ): Promise<EventRow[]> {
+    const { since, limit } = options;
+    if (limit !== undefined && !(Number.isSafeInteger(limit) && limit >= 0)) {
+      throw new WarrenError("invalid_argument", `limit must be an integer >= 0, got ${limit}`);
+    }
+    // Stable sort: ties keep recording order.
+    const events = this.#data()
+      .events.filter((e) => e.sandboxId === sandboxId && (since === undefined || e.at >= since))
+      .sort((a, b) => (a.at === b.at ? 0 : a.at < b.at ? -1 : 1));
+    return (limit === undefined ? events : events.slice(Math.max(0, events.length - limit))).map(
+      copy,
+    );
+  }
+
+  async close(): Promise<void> {
+    this.#open = false;
+  }
+
+  #data(): Store {
+    if (!this.#open) throw new WarrenError("unavailable", "the catalog is closed");
+    return this.#store;
+  }
+}
