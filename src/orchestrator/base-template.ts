@@ -62,7 +62,7 @@ export async function ensureBaseTemplate(options: BaseTemplateOptions): Promise<
   if (current) {
     // Its capture goes too, unless paused sandboxes or later snapshots still stand on it.
     await catalog.deleteTemplate(current.id);
-    const deleted = await snapshots.releaseTemplate(current.snapshotId);
+    const deleted = await snapshots.release(current.snapshotId);
     if (deleted.length === 0)
       logger.info({ snapshot: current.snapshotId }, "template.snapshot_kept");
   }

@@ -30,7 +30,7 @@ export interface CaptureInput {
   readonly sandboxId?: string;
   /** The snapshot the VM runs on (its disk is stacked on that one's), if any. */
   readonly parentId?: string;
-  /** "template": a template's own capture, kept until `releaseTemplate`. */
+  /** "template": a template's own capture (kept while its template row points at it). */
   readonly kind: "template" | "pause" | "fork" | "named";
   /** Names it is found by (a template capture's `base:default`). */
   readonly names?: readonly string[];
@@ -92,30 +92,18 @@ export class SnapshotStore {
 
   /**
    * Deletes `snapshotId` once nothing uses it any more (no sandbox stands on it, no template
-   * points at it, no later snapshot is stacked on it), then walks up to its parent. Template
-   * captures are kept: their template decides. Returns the ids deleted.
+   * points at it, no later snapshot is stacked on it), then walks up to its parent: a
+   * template's capture goes once its template row is deleted and nothing stands on it.
+   * Returns the ids deleted.
    */
   release(snapshotId: string | undefined): Promise<string[]> {
-    return this.#release(snapshotId, false);
-  }
-
-  /**
-   * A template's capture, once its template row is deleted: removed like any other snapshot
-   * when nothing uses it any more (paused sandboxes or later snapshots may still stand on it).
-   */
-  releaseTemplate(snapshotId: string): Promise<string[]> {
-    return this.#release(snapshotId, true);
-  }
-
-  #release(snapshotId: string | undefined, template: boolean): Promise<string[]> {
     return this.#graph.run("graph", async () => {
       const { catalog } = this.#o;
       const deleted: string[] = [];
       let id = snapshotId;
       while (id) {
         const snapshot = await catalog.getSnapshot(id);
-        const keptTemplate = snapshot?.kind === "template" && !(template && id === snapshotId);
-        if (!snapshot || keptTemplate) break;
+        if (!snapshot) break;
         const users = await catalog.snapshotUsers(id);
         if (users.sandboxes.length + users.snapshots.length + users.templates.length > 0) break;
         if (id === this.#flattening) {
@@ -131,12 +119,14 @@ export class SnapshotStore {
     });
   }
 
-  /** Releases every pause or fork snapshot nothing uses (left by a crash or a retire cut short). */
+  /**
+   * Releases every snapshot nothing uses: left by a crash, a retire cut short, or a replaced
+   * template whose last paused sandbox was killed while the server was down.
+   */
   async sweep(): Promise<number> {
     let deleted = 0;
     for (const row of await this.#o.catalog.listSnapshots()) {
-      if (row.kind === "pause" || row.kind === "fork")
-        deleted += (await this.release(row.id)).length;
+      deleted += (await this.release(row.id)).length;
     }
     return deleted;
   }

@@ -70,7 +70,7 @@ async function chainLength(image: string): Promise<number> {
   return (JSON.parse(stdout) as unknown[]).length;
 }
 
-/** A data dir with a raw base disk and a template snapshot stacked on it. */
+/** A data dir with a raw base disk and a template (its snapshot stacked on that disk). */
 async function fixture(name: string, flattenDepth: number, driver = testDriver()) {
   const layout = stateLayout(join(root, name));
   await mkdir(layout.snapshotsDir, { recursive: true });
@@ -87,6 +87,17 @@ async function fixture(name: string, flattenDepth: number, driver = testDriver()
     kind: "template",
     names: [],
     imagesFingerprint: "test",
+    createdAt: new Date().toISOString(),
+  });
+  // The template row keeps its capture, as the base template's does.
+  await catalog.putTemplate({
+    id: "tpl",
+    aliases: ["base"],
+    kind: "base",
+    snapshotId: "template",
+    vcpus: 1,
+    memoryMiB: 256,
+    diskSizeMiB: 64,
     createdAt: new Date().toISOString(),
   });
   const store = new SnapshotStore({
@@ -231,7 +242,7 @@ it("leaves the snapshot as it was when flattening fails", async () => {
   await catalog.close();
 });
 
-it("sweeps pause and fork snapshots nothing uses, and keeps those in use", async () => {
+it("sweeps snapshots nothing uses, and keeps those in use and the template's", async () => {
   const { layout, catalog, store, pauses } = await fixture("sweep", 0);
   const used = await pauses(2);
   const unused = await pauses(1);

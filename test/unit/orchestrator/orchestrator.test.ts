@@ -1,0 +1,210 @@
+// What only the orchestrator does, beyond the SandboxService contract (contract.test.ts):
+// the guests it drives, its warm pool, the base template, VMM crashes, recovery, readiness.
+// On fakes: no VMs, no root (test/fakes).
+import assert from "node:assert/strict";
+import { readdir } from "node:fs/promises";
+import { describe, it, type TestContext } from "node:test";
+import { createInput } from "../../../src/orchestrator/sandbox-service.contract.js";
+import { FakeNode, type FakeNodeSettings } from "../../fakes/fake-node.js";
+import type { FakeVm } from "../../fakes/fake-vmm-driver.js";
+
+async function startNode(t: TestContext, settings: FakeNodeSettings = {}): Promise<FakeNode> {
+  const node = await FakeNode.start(settings);
+  t.after(() => node.close());
+  return node;
+}
+
+function vmOf(node: FakeNode, sandboxId: string): FakeVm {
+  const vm = [...node.driver.alive].find((v) => v.id === sandboxId);
+  assert.ok(vm, `sandbox ${sandboxId} has a live VMM`);
+  return vm;
+}
+
+async function eventually(check: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  while (!check()) {
+    if (Date.now() > deadline) assert.fail(`not within 5 s: ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+describe("Orchestrator (on fakes)", () => {
+  describe("guests", () => {
+    it("a create hands the guest its env vars and a fresh access token through /init", async (t) => {
+      const node = await startNode(t);
+      const info = await node.orchestrator.create(
+        createInput("base", { secure: true, envVars: { LANG: "C.UTF-8" } }),
+      );
+      assert.ok(info.envdAccessToken, "a secured sandbox gets a token");
+      const guest = vmOf(node, info.sandboxId).guest;
+      assert.equal(guest.envdToken, info.envdAccessToken);
+      assert.deepEqual(guest.envVars, { LANG: "C.UTF-8" });
+    });
+
+    it("fork children start from the source's state and prove its token, then get their own", async (t) => {
+      const node = await startNode(t);
+      const source = await node.orchestrator.create(createInput("base", { secure: true }));
+      vmOf(node, source.sandboxId).guest.memory.progress = "step 41";
+      const results = await node.orchestrator.fork(source.sandboxId, { count: 2 });
+      const children = results.map((r) =>
+        "sandbox" in r ? r.sandbox : assert.fail("child failed"),
+      );
+      const tokens = new Set(children.map((c) => c.envdAccessToken));
+      assert.equal(tokens.size, 2, "each child has its own token");
+      assert.ok(!tokens.has(source.envdAccessToken));
+      for (const child of children) {
+        const guest = vmOf(node, child.sandboxId).guest;
+        assert.equal(guest.memory.progress, "step 41", "the child continues from the capture");
+        assert.equal(guest.envdToken, child.envdAccessToken);
+        const init = node.agent.inits.find((i) => i.body.accessToken === child.envdAccessToken);
+        assert.equal(init?.token, source.envdAccessToken, "/init proved the captured token");
+      }
+      // The source keeps running on its own state.
+      vmOf(node, source.sandboxId).guest.memory.progress = "step 42";
+      for (const child of children) {
+        assert.equal(vmOf(node, child.sandboxId).guest.memory.progress, "step 41");
+      }
+    });
+
+    it("a resume continues where the pause left off", async (t) => {
+      const node = await startNode(t);
+      const info = await node.orchestrator.create(createInput("base"));
+      vmOf(node, info.sandboxId).guest.memory.file = "written before the pause";
+      await node.orchestrator.pause(info.sandboxId);
+      assert.ok(![...node.driver.alive].some((vm) => vm.id === info.sandboxId), "VMM let go");
+      await node.orchestrator.connect(info.sandboxId, undefined);
+      assert.equal(vmOf(node, info.sandboxId).guest.memory.file, "written before the pause");
+    });
+
+    it("envd refusing /init fails the create and leaves nothing behind", async (t) => {
+      const node = await startNode(t);
+      node.agent.failInits = 1;
+      await assert.rejects(node.orchestrator.create(createInput("base")), /envd refused \/init/);
+      assert.deepEqual(node.orchestrator.list({}), []);
+      assert.deepEqual(await node.leaks(), []);
+      await node.orchestrator.create(createInput("base"));
+    });
+
+    it("metrics are sampled from envd and kept for later windows; logs hold the lifecycle and console", async (t) => {
+      const node = await startNode(t);
+      const info = await node.orchestrator.create(createInput("base"));
+      const [sample] = await node.orchestrator.metrics(info.sandboxId, {});
+      assert.equal(sample?.cpuCount, 1);
+      await node.orchestrator.pause(info.sandboxId);
+      const kept = await node.orchestrator.metrics(info.sandboxId, {});
+      assert.equal(kept.length, 1, "a paused sandbox answers from the samples taken");
+      await node.orchestrator.connect(info.sandboxId, undefined);
+      const logs = await node.orchestrator.logs(info.sandboxId, {});
+      const lifecycle = logs
+        .filter((l) => l.source === "lifecycle")
+        .map((l) => l.message.split(" ")[0]);
+      assert.deepEqual(lifecycle, ["sandbox.created", "sandbox.paused", "sandbox.resumed"]);
+      assert.ok(logs.some((l) => l.source === "console" && l.message.includes("booted")));
+    });
+  });
+
+  describe("VMM crashes", () => {
+    it("a VMM dying under a running sandbox loses it, tells the proxy, and frees what it held", async (t) => {
+      const node = await startNode(t);
+      const info = await node.orchestrator.create(createInput("base"));
+      const stopped: string[] = [];
+      node.orchestrator.onSandboxStopped((id) => stopped.push(id));
+      vmOf(node, info.sandboxId).crash();
+      await eventually(() => node.orchestrator.list({}).length === 0, "the sandbox is gone");
+      assert.deepEqual(stopped, [info.sandboxId]);
+      assert.equal(node.logger.events("sandbox.vmm_died").length, 1);
+      const row = await node.catalog.getSandbox(info.sandboxId);
+      assert.equal(row?.state, "killed");
+      assert.match(row?.endedReason ?? "", /^lost: the VMM exited/);
+      assert.deepEqual(await node.leaks(), []);
+    });
+  });
+
+  describe("warm pool", () => {
+    it("a create takes a warmed VMM, and the pool refills", async (t) => {
+      const node = await startNode(t, { poolSize: 1 });
+      await eventually(() => node.orchestrator.status().pooledVmms === 1, "the pool filled");
+      assert.ok(node.agent.exercises >= 2, "template capture and pool VMM walked envd");
+      const info = await node.orchestrator.create(createInput("base"));
+      const [creating] = node.logger.events("sandbox.creating");
+      assert.equal(creating?.fields.pooled, true);
+      assert.equal(node.orchestrator.status().pooledVmms, 0);
+      await eventually(() => node.orchestrator.status().pooledVmms === 1, "the pool refilled");
+      await node.orchestrator.kill(info.sandboxId);
+      assert.deepEqual(await node.leaks(), [], "only the pooled VMM is left");
+    });
+  });
+
+  describe("base template", () => {
+    it("is built once, reused across restarts, and rebuilt when a boot would differ", async (t) => {
+      const node = await startNode(t);
+      assert.equal(node.driver.boots, 1);
+      const first = await node.catalog.getTemplate("base");
+      await node.restart("graceful");
+      assert.equal(node.driver.boots, 1, "reused");
+
+      // A paused sandbox stands on the old capture: it is kept until that sandbox is gone.
+      const paused = await node.orchestrator.create(createInput("base"));
+      await node.orchestrator.pause(paused.sandboxId);
+      node.driver.drift = "the kernel command line changed";
+      await node.restart("graceful");
+      assert.equal(node.driver.boots, 2, "rebuilt");
+      const second = await node.catalog.getTemplate("base");
+      assert.notEqual(second?.snapshotId, first?.snapshotId);
+      assert.ok(await node.catalog.getSnapshot(first?.snapshotId ?? ""), "old capture kept");
+      await node.orchestrator.kill(paused.sandboxId);
+      assert.equal(await node.catalog.getSnapshot(first?.snapshotId ?? ""), undefined);
+      assert.deepEqual(await node.leaks(), []);
+    });
+  });
+
+  describe("restart recovery", () => {
+    it("kills the VMMs a crashed server left running and sweeps their runtime dirs", async (t) => {
+      const node = await startNode(t);
+      const a = await node.orchestrator.create(createInput("base"));
+      const b = await node.orchestrator.create(createInput("base"));
+      await node.restart("crash");
+      const [killed] = node.logger.events("recovery.vmm_killed");
+      assert.equal(killed?.fields.count, 2);
+      for (const id of [a.sandboxId, b.sandboxId]) {
+        assert.equal((await node.catalog.getSandbox(id))?.state, "killed");
+      }
+      assert.deepEqual(await readdir(node.layout.runDir), []);
+      assert.deepEqual(await node.leaks(), []);
+    });
+  });
+
+  describe("readiness", () => {
+    it("refuses work while stopping, with shutting_down", async (t) => {
+      const node = await startNode(t);
+      const info = await node.orchestrator.create(createInput("base"));
+      const closing = node.orchestrator.close();
+      await assert.rejects(node.orchestrator.create(createInput("base")), {
+        reason: "shutting_down",
+      });
+      await closing;
+      assert.equal(node.orchestrator.status().phase, "stopping");
+      assert.equal(
+        (await node.catalog.reopen().then((c) => c.getSandbox(info.sandboxId)))?.state,
+        "paused",
+      );
+    });
+  });
+
+  describe("network slots", () => {
+    it("no free slot is network_exhausted, and the capacity taken is given back", async (t) => {
+      const node = await startNode(t, { maxSlots: 1, maxSandboxes: 2 });
+      const first = await node.orchestrator.create(createInput("base"));
+      await assert.rejects(node.orchestrator.create(createInput("base")), {
+        reason: "network_exhausted",
+      });
+      await node.orchestrator.kill(first.sandboxId);
+      const held = await node.orchestrator.create(createInput("base"));
+      // Had the failed create kept its share, the node would now be full: capacity_exhausted.
+      const [child] = await node.orchestrator.fork(held.sandboxId, { count: 1 });
+      assert.ok(child && "error" in child);
+      assert.equal(child.error.reason, "network_exhausted");
+      assert.equal(node.orchestrator.list({}).length, 1);
+    });
+  });
+});
