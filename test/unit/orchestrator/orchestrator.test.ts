@@ -85,6 +85,18 @@ describe("Orchestrator (on fakes)", () => {
       await node.orchestrator.create(createInput("base"));
     });
 
+    it("a resume whose envd fails stays paused and gives back its VM, slot and capacity", async (t) => {
+      const node = await startNode(t, { maxSandboxes: 1 });
+      const info = await node.orchestrator.create(createInput("base"));
+      await node.orchestrator.pause(info.sandboxId);
+      node.agent.failInits = 1;
+      await assert.rejects(node.orchestrator.connect(info.sandboxId, undefined), /envd refused/);
+      assert.equal(node.orchestrator.get(info.sandboxId).state, "paused");
+      assert.deepEqual(await node.leaks(), []);
+      const { resumed } = await node.orchestrator.connect(info.sandboxId, undefined);
+      assert.equal(resumed, true, "the node's one place was given back");
+    });
+
     it("metrics are sampled from envd and kept for later windows; logs hold the lifecycle and console", async (t) => {
       const node = await startNode(t);
       const info = await node.orchestrator.create(createInput("base"));
