@@ -1,14 +1,10 @@
 import { WarrenError } from "../shared/index.js";
+import type { MachineShape } from "../vmm/index.js";
 
 export interface CapacityLimits {
   readonly maxSandboxes: number;
   readonly maxVcpus: number;
   readonly maxMemoryMiB: number;
-}
-
-export interface Shape {
-  readonly vcpus: number;
-  readonly memoryMiB: number;
 }
 
 /**
@@ -23,7 +19,7 @@ export class Capacity {
   constructor(readonly limits: CapacityLimits) {}
 
   /** Reserves room for one VM; the returned function gives it back (idempotent). */
-  reserve(shape: Shape): () => void {
+  reserve(shape: MachineShape): () => void {
     const full =
       this.#sandboxes + 1 > this.limits.maxSandboxes
         ? `${this.limits.maxSandboxes} sandboxes are running`

@@ -168,15 +168,22 @@ export function toWarrenError(err: unknown, context?: string): WarrenError {
   return new WarrenError(kind, context ? `${context}: ${detail}` : detail, { cause: err });
 }
 
-/** docs/errors.md's table of reasons, generated from ERROR_KINDS and ERROR_REASONS. */
-export function errorReasonsTable(): string {
-  const rows = [
-    "| reason | HTTP | `error_code` | meaning |",
+/** docs/errors.md's two tables (kinds, then reasons), generated from ERROR_KINDS and ERROR_REASONS. */
+export function describeErrors(): string {
+  const kinds = [
+    "| `error_code` (kind) | HTTP | Connect code |",
+    "|---|---|---|",
+    ...Object.entries(ERROR_KINDS).map(
+      ([kind, spec]) => `| \`${kind}\` | ${spec.status} | \`${spec.connect}\` |`,
+    ),
+  ];
+  const reasons = [
+    "| `reason` | HTTP | `error_code` | What happened, what to do |",
     "|---|---|---|---|",
     ...Object.entries(ERROR_REASONS).map(
       ([reason, spec]) =>
         `| \`${reason}\` | ${ERROR_KINDS[spec.kind].status} | \`${spec.kind}\` | ${spec.doc} |`,
     ),
   ];
-  return rows.join("\n");
+  return `${kinds.join("\n")}\n\n${reasons.join("\n")}`;
 }

@@ -1,10 +1,10 @@
 export { AsyncQueue } from "./async-queue.js";
 export {
+  describeErrors,
   ERROR_KINDS,
   ERROR_REASONS,
   type ErrorKind,
   type ErrorReason,
-  errorReasonsTable,
   kindOf,
   toWarrenError,
   WarrenError,
