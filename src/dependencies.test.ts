@@ -1,0 +1,71 @@
+// Keeps the architecture's arrows pointing one way (README: "A tour of the tree"): each
+// component imports only the components below it. A new arrow is a design decision: make it
+// here, in one line, and in the component's README.
+import assert from "node:assert/strict";
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname, join, relative, sep } from "node:path";
+import { it } from "node:test";
+import { fileURLToPath } from "node:url";
+
+const SRC = dirname(fileURLToPath(import.meta.url));
+
+const ALLOWED: Readonly<Record<string, readonly string[]>> = {
+  protocol: [],
+  shared: [],
+  agent: ["protocol", "shared"],
+  vmm: ["protocol", "shared"],
+  network: ["protocol", "shared"],
+  images: ["protocol", "shared"],
+  catalog: ["protocol", "shared"],
+  orchestrator: ["vmm", "network", "images", "catalog", "protocol", "shared"],
+  api: ["orchestrator", "protocol", "shared"],
+  proxy: ["orchestrator", "protocol", "shared"],
+  server: [
+    "api",
+    "proxy",
+    "orchestrator",
+    "vmm",
+    "network",
+    "images",
+    "catalog",
+    "protocol",
+    "shared",
+  ],
+  gateway: ["catalog", "protocol", "shared"],
+  cli: ["protocol", "shared"],
+};
+
+function sources(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) return entry.name === "node_modules" ? [] : sources(path);
+    return entry.name.endsWith(".ts") && !entry.name.endsWith(".test.ts") ? [path] : [];
+  });
+}
+
+function componentOf(path: string): string {
+  return relative(SRC, path).split(sep)[0] ?? "";
+}
+
+it("components import only the components below them", () => {
+  const components = readdirSync(SRC, { withFileTypes: true })
+    .filter((e) => e.isDirectory())
+    .map((e) => e.name);
+  assert.deepEqual(
+    components.filter((c) => !(c in ALLOWED)),
+    [],
+    "every component has a row",
+  );
+  const wrong: string[] = [];
+  for (const file of sources(SRC)) {
+    const from = componentOf(file);
+    const text = readFileSync(file, "utf8");
+    for (const [, spec] of text.matchAll(/(?:from|import)\s*\(?\s*"(\.[^"]+)"/g)) {
+      const to = componentOf(join(dirname(file), spec as string));
+      if (to !== from && !ALLOWED[from]?.includes(to)) {
+        wrong.push(`${relative(SRC, file)} imports ${to} ("${spec}")`);
+      }
+    }
+  }
+  assert.deepEqual(wrong, []);
+});
