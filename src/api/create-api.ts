@@ -6,6 +6,7 @@ import fastify, {
   type FastifyBaseLogger,
   type FastifyInstance,
   type FastifyServerFactory,
+  LogController,
 } from "fastify";
 import type { Logger } from "pino";
 import { assertReady, type SandboxService } from "../orchestrator/index.js";
@@ -59,7 +60,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
     // strings and parsed explicitly (input.ts), so coercion would never help.
     ajv: { customOptions: { coerceTypes: false, allowUnionTypes: true } },
     // One line per request from the hook below, not fastify's two at info.
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     schemaErrorFormatter: formatSchemaErrors,
     frameworkErrors: handleFrameworkError,
   });
