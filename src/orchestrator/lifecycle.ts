@@ -174,10 +174,15 @@ export class Lifecycle {
     await this.event(live.row.id, "sandbox.resumed", { durationMs });
   }
 
-  /** Under the lock, running: moves the deadline (a TTL change) and re-arms the timer. */
-  async setDeadline(live: LiveSandbox, endAt: Date): Promise<void> {
-    await this.update(live, { endAt: endAt.toISOString() });
+  /** Under the lock, running: the deadline becomes now + `ttlMs` (setTimeout: may shorten). */
+  async replaceDeadline(live: LiveSandbox, ttlMs: number): Promise<void> {
+    await this.update(live, { endAt: new Date(Date.now() + ttlMs).toISOString() });
     this.ttl.arm(live);
+  }
+
+  /** Under the lock, running: the deadline moves to now + `ttlMs` if that is later (connect, refresh). */
+  async extendDeadline(live: LiveSandbox, ttlMs: number): Promise<void> {
+    if (Date.now() + ttlMs > Date.parse(live.row.endAt)) await this.replaceDeadline(live, ttlMs);
   }
 
   /**

@@ -11,7 +11,7 @@ import { ensureLayout, type StateLayout } from "./layout.js";
 import { Lifecycle } from "./lifecycle.js";
 import { byStart, matchesFilter } from "./list-filter.js";
 import { configOf, newRow, type SandboxConfig, sandboxInfo } from "./live-sandbox.js";
-import { egressPolicyOf } from "./network-config.js";
+import { egressPolicyOf, withNetworkUpdate } from "./network-config.js";
 import { assertReady } from "./readiness.js";
 import { recoverLeftovers } from "./recovery.js";
 import { routeSandbox } from "./routing.js";
@@ -272,10 +272,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
         await this.#lifecycle.resume(live, ttl);
         return { sandbox: sandboxInfo(live.row), resumed: true };
       }
-      const wanted = Date.now() + ttl;
-      if (wanted > Date.parse(live.row.endAt)) {
-        await this.#lifecycle.setDeadline(live, new Date(wanted));
-      }
+      await this.#lifecycle.extendDeadline(live, ttl);
       return { sandbox: sandboxInfo(live.row), resumed: false };
     });
   }
@@ -301,17 +298,14 @@ export class Orchestrator implements SandboxService, SandboxRouter {
   async setTimeout(sandboxId: string, timeoutMs: number): Promise<void> {
     return this.#table.locked(sandboxId, async (live) => {
       requireState(live, "running");
-      await this.#lifecycle.setDeadline(live, new Date(Date.now() + timeoutMs));
+      await this.#lifecycle.replaceDeadline(live, timeoutMs);
     });
   }
 
   async refresh(sandboxId: string, durationMs: number): Promise<void> {
     return this.#table.locked(sandboxId, async (live) => {
       requireState(live, "running");
-      const wanted = Date.now() + durationMs;
-      if (wanted > Date.parse(live.row.endAt)) {
-        await this.#lifecycle.setDeadline(live, new Date(wanted));
-      }
+      await this.#lifecycle.extendDeadline(live, durationMs);
     });
   }
 
@@ -335,16 +329,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
 
   async updateNetwork(sandboxId: string, update: NetworkUpdate): Promise<void> {
     return this.#table.locked(sandboxId, async (live) => {
-      const config = configOf(live.row);
-      const next: SandboxConfig = {
-        ...config,
-        network: {
-          ...config.network,
-          allowOut: update.allowOut ?? config.network.allowOut,
-          denyOut: update.denyOut ?? config.network.denyOut,
-        },
-        allowInternetAccess: update.allowInternetAccess ?? config.allowInternetAccess,
-      };
+      const next = withNetworkUpdate(configOf(live.row), update);
       const policy = validateEgressPolicy(egressPolicyOf(next.network, next.allowInternetAccess));
       if (live.slot) await live.slot.setPolicy(policy);
       await this.#lifecycle.update(live, { config: next as unknown as Record<string, unknown> });
