@@ -80,8 +80,6 @@ export async function inRunSandbox(root, { hostSetup = true, label = "run" }, bo
     return stopping ? 1 : await body(env);
   } finally {
     const left = await sandbox.removeRunSandbox(run);
-    process.stderr.write(
-      `${label}: removed ${run.dataDir}${left.length > 0 ? ` and what the run left: ${left.join(", ")}` : ""}\n`,
-    );
+    process.stderr.write(`${label}: removed ${run.dataDir}${sandbox.summary(left)}\n`);
   }
 }

@@ -153,11 +153,28 @@ async function reapDeadRuns(): Promise<RunRecord[]> {
       continue;
     }
     const removed = await removeRunSandbox({ dataDir, networkPrefix: record.networkPrefix });
-    process.stderr.write(
-      `test: removed an interrupted run's ${dataDir}${removed.length > 0 ? ` and ${removed.join(", ")}` : ""}\n`,
-    );
+    process.stderr.write(`removed an interrupted run's ${dataDir}${summary(removed)}\n`);
   }
   return alive;
+}
+
+const KINDS: Record<string, string> = {
+  process: "processes",
+  netns: "namespaces",
+  link: "links",
+  iptables: "host rules",
+};
+
+/** " and what it left: 2 namespaces, 14 host rules": removeRunSandbox's list, counted. */
+export function summary(removed: readonly string[]): string {
+  const counts = new Map<string, number>();
+  for (const item of removed) {
+    const first = item.split(" ")[0] ?? "";
+    const kind = KINDS[first] ?? first;
+    counts.set(kind, (counts.get(kind) ?? 0) + 1);
+  }
+  const parts = [...counts].map(([kind, count]) => `${count} ${kind}`);
+  return parts.length > 0 ? ` and what it left: ${parts.join(", ")}` : "";
 }
 
 /** Start time of a process (clock ticks since boot); "" when it does not exist. */

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { it } from "node:test";
-import { pickRunCidr } from "../helpers/run-sandbox.js";
+import { pickRunCidr, summary } from "../helpers/run-sandbox.js";
 
 // The e2e run's IPv4 block (test/helpers/run-sandbox.ts) must overlap no route of the host,
 // nor Warren's default block, nor another run's.
@@ -40,4 +40,12 @@ it("wraps around from a late start", () => {
 
 it("ignores what is not an IPv4 route", () => {
   assert.equal(pickRunCidr(["fe80::/64", "nonsense", ""], first), "10.202.0.0/16");
+});
+
+it("counts what a run left by kind", () => {
+  assert.equal(summary([]), "");
+  assert.equal(
+    summary(["process 12", "netns wtab12-1", "netns wtab12-2", "iptables -t nat -A …"]),
+    " and what it left: 1 processes, 2 namespaces, 1 host rules",
+  );
 });
