@@ -202,6 +202,7 @@ const SETTINGS = {
     env: "WARREN_NETWORK_PREFIX",
     doc: "Names of this server's network slots on the host: namespaces <prefix>-<n>, host veths <prefix>v<n>, iptables rules commented <prefix>:<n> (the default keeps veths wv<n>). At start the server removes leftover slots of its own prefix only: a second server on the host needs another prefix and WARREN_NETWORK_CIDR.",
     default: () => "warren",
+    // The rule of slotNamesFor (network/slot-names.ts), which checks it again.
     parse: (text: string) => (/^[a-z][a-z0-9]{1,7}$/.test(text.trim()) ? text.trim() : undefined),
     expects: "2 to 8 lowercase letters and digits, starting with a letter",
   },

@@ -13,6 +13,7 @@ import { RUN_ENV_VARS, type RunEnv } from "./run-env.js";
 /**
  * Guest images built for tests: outside any data dir (a run's is removed at its end, and
  * /var/lib/warren is a developer's), kept across runs, readable by the VMM account.
+ * WARREN_TEST_IMAGES_DIR in the caller's environment moves it.
  */
 export const TEST_IMAGES_DIR = "/var/cache/warren-test/images";
 /** Runs' data dirs: on disk (memory images and disks do not belong in a tmpfs /tmp). */
