@@ -13,6 +13,7 @@ import {
   testVmm,
   waitForEnvd,
 } from "../test/helpers/guest.js";
+import { runPoolOptions } from "../test/helpers/run-env.js";
 import { report, type Summary, summarize } from "./lib/report.js";
 
 const COLD_BOOTS = Number(process.env.BENCH_COLD_BOOTS ?? 3);
@@ -22,7 +23,7 @@ const SHAPE = { vcpus: 1, memoryMiB: 512 };
 const TEMPLATE_SETTLE_MS = 2_000;
 
 const { images, driver, accel: probe, runAs, work } = await testVmm("bench-vmm");
-const pool = new NetnsSlotPool({ size: 2, tapOwner: runAs });
+const pool = new NetnsSlotPool({ ...runPoolOptions(), size: 2, tapOwner: runAs });
 let counter = 0;
 
 const spec = (slot: NetworkSlot): VmSpec => slotVmSpec(`b${++counter}`, slot, images, work, SHAPE);

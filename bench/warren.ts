@@ -20,6 +20,7 @@ import { Sandbox } from "e2b";
 import { NetnsSlotPool } from "../src/network/index.js";
 import type { QemuVm } from "../src/vmm/qemu/vm.js";
 import { envdUrl, slotVmSpec, testVmm, waitForEnvd } from "../test/helpers/guest.js";
+import { runPoolOptions } from "../test/helpers/run-env.js";
 import { startServer, type TestServer } from "../test/helpers/server.js";
 import { report, type Summary, summarize } from "./lib/report.js";
 
@@ -408,7 +409,7 @@ if (process.env.BENCH_KSM !== "0" && existsSync(KSM_RUN)) {
 // ---- baselines (the server is stopped: its slots and these would share names) ---------
 try {
   const { images, driver, runAs, work } = await testVmm("bench-warren");
-  const slots = new NetnsSlotPool({ size: 1, tapOwner: runAs });
+  const slots = new NetnsSlotPool({ ...runPoolOptions(), size: 1, tapOwner: runAs });
   await slots.start();
   try {
     const slot = await slots.acquire();

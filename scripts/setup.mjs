@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // `npm run setup`: makes this host ready to run Warren's microVMs (as root): Debian packages,
-// then the guest kernel, initramfs, agent drive and base rootfs in <data dir>/images/.
+// then the guest kernel, initramfs, agent drive and base rootfs in the images directory
+// (<data dir>/images/ unless --images-dir or $WARREN_IMAGES_DIR names another).
 // Idempotent: a second run checks everything and does nothing. See src/images/README.md.
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -11,9 +12,12 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const GUEST_ARTIFACTS = ["kernel", "initramfs", "agent-drive", "base-rootfs"];
 // debootstrap: the cached bootstrap tarball the base rootfs is built on.
 const ARTIFACTS = [...GUEST_ARTIFACTS, "debootstrap"];
-const HELP = `Usage: npm run setup -- [--data-dir DIR] [--only LIST] [--rebuild LIST] [--no-packages]
+const HELP = `Usage: npm run setup -- [--data-dir DIR] [--images-dir DIR] [--only LIST] [--rebuild LIST]
+                         [--no-packages]
 
   --data-dir DIR   Warren's data directory (default $WARREN_HOME, else /var/lib/warren)
+  --images-dir DIR where the guest images go (default $WARREN_IMAGES_DIR, else
+                   <data dir>/images)
   --only LIST      check and build only these guest artifacts (comma-separated)
   --rebuild LIST   rebuild these even when up to date ("all" for every one); rebuilding
                    "kernel" also moves to the newest Debian cloud kernel, "debootstrap"
@@ -32,6 +36,7 @@ try {
   ({ values: args } = parseArgs({
     options: {
       "data-dir": { type: "string" },
+      "images-dir": { type: "string" },
       only: { type: "string" },
       rebuild: { type: "string" },
       "no-packages": { type: "boolean" },
@@ -58,9 +63,11 @@ const { register } = await import("tsx/esm/api");
 register();
 const { DEFAULT_DATA_DIR, ensureHostSetup } = await import("../src/images/index.ts");
 const dataDir = args["data-dir"] || process.env.WARREN_HOME || DEFAULT_DATA_DIR;
+const imagesDir = args["images-dir"] || process.env.WARREN_IMAGES_DIR || undefined;
 try {
   const artifacts = await ensureHostSetup({
     dataDir,
+    imagesDir,
     only: list(args.only, "only", GUEST_ARTIFACTS),
     rebuild: list(args.rebuild, "rebuild", ARTIFACTS),
     installPackages: !args["no-packages"],

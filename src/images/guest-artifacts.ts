@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
 import { WarrenError } from "../shared/index.js";
-import { imagesLayout } from "./layout.js";
+import { defaultImagesDir, imagesLayout } from "./layout.js";
 import { type ArtifactName, type Manifest, readManifest } from "./manifest.js";
 
 /** What the VMM driver boots (docs/guest-boot.md): absolute paths, plus the kernel release. */
@@ -43,8 +43,9 @@ export const GUEST_ARTIFACTS: readonly ArtifactName[] = [
   "base-rootfs",
 ];
 
-export function guestArtifactPaths(dataDir: string, manifest: Manifest): GuestArtifacts {
-  const layout = imagesLayout(dataDir);
+/** The artifacts in images directory `imagesDir`, as its manifest records them. */
+export function guestArtifactPaths(imagesDir: string, manifest: Manifest): GuestArtifacts {
+  const layout = imagesLayout(imagesDir);
   const hashes = GUEST_ARTIFACTS.map(
     (name) => `${name}:${manifest.artifacts[name]?.sha256 ?? "missing"}`,
   );
@@ -66,8 +67,11 @@ export function guestArtifactPaths(dataDir: string, manifest: Manifest): GuestAr
  * The artifacts a previous setup built, for a server that must not build (or is not root):
  * checks that each is recorded and on disk with its recorded size, without hashing it.
  */
-export async function loadGuestArtifacts(dataDir: string): Promise<GuestArtifacts> {
-  const layout = imagesLayout(dataDir);
+export async function loadGuestArtifacts(
+  dataDir: string,
+  imagesDir = defaultImagesDir(dataDir),
+): Promise<GuestArtifacts> {
+  const layout = imagesLayout(imagesDir);
   const manifest = await readManifest(layout.manifest);
   for (const name of GUEST_ARTIFACTS) {
     const record = manifest.artifacts[name];
@@ -78,5 +82,5 @@ export async function loadGuestArtifacts(dataDir: string): Promise<GuestArtifact
         `guest artifact ${name} is missing or incomplete in ${layout.dir}: run \`npm run setup\` as root`,
       );
   }
-  return guestArtifactPaths(dataDir, manifest);
+  return guestArtifactPaths(imagesDir, manifest);
 }

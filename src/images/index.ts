@@ -5,7 +5,12 @@ export {
   loadGuestArtifacts,
 } from "./guest-artifacts.js";
 export { HOST_PACKAGES } from "./host-packages.js";
-export { DEFAULT_DATA_DIR, type ImagesLayout, imagesLayout } from "./layout.js";
+export {
+  DEFAULT_DATA_DIR,
+  defaultImagesDir,
+  type ImagesLayout,
+  imagesLayout,
+} from "./layout.js";
 export {
   ARTIFACT_NAMES,
   type ArtifactName,

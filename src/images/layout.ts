@@ -3,7 +3,10 @@ import { join } from "node:path";
 /** The data directory Warren uses when neither a flag nor `$WARREN_HOME` names one. */
 export const DEFAULT_DATA_DIR = "/var/lib/warren";
 
-/** Where every guest artifact lives under `<data dir>/images/` (docs/guest-boot.md). */
+/**
+ * Where every guest artifact lives in the images directory: `<data dir>/images/` unless the
+ * server is given another (WARREN_IMAGES_DIR; docs/guest-boot.md).
+ */
 export interface ImagesLayout {
   readonly dir: string;
   readonly kernel: string;
@@ -23,8 +26,13 @@ export interface ImagesLayout {
   readonly log: string;
 }
 
-export function imagesLayout(dataDir: string): ImagesLayout {
-  const dir = join(dataDir, "images");
+/** The images directory of a data directory, when none is configured. */
+export function defaultImagesDir(dataDir: string): string {
+  return join(dataDir, "images");
+}
+
+/** The layout of the images directory `dir`. */
+export function imagesLayout(dir: string): ImagesLayout {
   return {
     dir,
     kernel: join(dir, "vmlinuz"),

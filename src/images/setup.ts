@@ -15,7 +15,7 @@ import { GUEST_ARTIFACTS, type GuestArtifacts, guestArtifactPaths } from "./gues
 import { HOST_PACKAGES, missingPackages } from "./host-packages.js";
 import { initramfsSpec, kernelSpec } from "./kernel.js";
 import { CLOUD_KERNEL_METAPACKAGE, KernelPackage, kernelRelease } from "./kernel-package.js";
-import { imagesLayout } from "./layout.js";
+import { defaultImagesDir, imagesLayout } from "./layout.js";
 import { type ArtifactName, type ArtifactRecord, readManifest } from "./manifest.js";
 import { formatDuration, type ProgressSink, SetupProgress, type StepProgress } from "./progress.js";
 import { acquireSetupLock } from "./setup-lock.js";
@@ -27,6 +27,12 @@ const STEPS = 6;
 export interface HostSetupOptions {
   /** Warren's data directory (`$WARREN_HOME` or /var/lib/warren); artifacts go to images/. */
   readonly dataDir: string;
+  /**
+   * Where the artifacts go instead of `<dataDir>/images` (`$WARREN_IMAGES_DIR`): e.g. a
+   * cache shared by servers or test runs with data directories of their own. Must be
+   * readable by the VMM account.
+   */
+  readonly imagesDir?: string;
   /** The built agent (envd.mjs + build/Release/*.node). Default: dist/agent of this checkout, built when missing. */
   readonly agentDir?: string;
   /** Artifacts to check and build; the others are left alone. Default: all four. */
@@ -73,10 +79,10 @@ async function ensureArtifact(
 
 /**
  * Makes this host ready to run Warren's microVMs: installs the Debian packages Warren needs,
- * then builds into `<dataDir>/images/` the guest kernel, initramfs, agent drive and base
- * rootfs (docs/guest-boot.md). Idempotent: what is built and still matches its recipe, inputs
+ * then builds into the images directory (`<dataDir>/images/` by default) the guest kernel,
+ * initramfs, agent drive and base rootfs (docs/guest-boot.md). Idempotent: what is built and still matches its recipe, inputs
  * and recorded sha256 is kept; a second run does nothing and takes well under a second. One
- * run at a time per data directory (a lock file; a second caller waits).
+ * run at a time per images directory (a lock file; a second caller waits).
  */
 export async function ensureHostSetup(options: HostSetupOptions): Promise<GuestArtifacts> {
   const started = performance.now();
@@ -89,7 +95,8 @@ export async function ensureHostSetup(options: HostSetupOptions): Promise<GuestA
       "permission_denied",
       "host setup must run as root: it installs Debian packages and runs debootstrap",
     );
-  const layout = imagesLayout(options.dataDir);
+  const imagesDir = options.imagesDir ?? defaultImagesDir(options.dataDir);
+  const layout = imagesLayout(imagesDir);
   await mkdir(layout.cacheDir, { recursive: true });
   const release = await acquireSetupLock(layout.lock, (pid) =>
     progress.line(`waiting for the setup run of pid ${pid} to finish`),
@@ -261,7 +268,7 @@ export async function ensureHostSetup(options: HostSetupOptions): Promise<GuestA
         ? `done in ${total}: built ${built.join(", ")}`
         : `done in ${total}: nothing to do`,
     );
-    return guestArtifactPaths(options.dataDir, store.manifest);
+    return guestArtifactPaths(imagesDir, store.manifest);
   } finally {
     if (runDir)
       await runner.run("rm", ["-rf", "--one-file-system", await runDir]).catch(() => undefined);

@@ -1,9 +1,10 @@
 import type { CommandRunner } from "./command-runner.js";
 import type { SlotAddresses } from "./slot-addressing.js";
 
-// A slot's rules in the host's own tables. Each carries the comment `warren:<index>`, so a
-// restarted server finds and removes the rules of slots it no longer owns. Everything else
-// about a slot lives inside its namespace and disappears with it.
+// A slot's rules in the host's own tables. Each carries the comment `<ruleTag>:<index>`
+// (`warren:<index>` by default), so a restarted server finds and removes the rules of slots
+// it no longer owns, and only its own pool's. Everything else about a slot lives inside its
+// namespace and disappears with it.
 
 export interface HostRule {
   readonly table: "filter" | "nat";
@@ -12,12 +13,18 @@ export interface HostRule {
   readonly spec: readonly string[];
 }
 
-export function hostRuleComment(index: number): string {
-  return `warren:${index}`;
+export function hostRuleComment(ruleTag: string, index: number): string {
+  return `${ruleTag}:${index}`;
 }
 
-/** Matches the comment in `iptables-save` output (quoted or not); group 1 is the index. */
-const COMMENT_PATTERN = /--comment "?warren:([0-9]+)"?(?:\s|$)/;
+/**
+ * Matches a `<ruleTag>:<n>` comment in `iptables-save` output (quoted or not); group 1 is
+ * the index. Anchored at `--comment`, so tag "warren" does not match "xwarren:3".
+ */
+function commentPattern(ruleTag: string): RegExp {
+  const tag = ruleTag.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  return new RegExp(`--comment "?${tag}:([0-9]+)"?(?:\\s|$)`);
+}
 
 /**
  * The host rules of one slot, in order. `egressInterface` undefined means the guest has no
@@ -46,7 +53,7 @@ export function hostRules(slot: SlotAddresses, egressInterface: string | undefin
       : []),
   ];
   // The comment goes just before the target, where iptables-save prints it.
-  const comment = ["-m", "comment", "--comment", hostRuleComment(slot.index)];
+  const comment = ["-m", "comment", "--comment", hostRuleComment(slot.ruleTag, slot.index)];
   return rules.map((r) => ({
     ...r,
     spec: [...r.spec.slice(0, -2), ...comment, ...r.spec.slice(-2)],
@@ -89,14 +96,15 @@ export interface FoundHostRule {
   readonly index: number;
 }
 
-/** Every host rule carrying a `warren:<n>` comment. */
-export async function findHostRules(run: CommandRunner): Promise<FoundHostRule[]> {
+/** Every host rule carrying a `<ruleTag>:<n>` comment. */
+export async function findHostRules(run: CommandRunner, ruleTag: string): Promise<FoundHostRule[]> {
+  const pattern = commentPattern(ruleTag);
   const { stdout } = await run("iptables-save", []);
   const found: FoundHostRule[] = [];
   let table = "";
   for (const line of stdout.split("\n")) {
     if (line.startsWith("*")) table = line.slice(1).trim();
-    const match = line.startsWith("-A ") ? COMMENT_PATTERN.exec(line) : null;
+    const match = line.startsWith("-A ") ? pattern.exec(line) : null;
     if (match?.[1]) found.push({ table, line, index: Number(match[1]) });
   }
   return found;
@@ -113,8 +121,12 @@ export async function deleteFoundHostRules(
 }
 
 /** Removes every host rule of one slot, whichever of them exist. */
-export async function purgeHostRules(run: CommandRunner, index: number): Promise<void> {
-  const found = (await findHostRules(run)).filter((r) => r.index === index);
+export async function purgeHostRules(
+  run: CommandRunner,
+  ruleTag: string,
+  index: number,
+): Promise<void> {
+  const found = (await findHostRules(run, ruleTag)).filter((r) => r.index === index);
   await deleteFoundHostRules(run, found);
 }
 

@@ -11,5 +11,12 @@ export { EgressPolicyError, NetworkError, SlotTakenError } from "./errors.js";
 export { NetnsSlotPool, type NetnsSlotPoolOptions } from "./netns-slot-pool.js";
 export { NetworkSlot } from "./network-slot.js";
 export { DEFAULT_BASE_CIDR, TAP_NAME } from "./slot-addressing.js";
+export {
+  DEFAULT_NETWORK_PREFIX,
+  DEFAULT_SLOT_NAMES,
+  type SlotNames,
+  slotIndexIn,
+  slotNamesFor,
+} from "./slot-names.js";
 export type { Slot, SlotPool } from "./slot-pool.js";
 export type { StaleCleanupReport } from "./stale-cleanup.js";

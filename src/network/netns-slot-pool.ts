@@ -11,6 +11,7 @@ import { defaultRouteInterface, enableHostForwarding } from "./host-info.js";
 import type { Ipv4Cidr } from "./ipv4.js";
 import { NetworkSlot, type SlotSettings } from "./network-slot.js";
 import { DEFAULT_BASE_CIDR, maxSlotIndex, parseBaseCidr } from "./slot-addressing.js";
+import { DEFAULT_SLOT_NAMES, type SlotNames, validateSlotNames } from "./slot-names.js";
 import type { Slot, SlotPool } from "./slot-pool.js";
 import { cleanupStaleSlots, type StaleCleanupReport } from "./stale-cleanup.js";
 
@@ -19,8 +20,24 @@ export interface NetnsSlotPoolOptions {
   size?: number;
   /** Most slots at once, idle and in use. Default: as many /31s as `baseCidr` holds, less one. */
   maxSlots?: number;
-  /** Private IPv4 block carved into one /31 per slot. Default "10.201.0.0/16". */
+  /**
+   * Private IPv4 block carved into one /31 per slot. Default "10.201.0.0/16". Two pools on
+   * one host need blocks that do not overlap (each slot's /31 is a route on the host).
+   */
   baseCidr?: string;
+  /**
+   * Slot `n`'s namespace is `<netnsPrefix><n>`. Default "warren-". Must not end in a digit.
+   * Two pools on one host need different names: cleanupStale() removes every slot of these
+   * names it does not own (netnsPrefix, hostVethPrefix and ruleTag alike).
+   */
+  netnsPrefix?: string;
+  /**
+   * Slot `n`'s host veth is `<hostVethPrefix><n>`. Default "wv". Must not end in a digit, and
+   * with the base block's highest index must fit Linux's 15-character interface names.
+   */
+  hostVethPrefix?: string;
+  /** Slot `n`'s host rules carry the comment `<ruleTag>:<n>`. Default "warren". */
+  ruleTag?: string;
   /** Owner of every tap, so a QEMU running as this user and group can open it. Default: root only. */
   tapOwner?: { uid: number; gid: number };
   /**
@@ -38,8 +55,9 @@ export interface NetnsSlotPoolOptions {
 /**
  * Creates network slots ahead of need and reuses them. acquire() hands out a slot with the
  * requested (or default) egress policy; release() resets a slot whose sandbox ended and
- * keeps it for the next one; close() removes every slot. One pool per host: at start,
- * cleanupStale() removes what an earlier server left.
+ * keeps it for the next one; close() removes every slot. One pool per set of names (and
+ * base block) on a host: at start, cleanupStale() removes what an earlier server with the
+ * same names left, and nothing else.
  */
 export class NetnsSlotPool implements SlotPool {
   readonly #size: number;
@@ -49,6 +67,7 @@ export class NetnsSlotPool implements SlotPool {
   readonly #run: CommandRunner;
   readonly #options: NetnsSlotPoolOptions;
   readonly #base: Ipv4Cidr;
+  readonly #names: SlotNames;
   /** Indexes with something on the host: idle, in use, being created or being destroyed. */
   readonly #taken = new Set<number>();
   /** Indexes found in use by someone else (SlotTakenError); skipped until cleanupStale. */
@@ -63,6 +82,14 @@ export class NetnsSlotPool implements SlotPool {
     this.#options = options;
     this.#base = parseBaseCidr(options.baseCidr ?? DEFAULT_BASE_CIDR);
     const capacity = maxSlotIndex(this.#base);
+    this.#names = validateSlotNames(
+      {
+        netnsPrefix: options.netnsPrefix ?? DEFAULT_SLOT_NAMES.netnsPrefix,
+        hostVethPrefix: options.hostVethPrefix ?? DEFAULT_SLOT_NAMES.hostVethPrefix,
+        ruleTag: options.ruleTag ?? DEFAULT_SLOT_NAMES.ruleTag,
+      },
+      capacity,
+    );
     this.#size = checkCount("size", options.size ?? 4, capacity);
     this.#maxSlots = checkCount("maxSlots", options.maxSlots ?? capacity, capacity);
     if (this.#maxSlots < this.#size) {
@@ -99,9 +126,17 @@ export class NetnsSlotPool implements SlotPool {
     this.#refill(await this.#ready());
   }
 
-  /** Removes every slot namespace, `wv*` veth and Warren host rule this pool does not own. */
+  /** The names this pool gives its namespaces, host veths and host rules. */
+  get names(): SlotNames {
+    return this.#names;
+  }
+
+  /**
+   * Removes every namespace, host veth and host rule of this pool's names that the pool does
+   * not own (what an earlier server with these names left). Other names are not touched.
+   */
   async cleanupStale(): Promise<StaleCleanupReport> {
-    const report = await cleanupStaleSlots(this.#run, this.#taken);
+    const report = await cleanupStaleSlots(this.#run, this.#names, this.#taken);
     this.#foreign.clear();
     if (report.netns.length + report.links.length + report.hostRules > 0) {
       this.#logger.info({ ...report }, "network.stale_removed");
@@ -191,6 +226,7 @@ export class NetnsSlotPool implements SlotPool {
     if (!egressInterface) this.#logger.warn({}, "network.no_egress_interface");
     return {
       base: this.#base,
+      names: this.#names,
       tapOwner: this.#options.tapOwner,
       egressInterface,
       run: this.#run,

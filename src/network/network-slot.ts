@@ -21,12 +21,15 @@ import {
 import { formatCidr, type Ipv4Cidr } from "./ipv4.js";
 import { blockedDestinations, egressUpdate, netnsRuleset } from "./netns-rules.js";
 import { NETNS_VETH, type SlotAddresses, slotAddresses, TAP_NAME } from "./slot-addressing.js";
+import type { SlotNames } from "./slot-names.js";
 import type { Slot } from "./slot-pool.js";
 
 /** What every slot of a pool shares. */
 export interface SlotSettings {
   /** Block the slots' /31s are carved from. */
   readonly base: Ipv4Cidr;
+  /** What the slots' namespaces, host veths and host rules are called (checked). */
+  readonly names: SlotNames;
   /** Owner of the tap, so a QEMU running as this user can open it; root only when absent. */
   readonly tapOwner: { readonly uid: number; readonly gid: number } | undefined;
   /** Host interface guest traffic leaves by; no egress at all when undefined. */
@@ -35,9 +38,9 @@ export interface SlotSettings {
 }
 
 /**
- * One sandbox's network: namespace `warren-<n>` holding the guest's tap (`tap0`,
- * 169.254.0.22/30, fixed MAC) and the namespace end (`eth0`) of a veth pair whose host end is
- * `wv<n>`. The host reaches the guest at `hostAddress`; the egress policy can change while
+ * One sandbox's network: namespace `warren-<n>` (by default; see SlotNames) holding the
+ * guest's tap (`tap0`, 169.254.0.22/30, fixed MAC) and the namespace end (`eth0`) of a veth
+ * pair whose host end is `wv<n>`. The host reaches the guest at `hostAddress`; the egress policy can change while
  * the guest runs. Create through NetnsSlotPool (or `NetworkSlot.create` directly).
  */
 export class NetworkSlot implements Slot, SlotAddresses {
@@ -45,6 +48,7 @@ export class NetworkSlot implements Slot, SlotAddresses {
   readonly netns: string;
   readonly netnsPath: string;
   readonly hostVeth: string;
+  readonly ruleTag: string;
   readonly hostVethAddress: string;
   readonly hostAddress: string;
   /** The device QEMU opens inside the namespace (`-netdev tap,ifname=tap0,script=no`). */
@@ -66,6 +70,7 @@ export class NetworkSlot implements Slot, SlotAddresses {
     this.netns = addresses.netns;
     this.netnsPath = addresses.netnsPath;
     this.hostVeth = addresses.hostVeth;
+    this.ruleTag = addresses.ruleTag;
     this.hostVethAddress = addresses.hostVethAddress;
     this.hostAddress = addresses.hostAddress;
     this.#settings = settings;
@@ -85,7 +90,7 @@ export class NetworkSlot implements Slot, SlotAddresses {
   ): Promise<NetworkSlot> {
     const slot = new NetworkSlot(
       settings,
-      slotAddresses(settings.base, index),
+      slotAddresses(settings.base, index, settings.names),
       validateEgressPolicy(policy),
     );
     if (existsSync(slot.netnsPath) || existsSync(`/sys/class/net/${slot.hostVeth}`)) {
@@ -225,16 +230,16 @@ export async function removeSlotResources(
 ): Promise<void> {
   const batch: string[] = [];
   // The veth first: deleting a namespace frees its devices asynchronously, and the next
-  // slot with this index needs the name `wv<n>` free at once.
+  // slot with this index needs its veth name free at once.
   if (existsSync(`/sys/class/net/${slot.hostVeth}`)) batch.push(`link del ${slot.hostVeth}`);
   if (existsSync(slot.netnsPath)) batch.push(`netns del ${slot.netns}`);
   const devices = async () => {
     if (batch.length > 0) await run("ip", ["-force", "-batch", "-"], { input: lines(...batch) });
   };
   const hostRulesGone = async () => {
-    if (!rules) return purgeHostRules(run, slot.index);
+    if (!rules) return purgeHostRules(run, slot.ruleTag, slot.index);
     // Exact deletion is one command; if a rule is missing, fall back to a search.
-    await deleteHostRules(run, rules).catch(() => purgeHostRules(run, slot.index));
+    await deleteHostRules(run, rules).catch(() => purgeHostRules(run, slot.ruleTag, slot.index));
   };
   await settleAll([devices(), hostRulesGone()]);
 }

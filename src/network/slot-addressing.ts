@@ -1,5 +1,6 @@
 import { WarrenError } from "../shared/index.js";
 import { cidrSize, formatIpv4, type Ipv4Cidr, parseCidr } from "./ipv4.js";
+import { DEFAULT_SLOT_NAMES, type SlotNames } from "./slot-names.js";
 
 /** The tap QEMU opens in each slot's namespace; it carries the guest's gateway address and MAC. */
 export const TAP_NAME = "tap0";
@@ -7,21 +8,17 @@ export const TAP_NAME = "tap0";
 export const NETNS_VETH = "eth0";
 export const DEFAULT_BASE_CIDR = "10.201.0.0/16";
 
-export const NETNS_PREFIX = "warren-";
-export const HOST_VETH_PREFIX = "wv";
-/** Matches the names of slot namespaces and host veths; group 1 is the slot index. */
-export const SLOT_NETNS_PATTERN = /^warren-([0-9]+)$/;
-export const HOST_VETH_PATTERN = /^wv([0-9]+)$/;
-
 /** Where one slot lives: names and the /31 its veth pair sits on. */
 export interface SlotAddresses {
   readonly index: number;
-  /** Network namespace name, `warren-<index>`. */
+  /** Network namespace name, `<netnsPrefix><index>` (`warren-<index>` by default). */
   readonly netns: string;
   /** Its bind mount, for `nsenter --net=` or setns(2). */
   readonly netnsPath: string;
-  /** Host end of the veth pair, `wv<index>`. */
+  /** Host end of the veth pair, `<hostVethPrefix><index>` (`wv<index>` by default). */
   readonly hostVeth: string;
+  /** The slot's host rules are commented `<ruleTag>:<index>` (`warren:<index>` by default). */
+  readonly ruleTag: string;
   /** Address of the host end (even address of the /31). */
   readonly hostVethAddress: string;
   /**
@@ -48,7 +45,11 @@ export function maxSlotIndex(base: Ipv4Cidr): number {
   return cidrSize(base) / 2 - 1;
 }
 
-export function slotAddresses(base: Ipv4Cidr, index: number): SlotAddresses {
+export function slotAddresses(
+  base: Ipv4Cidr,
+  index: number,
+  names: SlotNames = DEFAULT_SLOT_NAMES,
+): SlotAddresses {
   if (!Number.isInteger(index) || index < 1 || index > maxSlotIndex(base)) {
     throw new WarrenError(
       "invalid_argument",
@@ -58,9 +59,10 @@ export function slotAddresses(base: Ipv4Cidr, index: number): SlotAddresses {
   const even = base.address + index * 2;
   return {
     index,
-    netns: `${NETNS_PREFIX}${index}`,
-    netnsPath: `/run/netns/${NETNS_PREFIX}${index}`,
-    hostVeth: `${HOST_VETH_PREFIX}${index}`,
+    netns: `${names.netnsPrefix}${index}`,
+    netnsPath: `/run/netns/${names.netnsPrefix}${index}`,
+    hostVeth: `${names.hostVethPrefix}${index}`,
+    ruleTag: names.ruleTag,
     hostVethAddress: formatIpv4(even),
     hostAddress: formatIpv4(even + 1),
   };

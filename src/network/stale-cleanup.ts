@@ -1,7 +1,7 @@
 import { readdir } from "node:fs/promises";
 import type { CommandRunner } from "./command-runner.js";
 import { deleteFoundHostRules, findHostRules } from "./host-rules.js";
-import { HOST_VETH_PATTERN, SLOT_NETNS_PATTERN } from "./slot-addressing.js";
+import { type SlotNames, slotIndexIn } from "./slot-names.js";
 
 /** What cleanupStaleSlots removed. */
 export interface StaleCleanupReport {
@@ -11,25 +11,28 @@ export interface StaleCleanupReport {
 }
 
 /**
- * Removes every slot namespace (`warren-<n>`), host veth (`wv<n>`) and host rule commented
- * `warren:<n>` whose index is not in `keep`: what a previous run of the server (or a crash)
- * left behind. Only one Warren server may manage slots on a host.
+ * Removes every slot namespace (`<netnsPrefix><n>`), host veth (`<hostVethPrefix><n>`) and
+ * host rule commented `<ruleTag>:<n>` of these names whose index is not in `keep`: what a
+ * previous run of the server with the same names (or a crash) left behind. Anything named
+ * otherwise (another server's slots, other software's interfaces) is left alone; only one
+ * server may use a given set of names on a host.
  */
 export async function cleanupStaleSlots(
   run: CommandRunner,
+  names: SlotNames,
   keep: ReadonlySet<number> = new Set(),
 ): Promise<StaleCleanupReport> {
-  const stale = (pattern: RegExp) => (name: string) => {
-    const index = pattern.exec(name)?.[1];
-    return index !== undefined && !keep.has(Number(index));
+  const stale = (prefix: string) => (name: string) => {
+    const index = slotIndexIn(prefix, name);
+    return index !== undefined && !keep.has(index);
   };
-  const netns = (await readdir("/run/netns").catch(() => [])).filter(stale(SLOT_NETNS_PATTERN));
-  const links = (await readdir("/sys/class/net")).filter(stale(HOST_VETH_PATTERN));
+  const netns = (await readdir("/run/netns").catch(() => [])).filter(stale(names.netnsPrefix));
+  const links = (await readdir("/sys/class/net")).filter(stale(names.hostVethPrefix));
   if (netns.length + links.length > 0) {
     const batch = [...links.map((l) => `link del ${l}`), ...netns.map((n) => `netns del ${n}`)];
     await run("ip", ["-force", "-batch", "-"], { input: `${batch.join("\n")}\n` });
   }
-  const rules = (await findHostRules(run)).filter((r) => !keep.has(r.index));
+  const rules = (await findHostRules(run, names.ruleTag)).filter((r) => !keep.has(r.index));
   await deleteFoundHostRules(run, rules);
   return { netns, links, hostRules: rules.length };
 }

@@ -6,7 +6,7 @@ import pino, { type Logger } from "pino";
 import { createApi } from "../api/index.js";
 import { SqliteCatalog } from "../catalog/index.js";
 import { ensureHostSetup, ensureVmmUser } from "../images/index.js";
-import { NetnsSlotPool } from "../network/index.js";
+import { NetnsSlotPool, slotNamesFor } from "../network/index.js";
 import {
   EnvdClient,
   ensureLayout,
@@ -84,7 +84,7 @@ export async function startNodeServer(
 
   let orchestrator: Orchestrator | undefined;
   const ready = (async () => {
-    const images = await ensureHostSetup({ dataDir: config.dataDir });
+    const images = await ensureHostSetup({ dataDir: config.dataDir, imagesDir: config.imagesDir });
     status = { phase: "starting", message: "choosing the accelerator" };
     const version = await qemuVersion();
     const accel = await chooseAccelerator({
@@ -110,6 +110,8 @@ export async function startNodeServer(
     });
     const slots = new NetnsSlotPool({
       size: config.slotPoolSize,
+      baseCidr: config.networkCidr,
+      ...slotNamesFor(config.networkPrefix),
       tapOwner: { uid: vmmUser.uid, gid: vmmUser.gid },
       logger: root.child({ component: "network" }),
     });

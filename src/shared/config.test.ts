@@ -9,6 +9,9 @@ it("has defaults for everything", () => {
   assert.equal(config.dataDir, "/var/lib/warren");
   assert.equal(config.accel, "auto");
   assert.deepEqual(config.apiKeys, []);
+  assert.equal(config.imagesDir, undefined, "unset: <data dir>/images");
+  assert.equal(config.networkPrefix, "warren");
+  assert.equal(config.networkCidr, "10.201.0.0/16");
   assert.ok(Object.isFrozen(config));
 });
 
@@ -22,6 +25,27 @@ it("reads the environment and refuses bad values naming the variable", () => {
   assert.equal(config.accel, "tcg");
   assert.throws(() => loadConfig({}, { WARREN_PORT: "http" }), /WARREN_PORT="http" is invalid/);
   assert.throws(() => loadConfig({}, { WARREN_ACCEL: "xen" }), /auto, kvm or tcg/);
+});
+
+it("checks the network prefix and block a second server (or a test run) uses", () => {
+  const config = loadConfig(
+    {},
+    { WARREN_NETWORK_PREFIX: "wt3f9a", WARREN_NETWORK_CIDR: "10.202.0.0/16" },
+  );
+  assert.equal(config.networkPrefix, "wt3f9a");
+  assert.equal(config.networkCidr, "10.202.0.0/16");
+  for (const prefix of ["w", "Warren", "9w", "w-t", "abcdefghi"]) {
+    assert.throws(
+      () => loadConfig({}, { WARREN_NETWORK_PREFIX: prefix }),
+      /WARREN_NETWORK_PREFIX=.* is invalid: expected 2 to 8 lowercase/,
+    );
+  }
+  for (const cidr of ["10.202.0.0", "10.202.0.0/7", "10.202.0.0/31", "10.256.0.0/16", "x/16"]) {
+    assert.throws(
+      () => loadConfig({}, { WARREN_NETWORK_CIDR: cidr }),
+      /WARREN_NETWORK_CIDR=.* is invalid: expected an IPv4 block/,
+    );
+  }
 });
 
 it("documents every setting", () => {

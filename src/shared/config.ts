@@ -30,6 +30,13 @@ const oneOf =
   <T extends string>(...values: T[]) =>
   (text: string) =>
     values.includes(text as T) ? (text as T) : undefined;
+/** An IPv4 block "a.b.c.d/p" with p from 8 to 30 (the network component checks it again). */
+const ipv4Block = (text: string) => {
+  const match = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\/(\d{1,2})$/.exec(text.trim());
+  if (!match) return undefined;
+  const [octets, prefix] = [match.slice(1, 5).map(Number), Number(match[5])];
+  return octets.every((o) => o <= 255) && prefix >= 8 && prefix <= 30 ? text.trim() : undefined;
+};
 const list = (text: string) =>
   text
     .split(",")
@@ -55,6 +62,13 @@ const SETTINGS = {
     env: "WARREN_HOME",
     doc: "Data directory: images, catalog, snapshots, sandboxes, secrets.",
     default: () => "/var/lib/warren",
+    parse: str,
+    expects: "a path",
+  },
+  imagesDir: {
+    env: "WARREN_IMAGES_DIR",
+    doc: "Guest images (kernel, initramfs, agent drive, base rootfs) and their build cache, built by the host setup; unset: <data dir>/images. Must be readable by the warren-vmm account.",
+    default: (): string | undefined => undefined,
     parse: str,
     expects: "a path",
   },
@@ -183,6 +197,21 @@ const SETTINGS = {
     default: () => 4,
     parse: int(0, 1_000),
     expects: "an integer 0..1000",
+  },
+  networkPrefix: {
+    env: "WARREN_NETWORK_PREFIX",
+    doc: "Names of this server's network slots on the host: namespaces <prefix>-<n>, host veths <prefix>v<n>, iptables rules commented <prefix>:<n> (the default keeps veths wv<n>). At start the server removes leftover slots of its own prefix only: a second server on the host needs another prefix and WARREN_NETWORK_CIDR.",
+    default: () => "warren",
+    // The rule of slotNamesFor (network/slot-names.ts), which checks it again.
+    parse: (text: string) => (/^[a-z][a-z0-9]{1,7}$/.test(text.trim()) ? text.trim() : undefined),
+    expects: "2 to 8 lowercase letters and digits, starting with a letter",
+  },
+  networkCidr: {
+    env: "WARREN_NETWORK_CIDR",
+    doc: "Private IPv4 block carved into one /31 per network slot (its size bounds the slots). It must not overlap any route of the host, nor another server's block.",
+    default: () => "10.201.0.0/16",
+    parse: ipv4Block,
+    expects: "an IPv4 block from /8 to /30, e.g. 10.201.0.0/16",
   },
   logLevel: {
     env: "WARREN_LOG_LEVEL",

@@ -21,14 +21,17 @@ import {
   QemuDriver,
   qemuVersion,
 } from "../../src/vmm/qemu/index.js";
-
-export const DATA_DIR = process.env.WARREN_HOME ?? "/var/lib/warren";
+import { runEnv } from "./run-env.js";
 
 let artifacts: Promise<GuestArtifacts> | undefined;
 
-/** The guest kernel, initramfs, agent drive and base rootfs (built on first use, then cached). */
+/**
+ * The guest kernel, initramfs, agent drive and base rootfs in the run's images cache (the
+ * test command sets them up before the files run; this only checks them).
+ */
 export function guestArtifacts(): Promise<GuestArtifacts> {
-  artifacts ??= ensureHostSetup({ dataDir: DATA_DIR });
+  const { dataDir, imagesDir } = runEnv();
+  artifacts ??= ensureHostSetup({ dataDir, imagesDir });
   return artifacts;
 }
 
@@ -129,7 +132,7 @@ export interface TestVmm {
   readonly accel: AccelChoice;
   /** The unprivileged account QEMU drops to (taps must belong to it). */
   readonly runAs: SystemAccount;
-  /** A scratch directory under the data dir (same filesystem as images), removed by the caller. */
+  /** A scratch directory under the run's data dir, removed by the caller (or with the run). */
   readonly work: string;
 }
 
@@ -145,11 +148,11 @@ export async function testVmm(name: string): Promise<TestVmm> {
     kernel: images.kernel,
     initramfs: images.initramfs,
     qemuVersion: version,
-    cacheFile: join(DATA_DIR, "accel.json"),
+    cacheFile: join(runEnv().dataDir, "accel.json"),
   });
   const runAs = await ensureVmmUser();
   const driver = new QemuDriver({ accel: accel.accel, qemuVersion: version, runAs });
-  const work = mkdtempSync(join(DATA_DIR, `${name}-`));
+  const work = mkdtempSync(join(runEnv().dataDir, `${name}-`));
   chmodSync(work, 0o711); // the unprivileged QEMU must reach the runtime dirs below
   return { images, driver, accel, runAs, work };
 }

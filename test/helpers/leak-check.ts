@@ -1,12 +1,13 @@
 import { readdir, readFile } from "node:fs/promises";
 import { runCommand } from "../../src/network/index.js";
+import { runEnv } from "./run-env.js";
 
-// What network tests may leave behind, by name: slot namespaces (`warren-<n>`) and the
-// tests' own (`warren-fakeguest-<n>`, `warren-fakenet`), host veths (`wv<n>`, `wfake*`),
-// and host iptables rules carrying a `warren` comment.
-const NETNS = /^warren-/;
-const LINK = /^(wv[0-9]+|wfake)/;
-const RULE = /--comment "?warren/;
+// What an e2e run may leave behind, by name: everything named under the run's network
+// prefix `<p>` (see run-env.ts): slot namespaces `<p>-<n>` and the fixtures' `<p>-<what>`,
+// host veths `<p>v<n>` and the fixtures' `<p><what>`, and host iptables rules commented
+// `<p>:<n>` (or `<p>-<what>:<n>`, a test's second pool). Names of anyone else (a Warren
+// server's `warren-<n>`, `wv<n>`, `warren:<n>`, another run's) are neither reported nor
+// removed. Run prefixes all have the same length, so none is the start of another.
 
 interface Leftovers {
   netns: string[];
@@ -15,22 +16,23 @@ interface Leftovers {
   rules: [string, string][];
 }
 
-async function findLeftovers(): Promise<Leftovers> {
-  const netns = (await readdir("/run/netns").catch(() => [])).filter((n) => NETNS.test(n));
-  const links = (await readdir("/sys/class/net")).filter((l) => LINK.test(l));
+async function findLeftovers(prefix: string): Promise<Leftovers> {
+  const netns = (await readdir("/run/netns").catch(() => [])).filter((n) =>
+    n.startsWith(`${prefix}-`),
+  );
+  const links = (await readdir("/sys/class/net")).filter((l) => l.startsWith(prefix));
+  const comment = new RegExp(`--comment "?${prefix}[:-]`);
   const { stdout } = await runCommand("iptables-save", []);
   const rules: [string, string][] = [];
   let table = "";
   for (const line of stdout.split("\n")) {
     if (line.startsWith("*")) table = line.slice(1);
-    if (line.startsWith("-A ") && RULE.test(line)) rules.push([table, line]);
+    if (line.startsWith("-A ") && comment.test(line)) rules.push([table, line]);
   }
   return { netns, links, rules };
 }
 
-/** Lists every leftover, one string each; [] when the host is clean. */
-export async function leakCheck(): Promise<string[]> {
-  const found = await findLeftovers();
+function describe(found: Leftovers): string[] {
   return [
     ...found.netns.map((n) => `netns ${n}`),
     ...found.links.map((l) => `link ${l}`),
@@ -38,10 +40,17 @@ export async function leakCheck(): Promise<string[]> {
   ];
 }
 
-/** Removes leftovers of an earlier, interrupted run; returns what it removed. */
-export async function removeLeftovers(): Promise<string[]> {
-  const leftovers = await leakCheck();
-  const found = await findLeftovers();
+/** Lists every leftover of this run (or of `prefix`), one string each; [] when clean. */
+export async function leakCheck(prefix = runEnv().networkPrefix): Promise<string[]> {
+  return describe(await findLeftovers(prefix));
+}
+
+/**
+ * Removes what this run (or the run of `prefix`) left: after an interrupted test, before
+ * the next starts, and when a run ends. Returns what it removed.
+ */
+export async function removeLeftovers(prefix = runEnv().networkPrefix): Promise<string[]> {
+  const found = await findLeftovers(prefix);
   const batch = [
     ...found.links.map((l) => `link del ${l}`),
     ...found.netns.map((n) => `netns del ${n}`),
@@ -54,7 +63,7 @@ export async function removeLeftovers(): Promise<string[]> {
   for (const [table, line] of found.rules) {
     await runCommand("iptables", ["-t", table, "-D", ...splitRule(line.slice(3))]).catch(() => {});
   }
-  return leftovers;
+  return describe(found);
 }
 
 /** Splits an iptables-save rule into arguments (comments are the only quoted parts). */
@@ -62,16 +71,29 @@ function splitRule(text: string): string[] {
   return [...text.matchAll(/"([^"]*)"|(\S+)/g)].map((m) => m[1] ?? m[2] ?? "");
 }
 
-/** QEMU processes whose command line points into `runDir`, and entries left in it. */
-export async function vmLeftovers(runDir: string): Promise<string[]> {
-  const found: string[] = [];
+/**
+ * QEMU processes with a path under `dir` on their command line (runtime dirs, sockets):
+ * this run's VMMs when `dir` is the run's data dir, a server's when it is its `run/`.
+ */
+export async function qemuPidsIn(dir: string): Promise<number[]> {
+  // The path starts an argument or follows "=", "," or ":" (path=…, file=…, unix:…): a
+  // plain substring test would also take /srv/var/lib/warren/run/… for /var/lib/warren/run.
+  const escaped = dir.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  const pattern = new RegExp(`(^|[=,:])${escaped}/`);
+  const pids: number[] = [];
   for (const entry of await readdir("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
-    const cmdline = await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "");
-    if (cmdline.split("\0")[0]?.includes("qemu-system") && cmdline.includes(`${runDir}/`)) {
-      found.push(`qemu pid ${entry}`);
+    const args = (await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "")).split("\0");
+    if (args[0]?.includes("qemu-system") && args.some((arg) => pattern.test(arg))) {
+      pids.push(Number(entry));
     }
   }
+  return pids;
+}
+
+/** QEMU processes whose command line points into `runDir`, and entries left in it. */
+export async function vmLeftovers(runDir: string): Promise<string[]> {
+  const found = (await qemuPidsIn(runDir)).map((pid) => `qemu pid ${pid}`);
   for (const name of await readdir(runDir).catch(() => [] as string[])) {
     found.push(`runtime dir ${runDir}/${name}`);
   }

@@ -4,8 +4,8 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before } from "node:test";
-import { DATA_DIR } from "./guest.js";
 import { leakCheck, vmLeftovers } from "./leak-check.js";
+import { runEnv, runServerEnv } from "./run-env.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 /** First start on a fresh machine sets the host up and builds the base template. */
@@ -31,16 +31,19 @@ export interface TestServer {
 /**
  * Starts the real node server (the bundle `npm start` runs, built by the test command) on
  * an ephemeral port, waits until it is ready, and points the e2b SDK at it through the same
- * environment variables a user sets: E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY.
+ * environment variables a user sets: E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY. The
+ * server lives in the run's sandbox (run-env.ts): the run's data dir, the test images, the
+ * run's network prefix and block; `env` adds settings (or overrides those).
  */
 export async function startServer(env: Record<string, string> = {}): Promise<TestServer> {
-  const dataDir = env.WARREN_HOME ?? DATA_DIR;
+  const settings: Record<string, string> = { WARREN_PORT: "0", ...runServerEnv(), ...env };
+  const dataDir = settings.WARREN_HOME ?? runEnv().dataDir;
   const child = spawn(
     process.execPath,
     ["--enable-source-maps", join(ROOT, "dist", "server", "main.mjs")],
     {
       cwd: ROOT,
-      env: { ...process.env, WARREN_PORT: "0", WARREN_HOME: dataDir, ...env },
+      env: { ...process.env, ...settings },
       stdio: ["ignore", "pipe", "pipe"],
     },
   );
@@ -151,7 +154,7 @@ export async function api(
 
 /**
  * A server for this test file: started before its tests, stopped after them, then checked
- * to have left nothing behind (no slot, veth or rule; no VMM or runtime dir).
+ * to have left nothing behind (no slot, veth or rule of the run; no VMM or runtime dir).
  */
 export function useServer(env: Record<string, string> = {}): TestServer {
   let started: TestServer | undefined;

@@ -2,23 +2,20 @@ import assert from "node:assert/strict";
 import { readFile, stat } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
 import { Sandbox } from "e2b";
-import {
-  DEFAULT_DATA_DIR,
-  ensureHostSetup,
-  type GuestArtifacts,
-  readManifest,
-} from "../../../src/images/index.js";
+import { ensureHostSetup, type GuestArtifacts, readManifest } from "../../../src/images/index.js";
 import { ENVD_VERSION } from "../../../src/protocol/index.js";
+import { runEnv } from "../../helpers/run-env.js";
 import { startVm, type TestVm } from "./vm.js";
 
-// The real data directory: setup is a cache, built once per machine and never deleted here.
-const dataDir = process.env.WARREN_HOME || DEFAULT_DATA_DIR;
+// The test images cache: built once per machine (the test command sets it up before the
+// files run) and never deleted here.
+const { dataDir, imagesDir } = runEnv();
 
 describe("guest artifacts", () => {
   let artifacts: GuestArtifacts;
 
   before(async () => {
-    artifacts = await ensureHostSetup({ dataDir });
+    artifacts = await ensureHostSetup({ dataDir, imagesDir });
   });
 
   it("are all recorded in the manifest with their hashes", async () => {
@@ -43,7 +40,7 @@ describe("guest artifacts", () => {
     const manifestBefore = await readFile(artifacts.manifest, "utf8");
     const mtimesBefore = await mtimes();
     const started = performance.now();
-    await ensureHostSetup({ dataDir, progress: null });
+    await ensureHostSetup({ dataDir, imagesDir, progress: null });
     const elapsedMs = performance.now() - started;
     assert.ok(elapsedMs < 1000, `second run took ${Math.round(elapsedMs)} ms`);
     assert.equal(await readFile(artifacts.manifest, "utf8"), manifestBefore);

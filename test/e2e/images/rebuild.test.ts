@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import {
   type ArtifactRecord,
+  defaultImagesDir,
   ensureHostSetup,
   imagesLayout,
   readManifest,
@@ -18,6 +19,7 @@ import { writeManifest } from "../../../src/images/manifest.js";
  */
 describe("ensureHostSetup rebuilds what it cannot trust", () => {
   let dataDir: string;
+  const imagesDir = () => defaultImagesDir(dataDir);
   const lines: string[] = [];
   const setup = () =>
     ensureHostSetup({
@@ -27,7 +29,7 @@ describe("ensureHostSetup rebuilds what it cannot trust", () => {
       progress: { write: (text: string) => lines.push(text) },
     });
   const record = async (): Promise<ArtifactRecord> => {
-    const found = (await readManifest(imagesLayout(dataDir).manifest)).artifacts["agent-drive"];
+    const found = (await readManifest(imagesLayout(imagesDir()).manifest)).artifacts["agent-drive"];
     assert.ok(found, "agent-drive is recorded");
     return found;
   };
@@ -57,7 +59,7 @@ describe("ensureHostSetup rebuilds what it cannot trust", () => {
 
   it("rebuilds a truncated drive", async () => {
     const before = await record();
-    await truncate(imagesLayout(dataDir).agentDrive, 4096);
+    await truncate(imagesLayout(imagesDir()).agentDrive, 4096);
     lines.length = 0;
     await setup();
     const after = await record();
@@ -69,7 +71,7 @@ describe("ensureHostSetup rebuilds what it cannot trust", () => {
   });
 
   it("rebuilds when the manifest's recipe is older or its hash was tampered with", async () => {
-    const layout = imagesLayout(dataDir);
+    const layout = imagesLayout(imagesDir());
     for (const tamper of [
       (r: ArtifactRecord) => ({ ...r, recipe: r.recipe - 1 }),
       (r: ArtifactRecord) => ({ ...r, sha256: "f".repeat(64) }),
@@ -90,8 +92,8 @@ describe("ensureHostSetup rebuilds what it cannot trust", () => {
     assert.ok(drive.inputs["lib/ld-linux-x86-64.so.2"]);
     assert.ok(drive.inputs["envd/build/Release/pty.node"]);
     assert.match(drive.details.envdVersion ?? "", /^\d+\.\d+\.\d+$/);
-    const names = await readdir(imagesLayout(dataDir).dir);
+    const names = await readdir(imagesLayout(imagesDir()).dir);
     assert.ok(!names.includes(".tmp") && !names.includes(".setup.lock"), names.join(" "));
-    assert.match(await readFile(imagesLayout(dataDir).log, "utf8"), /mkfs\.ext4|ldd/);
+    assert.match(await readFile(imagesLayout(imagesDir()).log, "utf8"), /mkfs\.ext4|ldd/);
   });
 });

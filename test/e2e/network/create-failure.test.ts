@@ -7,6 +7,7 @@ import {
   runCommand,
 } from "../../../src/network/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
+import { runPoolOptions } from "../../helpers/run-env.js";
 import { TAP_OWNER } from "./fake-guest.js";
 
 // A slot whose creation fails half-way leaves nothing behind. Failures are injected into
@@ -68,6 +69,7 @@ function injected(file: string, args: readonly string[]): NetworkError {
 async function creationCommands(): Promise<string[]> {
   const probe = faultyRunner("", "before");
   const pool = new NetnsSlotPool({
+    ...runPoolOptions(),
     size: 0,
     tapOwner: TAP_OWNER,
     egressInterface: "lo",
@@ -89,6 +91,7 @@ test("a creation that fails at any step removes what it created", async (t) => {
     for (const mode of ["before", "half", "after"] as const) {
       const faulty = faultyRunner(step, mode);
       const pool = new NetnsSlotPool({
+        ...runPoolOptions(),
         size: 0,
         tapOwner: TAP_OWNER,
         egressInterface: "lo",
@@ -117,7 +120,7 @@ test("a real command failure names the command and carries its stderr", async ()
     file === "iptables-restore" && args.includes("--noflush")
       ? runCommand(file, ["--no-such-flag", ...args], options)
       : runCommand(file, args, options);
-  const pool = new NetnsSlotPool({ size: 0, egressInterface: "lo", runner });
+  const pool = new NetnsSlotPool({ ...runPoolOptions(), size: 0, egressInterface: "lo", runner });
   await assert.rejects(pool.acquire(), (err: unknown) => {
     assert.ok(err instanceof NetworkError, String(err));
     assert.equal(err.kind, "internal");

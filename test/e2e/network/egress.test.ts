@@ -9,6 +9,7 @@ import {
   type NetworkSlot,
 } from "../../../src/network/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
+import { runEnv, runPoolOptions } from "../../helpers/run-env.js";
 import { CleanupStack } from "./cleanup-stack.js";
 import { FakeGuest, TAP_OWNER } from "./fake-guest.js";
 import { FAKENET, FakeNet } from "./fake-net.js";
@@ -31,6 +32,7 @@ before(async () => {
   const net = await FakeNet.start(NET_PORT);
   cleanup.defer(() => net.close());
   const pool = new NetnsSlotPool({
+    ...runPoolOptions(),
     size: 0,
     tapOwner: TAP_OWNER,
     egressInterface: FAKENET.hostVeth,
@@ -101,7 +103,7 @@ test("allowOut is the only way to a private range", async () => {
 });
 
 test("no policy opens the host or the slots", async () => {
-  await withPolicy({ allowOut: ["0.0.0.0/0", FAKENET.hostAddress, "10.201.0.0/16"] });
+  await withPolicy({ allowOut: ["0.0.0.0/0", FAKENET.hostAddress, runEnv().networkCidr] });
   assert.deepEqual(await reachable(ALL), ALL);
   // The host's address on the fake net is a public address, and allowed twice over.
   const hostAddresses = [FAKENET.hostAddress, slot.hostVethAddress, slot.hostAddress];

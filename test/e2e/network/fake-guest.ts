@@ -3,6 +3,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type NetworkSlot, runCommand } from "../../../src/network/index.js";
 import { GATEWAY_ADDRESS, GUEST_ADDRESS, GUEST_MAC } from "../../../src/protocol/index.js";
+import { fixtureNetns } from "../../helpers/run-env.js";
 import { NetnsAgent } from "./netns-agent.js";
 
 const PUMP = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "tap-pump.py");
@@ -17,7 +18,8 @@ export const TAP_OWNER = { uid: 65534, gid: 65534 };
  * - QEMU's side of the slot's tap is played by fixtures/tap-pump.py, which attaches to the
  *   slot's real `tap0` as the tap's owner (as an unprivileged QEMU would) and copies frames
  *   to and from a tap named `eth0` in this fake guest's namespace;
- * - the guest kernel is played by that namespace, `warren-fakeguest-<n>`, configured as a
+ * - the guest kernel is played by that namespace, `<prefix>-fakeguest-<n>` (the run's
+ *   network prefix, see run-env.ts), configured as a
  *   Warren guest is: 169.254.0.21/30, MAC 02:fc:00:00:00:15, default route via 169.254.0.22;
  * - guest programs are played by a NetnsAgent running in it.
  */
@@ -38,7 +40,7 @@ export class FakeGuest {
 
   /** Boots a fake guest on `slot`. `owner` is whom the pump attaches to the tap as. */
   static async attach(slot: NetworkSlot, owner = TAP_OWNER): Promise<FakeGuest> {
-    const netns = `warren-fakeguest-${slot.index}`;
+    const netns = fixtureNetns(`fakeguest-${slot.index}`);
     await runCommand("ip", ["netns", "add", netns]);
     let pump: ChildProcess | undefined;
     try {

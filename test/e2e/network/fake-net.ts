@@ -1,15 +1,17 @@
 import { runCommand } from "../../../src/network/index.js";
+import { fixtureLink, fixtureNetns } from "../../helpers/run-env.js";
 import { NetnsAgent } from "./netns-agent.js";
 
 /**
- * A stand-in for the internet: namespace `warren-fakenet` behind veth `wfakenet` on the
- * host, holding public-looking (TEST-NET-2) and private addresses, with a NetnsAgent
- * listening on `port` on all of them. Slots under test use `wfakenet` as their egress
- * interface, so guest traffic never leaves this machine.
+ * A stand-in for the internet: namespace `<prefix>-fakenet` behind veth `<prefix>fakenet`
+ * on the host (the run's network prefix: see run-env.ts), holding public-looking
+ * (TEST-NET-2) and private addresses, with a NetnsAgent listening on `port` on all of them.
+ * Slots under test use that veth as their egress interface, so guest traffic never leaves
+ * this machine. The test command keeps runs' blocks clear of these addresses.
  */
 export const FAKENET = {
-  netns: "warren-fakenet",
-  hostVeth: "wfakenet",
+  netns: fixtureNetns("fakenet"),
+  hostVeth: fixtureLink("fakenet"),
   /** The host's own address on the fake net: a host address in a public range. */
   hostAddress: "198.51.100.254",
   public1: "198.51.100.1",

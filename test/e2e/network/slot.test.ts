@@ -5,6 +5,7 @@ import { after, before, test } from "node:test";
 import { NetnsSlotPool, type NetworkSlot, runCommand } from "../../../src/network/index.js";
 import { GATEWAY_ADDRESS, GATEWAY_MAC, GUEST_ADDRESS } from "../../../src/protocol/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
+import { fixtureNetns, runPoolOptions } from "../../helpers/run-env.js";
 import { CleanupStack } from "./cleanup-stack.js";
 import { FakeGuest, startPump, TAP_OWNER } from "./fake-guest.js";
 import { hostConnect, NetnsAgent } from "./netns-agent.js";
@@ -24,7 +25,7 @@ before(async () => {
   const removed = await removeLeftovers();
   if (removed.length > 0)
     console.error(`removed leftovers of an earlier run: ${removed.join(", ")}`);
-  pool = new NetnsSlotPool({ size: 0, tapOwner: TAP_OWNER });
+  pool = new NetnsSlotPool({ ...runPoolOptions(), size: 0, tapOwner: TAP_OWNER });
   cleanup.defer(() => pool.close());
   slot1 = await pool.acquire();
   slot2 = await pool.acquire();
@@ -165,7 +166,7 @@ test("a guest cannot reach the host's loopback by routing 127.0.0.1 out of its N
 
 test("only the tap's owner can attach to it", async () => {
   const slot3 = await pool.acquire();
-  const netns = "warren-fakeguest-owner";
+  const netns = fixtureNetns("fakeguest-owner");
   await runCommand("ip", ["netns", "add", netns]);
   try {
     await assert.rejects(

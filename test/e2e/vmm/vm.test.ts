@@ -22,21 +22,17 @@ import {
   testVmm,
   waitForEnvd,
 } from "../../helpers/guest.js";
-import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
+import { leakCheck, qemuPidsIn, removeLeftovers } from "../../helpers/leak-check.js";
+import { runEnv, runPoolOptions } from "../../helpers/run-env.js";
 import { FAKENET, FakeNet } from "../network/fake-net.js";
 
 const FAKENET_PORT = 47001;
 const HOST_PORT = 47002;
 const SHAPE = { vcpus: 1, memoryMiB: 512 };
 
-function qemuCount(): number {
-  try {
-    return Number(
-      execFileSync("pgrep", ["-c", "-x", "qemu-system-x86"], { encoding: "utf8" }).trim(),
-    );
-  } catch {
-    return 0; // pgrep exits 1 when nothing matches
-  }
+/** QEMUs of this run (a Warren server on the host may run its own). */
+async function qemuCount(): Promise<number> {
+  return (await qemuPidsIn(runEnv().dataDir)).length;
 }
 
 describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (real guests)", () => {
@@ -80,7 +76,12 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
     const runAs = vmm.runAs;
     mkdirSync(join(work, "run"));
     fakenet = await FakeNet.start(FAKENET_PORT);
-    pool = new NetnsSlotPool({ size: 0, egressInterface: FAKENET.hostVeth, tapOwner: runAs });
+    pool = new NetnsSlotPool({
+      ...runPoolOptions(),
+      size: 0,
+      egressInterface: FAKENET.hostVeth,
+      tapOwner: runAs,
+    });
     hostListener = createServer((socket) => socket.end("host\n")).listen(HOST_PORT, "0.0.0.0");
   });
 
@@ -92,7 +93,7 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
     hostListener?.close();
     if (work) rmSync(work, { recursive: true, force: true });
     assert.deepEqual(await leakCheck(), [], "no namespace, link or rule left behind");
-    assert.equal(qemuCount(), 0, "no QEMU left running");
+    assert.equal(await qemuCount(), 0, "no QEMU left running");
   });
 
   it("cleans up after a VM that fails to start (no QEMU, no runtime files left)", async () => {
@@ -107,7 +108,7 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
       return true;
     });
     assert.equal(existsSync(bad.runtimeDir), false, "runtime dir removed");
-    assert.equal(qemuCount(), 0);
+    assert.equal(await qemuCount(), 0);
     await assert.rejects(
       driver.restore(join(work, "no-such-snapshot"), spec("nosnap", slot)),
       VmmError,

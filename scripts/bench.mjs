@@ -1,0 +1,39 @@
+#!/usr/bin/env node
+// `npm run bench:<name>`: builds, then runs bench/<file>.ts as root in a run sandbox of its
+// own (scripts/run-sandbox.mjs), like the e2e tests: its servers and network slots use a
+// data dir made for the run, a network prefix and block no one else uses, and the test
+// images cache, so a Warren server on the same host is left alone. Results: bench/out/.
+//
+// Usage: node scripts/bench.mjs <name>; names below.
+import { spawnSync } from "node:child_process";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { ensureDeps } from "./ensure-deps.mjs";
+import { inRunSandbox, runNode } from "./run-sandbox.mjs";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+/** name → [script, needs the guest images] */
+const BENCHES = {
+  vmm: ["vmm.ts", true],
+  warren: ["warren.ts", true],
+  chain: ["disk-chain.ts", true],
+  slots: ["slot-pool.ts", false],
+};
+
+const name = process.argv[2];
+const bench = BENCHES[name];
+if (!bench) {
+  process.stderr.write(`usage: node scripts/bench.mjs <${Object.keys(BENCHES).join("|")}>\n`);
+  process.exit(2);
+}
+ensureDeps(root);
+const build = spawnSync(process.execPath, [join(root, "scripts", "build.mjs")], {
+  stdio: "inherit",
+  cwd: root,
+});
+if (build.status !== 0) process.exit(build.status ?? 1);
+const [script, images] = bench;
+const code = await inRunSandbox(root, { hostSetup: images, label: `bench:${name}` }, (env) =>
+  runNode(root, ["--import", "tsx", join(root, "bench", script)], env),
+);
+process.exit(code);
