@@ -1,19 +1,30 @@
 import { readdir, readFile } from "node:fs/promises";
 
 /**
- * Kills QEMU processes whose command line points into `runDir`: VMMs an earlier server left
- * running under its runtime directories (crash, kill -9). Processes of any other Warren (or
- * any other QEMU on the host) are never matched. Returns how many were killed.
+ * Whether a process's command line (`/proc/<pid>/cmdline`, NUL-separated) is a QEMU whose
+ * files are under `runDir`: a path of it starts an argument or follows "=", "," or ":"
+ * (`path=…`, `file=…`, `unix:…`). A bare substring test would also take another server's
+ * `/srv/var/lib/warren/run/…` for `/var/lib/warren/run/…`.
+ */
+export function isVmmUnder(cmdline: string, runDir: string): boolean {
+  const [program = "", ...args] = cmdline.split("\0");
+  if (!program.endsWith("qemu-system-x86_64")) return false;
+  const escaped = runDir.replace(/\/+$/, "").replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  const under = new RegExp(`(^|[=,:])${escaped}/`);
+  return args.some((arg) => under.test(arg));
+}
+
+/**
+ * Kills QEMU processes whose files are under `runDir`: VMMs an earlier server left running
+ * (crash, kill -9). Processes of any other Warren, or any other QEMU on the host, are never
+ * matched. Returns how many were killed.
  */
 export async function killOrphanVmms(runDir: string): Promise<number> {
   let count = 0;
-  const prefix = `${runDir.replace(/\/+$/, "")}/`;
   for (const entry of await readdir("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
     const cmdline = await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "");
-    const [program = "", ...args] = cmdline.split("\0");
-    if (!program.endsWith("qemu-system-x86_64")) continue;
-    if (!args.some((arg) => arg.includes(prefix))) continue;
+    if (!isVmmUnder(cmdline, runDir)) continue;
     try {
       process.kill(Number(entry), "SIGKILL");
       count += 1;
