@@ -5,10 +5,9 @@
 // images cache, so a Warren server on the same host is left alone. Results: bench/out/.
 //
 // Usage: node scripts/bench.mjs <name>; names below.
-import { spawnSync } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { ensureDeps } from "./ensure-deps.mjs";
+import { ensureBuilt } from "./ensure-deps.mjs";
 import { inRunSandbox, runNode } from "./run-sandbox.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -26,12 +25,7 @@ if (!bench) {
   process.stderr.write(`usage: node scripts/bench.mjs <${Object.keys(BENCHES).join("|")}>\n`);
   process.exit(2);
 }
-ensureDeps(root);
-const build = spawnSync(process.execPath, [join(root, "scripts", "build.mjs")], {
-  stdio: "inherit",
-  cwd: root,
-});
-if (build.status !== 0) process.exit(build.status ?? 1);
+ensureBuilt(root);
 const [script, images] = bench;
 const code = await inRunSandbox(root, { hostSetup: images, label: `bench:${name}` }, (env) =>
   runNode(root, ["--import", "tsx", join(root, "bench", script)], env),

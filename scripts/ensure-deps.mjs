@@ -26,3 +26,13 @@ export function ensureDeps(root) {
     process.exit(result.status ?? 1);
   }
 }
+
+/** The locked dependencies, then the build (agent bundle, native addons): what tests and benches run. */
+export function ensureBuilt(root) {
+  ensureDeps(root);
+  const build = spawnSync(process.execPath, [join(root, "scripts", "build.mjs")], {
+    stdio: "inherit",
+    cwd: root,
+  });
+  if (build.status !== 0) process.exit(build.status ?? 1);
+}

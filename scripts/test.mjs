@@ -15,12 +15,11 @@
 //         the end, also on failure or Ctrl-C.
 //
 // Usage: node scripts/test.mjs [unit|e2e] [filter...]; a filter is a path or a substring.
-import { spawnSync } from "node:child_process";
 import { readdirSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
-import { ensureDeps } from "./ensure-deps.mjs";
+import { ensureBuilt } from "./ensure-deps.mjs";
 import { inRunSandbox, isStopping, runNode } from "./run-sandbox.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -53,12 +52,7 @@ if (plan.every(({ files }) => files.length === 0)) {
   process.exit(1);
 }
 
-ensureDeps(root);
-const build = spawnSync(process.execPath, [join(root, "scripts", "build.mjs")], {
-  stdio: "inherit",
-  cwd: root,
-});
-if (build.status !== 0) process.exit(build.status ?? 1);
+ensureBuilt(root);
 
 // Unit files share nothing and run side by side; e2e files share the machine's VMs and CPUs.
 const testArgs = (files, concurrency) => [

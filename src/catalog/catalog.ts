@@ -78,6 +78,21 @@ export interface EventRow {
 
 export type SandboxPatch = Partial<Omit<SandboxRow, "id">>;
 
+/** Keys a patch may not clear (given as undefined): every catalog refuses with invalid_argument. */
+export const REQUIRED_SANDBOX_KEYS = [
+  "templateId",
+  "state",
+  "clientId",
+  "vcpus",
+  "memoryMiB",
+  "diskSizeMiB",
+  "metadata",
+  "envVars",
+  "config",
+  "startedAt",
+  "endAt",
+] as const satisfies readonly (keyof SandboxPatch)[];
+
 export interface Catalog {
   insertSandbox(row: SandboxRow): Promise<void>;
   /** Applies the patch and sets updatedAt; returns the new row, undefined when the id is unknown. */

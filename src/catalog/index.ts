@@ -7,4 +7,5 @@ export type {
   SnapshotRow,
   TemplateRow,
 } from "./catalog.js";
+export { REQUIRED_SANDBOX_KEYS } from "./catalog.js";
 export { SqliteCatalog } from "./sqlite/sqlite-catalog.js";

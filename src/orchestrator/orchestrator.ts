@@ -14,7 +14,7 @@ import { configOf, newRow, type SandboxConfig, sandboxInfo } from "./live-sandbo
 import { egressPolicyOf, withNetworkUpdate } from "./network-config.js";
 import { assertReady } from "./readiness.js";
 import { recoverLeftovers } from "./recovery.js";
-import { routeSandbox } from "./routing.js";
+import { type RoutingOptions, routeSandbox } from "./routing.js";
 import { requireState, SandboxTable } from "./sandbox-table.js";
 import { SandboxVms } from "./sandbox-vms.js";
 import { SnapshotStore } from "./snapshot-store.js";
@@ -80,6 +80,8 @@ export class Orchestrator implements SandboxService, SandboxRouter {
   readonly #snapshots: SnapshotStore;
   readonly #lifecycle: Lifecycle;
   readonly #forks: Forks;
+  /** What routing asks of the orchestrator, built once: `route` runs on every proxied request. */
+  readonly #routing: RoutingOptions;
   #status: ServerStatus;
 
   constructor(options: OrchestratorOptions) {
@@ -135,6 +137,12 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       defaultTimeoutMs: options.defaultTimeoutMs,
       logger,
     });
+    this.#routing = {
+      table: this.#table,
+      ready: () => this.#status.phase === "ready",
+      resume: (id) => this.connect(id, undefined),
+      logger,
+    };
     this.#status = {
       phase: "starting",
       accelerator: options.accelerator.accel,
@@ -360,16 +368,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
   // ---- SandboxRouter ------------------------------------------------------------------------
 
   async route(sandboxId: string, port: number): Promise<RouteResult> {
-    return routeSandbox(
-      {
-        table: this.#table,
-        ready: () => this.#status.phase === "ready",
-        resume: (id) => this.connect(id, undefined),
-        logger: this.#log,
-      },
-      sandboxId,
-      port,
-    );
+    return routeSandbox(this.#routing, sandboxId, port);
   }
 
   onSandboxStopped(listener: (sandboxId: string) => void): () => void {

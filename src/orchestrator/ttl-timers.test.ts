@@ -22,16 +22,22 @@ function useClock(t: import("node:test").TestContext) {
   };
 }
 
+/** Timers over a fresh table, recording which sandboxes expired. */
+function useTimers() {
+  const table = new SandboxTable();
+  const expired: string[] = [];
+  const timers = new TtlTimers({
+    table,
+    logger: silentLogger,
+    onExpired: async (live) => void expired.push(live.row.id),
+  });
+  return { table, timers, expired };
+}
+
 describe("TtlTimers", () => {
   it("expires a running sandbox at its deadline, not before", async (t) => {
     const advance = useClock(t);
-    const table = new SandboxTable();
-    const expired: string[] = [];
-    const timers = new TtlTimers({
-      table,
-      logger: silentLogger,
-      onExpired: async (live) => void expired.push(live.row.id),
-    });
+    const { table, timers, expired } = useTimers();
     const live = running("a", Date.now() + 5_000);
     table.add(live);
     timers.arm(live);
@@ -43,13 +49,7 @@ describe("TtlTimers", () => {
 
   it("a deadline past setTimeout's range is checked again when the timer fires early", async (t) => {
     const advance = useClock(t);
-    const table = new SandboxTable();
-    const expired: string[] = [];
-    const timers = new TtlTimers({
-      table,
-      logger: silentLogger,
-      onExpired: async (live) => void expired.push(live.row.id),
-    });
+    const { table, timers, expired } = useTimers();
     const live = running("long", Date.now() + 30 * DAY_MS);
     table.add(live);
     timers.arm(live);
@@ -61,13 +61,7 @@ describe("TtlTimers", () => {
 
   it("nothing expires that was cleared, paused, removed, or after close", async (t) => {
     const advance = useClock(t);
-    const table = new SandboxTable();
-    const expired: string[] = [];
-    const timers = new TtlTimers({
-      table,
-      logger: silentLogger,
-      onExpired: async (live) => void expired.push(live.row.id),
-    });
+    const { table, timers, expired } = useTimers();
     const [cleared, paused, removed, closed] = ["c", "p", "r", "x"].map((id) => {
       const live = running(id, Date.now() + 1_000);
       table.add(live);

@@ -4,14 +4,15 @@
  * `reopen()` hands out a new catalog over the same data, as a restarted server would find
  * its SQLite file.
  */
-import type {
-  Catalog,
-  EventRow,
-  SandboxPatch,
-  SandboxRow,
-  SandboxState,
-  SnapshotRow,
-  TemplateRow,
+import {
+  type Catalog,
+  type EventRow,
+  REQUIRED_SANDBOX_KEYS,
+  type SandboxPatch,
+  type SandboxRow,
+  type SandboxState,
+  type SnapshotRow,
+  type TemplateRow,
 } from "../../src/catalog/index.js";
 import { WarrenError } from "../../src/shared/index.js";
 
@@ -22,21 +23,6 @@ interface Store {
   readonly snapshots: Map<string, SnapshotRow>;
   readonly events: EventRow[];
 }
-
-const REQUIRED_SANDBOX_KEYS: readonly (keyof SandboxPatch)[] = [
-  "templateId",
-  "state",
-  "clientId",
-  "vcpus",
-  "memoryMiB",
-  "diskSizeMiB",
-  "metadata",
-  "envVars",
-  "config",
-  "startedAt",
-  "endAt",
-  "updatedAt",
-];
 
 /** A deep copy without keys set to undefined: rows leave unset optional fields absent. */
 function copy<T extends object>(row: T): T {

@@ -2,14 +2,15 @@ import { closeSync, mkdirSync, openSync } from "node:fs";
 import { dirname } from "node:path";
 import Database from "better-sqlite3";
 import { toWarrenError, WarrenError } from "../../shared/index.js";
-import type {
-  Catalog,
-  EventRow,
-  SandboxPatch,
-  SandboxRow,
-  SandboxState,
-  SnapshotRow,
-  TemplateRow,
+import {
+  type Catalog,
+  type EventRow,
+  REQUIRED_SANDBOX_KEYS,
+  type SandboxPatch,
+  type SandboxRow,
+  type SandboxState,
+  type SnapshotRow,
+  type TemplateRow,
 } from "../catalog.js";
 import { checkVersion, migrate } from "./migrations.js";
 import {
@@ -24,21 +25,6 @@ import {
 import { prepareStatements, type Statements } from "./statements.js";
 
 const BUSY_TIMEOUT_MS = 5_000;
-
-/** Keys a patch may not clear: their columns are NOT NULL. */
-const REQUIRED_SANDBOX_KEYS = [
-  "templateId",
-  "state",
-  "clientId",
-  "vcpus",
-  "memoryMiB",
-  "diskSizeMiB",
-  "metadata",
-  "envVars",
-  "config",
-  "startedAt",
-  "endAt",
-] as const;
 
 /**
  * The catalog in one SQLite file, for a single node. better-sqlite3 is synchronous: each
