@@ -1,6 +1,13 @@
 import assert from "node:assert/strict";
 import { describe, it, type TestContext } from "node:test";
-import type { Catalog, EventRow, SandboxRow, SnapshotRow, TemplateRow } from "./catalog.js";
+import type {
+  BuildRow,
+  Catalog,
+  EventRow,
+  SandboxRow,
+  SnapshotRow,
+  TemplateRow,
+} from "./catalog.js";
 
 /** What an implementation's test file hands the suite: a fresh, empty catalog per test. */
 export interface CatalogHarness {
@@ -40,6 +47,22 @@ function templateRow(over: Partial<TemplateRow> & { id: string }): TemplateRow {
     memoryMiB: 256,
     diskSizeMiB: 1024,
     createdAt: T0,
+    ...over,
+  };
+}
+
+function buildRow(over: Partial<BuildRow> & { id: string }): BuildRow {
+  return {
+    templateId: "tpl-1",
+    name: "my-env",
+    tags: ["default"],
+    status: "building",
+    vcpus: 2,
+    memoryMiB: 512,
+    diskSizeMiB: 2048,
+    layers: [],
+    createdAt: T0,
+    updatedAt: T0,
     ...over,
   };
 }
@@ -227,6 +250,61 @@ export function catalogContract(name: string, open: () => Promise<CatalogHarness
         assert.deepEqual(await catalog.listTemplates(), []);
         await catalog.putTemplate(templateRow({ id: "tpl-2", aliases: ["base"] }));
         assert.equal((await catalog.getTemplate("base"))?.id, "tpl-2");
+      });
+
+      it("keeps a template's config", async (t) => {
+        const { catalog } = await use(t);
+        const built = templateRow({
+          id: "tpl-1",
+          kind: "build",
+          config: { envVars: { A: "1" }, user: "user", steps: [1, 2] },
+        });
+        await catalog.putTemplate(built);
+        assert.deepEqual(await catalog.getTemplate("tpl-1"), built);
+      });
+    });
+
+    describe("builds and tags", () => {
+      it("round-trips builds, lists them by template, oldest first", async (t) => {
+        const { catalog } = await use(t);
+        const first = buildRow({ id: "b-1" });
+        const done = buildRow({
+          id: "b-2",
+          createdAt: "2030-01-02T00:00:00.000Z",
+          status: "error",
+          layers: ["l-1"],
+          reason: { message: "exit code 1", step: "2" },
+          finishedAt: "2030-01-02T00:01:00.000Z",
+        });
+        const other = buildRow({ id: "b-3", templateId: "tpl-2", snapshotId: "snap-1" });
+        for (const row of [done, first, other]) await catalog.putBuild(row);
+        assert.deepEqual(await catalog.getBuild("b-2"), done);
+        assert.deepEqual(await catalog.getBuild("b-3"), other);
+        assert.deepEqual(ids(await catalog.listBuilds("tpl-1")), ["b-1", "b-2"]);
+        assert.deepEqual(ids(await catalog.listBuilds()), ["b-1", "b-3", "b-2"]);
+        await catalog.putBuild({ ...first, status: "ready", snapshotId: "snap-2" });
+        assert.equal((await catalog.getBuild("b-1"))?.snapshotId, "snap-2");
+        await catalog.deleteBuild("b-1");
+        assert.equal(await catalog.getBuild("b-1"), undefined);
+      });
+
+      it("points a tag at one build, moves it, lists and deletes tags", async (t) => {
+        const { catalog } = await use(t);
+        await catalog.putTag({ templateId: "tpl-1", tag: "v1", buildId: "b-1", createdAt: T0 });
+        await catalog.putTag({ templateId: "tpl-1", tag: "default", buildId: "b-1", createdAt: T0 });
+        await catalog.putTag({ templateId: "tpl-2", tag: "v1", buildId: "b-9", createdAt: T0 });
+        await catalog.putTag({ templateId: "tpl-1", tag: "v1", buildId: "b-2", createdAt: T0 });
+        assert.equal((await catalog.getTag("tpl-1", "v1"))?.buildId, "b-2");
+        assert.deepEqual(
+          (await catalog.listTags("tpl-1")).map((r) => [r.tag, r.buildId]),
+          [
+            ["default", "b-1"],
+            ["v1", "b-2"],
+          ],
+        );
+        await catalog.deleteTag("tpl-1", "v1");
+        assert.equal(await catalog.getTag("tpl-1", "v1"), undefined);
+        assert.equal((await catalog.getTag("tpl-2", "v1"))?.buildId, "b-9");
       });
     });
 

@@ -43,12 +43,54 @@ export interface TemplateRow {
   readonly id: string;
   /** Names it is found by besides its id (e.g. "base"). Unique across templates. */
   readonly aliases: readonly string[];
-  /** "base": built by Warren at start; "snapshot": captured from a sandbox. */
-  readonly kind: "base" | "snapshot";
+  /**
+   * "base": built by Warren at start; "snapshot": captured from a sandbox; "build": a named
+   * template from the build API (its snapshot is its `default` tag's build); "layer": a
+   * template build's cached step (never listed).
+   */
+  readonly kind: TemplateKind;
   readonly snapshotId: string;
   readonly vcpus: number;
   readonly memoryMiB: number;
   readonly diskSizeMiB: number;
+  readonly createdAt: string;
+  /** Opaque JSON its maker owns (a build's env, user, workdir, start command...). */
+  readonly config?: Readonly<Record<string, unknown>>;
+}
+
+export type TemplateKind = "base" | "snapshot" | "build" | "layer";
+
+export type BuildStatus = "waiting" | "building" | "ready" | "error";
+
+/** One run of the template build API: requested, then started with its steps. */
+export interface BuildRow {
+  readonly id: string;
+  /** The E2B template id it builds (the "build" template row once a build succeeded). */
+  readonly templateId: string;
+  /** The name the template is found by. */
+  readonly name: string;
+  /** Tags the build gets when it succeeds. */
+  readonly tags: readonly string[];
+  readonly status: BuildStatus;
+  readonly vcpus: number;
+  readonly memoryMiB: number;
+  readonly diskSizeMiB: number;
+  /** The snapshot a sandbox of this build restores (set when ready). */
+  readonly snapshotId?: string;
+  /** Cached layers (template ids) this build made; deleted with it when it fails. */
+  readonly layers: readonly string[];
+  /** Why it failed: E2B's BuildStatusReason. */
+  readonly reason?: { readonly message: string; readonly step?: string };
+  readonly createdAt: string;
+  readonly updatedAt: string;
+  readonly finishedAt?: string;
+}
+
+/** A template's tag: `name:tag` restores that build. */
+export interface TagRow {
+  readonly templateId: string;
+  readonly tag: string;
+  readonly buildId: string;
   readonly createdAt: string;
 }
 
@@ -108,6 +150,20 @@ export interface Catalog {
   getTemplate(idOrAlias: string): Promise<TemplateRow | undefined>;
   listTemplates(): Promise<TemplateRow[]>;
   deleteTemplate(id: string): Promise<void>;
+
+  /** Inserts or replaces by id. */
+  putBuild(row: BuildRow): Promise<void>;
+  getBuild(id: string): Promise<BuildRow | undefined>;
+  /** A template's builds (all when absent), oldest first. */
+  listBuilds(templateId?: string): Promise<BuildRow[]>;
+  deleteBuild(id: string): Promise<void>;
+
+  /** Inserts or moves the tag to `buildId`. */
+  putTag(row: TagRow): Promise<void>;
+  getTag(templateId: string, tag: string): Promise<TagRow | undefined>;
+  /** A template's tags, ordered by tag. */
+  listTags(templateId: string): Promise<TagRow[]>;
+  deleteTag(templateId: string, tag: string): Promise<void>;
 
   putSnapshot(row: SnapshotRow): Promise<void>;
   getSnapshot(id: string): Promise<SnapshotRow | undefined>;

@@ -1,10 +1,14 @@
 export type {
+  BuildRow,
+  BuildStatus,
   Catalog,
   EventRow,
   SandboxPatch,
   SandboxRow,
   SandboxState,
   SnapshotRow,
+  TagRow,
+  TemplateKind,
   TemplateRow,
 } from "./catalog.js";
 export { REQUIRED_SANDBOX_KEYS } from "./catalog.js";

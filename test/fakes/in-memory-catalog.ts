@@ -5,6 +5,7 @@
  * its SQLite file.
  */
 import {
+  type BuildRow,
   type Catalog,
   type EventRow,
   REQUIRED_SANDBOX_KEYS,
@@ -12,6 +13,7 @@ import {
   type SandboxRow,
   type SandboxState,
   type SnapshotRow,
+  type TagRow,
   type TemplateRow,
 } from "../../src/catalog/index.js";
 import { WarrenError } from "../../src/shared/index.js";
@@ -21,6 +23,9 @@ interface Store {
   readonly sandboxes: Map<string, SandboxRow>;
   readonly templates: Map<string, TemplateRow>;
   readonly snapshots: Map<string, SnapshotRow>;
+  readonly builds: Map<string, BuildRow>;
+  /** Keyed by `<template id> <tag>`. */
+  readonly tags: Map<string, TagRow>;
   readonly events: EventRow[];
 }
 
@@ -50,6 +55,8 @@ export class InMemoryCatalog implements Catalog {
       sandboxes: new Map(),
       templates: new Map(),
       snapshots: new Map(),
+      builds: new Map(),
+      tags: new Map(),
       events: [],
     };
   }
@@ -135,6 +142,51 @@ export class InMemoryCatalog implements Catalog {
 
   async deleteTemplate(id: string): Promise<void> {
     this.#data().templates.delete(id);
+  }
+
+  async putBuild(row: BuildRow): Promise<void> {
+    this.#data().builds.set(row.id, copy(row));
+  }
+
+  async getBuild(id: string): Promise<BuildRow | undefined> {
+    const row = this.#data().builds.get(id);
+    return row && copy(row);
+  }
+
+  async listBuilds(templateId?: string): Promise<BuildRow[]> {
+    return [...this.#data().builds.values()]
+      .filter((row) => templateId === undefined || row.templateId === templateId)
+      .sort(
+        byKeys(
+          (r) => r.createdAt,
+          (r) => r.id,
+        ),
+      )
+      .map(copy);
+  }
+
+  async deleteBuild(id: string): Promise<void> {
+    this.#data().builds.delete(id);
+  }
+
+  async putTag(row: TagRow): Promise<void> {
+    this.#data().tags.set(`${row.templateId} ${row.tag}`, copy(row));
+  }
+
+  async getTag(templateId: string, tag: string): Promise<TagRow | undefined> {
+    const row = this.#data().tags.get(`${templateId} ${tag}`);
+    return row && copy(row);
+  }
+
+  async listTags(templateId: string): Promise<TagRow[]> {
+    return [...this.#data().tags.values()]
+      .filter((row) => row.templateId === templateId)
+      .sort(byKeys((r) => r.tag))
+      .map(copy);
+  }
+
+  async deleteTag(templateId: string, tag: string): Promise<void> {
+    this.#data().tags.delete(`${templateId} ${tag}`);
   }
 
   async putSnapshot(row: SnapshotRow): Promise<void> {

@@ -75,6 +75,35 @@ export const MIGRATIONS: readonly string[] = [
   ) STRICT;
   CREATE INDEX events_by_sandbox ON events (sandbox_id, at);
   `,
+  `
+  ALTER TABLE templates ADD COLUMN config TEXT NOT NULL DEFAULT '{}';
+
+  CREATE TABLE builds (
+    id TEXT PRIMARY KEY,
+    template_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    tags TEXT NOT NULL,
+    status TEXT NOT NULL,
+    vcpus INTEGER NOT NULL,
+    memory_mib INTEGER NOT NULL,
+    disk_size_mib INTEGER NOT NULL,
+    snapshot_id TEXT,
+    layers TEXT NOT NULL,
+    reason TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    finished_at TEXT
+  ) STRICT;
+  CREATE INDEX builds_by_template ON builds (template_id, created_at, id);
+
+  CREATE TABLE template_tags (
+    template_id TEXT NOT NULL,
+    tag TEXT NOT NULL,
+    build_id TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (template_id, tag)
+  ) STRICT;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

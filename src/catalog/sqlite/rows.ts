@@ -1,4 +1,11 @@
-import type { EventRow, SandboxRow, SnapshotRow, TemplateRow } from "../catalog.js";
+import type {
+  BuildRow,
+  EventRow,
+  SandboxRow,
+  SnapshotRow,
+  TagRow,
+  TemplateRow,
+} from "../catalog.js";
 
 /** Rows as SQLite returns them: snake_case columns, NULL for unset, JSON as text. */
 export interface SandboxRecord {
@@ -31,6 +38,31 @@ export interface TemplateRecord {
   vcpus: number;
   memory_mib: number;
   disk_size_mib: number;
+  created_at: string;
+  config: string;
+}
+
+export interface BuildRecord {
+  id: string;
+  template_id: string;
+  name: string;
+  tags: string;
+  status: BuildRow["status"];
+  vcpus: number;
+  memory_mib: number;
+  disk_size_mib: number;
+  snapshot_id: string | null;
+  layers: string;
+  reason: string | null;
+  created_at: string;
+  updated_at: string;
+  finished_at: string | null;
+}
+
+export interface TagRecord {
+  template_id: string;
+  tag: string;
+  build_id: string;
   created_at: string;
 }
 
@@ -109,7 +141,55 @@ export function toTemplateRow(r: TemplateRecord): TemplateRow {
     memoryMiB: r.memory_mib,
     diskSizeMiB: r.disk_size_mib,
     createdAt: r.created_at,
+    ...(r.config !== "{}" && { config: JSON.parse(r.config) }),
   };
+}
+
+export function templateParams(row: TemplateRow): Record<string, string | number> {
+  const { aliases: _aliases, config, ...rest } = row;
+  return { ...rest, config: JSON.stringify(config ?? {}) };
+}
+
+export function buildParams(row: BuildRow): Record<string, string | number | null> {
+  return {
+    id: row.id,
+    templateId: row.templateId,
+    name: row.name,
+    tags: JSON.stringify(row.tags),
+    status: row.status,
+    vcpus: row.vcpus,
+    memoryMiB: row.memoryMiB,
+    diskSizeMiB: row.diskSizeMiB,
+    snapshotId: row.snapshotId ?? null,
+    layers: JSON.stringify(row.layers),
+    reason: row.reason === undefined ? null : JSON.stringify(row.reason),
+    createdAt: row.createdAt,
+    updatedAt: row.updatedAt,
+    finishedAt: row.finishedAt ?? null,
+  };
+}
+
+export function toBuildRow(r: BuildRecord): BuildRow {
+  return {
+    id: r.id,
+    templateId: r.template_id,
+    name: r.name,
+    tags: JSON.parse(r.tags),
+    status: r.status,
+    vcpus: r.vcpus,
+    memoryMiB: r.memory_mib,
+    diskSizeMiB: r.disk_size_mib,
+    ...optional("snapshotId", r.snapshot_id),
+    layers: JSON.parse(r.layers),
+    ...(r.reason !== null && { reason: JSON.parse(r.reason) }),
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+    ...optional("finishedAt", r.finished_at),
+  };
+}
+
+export function toTagRow(r: TagRecord): TagRow {
+  return { templateId: r.template_id, tag: r.tag, buildId: r.build_id, createdAt: r.created_at };
 }
 
 export function snapshotParams(row: SnapshotRow): Record<string, string | null> {

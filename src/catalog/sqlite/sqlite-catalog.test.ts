@@ -73,10 +73,12 @@ describe("SqliteCatalog", () => {
         .all(),
     );
     assert.deepEqual([...(tables as string[])].sort(), [
+      "builds",
       "events",
       "sandboxes",
       "snapshots",
       "template_aliases",
+      "template_tags",
       "templates",
     ]);
   });

@@ -3,6 +3,7 @@ import { dirname } from "node:path";
 import Database from "better-sqlite3";
 import { toWarrenError, WarrenError } from "../../shared/index.js";
 import {
+  type BuildRow,
   type Catalog,
   type EventRow,
   REQUIRED_SANDBOX_KEYS,
@@ -10,16 +11,21 @@ import {
   type SandboxRow,
   type SandboxState,
   type SnapshotRow,
+  type TagRow,
   type TemplateRow,
 } from "../catalog.js";
 import { checkVersion, migrate } from "./migrations.js";
 import {
+  buildParams,
   type SandboxRecord,
   sandboxParams,
   snapshotParams,
+  templateParams,
+  toBuildRow,
   toEventRow,
   toSandboxRow,
   toSnapshotRow,
+  toTagRow,
   toTemplateRow,
 } from "./rows.js";
 import { prepareStatements, type Statements } from "./statements.js";
@@ -121,7 +127,7 @@ export class SqliteCatalog implements Catalog {
     return this.#run(`put template ${row.id}`, () => {
       this.#db
         .transaction(() => {
-          this.#sql.putTemplate.run({ ...row });
+          this.#sql.putTemplate.run(templateParams(row));
           this.#sql.clearAliases.run(row.id);
           row.aliases.forEach((alias, position) => {
             this.#sql.putAlias.run({ alias, id: row.id, position });
@@ -146,6 +152,56 @@ export class SqliteCatalog implements Catalog {
     // Its aliases go with it: ON DELETE CASCADE.
     return this.#run(`delete template ${id}`, () => {
       this.#sql.deleteTemplate.run(id);
+    });
+  }
+
+  putBuild(row: BuildRow): Promise<void> {
+    return this.#run(`put build ${row.id}`, () => {
+      this.#sql.putBuild.run(buildParams(row));
+    });
+  }
+
+  getBuild(id: string): Promise<BuildRow | undefined> {
+    return this.#run(`get build ${id}`, () => {
+      const record = this.#sql.getBuild.get(id);
+      return record && toBuildRow(record);
+    });
+  }
+
+  listBuilds(templateId?: string): Promise<BuildRow[]> {
+    return this.#run("list builds", () =>
+      this.#sql.listBuilds.all({ templateId: templateId ?? null }).map(toBuildRow),
+    );
+  }
+
+  deleteBuild(id: string): Promise<void> {
+    return this.#run(`delete build ${id}`, () => {
+      this.#sql.deleteBuild.run(id);
+    });
+  }
+
+  putTag(row: TagRow): Promise<void> {
+    return this.#run(`put tag ${row.templateId}:${row.tag}`, () => {
+      this.#sql.putTag.run({ ...row });
+    });
+  }
+
+  getTag(templateId: string, tag: string): Promise<TagRow | undefined> {
+    return this.#run(`get tag ${templateId}:${tag}`, () => {
+      const record = this.#sql.getTag.get({ templateId, tag });
+      return record && toTagRow(record);
+    });
+  }
+
+  listTags(templateId: string): Promise<TagRow[]> {
+    return this.#run(`list tags of ${templateId}`, () =>
+      this.#sql.listTags.all(templateId).map(toTagRow),
+    );
+  }
+
+  deleteTag(templateId: string, tag: string): Promise<void> {
+    return this.#run(`delete tag ${templateId}:${tag}`, () => {
+      this.#sql.deleteTag.run({ templateId, tag });
     });
   }
 

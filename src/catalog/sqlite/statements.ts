@@ -1,5 +1,12 @@
 import type Database from "better-sqlite3";
-import type { EventRecord, SandboxRecord, SnapshotRecord, TemplateRecord } from "./rows.js";
+import type {
+  BuildRecord,
+  EventRecord,
+  SandboxRecord,
+  SnapshotRecord,
+  TagRecord,
+  TemplateRecord,
+} from "./rows.js";
 
 /** Column name → named parameter (see sandboxParams); one list for INSERT and UPDATE. */
 const SANDBOX_COLUMNS: ReadonlyArray<readonly [string, string]> = [
@@ -24,6 +31,7 @@ const SANDBOX_COLUMNS: ReadonlyArray<readonly [string, string]> = [
 
 const TEMPLATE_SELECT = `
   SELECT t.id, t.kind, t.snapshot_id, t.vcpus, t.memory_mib, t.disk_size_mib, t.created_at,
+    t.config,
     (SELECT json_group_array(a.alias ORDER BY a.position) FROM template_aliases a
       WHERE a.template_id = t.id) AS aliases
   FROM templates t`;
@@ -47,11 +55,13 @@ export function prepareStatements(db: Database.Database) {
     ),
     deleteSandbox: q("DELETE FROM sandboxes WHERE id = ?"),
     putTemplate: q(`
-        INSERT INTO templates (id, kind, snapshot_id, vcpus, memory_mib, disk_size_mib, created_at)
-        VALUES (@id, @kind, @snapshotId, @vcpus, @memoryMiB, @diskSizeMiB, @createdAt)
+        INSERT INTO templates
+          (id, kind, snapshot_id, vcpus, memory_mib, disk_size_mib, created_at, config)
+        VALUES (@id, @kind, @snapshotId, @vcpus, @memoryMiB, @diskSizeMiB, @createdAt, @config)
         ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, snapshot_id = excluded.snapshot_id,
           vcpus = excluded.vcpus, memory_mib = excluded.memory_mib,
-          disk_size_mib = excluded.disk_size_mib, created_at = excluded.created_at`),
+          disk_size_mib = excluded.disk_size_mib, created_at = excluded.created_at,
+          config = excluded.config`),
     clearAliases: q("DELETE FROM template_aliases WHERE template_id = ?"),
     // An alias held by another template moves here instead of failing the put.
     putAlias: q(`
@@ -63,6 +73,22 @@ export function prepareStatements(db: Database.Database) {
         ORDER BY t.id = @key DESC LIMIT 1`),
     listTemplates: q<TemplateRecord>(`${TEMPLATE_SELECT} ORDER BY t.created_at, t.id`),
     deleteTemplate: q("DELETE FROM templates WHERE id = ?"),
+    putBuild: q(`
+        INSERT OR REPLACE INTO builds (id, template_id, name, tags, status, vcpus, memory_mib,
+          disk_size_mib, snapshot_id, layers, reason, created_at, updated_at, finished_at)
+        VALUES (@id, @templateId, @name, @tags, @status, @vcpus, @memoryMiB, @diskSizeMiB,
+          @snapshotId, @layers, @reason, @createdAt, @updatedAt, @finishedAt)`),
+    getBuild: q<BuildRecord>("SELECT * FROM builds WHERE id = ?"),
+    listBuilds: q<BuildRecord>(`
+        SELECT * FROM builds WHERE (@templateId IS NULL OR template_id = @templateId)
+        ORDER BY created_at, id`),
+    deleteBuild: q("DELETE FROM builds WHERE id = ?"),
+    putTag: q(`
+        INSERT OR REPLACE INTO template_tags (template_id, tag, build_id, created_at)
+        VALUES (@templateId, @tag, @buildId, @createdAt)`),
+    getTag: q<TagRecord>("SELECT * FROM template_tags WHERE template_id = @templateId AND tag = @tag"),
+    listTags: q<TagRecord>("SELECT * FROM template_tags WHERE template_id = ? ORDER BY tag"),
+    deleteTag: q("DELETE FROM template_tags WHERE template_id = @templateId AND tag = @tag"),
     putSnapshot: q(`
         INSERT OR REPLACE INTO snapshots
           (id, dir, sandbox_id, parent_id, kind, names, images_fingerprint, created_at)
