@@ -18,10 +18,12 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   images: ["protocol", "shared"],
   catalog: ["protocol", "shared"],
   orchestrator: ["vmm", "network", "images", "catalog", "protocol", "shared"],
-  api: ["orchestrator", "protocol", "shared"],
+  builds: ["orchestrator", "images", "catalog", "protocol", "shared"],
+  api: ["builds", "orchestrator", "protocol", "shared"],
   proxy: ["orchestrator", "protocol", "shared"],
   server: [
     "api",
+    "builds",
     "proxy",
     "orchestrator",
     "vmm",

@@ -9,6 +9,7 @@ import fastify, {
   LogController,
 } from "fastify";
 import type { Logger } from "pino";
+import type { TemplateBuilds } from "../builds/index.js";
 import { assertReady, type SandboxService } from "../orchestrator/index.js";
 import type { ApiContext } from "./api-context.js";
 import { authenticate } from "./auth.js";
@@ -20,9 +21,12 @@ import { registerNetworkRoutes } from "./routes/sandbox-network.js";
 import { registerTelemetryRoutes } from "./routes/sandbox-telemetry.js";
 import { registerSandboxRoutes } from "./routes/sandboxes.js";
 import { registerSnapshotRoutes } from "./routes/snapshots.js";
+import { registerTemplateRoutes, registerUploadRoute } from "./routes/templates.js";
 
 export interface ApiOptions {
   readonly service: SandboxService;
+  /** The template build API, once there is one; absent: its routes answer 503. */
+  readonly builds?: () => TemplateBuilds | undefined;
   /** Valid API keys, read on every request (rotation needs no restart). */
   readonly apiKeys: () => ReadonlySet<string>;
   /** `domain` of Sandbox responses. Default null: the SDK uses its own E2B_DOMAIN. */
@@ -46,6 +50,7 @@ export const DEFAULT_BODY_LIMIT_BYTES = 1024 * 1024;
 export function createApi(options: ApiOptions): FastifyInstance {
   const context: ApiContext = {
     service: options.service,
+    builds: options.builds,
     domain: options.domain ?? null,
     defaultTimeoutMs: options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS,
     maxTimeoutMs: options.maxTimeoutMs ?? MAX_TIMEOUT_MS,
@@ -79,6 +84,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
   app.setErrorHandler(handleError);
   app.setNotFoundHandler(handleNotFound);
   registerHealthRoutes(app, context);
+  registerUploadRoute(app, context);
 
   // Every other route: API key, then readiness, then a well-formed sandbox id.
   app.register(async (api) => {
@@ -93,6 +99,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
     registerTelemetryRoutes(api, context);
     registerSnapshotRoutes(api, context);
     registerNetworkRoutes(api, context);
+    registerTemplateRoutes(api, context);
   });
   return app;
 }

@@ -269,3 +269,86 @@ export const snapshotsQuerySchema = {
 export interface TemplateParams {
   templateID: string;
 }
+
+// ---- template builds -----------------------------------------------------------------
+
+/** `TemplateBuildRequestV3` (`alias` is its deprecated name for `name`). */
+export interface BuildRequestBody {
+  name?: string;
+  alias?: string;
+  tags?: string[];
+  cpuCount?: number;
+  memoryMB?: number;
+  minFreeDiskMb?: number;
+}
+
+export const buildRequestSchema = {
+  type: "object",
+  properties: {
+    name: { type: "string" },
+    alias: { type: "string" },
+    tags: stringList,
+    cpuCount: { type: "integer" },
+    memoryMB: { type: "integer" },
+    minFreeDiskMb: { type: "integer" },
+  },
+} as const;
+
+export interface FileParams {
+  templateID: string;
+  hash: string;
+}
+
+export interface BuildParams {
+  templateID: string;
+  buildID: string;
+}
+
+export interface BuildStatusQuery {
+  logsOffset?: string;
+}
+
+export const buildStatusQuerySchema = {
+  type: "object",
+  properties: { logsOffset: queryString },
+} as const;
+
+export interface BuildLogsQuery {
+  cursor?: string;
+  limit?: string;
+  direction?: string;
+  level?: string;
+  source?: string;
+}
+
+export const buildLogsQuerySchema = {
+  type: "object",
+  properties: {
+    cursor: queryString,
+    limit: queryString,
+    direction: queryString,
+    level: queryString,
+    source: queryString,
+  },
+} as const;
+
+export interface UploadQuery {
+  expires?: string;
+  signature?: string;
+}
+
+export interface TagsBody {
+  tags: string[];
+}
+
+export const tagsAssignSchema = {
+  type: "object",
+  required: ["target", "tags"],
+  properties: { target: { type: "string" }, tags: stringList },
+} as const;
+
+export const tagsRemoveSchema = {
+  type: "object",
+  required: ["name", "tags"],
+  properties: { name: { type: "string" }, tags: stringList },
+} as const;

@@ -291,7 +291,12 @@ export function catalogContract(name: string, open: () => Promise<CatalogHarness
       it("points a tag at one build, moves it, lists and deletes tags", async (t) => {
         const { catalog } = await use(t);
         await catalog.putTag({ templateId: "tpl-1", tag: "v1", buildId: "b-1", createdAt: T0 });
-        await catalog.putTag({ templateId: "tpl-1", tag: "default", buildId: "b-1", createdAt: T0 });
+        await catalog.putTag({
+          templateId: "tpl-1",
+          tag: "default",
+          buildId: "b-1",
+          createdAt: T0,
+        });
         await catalog.putTag({ templateId: "tpl-2", tag: "v1", buildId: "b-9", createdAt: T0 });
         await catalog.putTag({ templateId: "tpl-1", tag: "v1", buildId: "b-2", createdAt: T0 });
         assert.equal((await catalog.getTag("tpl-1", "v1"))?.buildId, "b-2");

@@ -90,8 +90,39 @@ async function staleReason(
   return driver.bootDrift(snapshot.dir, spec);
 }
 
-async function buildBaseTemplate(options: BaseTemplateOptions): Promise<TemplateRow> {
-  const { catalog, driver, slots, agent, images, layout, snapshots, shape } = options;
+function buildBaseTemplate(options: BaseTemplateOptions): Promise<TemplateRow> {
+  return bootTemplate(options, {
+    id: newId(),
+    kind: "base",
+    aliases: [BASE_TEMPLATE],
+    rootfs: options.images.baseRootfs,
+    shape: options.shape,
+  });
+}
+
+/** What a cold-booted template is made of (`bootTemplate`). */
+export interface BootedTemplateInput {
+  readonly id: string;
+  readonly kind: TemplateRow["kind"];
+  readonly aliases: readonly string[];
+  /** The root filesystem image the VM's disk is an overlay on. */
+  readonly rootfs: string;
+  /** diskSizeMiB larger than the image: the guest grows its filesystem to it. */
+  readonly shape: MachineShape & { readonly diskSizeMiB?: number };
+  readonly config?: TemplateRow["config"];
+}
+
+/**
+ * A template from a cold boot: `rootfs` booted with `shape`, envd up and walked once, the
+ * guest settled, captured. Nothing is left behind when any step fails.
+ */
+export async function bootTemplate(
+  options: Omit<BaseTemplateOptions, "shape">,
+  input: BootedTemplateInput,
+): Promise<TemplateRow> {
+  const { catalog, driver, slots, agent, layout, snapshots } = options;
+  const { shape } = input;
+  const images = { ...options.images, baseRootfs: input.rootfs };
   const slot = await slots.acquire();
   const vmId = `template${newId()}`;
   let vm: Awaited<ReturnType<VmmDriver["boot"]>> | undefined;
@@ -107,7 +138,7 @@ async function buildBaseTemplate(options: BaseTemplateOptions): Promise<Template
     await new Promise((resolve) => setTimeout(resolve, options.settleMs ?? TEMPLATE_SETTLE_MS));
     ({ id: snapshotId } = await snapshots.capture(vm, {
       kind: "template",
-      names: [`${BASE_TEMPLATE}:default`],
+      names: input.aliases.map((alias) => `${alias}:default`),
       resume: false,
     }));
     await rm(vm.spec.runtimeDir, { recursive: true, force: true });
@@ -118,16 +149,17 @@ async function buildBaseTemplate(options: BaseTemplateOptions): Promise<Template
     await slots.release(slot);
   }
   const createdAt = new Date().toISOString();
-  const diskSizeMiB = Math.ceil((await stat(images.baseRootfs)).size / 1024 / 1024);
+  const imageMiB = Math.ceil((await stat(input.rootfs)).size / 1024 / 1024);
   const row: TemplateRow = {
-    id: newId(),
-    aliases: [BASE_TEMPLATE],
-    kind: "base",
+    id: input.id,
+    aliases: input.aliases,
+    kind: input.kind,
     snapshotId,
     vcpus: shape.vcpus,
     memoryMiB: shape.memoryMiB,
-    diskSizeMiB,
+    diskSizeMiB: Math.max(imageMiB, shape.diskSizeMiB ?? 0),
     createdAt,
+    ...(input.config && { config: input.config }),
   };
   await catalog.putTemplate(row);
   return row;

@@ -85,8 +85,8 @@ export class Forks {
 
   /** A persistent snapshot of the sandbox: a template pointing at a capture of it. */
   async createSnapshot(sandboxId: string, input: { name?: string }): Promise<SnapshotInfo> {
-    const { catalog, lifecycle } = this.#o;
-    const source = this.#o.table.get(sandboxId);
+    const { catalog } = this.#o;
+    this.#o.table.get(sandboxId); // an unknown sandbox is a 404 before a bad name is a 400
     if (input.name !== undefined) {
       if (!SNAPSHOT_NAME.test(input.name)) {
         throw new WarrenError(
@@ -101,20 +101,36 @@ export class Forks {
         );
       }
     }
-    const snapshotId = await this.#capture(source, "named");
-    const template: TemplateRow = {
+    const template = await this.captureTemplate(sandboxId, {
       id: newId(),
-      aliases: input.name ? [input.name] : [],
       kind: "snapshot",
+      aliases: input.name ? [input.name] : [],
+    });
+    return snapshotInfo(template, sandboxId);
+  }
+
+  /**
+   * A template from the sandbox's state now (a running sandbox keeps running): persistent
+   * snapshots, and the layers and results of template builds.
+   */
+  async captureTemplate(
+    sandboxId: string,
+    template: Pick<TemplateRow, "id" | "kind" | "aliases" | "config">,
+  ): Promise<TemplateRow> {
+    const { catalog, lifecycle } = this.#o;
+    const source = this.#o.table.get(sandboxId);
+    const snapshotId = await this.#capture(source, "named");
+    const row: TemplateRow = {
+      ...template,
       snapshotId,
       vcpus: source.row.vcpus,
       memoryMiB: source.row.memoryMiB,
       diskSizeMiB: source.row.diskSizeMiB,
       createdAt: new Date().toISOString(),
     };
-    await catalog.putTemplate(template);
-    await lifecycle.event(sandboxId, "sandbox.snapshotted", { template: template.id, snapshotId });
-    return snapshotInfo(template, sandboxId);
+    await catalog.putTemplate(row);
+    await lifecycle.event(sandboxId, "sandbox.snapshotted", { template: row.id, snapshotId });
+    return row;
   }
 
   listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
@@ -127,8 +143,17 @@ export class Forks {
    * may stand on it (the store counts references).
    */
   async deleteTemplate(templateId: string): Promise<void> {
+    const template = await findTemplate(this.#o.catalog, templateId);
+    if (template.kind === "layer") {
+      throw new WarrenError("template_not_found", `template '${templateId}' not found`);
+    }
+    await this.dropTemplate(template);
+  }
+
+  /** Deletes any template but base (template builds drop their layers with it). */
+  async dropTemplate(template: TemplateRow): Promise<void> {
     const { catalog, table, snapshots } = this.#o;
-    const template = await findTemplate(catalog, templateId);
+    const templateId = template.aliases[0] ?? template.id;
     if (template.kind === "base") {
       throw new WarrenError("template_protected", `'${templateId}' is the built-in base template`);
     }
@@ -140,7 +165,7 @@ export class Forks {
       const many = users.length > 1;
       throw new WarrenError(
         "template_in_use",
-        `snapshot ${templateId} is still used by sandbox${many ? "es" : ""} ${users.join(", ")}: kill ${many ? "them" : "it"} first`,
+        `template ${templateId} is still used by sandbox${many ? "es" : ""} ${users.join(", ")}: kill ${many ? "them" : "it"} first`,
       );
     }
     await catalog.deleteTemplate(template.id);

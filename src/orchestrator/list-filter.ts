@@ -1,10 +1,10 @@
 import type { SandboxRow } from "../catalog/index.js";
-import { publicState } from "./live-sandbox.js";
+import { configOf, publicState } from "./live-sandbox.js";
 import type { ListFilter } from "./types.js";
 
 export function matchesFilter(row: SandboxRow, filter: ListFilter): boolean {
   const state = publicState(row);
-  if (!state) return false;
+  if (!state || configOf(row).internal) return false;
   if (filter.states && !filter.states.includes(state)) return false;
   if (filter.template && row.templateId !== filter.template && row.alias !== filter.template) {
     return false;

@@ -17,6 +17,8 @@ export interface SandboxConfig {
   readonly allowInternetAccess: boolean;
   readonly lifecycle: SandboxLifecycle;
   readonly secure: boolean;
+  /** Warren's own VM (a template build's): never listed. */
+  readonly internal?: boolean;
 }
 
 /** A sandbox the orchestrator tracks: its catalog row and, while running, its VM and slot. */

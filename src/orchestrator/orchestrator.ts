@@ -1,9 +1,9 @@
-import type { Catalog } from "../catalog/index.js";
+import type { Catalog, TemplateRow } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
 import { type SlotPool, validateEgressPolicy } from "../network/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { MachineShape, VmmDriver } from "../vmm/index.js";
-import { ensureBaseTemplate } from "./base-template.js";
+import { bootTemplate, ensureBaseTemplate } from "./base-template.js";
 import { Capacity, type CapacityLimits } from "./capacity.js";
 import { Forks } from "./forks.js";
 import type { GuestAgent } from "./guest-agent.js";
@@ -22,6 +22,7 @@ import { capturedToken } from "./snapshot-templates.js";
 import { sampleMetrics, sandboxLogs } from "./telemetry.js";
 import { findTemplate } from "./templates.js";
 import type {
+  BootTemplateInput,
   CreateSandboxInput,
   ForkInput,
   ForkResult,
@@ -35,6 +36,7 @@ import type {
   SandboxService,
   ServerStatus,
   SnapshotInfo,
+  TemplateHost,
 } from "./types.js";
 import { WarmPool } from "./warm-pool.js";
 
@@ -72,7 +74,7 @@ export interface OrchestratorOptions {
  * `Forks`, proxy routing is `routeSandbox`, readiness is `assertReady`; `SandboxTable` holds
  * the sandboxes and the per-sandbox lock every operation runs under.
  */
-export class Orchestrator implements SandboxService, SandboxRouter {
+export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost {
   readonly #o: OrchestratorOptions;
   readonly #log: Logger;
   readonly #table = new SandboxTable();
@@ -218,7 +220,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
     assertReady(this.#status);
     const { catalog } = this.#o;
-    const template = await findTemplate(catalog, input.templateId);
+    const template = await findTemplate(catalog, input.templateId, { layers: input.internal });
     // Checked before anything is reserved: a bad list is the caller's 400.
     validateEgressPolicy(egressPolicyOf(input.network, input.allowInternetAccess));
     const config: SandboxConfig = {
@@ -226,6 +228,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       allowInternetAccess: input.allowInternetAccess,
       lifecycle: input.lifecycle,
       secure: input.secure,
+      ...(input.internal && { internal: true }),
     };
     const row = newRow({
       templateId: template.id,
@@ -363,6 +366,62 @@ export class Orchestrator implements SandboxService, SandboxRouter {
 
   async deleteTemplate(templateId: string): Promise<void> {
     return this.#forks.deleteTemplate(templateId);
+  }
+
+  // ---- TemplateHost -------------------------------------------------------------------------
+
+  get templateShape(): MachineShape {
+    return this.#o.templateShape;
+  }
+
+  get imagesFingerprint(): string {
+    return this.#o.images.fingerprint;
+  }
+
+  get baseRootfs(): string {
+    return this.#o.images.baseRootfs;
+  }
+
+  findTemplate(reference: string): Promise<TemplateRow> {
+    return findTemplate(this.#o.catalog, reference);
+  }
+
+  guestEndpoint(sandboxId: string): { host: string; accessToken?: string } {
+    const live = this.#table.get(sandboxId);
+    if (live.row.state !== "running" || !live.slot) {
+      throw new WarrenError("sandbox_busy", `sandbox ${sandboxId} is ${live.row.state}`);
+    }
+    return { host: live.slot.hostAddress, accessToken: live.row.envdAccessToken };
+  }
+
+  async captureTemplate(
+    sandboxId: string,
+    template: Pick<TemplateRow, "id" | "kind" | "aliases" | "config">,
+  ): Promise<TemplateRow> {
+    assertReady(this.#status);
+    return this.#forks.captureTemplate(sandboxId, template);
+  }
+
+  async bootTemplate(input: BootTemplateInput): Promise<TemplateRow> {
+    assertReady(this.#status);
+    const { catalog, driver, slots, agent, images, layout } = this.#o;
+    return bootTemplate(
+      {
+        catalog,
+        driver,
+        slots,
+        agent,
+        images,
+        layout,
+        snapshots: this.#snapshots,
+        logger: this.#log,
+      },
+      input,
+    );
+  }
+
+  async dropTemplate(template: TemplateRow): Promise<void> {
+    return this.#forks.dropTemplate(template);
   }
 
   // ---- SandboxRouter ------------------------------------------------------------------------

@@ -5,6 +5,7 @@
  * sandbox_not_found, sandbox_paused, capacity_exhausted, not_ready.
  */
 
+import type { TemplateRow } from "../catalog/index.js";
 import type { ErrorReason } from "../shared/index.js";
 
 /** The two states the E2B API knows. */
@@ -38,6 +39,8 @@ export interface CreateSandboxInput {
   readonly allowInternetAccess: boolean;
   /** Secured envd: an access token is issued and required. */
   readonly secure: boolean;
+  /** Warren's own VM (a template build's): never listed. */
+  readonly internal?: boolean;
 }
 
 export interface SandboxInfo {
@@ -183,6 +186,44 @@ export interface SandboxService {
    * them, while sandboxes still run on it; invalid_argument for the built-in base.
    */
   deleteTemplate(templateId: string): Promise<void>;
+}
+
+/** A template to boot cold from a root filesystem image (a build's first layer). */
+export interface BootTemplateInput {
+  readonly id: string;
+  readonly kind: TemplateRow["kind"];
+  readonly aliases: readonly string[];
+  readonly rootfs: string;
+  readonly shape: {
+    readonly vcpus: number;
+    readonly memoryMiB: number;
+    readonly diskSizeMiB?: number;
+  };
+  readonly config?: TemplateRow["config"];
+}
+
+/**
+ * What template builds need of the node besides `SandboxService`: build VMs (internal
+ * sandboxes), their envd, templates captured from them or booted cold, and dropping them.
+ */
+export interface TemplateHost {
+  /** The node's default machine shape (what `base` was built with). */
+  readonly templateShape: { readonly vcpus: number; readonly memoryMiB: number };
+  /** The guest images' fingerprint: a cache key part (a new envd or kernel is a new base). */
+  readonly imagesFingerprint: string;
+  /** The base root filesystem image. */
+  readonly baseRootfs: string;
+  /** A template by id, name or `name:tag` (template_not_found). */
+  findTemplate(reference: string): Promise<TemplateRow>;
+  /** Where the host reaches a running sandbox's envd, and its access token. */
+  guestEndpoint(sandboxId: string): { host: string; accessToken?: string };
+  captureTemplate(
+    sandboxId: string,
+    template: Pick<TemplateRow, "id" | "kind" | "aliases" | "config">,
+  ): Promise<TemplateRow>;
+  bootTemplate(input: BootTemplateInput): Promise<TemplateRow>;
+  /** Deletes a template of any kind but base, and its snapshot data when nothing else uses it. */
+  dropTemplate(template: TemplateRow): Promise<void>;
 }
 
 /** Where the proxy sends a sandbox's traffic. */

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import pino, { type Logger } from "pino";
 import { createApi } from "../api/index.js";
+import { TemplateBuilds } from "../builds/index.js";
 import { SqliteCatalog } from "../catalog/index.js";
 import { ensureHostSetup, ensureVmmUser } from "../images/index.js";
 import { NetnsSlotPool, slotNamesFor } from "../network/index.js";
@@ -58,8 +59,10 @@ export async function startNodeServer(
     logger: root.child({ component: "proxy" }),
   });
   let http: Server | undefined;
+  let builds: TemplateBuilds | undefined;
   const api = createApi({
     service: late,
+    builds: () => builds,
     apiKeys: () => keys,
     domain: config.domain ?? null,
     defaultTimeoutMs: config.defaultTimeoutMs,
@@ -141,6 +144,19 @@ export async function startNodeServer(
     });
     status = { phase: "starting", message: "preparing the base template" };
     await orchestrator.start();
+    const templateBuilds = new TemplateBuilds({
+      catalog,
+      host: orchestrator,
+      dir: join(config.dataDir, "builds"),
+      logger: root.child({ component: "builds" }),
+      uploadLimitBytes: config.buildUploadLimitMiB * 1024 * 1024,
+      stepTimeoutMs: config.buildStepTimeoutMs,
+      readyTimeoutMs: config.buildReadyTimeoutMs,
+      maxVcpus: host.cpus * 4,
+      maxMemoryMiB: Math.floor(host.memoryMiB / 2),
+    });
+    await templateBuilds.start();
+    builds = templateBuilds;
     late.bind(orchestrator);
     log.info({ url }, "server.ready");
   })().catch((err: unknown) => {
@@ -160,6 +176,7 @@ export async function startNodeServer(
     async close() {
       proxy.close(); // open streams would hold the HTTP server open
       await ready.catch(() => {});
+      await builds?.close();
       await orchestrator?.close();
       await api.close();
       log.info("server.closed");

@@ -149,6 +149,27 @@ const SETTINGS = {
     parse: int(1, 256),
     expects: "an integer 1..256",
   },
+  buildUploadLimitMiB: {
+    env: "WARREN_BUILD_UPLOAD_LIMIT_MIB",
+    doc: "Largest archive a template build's COPY step may upload.",
+    default: () => 4_096,
+    parse: int(1),
+    expects: "a positive integer (MiB)",
+  },
+  buildStepTimeoutMs: {
+    env: "WARREN_BUILD_STEP_TIMEOUT_MS",
+    doc: "Longest one template build step (a RUN command, a COPY) may take before the build fails.",
+    default: () => 3_600_000,
+    parse: int(1_000),
+    expects: "milliseconds ≥ 1000",
+  },
+  buildReadyTimeoutMs: {
+    env: "WARREN_BUILD_READY_TIMEOUT_MS",
+    doc: "Longest a template's ready check may keep failing after its start command started.",
+    default: () => 300_000,
+    parse: int(1_000),
+    expects: "milliseconds ≥ 1000",
+  },
   tcgCacheMiB: {
     env: "WARREN_TCG_CACHE_MIB",
     doc: "Under TCG, each VM's translated-code cache. A VM that runs a while fills it with resident memory: 32 saves ~16 MiB per sandbox but, once full, the guest retranslates code it runs often (commands ~2× slower here).",

@@ -112,6 +112,22 @@ export const ERROR_REASONS = {
     kind: "not_found",
     doc: "No API route has this method and path.",
   },
+  build_not_found: {
+    kind: "not_found",
+    doc: "The template has no build with this id.",
+  },
+  build_invalid: {
+    kind: "invalid_argument",
+    doc: "The build's definition has a step, base image or option Warren cannot build; the message names the step.",
+  },
+  build_in_progress: {
+    kind: "conflict",
+    doc: "The build was already started, or another build of the template is running: wait for it.",
+  },
+  upload_link_invalid: {
+    kind: "unauthenticated",
+    doc: "A file upload link is expired, forged or for another file: ask for a new one.",
+  },
 } as const satisfies Record<string, ReasonSpec>;
 
 export type ErrorReason = ErrorKind | keyof typeof ERROR_REASONS;

@@ -1,6 +1,6 @@
 /**
  * Fork and persistent snapshots: `POST /sandboxes/:id/fork`, `POST /sandboxes/:id/snapshots`,
- * `GET /snapshots` (paginated) and `DELETE /templates/:id` (a snapshot, by id or name).
+ * `GET /snapshots` (paginated). Deleting one is `DELETE /templates/:id` (templates.ts).
  */
 import type { FastifyInstance } from "fastify";
 import type { SnapshotInfo } from "../../orchestrator/index.js";
@@ -17,7 +17,6 @@ import {
   type SnapshotsQuery,
   snapshotSchema,
   snapshotsQuerySchema,
-  type TemplateParams,
 } from "../schemas.js";
 
 export function registerSnapshotRoutes(app: FastifyInstance, context: ApiContext): void {
@@ -77,12 +76,6 @@ export function registerSnapshotRoutes(app: FastifyInstance, context: ApiContext
       return page.items.map((item) => toSnapshotJson(item.info));
     },
   );
-
-  app.delete<{ Params: TemplateParams }>("/templates/:templateID", async (request, reply) => {
-    // fastify has already decoded the segment: "my-snap%3Adefault" arrives as "my-snap:default".
-    await service.deleteTemplate(request.params.templateID);
-    return reply.code(204).send();
-  });
 }
 
 function toSnapshotJson(info: SnapshotInfo) {

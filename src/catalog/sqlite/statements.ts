@@ -86,7 +86,9 @@ export function prepareStatements(db: Database.Database) {
     putTag: q(`
         INSERT OR REPLACE INTO template_tags (template_id, tag, build_id, created_at)
         VALUES (@templateId, @tag, @buildId, @createdAt)`),
-    getTag: q<TagRecord>("SELECT * FROM template_tags WHERE template_id = @templateId AND tag = @tag"),
+    getTag: q<TagRecord>(
+      "SELECT * FROM template_tags WHERE template_id = @templateId AND tag = @tag",
+    ),
     listTags: q<TagRecord>("SELECT * FROM template_tags WHERE template_id = ? ORDER BY tag"),
     deleteTag: q("DELETE FROM template_tags WHERE template_id = @templateId AND tag = @tag"),
     putSnapshot: q(`

@@ -1,0 +1,213 @@
+import { type Client, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { ENVD_PORT, processPb } from "../protocol/index.js";
+import { WarrenError } from "../shared/index.js";
+
+/** How a command runs in the build VM: as whom, where, with which environment. */
+export interface CommandContext {
+  readonly user: string;
+  readonly envVars: Readonly<Record<string, string>>;
+  /** Absent: the user's home (envd's default). */
+  readonly workdir?: string;
+}
+
+export interface RunResult {
+  readonly exitCode: number;
+  /** The last lines of output (stdout and stderr interleaved), for an error message. */
+  readonly tail: string;
+}
+
+/** Lines kept for a failed command's message. */
+const TAIL_LINES = 20;
+/** A line longer than this is cut: the guest decides what it prints. */
+const MAX_LINE_CHARS = 8_192;
+
+/**
+ * Commands and files in a build VM, through its envd (the Connect process service and
+ * `/files`), as the orchestrator's own client: the VM's token, any user.
+ */
+export class GuestShell {
+  readonly #base: string;
+  readonly #token?: string;
+  readonly #process: Client<typeof processPb.Process>;
+
+  constructor(host: string, accessToken?: string) {
+    this.#base = `http://${host}:${ENVD_PORT}`;
+    this.#token = accessToken;
+    this.#process = createClient(
+      processPb.Process,
+      createConnectTransport({ baseUrl: this.#base, httpVersion: "1.1" }),
+    );
+  }
+
+  /** Runs `command` in a login shell to its end, each output line to `onLine`. */
+  async run(
+    command: string,
+    context: CommandContext,
+    options: { onLine?: (line: string) => void; signal?: AbortSignal; timeoutMs?: number },
+  ): Promise<RunResult> {
+    const tail: string[] = [];
+    const lines = new LineSplitter((line) => {
+      const cut = line.length > MAX_LINE_CHARS ? `${line.slice(0, MAX_LINE_CHARS)}…` : line;
+      tail.push(cut);
+      if (tail.length > TAIL_LINES) tail.shift();
+      options.onLine?.(cut);
+    });
+    const signal = withTimeout(options.signal, options.timeoutMs);
+    const stream = this.#process.start(
+      { process: shellCommand(command, context), stdin: false },
+      { headers: this.#headers(context.user), signal },
+    );
+    let exitCode: number | undefined;
+    try {
+      for await (const { event } of stream) {
+        const e = event?.event;
+        if (e?.case === "data") {
+          const bytes = e.value.output.value;
+          if (bytes instanceof Uint8Array) lines.push(bytes);
+        } else if (e?.case === "end") {
+          exitCode = e.value.exitCode;
+          if (e.value.error) tail.push(e.value.error);
+        }
+      }
+    } catch (err) {
+      if (signal?.aborted && options.timeoutMs !== undefined && !options.signal?.aborted) {
+        throw new WarrenError(
+          "guest_unavailable",
+          `'${command}' did not finish in ${options.timeoutMs} ms`,
+        );
+      }
+      throw err;
+    }
+    lines.flush();
+    if (exitCode === undefined) {
+      throw new WarrenError("guest_unavailable", `'${command}' ended without an exit status`);
+    }
+    return { exitCode, tail: tail.join("\n") };
+  }
+
+  /**
+   * Starts `command` and leaves it running (a template's start command): resolves once
+   * envd says it started. Its output is not kept.
+   */
+  async start(command: string, context: CommandContext, signal?: AbortSignal): Promise<void> {
+    const local = new AbortController();
+    const stop = () => local.abort();
+    signal?.addEventListener("abort", stop, { once: true });
+    try {
+      const stream = this.#process.start(
+        { process: shellCommand(command, context), stdin: false, tag: "start-cmd" },
+        { headers: this.#headers(context.user), signal: local.signal },
+      );
+      for await (const { event } of stream) {
+        if (event?.event.case === "start") return;
+        if (event?.event.case === "end") {
+          throw new WarrenError(
+            "invalid_argument",
+            `the start command '${command}' could not start: ${event.event.value.status}`,
+          );
+        }
+      }
+    } finally {
+      // Closing our stream leaves the process running: envd owns it.
+      local.abort();
+      signal?.removeEventListener("abort", stop);
+    }
+  }
+
+  /**
+   * Makes `context` envd's defaults (its `/init`): environment, user, workdir. They live in
+   * envd's memory, so a snapshot carries them to every sandbox restored from it.
+   */
+  async setDefaults(context: CommandContext, signal?: AbortSignal): Promise<void> {
+    const res = await fetch(new URL("/init", this.#base), {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        ...(this.#token && { "x-access-token": this.#token }),
+      },
+      body: JSON.stringify({
+        envVars: context.envVars,
+        defaultUser: context.user,
+        ...(context.workdir !== undefined && { defaultWorkdir: context.workdir }),
+        timestamp: new Date().toISOString(),
+      }),
+      signal,
+    });
+    await res.body?.cancel();
+    if (!res.ok) throw new WarrenError("guest_unavailable", `envd /init failed: ${res.status}`);
+  }
+
+  /** Writes `data` to `path` in the guest as `user` (envd's `/files`, octet-stream). */
+  async upload(path: string, data: Uint8Array, user: string, signal?: AbortSignal): Promise<void> {
+    const url = new URL("/files", this.#base);
+    url.searchParams.set("path", path);
+    url.searchParams.set("username", user);
+    const res = await fetch(url, {
+      method: "POST",
+      headers: { ...this.#headers(user), "content-type": "application/octet-stream" },
+      body: data,
+      signal,
+    });
+    if (!res.ok) {
+      const text = (await res.text()).slice(0, 500);
+      throw new WarrenError("guest_unavailable", `upload of ${path} failed: ${res.status} ${text}`);
+    }
+    await res.body?.cancel();
+  }
+
+  #headers(user: string): Record<string, string> {
+    return {
+      authorization: `Basic ${Buffer.from(`${user}:`).toString("base64")}`,
+      ...(this.#token && { "x-access-token": this.#token }),
+    };
+  }
+}
+
+/**
+ * bash as a login shell when the image has it (E2B runs build steps that way), else sh:
+ * an Alpine image has no bash.
+ */
+function shellCommand(command: string, context: CommandContext) {
+  const script =
+    'if [ -x /bin/bash ]; then exec /bin/bash -l -c "$0"; else exec /bin/sh -l -c "$0"; fi';
+  return {
+    cmd: "/bin/sh",
+    args: ["-c", script, command],
+    envs: { ...context.envVars },
+    ...(context.workdir !== undefined && { cwd: context.workdir }),
+  };
+}
+
+function withTimeout(signal?: AbortSignal, timeoutMs?: number): AbortSignal | undefined {
+  if (timeoutMs === undefined) return signal;
+  const timeout = AbortSignal.timeout(timeoutMs);
+  return signal ? AbortSignal.any([signal, timeout]) : timeout;
+}
+
+/** Bytes → lines, a partial line held until its end arrives. */
+class LineSplitter {
+  readonly #onLine: (line: string) => void;
+  readonly #decoder = new TextDecoder();
+  #partial = "";
+
+  constructor(onLine: (line: string) => void) {
+    this.#onLine = onLine;
+  }
+
+  push(bytes: Uint8Array): void {
+    const text = this.#partial + this.#decoder.decode(bytes, { stream: true });
+    const parts = text.split("\n");
+    this.#partial = parts.pop() ?? "";
+    if (this.#partial.length > MAX_LINE_CHARS) {
+      parts.push(this.#partial);
+      this.#partial = "";
+    }
+    for (const part of parts) this.#onLine(part.replace(/\r$/, ""));
+  }
+
+  flush(): void {
+    if (this.#partial !== "") this.#onLine(this.#partial);
+    this.#partial = "";
+  }
+}

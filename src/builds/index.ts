@@ -1,0 +1,8 @@
+export type { LogEntry, LogLevel } from "./build-log.js";
+export type { RegistryCredentials } from "./spec.js";
+export {
+  type BuildRequest,
+  TemplateBuilds,
+  type TemplateBuildsOptions,
+} from "./template-builds.js";
+export type { ImageSource, PulledImage } from "./types.js";

@@ -1,0 +1,623 @@
+/**
+ * The E2B template build API's behaviour, framework-free (the API turns HTTP into these
+ * calls): request a build, upload its files, start it, watch its status and logs; list,
+ * find, tag and delete templates. Builds run in the background, one `Builder` run each.
+ */
+import { join } from "node:path";
+import type { Readable } from "node:stream";
+import type { BuildRow, Catalog, TemplateRow } from "../catalog/index.js";
+import { newId } from "../orchestrator/index.js";
+import { ENVD_VERSION } from "../protocol/index.js";
+import { type Logger, WarrenError } from "../shared/index.js";
+import { BuildFiles } from "./build-files.js";
+import { BuildLog, type LogEntry, type LogLevel } from "./build-log.js";
+import { Builder, BuildFailed, type BuildHost, type BuildShape } from "./builder.js";
+import { parseBuildSpec } from "./spec.js";
+import type { ImageSource } from "./types.js";
+
+export interface TemplateBuildsOptions {
+  readonly catalog: Catalog;
+  readonly host: BuildHost & { deleteTemplate(templateId: string): Promise<void> };
+  readonly images?: ImageSource;
+  /** Holds `files/` (uploaded archives) and `logs/` (one log per build). */
+  readonly dir: string;
+  readonly logger: Logger;
+  readonly uploadLimitBytes: number;
+  readonly stepTimeoutMs: number;
+  readonly readyTimeoutMs: number;
+  /** Largest cpuCount and memoryMB a build may ask for. */
+  readonly maxVcpus: number;
+  readonly maxMemoryMiB: number;
+}
+
+export interface BuildRequest {
+  readonly name: string;
+  readonly tags?: readonly string[];
+  readonly cpuCount?: number;
+  readonly memoryMB?: number;
+  readonly minFreeDiskMb?: number;
+}
+
+/** E2B's TemplateRequestResponseV3. */
+export interface RequestedBuild {
+  readonly templateID: string;
+  readonly buildID: string;
+  readonly names: string[];
+  readonly tags: string[];
+  readonly aliases: string[];
+  readonly public: boolean;
+}
+
+/** E2B's TemplateBuildInfo. */
+export interface BuildInfo {
+  readonly templateID: string;
+  readonly buildID: string;
+  readonly status: BuildRow["status"];
+  readonly logEntries: LogEntry[];
+  readonly logs: string[];
+  readonly reason?: { message: string; step?: string; logEntries: LogEntry[] };
+}
+
+/** E2B's Template (list item). */
+export interface TemplateSummary {
+  readonly templateID: string;
+  readonly buildID: string;
+  readonly cpuCount: number;
+  readonly memoryMB: number;
+  readonly diskSizeMB: number;
+  readonly public: boolean;
+  readonly aliases: string[];
+  readonly names: string[];
+  readonly createdAt: string;
+  readonly updatedAt: string;
+  readonly createdBy: null;
+  readonly lastSpawnedAt: null;
+  readonly spawnCount: number;
+  readonly buildCount: number;
+  readonly envdVersion: string;
+  readonly buildStatus: BuildRow["status"];
+}
+
+/** E2B's TemplateWithBuilds. */
+export interface TemplateDetail {
+  readonly templateID: string;
+  readonly public: boolean;
+  readonly aliases: string[];
+  readonly names: string[];
+  readonly createdAt: string;
+  readonly updatedAt: string;
+  readonly lastSpawnedAt: null;
+  readonly spawnCount: number;
+  readonly builds: {
+    buildID: string;
+    status: BuildRow["status"];
+    createdAt: string;
+    updatedAt: string;
+    finishedAt?: string;
+    cpuCount: number;
+    memoryMB: number;
+    diskSizeMB: number;
+    envdVersion: string;
+  }[];
+}
+
+const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+const TAG = /^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$/;
+const DEFAULT_TAG = "default";
+/** The status call returns at most this many log entries (the SDK polls until none come). */
+const STATUS_LOG_LIMIT = 100;
+const MAX_LOGS_LIMIT = 100;
+
+export class TemplateBuilds {
+  readonly #o: TemplateBuildsOptions;
+  readonly #files: BuildFiles;
+  readonly #builder: Builder;
+  readonly #logsDir: string;
+  /** Logs of builds this process ran (older ones are read from disk). */
+  readonly #logs = new Map<string, BuildLog>();
+  /** Shapes of requested builds, until they start. */
+  readonly #requested = new Map<string, BuildShape>();
+  readonly #running = new Map<string, { abort: AbortController; done: Promise<void> }>();
+
+  constructor(options: TemplateBuildsOptions) {
+    this.#o = options;
+    this.#files = new BuildFiles(join(options.dir, "files"), options.uploadLimitBytes);
+    this.#logsDir = join(options.dir, "logs");
+    this.#builder = new Builder({
+      catalog: options.catalog,
+      host: options.host,
+      images: options.images,
+      files: (hash) => this.#files.read(hash),
+      logger: options.logger,
+      stepTimeoutMs: options.stepTimeoutMs,
+      readyTimeoutMs: options.readyTimeoutMs,
+    });
+  }
+
+  /** Builds an earlier process left unfinished failed: their VMs died with it. */
+  async start(): Promise<void> {
+    for (const build of await this.#o.catalog.listBuilds()) {
+      if (build.status !== "building" && build.status !== "waiting") continue;
+      await this.#finish(build, {
+        status: "error",
+        reason: { message: "the server restarted before the build finished: build again" },
+      });
+    }
+  }
+
+  /** Stops running builds (each cleans up as a failed build does). */
+  async close(): Promise<void> {
+    for (const run of this.#running.values()) run.abort.abort(new Error("the server is stopping"));
+    await Promise.all([...this.#running.values()].map((run) => run.done));
+  }
+
+  async requestBuild(request: BuildRequest): Promise<RequestedBuild> {
+    const { catalog, host } = this.#o;
+    const { name, tags } = parseName(request.name, request.tags);
+    const existing = await catalog.getTemplate(name);
+    if (existing && existing.kind !== "build") {
+      throw new WarrenError(
+        "template_name_taken",
+        `'${name}' is a ${existing.kind === "base" ? "built-in template" : "snapshot"}: choose another name`,
+      );
+    }
+    // Every build of a name builds one template, also before the first one succeeded.
+    const earlier = existing
+      ? undefined
+      : (await catalog.listBuilds()).find((b) => b.name === name);
+    const templateId = existing?.id ?? earlier?.templateId ?? newId();
+    const explicit = request.cpuCount !== undefined || request.memoryMB !== undefined;
+    const shape: BuildShape = {
+      vcpus:
+        this.#integer("cpuCount", request.cpuCount, 1, this.#o.maxVcpus) ??
+        host.templateShape.vcpus,
+      memoryMiB:
+        this.#integer("memoryMB", request.memoryMB, 128, this.#o.maxMemoryMiB) ??
+        host.templateShape.memoryMiB,
+      explicit,
+      ...(request.minFreeDiskMb !== undefined && {
+        minFreeDiskMiB: this.#integer("minFreeDiskMb", request.minFreeDiskMb, 1, 1024 * 1024),
+      }),
+    };
+    const now = new Date().toISOString();
+    const build: BuildRow = {
+      id: crypto.randomUUID(),
+      templateId,
+      name,
+      tags,
+      status: "waiting",
+      vcpus: shape.vcpus,
+      memoryMiB: shape.memoryMiB,
+      diskSizeMiB: 0,
+      layers: [],
+      createdAt: now,
+      updatedAt: now,
+    };
+    await catalog.putBuild(build);
+    this.#requested.set(build.id, shape);
+    return {
+      templateID: templateId,
+      buildID: build.id,
+      names: [name],
+      tags: [...tags],
+      aliases: [name],
+      public: false,
+    };
+  }
+
+  /** Whether a COPY step's files are here, else where to PUT them (`baseUrl` + signed path). */
+  async fileUploadLink(
+    templateId: string,
+    hash: string,
+    baseUrl: string,
+  ): Promise<{ present: boolean; url?: string }> {
+    await this.#template(templateId);
+    if (await this.#files.has(hash)) return { present: true };
+    const query = this.#files.signedQuery(templateId, hash);
+    return {
+      present: false,
+      url: `${baseUrl}/templates/${encodeURIComponent(templateId)}/files/${hash}?${query}`,
+    };
+  }
+
+  acceptUpload(
+    templateId: string,
+    hash: string,
+    link: { expires?: string; signature?: string },
+    body: Readable,
+  ): Promise<void> {
+    return this.#files.accept(templateId, hash, link, body);
+  }
+
+  /** Starts a requested build in the background; its progress is the status call's. */
+  async startBuild(templateId: string, buildId: string, definition: unknown): Promise<void> {
+    const build = await this.#build(templateId, buildId);
+    if (build.status !== "waiting" || this.#running.has(buildId)) {
+      throw new WarrenError("build_in_progress", `build ${buildId} was already started`);
+    }
+    const spec = parseBuildSpec(definition);
+    for (const step of spec.steps) {
+      if (step.type === "COPY" && !(await this.#files.has(step.filesHash))) {
+        throw new WarrenError(
+          "build_invalid",
+          `step ${step.number} (COPY ${step.src}): its files (hash ${step.filesHash}) were not uploaded`,
+        );
+      }
+    }
+    const shape = this.#requested.get(buildId) ?? {
+      vcpus: build.vcpus,
+      memoryMiB: build.memoryMiB,
+      explicit: true,
+    };
+    this.#requested.delete(buildId);
+    const log = BuildLog.create(this.#logsDir, buildId);
+    this.#logs.set(buildId, log);
+    const running = { ...build, status: "building" as const, updatedAt: new Date().toISOString() };
+    await this.#o.catalog.putBuild(running);
+    const abort = new AbortController();
+    const made: string[] = [];
+    const done = (async () => {
+      const started = performance.now();
+      log.add("info", `Building template ${build.name} (${templateId}), build ${buildId}`);
+      try {
+        const result = await this.#builder.run(spec, shape, log, made, abort.signal);
+        await this.#publish(running, result.layer, made);
+        log.add("info", `Build finished in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+      } catch (err) {
+        await this.#fail(running, err, made, log);
+      } finally {
+        log.close();
+        this.#running.delete(buildId);
+      }
+    })();
+    this.#running.set(buildId, { abort, done });
+  }
+
+  async status(templateId: string, buildId: string, logsOffset = 0): Promise<BuildInfo> {
+    const build = await this.#build(templateId, buildId);
+    const log = this.#log(buildId);
+    return {
+      templateID: build.templateId,
+      buildID: build.id,
+      status: build.status,
+      logEntries: log.from(logsOffset, STATUS_LOG_LIMIT),
+      logs: [],
+      ...(build.reason && {
+        reason: { ...build.reason, logEntries: log.tail(20) },
+      }),
+    };
+  }
+
+  async logs(
+    templateId: string,
+    buildId: string,
+    query: { cursor?: number; limit?: number; direction?: string; level?: string },
+  ): Promise<{ logs: LogEntry[] }> {
+    await this.#build(templateId, buildId);
+    const direction = query.direction ?? "forward";
+    if (direction !== "forward" && direction !== "backward") {
+      throw new WarrenError("invalid_argument", "direction must be forward or backward");
+    }
+    const levels = ["debug", "info", "warn", "error"];
+    if (query.level !== undefined && !levels.includes(query.level)) {
+      throw new WarrenError("invalid_argument", `level must be one of ${levels.join(", ")}`);
+    }
+    return {
+      logs: this.#log(buildId).query({
+        cursor: query.cursor,
+        limit: Math.min(query.limit ?? MAX_LOGS_LIMIT, MAX_LOGS_LIMIT),
+        direction,
+        level: query.level as LogLevel | undefined,
+      }),
+    };
+  }
+
+  /** Every template a client can use or is building: built, snapshots and base. */
+  async list(): Promise<TemplateSummary[]> {
+    const { catalog } = this.#o;
+    const builds = await catalog.listBuilds();
+    const rows = (await catalog.listTemplates()).filter((t) => t.kind !== "layer");
+    const summaries = rows.map((row) =>
+      summary(
+        row,
+        builds.filter((b) => b.templateId === row.id),
+      ),
+    );
+    // Templates whose first build has not succeeded yet.
+    const known = new Set(rows.map((r) => r.id));
+    for (const [templateId, own] of groupBy(builds, (b) => b.templateId)) {
+      if (!known.has(templateId)) summaries.push(summary(undefined, own));
+    }
+    return summaries;
+  }
+
+  async get(templateId: string): Promise<TemplateDetail> {
+    const { row, builds } = await this.#template(templateId);
+    const first = row?.createdAt ?? builds[0]?.createdAt ?? new Date().toISOString();
+    const names = row ? [...row.aliases] : builds.slice(-1).map((b) => b.name);
+    return {
+      templateID: row?.id ?? templateId,
+      public: false,
+      aliases: names,
+      names,
+      createdAt: first,
+      updatedAt: builds.at(-1)?.updatedAt ?? first,
+      lastSpawnedAt: null,
+      spawnCount: 0,
+      builds: builds.map((b) => ({
+        buildID: b.id,
+        status: b.status,
+        createdAt: b.createdAt,
+        updatedAt: b.updatedAt,
+        ...(b.finishedAt && { finishedAt: b.finishedAt }),
+        cpuCount: b.vcpus,
+        memoryMB: b.memoryMiB,
+        diskSizeMB: b.diskSizeMiB,
+        envdVersion: ENVD_VERSION,
+      })),
+    };
+  }
+
+  /** `GET /templates/aliases/{alias}`. */
+  async alias(name: string): Promise<{ templateID: string; public: boolean }> {
+    const row = await this.#o.catalog.getTemplate(name);
+    if (!row || row.kind === "layer" || !row.aliases.includes(name)) {
+      throw new WarrenError("template_not_found", `no template is named '${name}'`);
+    }
+    return { templateID: row.id, public: false };
+  }
+
+  /**
+   * Deletes a template by id or name: a built one with its builds, tags and the layers no
+   * other build uses; others (snapshots) as the orchestrator deletes them.
+   */
+  async delete(reference: string): Promise<void> {
+    const { catalog, host } = this.#o;
+    const row = await catalog.getTemplate(reference.replace(/:default$/, ""));
+    const builds = await catalog.listBuilds(row?.id ?? reference);
+    if (row?.kind !== "build" && builds.length === 0) return host.deleteTemplate(reference);
+    const templateId = row?.id ?? reference;
+    for (const build of builds) {
+      if (this.#running.has(build.id)) {
+        throw new WarrenError(
+          "build_in_progress",
+          `build ${build.id} of ${templateId} is running: wait for it to finish`,
+        );
+      }
+    }
+    if (row) await host.dropTemplate(row);
+    for (const tag of await catalog.listTags(templateId))
+      await catalog.deleteTag(templateId, tag.tag);
+    const others = (await catalog.listBuilds()).filter((b) => b.templateId !== templateId);
+    const stillUsed = new Set(others.flatMap((b) => b.layers));
+    for (const build of builds) {
+      await this.#dropLayers(build.layers.filter((id) => !stillUsed.has(id)));
+      await catalog.deleteBuild(build.id);
+    }
+  }
+
+  /** `POST /templates/tags`: the build `target` (`name:tag`) names gets `tags` too. */
+  async assignTags(
+    target: string,
+    tags: readonly string[],
+  ): Promise<{ buildID: string; tags: string[] }> {
+    const { catalog } = this.#o;
+    const { name, tag } = splitNameTag(target);
+    const row = await catalog.getTemplate(name);
+    if (row?.kind !== "build") {
+      throw new WarrenError("template_not_found", `no built template is named '${name}'`);
+    }
+    const source = await catalog.getTag(row.id, tag ?? DEFAULT_TAG);
+    if (!source) throw new WarrenError("template_not_found", `'${target}' is not a tag of ${name}`);
+    const checked = tags.map(checkTag);
+    const build = await catalog.getBuild(source.buildId);
+    if (!build) throw new WarrenError("build_not_found", `build ${source.buildId} is gone`);
+    const layer = await this.#layerOf(build);
+    for (const t of checked) await this.#pointTag(build, t, layer);
+    return { buildID: source.buildId, tags: checked };
+  }
+
+  /** `DELETE /templates/tags`. */
+  async removeTags(name: string, tags: readonly string[]): Promise<void> {
+    const { catalog } = this.#o;
+    const row = await catalog.getTemplate(name);
+    if (row?.kind !== "build") {
+      throw new WarrenError("template_not_found", `no built template is named '${name}'`);
+    }
+    for (const tag of tags.map(checkTag)) {
+      if (!(await catalog.getTag(row.id, tag))) {
+        throw new WarrenError("template_not_found", `'${name}' has no tag '${tag}'`);
+      }
+      if (tag === DEFAULT_TAG) {
+        throw new WarrenError("invalid_argument", `the '${DEFAULT_TAG}' tag cannot be removed`);
+      }
+      await catalog.deleteTag(row.id, tag);
+    }
+  }
+
+  async listTags(
+    templateId: string,
+  ): Promise<{ tag: string; buildID: string; createdAt: string }[]> {
+    const { row } = await this.#template(templateId);
+    if (!row) return [];
+    return (await this.#o.catalog.listTags(row.id)).map((t) => ({
+      tag: t.tag,
+      buildID: t.buildId,
+      createdAt: t.createdAt,
+    }));
+  }
+
+  // ---- internals ----------------------------------------------------------------------------
+
+  /** A successful build: its tags point at it (the template row follows `default`). */
+  async #publish(build: BuildRow, layer: TemplateRow, made: string[]): Promise<void> {
+    const { catalog } = this.#o;
+    await this.#finish(build, {
+      status: "ready",
+      snapshotId: layer.snapshotId,
+      diskSizeMiB: layer.diskSizeMiB,
+      layers: made,
+    });
+    // A first build that is not `default` still makes the template (sandboxes need a snapshot).
+    if (!(await catalog.getTemplate(build.templateId))) {
+      await catalog.putTemplate(templateRow(build, layer));
+    }
+    for (const tag of build.tags) await this.#pointTag(build, tag, layer);
+  }
+
+  async #pointTag(build: BuildRow, tag: string, layer: TemplateRow): Promise<void> {
+    const { catalog } = this.#o;
+    const now = new Date().toISOString();
+    await catalog.putTag({ templateId: build.templateId, tag, buildId: build.id, createdAt: now });
+    if (tag === DEFAULT_TAG) await catalog.putTemplate(templateRow(build, layer));
+  }
+
+  /** The layer a ready build's sandboxes restore. */
+  async #layerOf(build: BuildRow): Promise<TemplateRow> {
+    const { catalog } = this.#o;
+    const users = build.snapshotId ? await catalog.snapshotUsers(build.snapshotId) : undefined;
+    for (const id of users?.templates ?? []) {
+      const row = await catalog.getTemplate(id);
+      if (row?.kind === "layer") return row;
+    }
+    throw new WarrenError("build_not_found", `build ${build.id} has no result to tag`);
+  }
+
+  async #fail(build: BuildRow, err: unknown, made: string[], log: BuildLog): Promise<void> {
+    const step = err instanceof BuildFailed ? err.step : undefined;
+    const message = err instanceof Error ? err.message : String(err);
+    log.add("error", `Build failed${step ? ` at step ${step}` : ""}: ${message}`, step);
+    this.#o.logger.warn({ buildId: build.id, step, message }, "build.failed");
+    // Nothing of a failed build stays: the layers it made go (the cache keeps what it found).
+    await this.#dropLayers([...made].reverse());
+    await this.#finish(build, {
+      status: "error",
+      reason: { message, ...(step !== undefined && { step }) },
+    });
+  }
+
+  async #dropLayers(ids: readonly string[]): Promise<void> {
+    for (const id of ids) {
+      const layer = await this.#o.catalog.getTemplate(id);
+      if (!layer) continue;
+      await this.#o.host.dropTemplate(layer).catch((err: unknown) => {
+        this.#o.logger.warn({ layer: id, err }, "build.layer_drop_failed");
+      });
+    }
+  }
+
+  async #finish(build: BuildRow, patch: Partial<BuildRow>): Promise<BuildRow> {
+    const now = new Date().toISOString();
+    const row = { ...build, ...patch, updatedAt: now, finishedAt: now };
+    await this.#o.catalog.putBuild(row);
+    return row;
+  }
+
+  async #build(templateId: string, buildId: string): Promise<BuildRow> {
+    const build = await this.#o.catalog.getBuild(buildId);
+    if (!build || (build.templateId !== templateId && build.name !== templateId)) {
+      throw new WarrenError("build_not_found", `template ${templateId} has no build ${buildId}`);
+    }
+    return build;
+  }
+
+  /** A template by id or name with its builds; template_not_found when neither is known. */
+  async #template(reference: string): Promise<{ row?: TemplateRow; builds: BuildRow[] }> {
+    const { catalog } = this.#o;
+    const row = await catalog.getTemplate(reference);
+    if (row && row.kind !== "layer") return { row, builds: await catalog.listBuilds(row.id) };
+    const builds = await catalog.listBuilds(reference);
+    if (builds.length === 0) {
+      throw new WarrenError("template_not_found", `template '${reference}' not found`);
+    }
+    return { builds };
+  }
+
+  #log(buildId: string): BuildLog {
+    return this.#logs.get(buildId) ?? BuildLog.load(this.#logsDir, buildId);
+  }
+
+  #integer(field: string, value: number | undefined, min: number, max: number) {
+    if (value === undefined) return undefined;
+    if (!Number.isInteger(value) || value < min || value > max) {
+      throw new WarrenError(
+        "invalid_argument",
+        `${field} must be an integer from ${min} to ${max}, got ${value}`,
+      );
+    }
+    return value;
+  }
+}
+
+/** The template row a build's result makes: its name, its layer's snapshot, shape and defaults. */
+function templateRow(build: BuildRow, layer: TemplateRow): TemplateRow {
+  return {
+    id: build.templateId,
+    aliases: [build.name],
+    kind: "build",
+    snapshotId: layer.snapshotId,
+    vcpus: layer.vcpus,
+    memoryMiB: layer.memoryMiB,
+    diskSizeMiB: layer.diskSizeMiB,
+    createdAt: build.createdAt,
+    ...(layer.config && { config: layer.config }),
+  };
+}
+
+function summary(row: TemplateRow | undefined, builds: readonly BuildRow[]): TemplateSummary {
+  const last = builds.at(-1);
+  const names = row ? [...row.aliases] : last ? [last.name] : [];
+  const createdAt = row?.createdAt ?? builds[0]?.createdAt ?? new Date(0).toISOString();
+  return {
+    templateID: row?.id ?? last?.templateId ?? "",
+    buildID: last?.id ?? row?.snapshotId ?? "",
+    cpuCount: row?.vcpus ?? last?.vcpus ?? 0,
+    memoryMB: row?.memoryMiB ?? last?.memoryMiB ?? 0,
+    diskSizeMB: row?.diskSizeMiB ?? last?.diskSizeMiB ?? 0,
+    public: false,
+    aliases: names,
+    names,
+    createdAt,
+    updatedAt: last?.updatedAt ?? createdAt,
+    createdBy: null,
+    lastSpawnedAt: null,
+    spawnCount: 0,
+    buildCount: builds.length,
+    envdVersion: ENVD_VERSION,
+    buildStatus: row ? "ready" : (last?.status ?? "ready"),
+  };
+}
+
+/** `name` or `name:tag`; tags default to `default`. */
+function parseName(raw: string, tags: readonly string[] | undefined) {
+  const { name, tag } = splitNameTag(raw);
+  if (!NAME.test(name)) {
+    throw new WarrenError(
+      "invalid_argument",
+      `template name '${name}' must be 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit`,
+    );
+  }
+  const all = [...(tags ?? []), ...(tag ? [tag] : [])].map(checkTag);
+  return { name, tags: all.length > 0 ? [...new Set(all)] : [DEFAULT_TAG] };
+}
+
+function splitNameTag(raw: string): { name: string; tag?: string } {
+  const at = raw.lastIndexOf(":");
+  return at < 0 ? { name: raw } : { name: raw.slice(0, at), tag: raw.slice(at + 1) };
+}
+
+function checkTag(tag: string): string {
+  if (!TAG.test(tag)) {
+    throw new WarrenError(
+      "invalid_argument",
+      `tag '${tag}' must be 1-63 characters of letters, digits, '.', '_' or '-'`,
+    );
+  }
+  return tag;
+}
+
+function groupBy<T>(items: readonly T[], key: (item: T) => string): Map<string, T[]> {
+  const groups = new Map<string, T[]>();
+  for (const item of items) groups.set(key(item), [...(groups.get(key(item)) ?? []), item]);
+  return groups;
+}

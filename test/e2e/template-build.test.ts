@@ -1,0 +1,199 @@
+// Template builds through the real `e2b` SDK builder against a real server: a template
+// from `base` with a COPY of a folder holding symlinks, RUN as root and as `user`, WORKDIR,
+// ENV and a start command with a waitForPort ready check; a sandbox from it sees all of it
+// at once. A failing RUN fails with its exit code and output and leaves no snapshot, layer
+// or VM; an unchanged rebuild is all cache hits; tags, `exists`, background builds.
+import assert from "node:assert/strict";
+import { mkdir, mkdtemp, readdir, rm, symlink, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { BuildError, type LogEntry, Sandbox, Template, waitForPort } from "e2b";
+import { api, useServer } from "../helpers/server.js";
+
+const server = useServer();
+let context: string;
+
+before(async () => {
+  context = await mkdtemp(join(tmpdir(), "warren-build-"));
+  await mkdir(join(context, "app", "sub"), { recursive: true });
+  await writeFile(join(context, "app", "hello.txt"), "hello from the context\n");
+  await writeFile(join(context, "app", "sub", "nested.txt"), "nested\n");
+  await symlink("hello.txt", join(context, "app", "link"));
+  await symlink("sub", join(context, "app", "dirlink"));
+});
+
+after(() => rm(context, { recursive: true, force: true }));
+
+function webTemplate() {
+  return Template({ fileContextPath: context })
+    .fromBaseImage()
+    .copy("app", "/home/user/app")
+    .runCmd("echo root-was-here > /root-marker && chmod 644 /root-marker", { user: "root" })
+    .runCmd("whoami > /home/user/whoami.txt")
+    .setWorkdir("/home/user/app")
+    .setEnvs({ GREETING: "hello from the template" })
+    .setStartCmd("python3 -m http.server 8080", waitForPort(8080));
+}
+
+/** Snapshot directories on disk: a failed build must not add any. */
+async function snapshotDirs(): Promise<string[]> {
+  return (await readdir(join(server.dataDir, "snapshots"))).sort();
+}
+
+describe("a template built with the SDK", () => {
+  const logs: LogEntry[] = [];
+  let templateId = "";
+
+  before(async () => {
+    const built = await Template.build(webTemplate(), "e2e-web", {
+      onBuildLogs: (entry) => logs.push(entry),
+    });
+    templateId = built.templateId;
+  });
+
+  it("streams the build's logs with timestamps and levels", () => {
+    const messages = logs.map((l) => l.message);
+    assert.ok(
+      messages.some((m) => m.includes("RUN (as root) echo root-was-here")),
+      messages.join("\n"),
+    );
+    assert.ok(
+      messages.some((m) => m.includes("[finalize] captured")),
+      messages.join("\n"),
+    );
+    assert.ok(
+      logs.every((l) => l.timestamp instanceof Date && !Number.isNaN(l.timestamp.getTime())),
+    );
+    assert.ok(logs.every((l) => ["debug", "info", "warn", "error"].includes(l.level)));
+  });
+
+  it("gives sandboxes its files, users, workdir, env and running server at once", async () => {
+    const sandbox = await Sandbox.create("e2e-web");
+    try {
+      const run = async (cmd: string) => (await sandbox.commands.run(cmd)).stdout.trim();
+      assert.equal(await run("cat /home/user/app/hello.txt"), "hello from the context");
+      assert.equal(await run("cat /home/user/app/sub/nested.txt"), "nested");
+      assert.equal(await run("readlink /home/user/app/link"), "hello.txt", "symlinks are kept");
+      assert.equal(await run("readlink /home/user/app/dirlink"), "sub");
+      assert.equal(await run("stat -c %U:%G /home/user/app/hello.txt"), "user:user");
+      assert.equal(await run("cat /root-marker; stat -c %U /root-marker"), "root-was-here\nroot");
+      assert.equal(
+        await run("cat /home/user/whoami.txt"),
+        "user",
+        "RUN without a user runs as user",
+      );
+      assert.equal(await run("pwd"), "/home/user/app", "WORKDIR is the default cwd");
+      assert.equal(await run("whoami"), "user");
+      assert.equal(await run("echo $GREETING"), "hello from the template");
+      // The start command was captured running: no wait, no restart.
+      assert.equal(
+        await run("curl -s -o /dev/null -w '%{http_code}' localhost:8080/hello.txt"),
+        "200",
+      );
+      assert.equal(await run("curl -s localhost:8080/hello.txt"), "hello from the context");
+      assert.equal(sandbox.sandboxId.length > 0, true);
+    } finally {
+      await sandbox.kill();
+    }
+  });
+
+  it("rebuilds from the cache when nothing changed", async () => {
+    const again: LogEntry[] = [];
+    const before = await snapshotDirs();
+    const started = Date.now();
+    const built = await Template.build(webTemplate(), "e2e-web", {
+      onBuildLogs: (entry) => again.push(entry),
+    });
+    const messages = again.map((l) => l.message);
+    assert.equal(built.templateId, templateId, "the same name is the same template");
+    for (const step of ["[1]", "[2]", "[3]", "[4]", "[finalize]"]) {
+      assert.ok(
+        messages.some((m) => m.startsWith(`CACHED ${step}`)),
+        `${step} is a cache hit:\n${messages.join("\n")}`,
+      );
+    }
+    assert.ok(!messages.some((m) => m.includes("build VM")), "no build VM was started");
+    assert.deepEqual(await snapshotDirs(), before, "nothing new was captured");
+    assert.ok(Date.now() - started < 30_000, "a cached build takes seconds");
+  });
+
+  it("is found by name, and `exists` tells names apart", async () => {
+    assert.equal(await Template.exists("e2e-web"), true);
+    assert.equal(await Template.exists("no-such-template"), false);
+    const listed = await api(server, "GET", "/templates");
+    const names = (listed.body as { names: string[] }[]).flatMap((t) => t.names);
+    assert.ok(names.includes("e2e-web") && names.includes("base"), names.join(", "));
+  });
+
+  it("tags a build, creates from a tag, removes the tag", async () => {
+    const assigned = await Template.assignTags("e2e-web:default", ["prod"]);
+    assert.deepEqual(assigned.tags, ["prod"]);
+    const tags = (await Template.getTags(templateId)).map((t) => t.tag).sort();
+    assert.deepEqual(tags, ["default", "prod"]);
+    const sandbox = await Sandbox.create("e2e-web:prod");
+    assert.equal((await sandbox.commands.run("cat /home/user/whoami.txt")).stdout.trim(), "user");
+    await sandbox.kill();
+    await Template.removeTags("e2e-web", "prod");
+    await assert.rejects(Sandbox.create("e2e-web:prod"), /not found/i);
+  });
+});
+
+it("fails a build at its failing RUN, with the exit code and output, leaving nothing", async () => {
+  const before = await snapshotDirs();
+  const failing = Template()
+    .fromBaseImage()
+    .runCmd("echo first-step > /tmp/first")
+    .runCmd("echo about-to-fail; exit 3");
+  const error = await Template.build(failing, "e2e-failing").then(
+    () => assert.fail("the build succeeded"),
+    (err: unknown) => err,
+  );
+  assert.ok(error instanceof BuildError, String(error));
+  assert.match(error.message, /exit code 3/);
+  assert.match(error.message, /about-to-fail/);
+  assert.deepEqual(await snapshotDirs(), before, "no layer of the failed build is kept");
+  assert.equal(await Template.exists("e2e-failing"), false);
+  const sandboxes = await api(server, "GET", "/v2/sandboxes");
+  assert.deepEqual(sandboxes.body, [], "no build VM is left (nor listed)");
+});
+
+it("builds in the background, polled with getBuildStatus, bypassing the cache when asked", async () => {
+  const small = Template().fromBaseImage().runCmd("echo background > /tmp/bg");
+  await Template.build(small, "e2e-bg");
+  const info = await Template.buildInBackground(small, "e2e-bg", { skipCache: true });
+  let offset = 0;
+  const messages: string[] = [];
+  for (;;) {
+    const status = await Template.getBuildStatus(info, { logsOffset: offset });
+    offset += status.logEntries.length;
+    messages.push(...status.logEntries.map((l) => l.message));
+    if (status.status === "ready" || status.status === "error") {
+      assert.equal(status.status, "ready", messages.join("\n"));
+      break;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+  assert.ok(!messages.some((m) => m.startsWith("CACHED [1]")), "skipCache ran the step again");
+  const sandbox = await Sandbox.create("e2e-bg");
+  assert.equal((await sandbox.commands.run("cat /tmp/bg")).stdout.trim(), "background");
+  await sandbox.kill();
+});
+
+it("refuses a step type it cannot build, naming the step", async () => {
+  const requested = await api(server, "POST", "/v3/templates", { name: "e2e-bad" });
+  assert.equal(requested.status, 202);
+  const { templateID, buildID } = requested.body as { templateID: string; buildID: string };
+  const started = await api(server, "POST", `/v2/templates/${templateID}/builds/${buildID}`, {
+    fromImage: "e2bdev/base",
+    steps: [
+      { type: "RUN", args: ["true"] },
+      { type: "HEALTHCHECK", args: ["true"] },
+    ],
+  });
+  assert.equal(started.status, 400);
+  assert.match(
+    String((started.body as { message: string }).message),
+    /step 2: unsupported step type "HEALTHCHECK"/,
+  );
+});
