@@ -4,6 +4,7 @@
  * they work in any image, even one without tar or useradd.
  */
 import { randomBytes } from "node:crypto";
+import { linkSafeArchive } from "./copy-archive.js";
 import type { CommandContext, GuestShell, RunResult } from "./guest-shell.js";
 import type { BuildStep } from "./spec.js";
 
@@ -29,10 +30,10 @@ export function quote(word: string): string {
  */
 const COPY_SCRIPT = `set -e
 b=${BUSYBOX}
-archive=$1 src=$2 dest=$3 owner=$4 mode=$5 unzip=$6
+archive=$1 src=$2 dest=$3 owner=$4 mode=$5
 tmp=$($b mktemp -d /tmp/.warren-copy.XXXXXX)
 trap '$b rm -rf "$tmp" "$archive"' EXIT
-$b tar -x\${unzip}f "$archive" -C "$tmp"
+$b tar -xf "$archive" -C "$tmp"
 group=$($b id -gn "$owner")
 found=
 for entry in "$tmp"/$src; do
@@ -121,21 +122,15 @@ export async function runStep(
       );
       return context;
     case "COPY": {
-      const archive = await io.files(step.filesHash);
+      const archive = await linkSafeArchive(await io.files(step.filesHash));
       const guestPath = `/tmp/.warren-upload-${randomBytes(6).toString("hex")}.tar`;
       await io.shell.upload(guestPath, archive, "root", io.signal);
-      const gzipped = archive[0] === 0x1f && archive[1] === 0x8b;
       const dest = step.dest.endsWith("/")
         ? `${resolvePath(step.dest, context)}/`
         : resolvePath(step.dest, context);
       const owner = step.user ?? context.user;
       await checked(`COPY ${step.src} ${step.dest}`, () =>
-        script(
-          io,
-          COPY_SCRIPT,
-          [guestPath, step.src, dest, owner, step.mode ?? "", gzipped ? "z" : ""],
-          context,
-        ),
+        script(io, COPY_SCRIPT, [guestPath, step.src, dest, owner, step.mode ?? ""], context),
       );
       return context;
     }
