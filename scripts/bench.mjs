@@ -17,6 +17,7 @@ const BENCHES = {
   warren: ["warren.ts", true],
   chain: ["disk-chain.ts", true],
   slots: ["slot-pool.ts", false],
+  templates: ["templates.ts", true],
 };
 
 const name = process.argv[2];
