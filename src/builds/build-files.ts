@@ -56,31 +56,32 @@ export class BuildFiles {
     }).toString();
   }
 
-  /** Stores an upload after checking its link; the archive appears whole or not at all. */
+  /**
+   * Stores an upload after checking its link; the archive appears whole or not at all. A
+   * declared size over the limit is refused before reading; a body that grows past it is cut.
+   */
   async accept(
     templateId: string,
     hash: string,
     link: { expires?: string; signature?: string },
     body: Readable,
+    declaredBytes?: number,
   ): Promise<void> {
     this.#verify(templateId, hash, link);
+    if (declaredBytes !== undefined && declaredBytes > this.#maxBytes) throw this.#tooLarge();
     const target = this.path(hash);
     await mkdir(this.#dir, { recursive: true, mode: 0o700 });
     const partial = `${target}.${randomBytes(6).toString("hex")}.partial`;
     let size = 0;
     const limit = this.#maxBytes;
+    const tooLarge = () => this.#tooLarge();
     try {
       await pipeline(
         body,
         async function* (chunks: AsyncIterable<Buffer>) {
           for await (const chunk of chunks) {
             size += chunk.length;
-            if (size > limit) {
-              throw new WarrenError(
-                "payload_too_large",
-                `the upload is larger than ${limit} bytes (WARREN_BUILD_UPLOAD_LIMIT_MIB)`,
-              );
-            }
+            if (size > limit) throw tooLarge();
             yield chunk;
           }
         },
@@ -91,6 +92,13 @@ export class BuildFiles {
       await rm(partial, { force: true });
       throw err;
     }
+  }
+
+  #tooLarge(): WarrenError {
+    return new WarrenError(
+      "payload_too_large",
+      `the upload is larger than ${this.#maxBytes} bytes (WARREN_BUILD_UPLOAD_LIMIT_MIB)`,
+    );
   }
 
   #verify(templateId: string, hash: string, link: { expires?: string; signature?: string }) {

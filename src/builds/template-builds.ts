@@ -225,8 +225,9 @@ export class TemplateBuilds {
     hash: string,
     link: { expires?: string; signature?: string },
     body: Readable,
+    declaredBytes?: number,
   ): Promise<void> {
-    return this.#files.accept(templateId, hash, link, body);
+    return this.#files.accept(templateId, hash, link, body, declaredBytes);
   }
 
   /** Starts a requested build in the background; its progress is the status call's. */

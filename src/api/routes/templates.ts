@@ -151,7 +151,9 @@ export function registerUploadRoute(app: FastifyInstance, context: ApiContext): 
         const service = context.builds?.();
         if (!service) throw new WarrenError("unavailable", "template builds are not available yet");
         const { templateID, hash } = request.params;
-        await service.acceptUpload(templateID, hash, request.query, request.raw);
+        const length = request.headers["content-length"];
+        const declared = length === undefined ? undefined : Number(length);
+        await service.acceptUpload(templateID, hash, request.query, request.raw, declared);
         return reply.code(201).send();
       },
     );
