@@ -69,6 +69,7 @@ export class BuildFailed extends Error {
 
 const BUILD_VM_TTL_MS = 6 * 60 * 60 * 1000;
 const READY_POLL_MS = 500;
+const DEFAULT_READY_CMD = "sleep 20";
 /** The start command's process settles before the capture (TCG: fewer blocks to re-translate). */
 const SETTLE_MS = 1_000;
 
@@ -319,13 +320,36 @@ export class Builder {
     signal: AbortSignal,
   ): Promise<TemplateRow> {
     await vm.shell.setDefaults(context);
-    if (spec.startCmd) {
-      log.add("info", `[finalize] start command: ${spec.startCmd}`, "finalize");
-      await vm.shell.start(spec.startCmd, context, signal);
-    }
-    if (spec.readyCmd) {
-      log.add("info", `[finalize] waiting for: ${spec.readyCmd}`, "finalize");
-      await this.#waitReady(vm, spec.readyCmd, context, signal);
+    // E2B's default for a start command without a ready check: give it 20 s.
+    const readyCmd = spec.readyCmd ?? (spec.startCmd ? DEFAULT_READY_CMD : undefined);
+    const start = spec.startCmd ? await vm.shell.start(spec.startCmd, context, signal) : undefined;
+    if (start) log.add("info", `[finalize] start command: ${spec.startCmd}`, "finalize");
+    const stopWaiting = new AbortController();
+    try {
+      if (readyCmd) {
+        log.add("info", `[finalize] waiting for: ${readyCmd}`, "finalize");
+        const ready = this.#waitReady(
+          vm,
+          readyCmd,
+          context,
+          AbortSignal.any([signal, stopWaiting.signal]),
+        );
+        ready.catch(() => {}); // lost the race to the start command's end
+        const unwatched = new Promise<never>(() => {});
+        const outcome = await Promise.race([
+          ready.then(() => undefined),
+          start?.ended ?? unwatched,
+        ]);
+        // A start command that ended: ready if it succeeded (E2B's rule), else the build fails.
+        if (outcome && outcome.exitCode !== 0) {
+          throw new StepFailed(`start command ${spec.startCmd}`, outcome);
+        }
+        if (outcome) log.add("info", "[finalize] the start command finished", "finalize");
+        else log.add("info", "[finalize] ready", "finalize");
+      }
+    } finally {
+      stopWaiting.abort();
+      start?.detach();
     }
     await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
     const started = performance.now();

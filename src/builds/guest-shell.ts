@@ -87,32 +87,48 @@ export class GuestShell {
   }
 
   /**
-   * Starts `command` and leaves it running (a template's start command): resolves once
-   * envd says it started. Its output is not kept.
+   * Starts `command` (a template's start command) and resolves once envd says it started.
+   * `ended` settles if it ends while watched; `detach()` stops watching and leaves it
+   * running, owned by envd.
    */
-  async start(command: string, context: CommandContext, signal?: AbortSignal): Promise<void> {
+  async start(
+    command: string,
+    context: CommandContext,
+    signal?: AbortSignal,
+  ): Promise<{ ended: Promise<RunResult>; detach: () => void }> {
     const local = new AbortController();
-    const stop = () => local.abort();
-    signal?.addEventListener("abort", stop, { once: true });
-    try {
-      const stream = this.#process.start(
-        { process: shellCommand(command, context), stdin: false, tag: "start-cmd" },
-        { headers: this.#headers(context.user), signal: local.signal },
-      );
+    const detach = () => local.abort();
+    signal?.addEventListener("abort", detach, { once: true });
+    const tail: string[] = [];
+    const lines = new LineSplitter((line) => {
+      tail.push(line.slice(0, MAX_LINE_CHARS));
+      if (tail.length > TAIL_LINES) tail.shift();
+    });
+    const stream = this.#process.start(
+      { process: shellCommand(command, context), stdin: false, tag: "start-cmd" },
+      { headers: this.#headers(context.user), signal: local.signal },
+    );
+    let onStart: () => void = () => {};
+    const started = new Promise<void>((resolve) => {
+      onStart = resolve;
+    });
+    const ended = (async (): Promise<RunResult> => {
       for await (const { event } of stream) {
-        if (event?.event.case === "start") return;
-        if (event?.event.case === "end") {
-          throw new WarrenError(
-            "invalid_argument",
-            `the start command '${command}' could not start: ${event.event.value.status}`,
-          );
+        const e = event?.event;
+        if (e?.case === "start") onStart();
+        else if (e?.case === "data" && e.value.output.value instanceof Uint8Array) {
+          lines.push(e.value.output.value);
+        } else if (e?.case === "end") {
+          lines.flush();
+          return { exitCode: e.value.exitCode, tail: tail.join("\n") };
         }
       }
-    } finally {
-      // Closing our stream leaves the process running: envd owns it.
-      local.abort();
-      signal?.removeEventListener("abort", stop);
-    }
+      throw new WarrenError("guest_unavailable", `'${command}' ended without an exit status`);
+    })().finally(() => signal?.removeEventListener("abort", detach));
+    // Watching it is optional: a detached stream's end is nobody's error.
+    ended.catch(() => {});
+    await Promise.race([started, ended]);
+    return { ended, detach };
   }
 
   /**

@@ -8,7 +8,16 @@ import { mkdir, mkdtemp, readdir, rm, symlink, writeFile } from "node:fs/promise
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { BuildError, type LogEntry, Sandbox, Template, waitForPort } from "e2b";
+import {
+  BuildError,
+  type LogEntry,
+  Sandbox,
+  Template,
+  waitForFile,
+  waitForPort,
+  waitForProcess,
+  waitForURL,
+} from "e2b";
 import { api, useServer } from "../helpers/server.js";
 
 const server = useServer();
@@ -196,4 +205,55 @@ it("refuses a step type it cannot build, naming the step", async () => {
     String((started.body as { message: string }).message),
     /step 2: unsupported step type "HEALTHCHECK"/,
   );
+});
+
+it("builds from a Dockerfile, with a waitForURL ready check", async () => {
+  const dockerfile = [
+    "FROM e2bdev/base",
+    "RUN mkdir -p /srv && echo built-as-$(whoami) > /srv/who",
+    "COPY app /srv/app",
+    "ENV MODE=dockerfile OTHER=two",
+    "WORKDIR /srv/app",
+    "USER user",
+  ].join("\n");
+  const template = Template({ fileContextPath: context })
+    .fromDockerfile(dockerfile)
+    .setStartCmd("python3 -m http.server 9000", waitForURL("http://localhost:9000/hello.txt"));
+  await Template.build(template, "e2e-dockerfile");
+  const sandbox = await Sandbox.create("e2e-dockerfile");
+  try {
+    const run = async (cmd: string) => (await sandbox.commands.run(cmd)).stdout.trim();
+    assert.equal(await run("cat /srv/who"), "built-as-root", "a Dockerfile's RUN runs as root");
+    assert.equal(await run("cat /srv/app/hello.txt"), "hello from the context");
+    assert.equal(await run("echo $MODE $OTHER"), "dockerfile two");
+    assert.equal(await run("pwd; whoami"), "/srv/app\nuser");
+    assert.equal(await run("curl -s localhost:9000/hello.txt"), "hello from the context");
+  } finally {
+    await sandbox.kill();
+  }
+});
+
+it("captures a start command found by waitForProcess", async () => {
+  const template = Template().fromBaseImage().setStartCmd("sleep 100000", waitForProcess("sleep"));
+  await Template.build(template, "e2e-process");
+  const sandbox = await Sandbox.create("e2e-process");
+  try {
+    const found = await sandbox.commands.run("pgrep -x sleep");
+    assert.match(found.stdout.trim(), /^\d+$/, "the start command runs in the sandbox");
+  } finally {
+    await sandbox.kill();
+  }
+});
+
+it("fails a build whose start command exits before its ready check passes", async () => {
+  const template = Template()
+    .fromBaseImage()
+    .setStartCmd("echo starting up; exit 4", waitForFile("/tmp/never-created"));
+  await assert.rejects(Template.build(template, "e2e-bad-start"), (err: unknown) => {
+    assert.ok(err instanceof BuildError);
+    assert.match(err.message, /exit code 4/);
+    assert.match(err.message, /starting up/);
+    return true;
+  });
+  assert.equal(await Template.exists("e2e-bad-start"), false);
 });
