@@ -18,7 +18,7 @@ import { type RoutingOptions, routeSandbox } from "./routing.js";
 import { requireState, SandboxTable } from "./sandbox-table.js";
 import { SandboxVms } from "./sandbox-vms.js";
 import { SnapshotStore } from "./snapshot-store.js";
-import { capturedToken } from "./snapshot-templates.js";
+import { templateStart } from "./snapshot-templates.js";
 import { sampleMetrics, sandboxLogs } from "./telemetry.js";
 import { findTemplate } from "./templates.js";
 import type {
@@ -36,7 +36,7 @@ import type {
   ServerStatus,
   SnapshotInfo,
 } from "./types.js";
-import { WarmPool } from "./warm-pool.js";
+import { type PoolSettings, WarmPool } from "./warm-pool.js";
 
 export interface OrchestratorOptions {
   readonly catalog: Catalog;
@@ -53,10 +53,8 @@ export interface OrchestratorOptions {
   readonly flattenDepth: number;
   /** VMs brought up (restore and /init) at once; more creates, resumes and forks queue. */
   readonly maxConcurrentStarts: number;
-  /** Warmed VMMs kept for the base template (0: none). */
-  readonly poolSize: number;
-  /** Below this much available host memory, pooled VMMs are given up. */
-  readonly poolMinAvailableMiB: number;
+  /** Warm pools: per template, sized from demand, bounded by memory (WarmPool). */
+  readonly pool: PoolSettings;
   readonly defaultTimeoutMs: number;
   readonly accelerator: { readonly accel: "kvm" | "tcg"; readonly reason: string };
   readonly logger: Logger;
@@ -105,8 +103,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       layout,
       capacity,
       logger,
-      size: options.poolSize,
-      minAvailableMiB: options.poolMinAvailableMiB,
+      ...options.pool,
     });
     const vms = new SandboxVms({
       catalog,
@@ -133,6 +130,7 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       table: this.#table,
       lifecycle: this.#lifecycle,
       snapshots: this.#snapshots,
+      pool: this.#pool,
       maxForkCount: options.maxForkCount,
       defaultTimeoutMs: options.defaultTimeoutMs,
       logger,
@@ -180,7 +178,10 @@ export class Orchestrator implements SandboxService, SandboxRouter {
         logger: this.#log,
       });
       const baseSnapshot = await catalog.getSnapshot(base.snapshotId);
-      if (baseSnapshot) this.#pool.keepWarm(base.snapshotId, baseSnapshot.dir, base);
+      if (baseSnapshot) {
+        const pooled = { snapshotId: base.snapshotId, dir: baseSnapshot.dir, shape: base };
+        this.#pool.keepWarm(pooled, this.#o.pool.baseFloor);
+      }
       this.#status = { ...this.#status, phase: "ready" };
       this.#log.info({ paused: this.#table.values().length }, "orchestrator.ready");
     } catch (err) {
@@ -237,7 +238,8 @@ export class Orchestrator implements SandboxService, SandboxRouter {
       timeoutMs: input.timeoutMs,
       snapshotId: template.snapshotId,
     });
-    return this.#lifecycle.launch(row, await capturedToken(catalog, template.snapshotId));
+    const start = await templateStart(catalog, template);
+    return this.#lifecycle.launch(row, start.presentToken, start.pool);
   }
 
   get(sandboxId: string): SandboxInfo {
