@@ -101,7 +101,8 @@ export class WarmPool {
   /** The target a VMM is being warmed for (its memory counts against the budget already). */
   #making: Target | undefined;
   #filling: Promise<void> | undefined;
-  #delayed: Promise<void> | undefined;
+  /** The refill due after a take (REFILL_DELAY_MS), if one is. */
+  #delayed: NodeJS.Timeout | undefined;
   #timer: NodeJS.Timeout | undefined;
   #warmMs = FIRST_WARM_ESTIMATE_MS;
   #closed = false;
@@ -183,10 +184,10 @@ export class WarmPool {
     await Promise.all(this.#discarding);
   }
 
-  /** Resolves once no refill is due or running and every VMM given up is gone. */
+  /** Runs a refill that is due now, and resolves once no refill runs and every VMM given up is gone. */
   async settled(): Promise<void> {
-    while (this.#delayed || this.#filling || this.#discarding.size > 0) {
-      await this.#delayed;
+    if (this.#delayed) this.#refillNow();
+    while (this.#filling || this.#discarding.size > 0) {
       await this.#filling?.catch(() => {});
       await Promise.all(this.#discarding);
     }
@@ -195,6 +196,7 @@ export class WarmPool {
   async close(): Promise<void> {
     this.#closed = true;
     clearInterval(this.#timer);
+    clearTimeout(this.#delayed);
     await this.#filling?.catch(() => {});
     for (const target of this.#targets.values()) {
       for (const warm of target.ready.splice(0)) await this.discard(warm);
@@ -300,13 +302,13 @@ export class WarmPool {
   /** A refill after a take waits a little (REFILL_DELAY_MS) so as not to slow that create. */
   #refillSoon(): void {
     const delayMs = this.#o.refillDelayMs ?? REFILL_DELAY_MS;
-    this.#delayed ??= new Promise<void>((resolve) => {
-      setTimeout(() => {
-        this.#delayed = undefined;
-        this.#rebalance();
-        resolve();
-      }, delayMs).unref();
-    });
+    this.#delayed ??= setTimeout(() => this.#refillNow(), delayMs).unref();
+  }
+
+  #refillNow(): void {
+    clearTimeout(this.#delayed);
+    this.#delayed = undefined;
+    this.#rebalance();
   }
 
   #refill(): void {
