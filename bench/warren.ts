@@ -236,9 +236,12 @@ function ksmdTicks(): number | undefined {
 }
 
 // Named, not read from /health at start: the pool fills in the background after the server
-// is ready (at low priority), so an early reading can be short.
+// is ready (at low priority), so an early reading can be short. A fixed pool (no sizing from
+// demand), so that "pool refilled" and "pool empty" mean what they say and figures compare
+// with earlier runs.
 const poolSize = 2;
-const server = await startServer({ WARREN_LOG_LEVEL: "info", WARREN_POOL_SIZE: String(poolSize) });
+const fixedPool = { WARREN_POOL_SIZE: String(poolSize), WARREN_POOL_MAX_PER_TEMPLATE: "0" };
+const server = await startServer({ WARREN_LOG_LEVEL: "info", ...fixedPool });
 try {
   // ---- create ------------------------------------------------------------------------
   const sequential: number[] = [];
@@ -395,7 +398,7 @@ if (process.env.BENCH_KSM !== "0" && existsSync(KSM_RUN)) {
   const ksmWas = readFileSync(KSM_RUN, "utf8").trim();
   const ksmServer = await startServer({
     WARREN_LOG_LEVEL: "info",
-    WARREN_POOL_SIZE: String(poolSize),
+    ...fixedPool,
     WARREN_KSM: "on",
   });
   try {

@@ -28,3 +28,21 @@ it("counts vCPUs and memory", () => {
   memory.reserve(shape);
   assert.throws(() => memory.reserve(shape), /MiB/);
 });
+
+it("asks its reclaimer for room before refusing, once per VM given up", () => {
+  const capacity = new Capacity({ maxSandboxes: 2, maxVcpus: 100, maxMemoryMiB: 100_000 });
+  const pooled = [capacity.reserve(shape), capacity.reserve(shape)];
+  let asked = 0;
+  capacity.reclaimWith(() => {
+    asked += 1;
+    const release = pooled.pop();
+    release?.();
+    return release !== undefined;
+  });
+  assert.equal(capacity.fits(shape), false);
+  capacity.reserve(shape);
+  assert.equal(asked, 1, "one VM given up was enough");
+  capacity.reserve(shape);
+  assert.throws(() => capacity.reserve(shape), /2 sandboxes/, "nothing left to give up");
+  assert.equal(asked, 3);
+});

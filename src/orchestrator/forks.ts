@@ -8,12 +8,15 @@ import type { SnapshotStore } from "./snapshot-store.js";
 import { listSnapshotTemplates, snapshotInfo } from "./snapshot-templates.js";
 import { findTemplate } from "./templates.js";
 import type { ForkInput, ForkResult, SnapshotInfo } from "./types.js";
+import type { WarmPool } from "./warm-pool.js";
 
 export interface ForksOptions {
   readonly catalog: Catalog;
   readonly table: SandboxTable;
   readonly lifecycle: Lifecycle;
   readonly snapshots: SnapshotStore;
+  /** Its warmed VMMs go with a deleted template. */
+  readonly pool: WarmPool;
   /** Most children one fork call may ask for. */
   readonly maxForkCount: number;
   readonly defaultTimeoutMs: number;
@@ -152,7 +155,7 @@ export class Forks {
 
   /** Deletes any template but base (template builds drop their layers with it). */
   async dropTemplate(template: TemplateRow): Promise<void> {
-    const { catalog, table, snapshots } = this.#o;
+    const { catalog, table, snapshots, pool } = this.#o;
     const templateId = template.aliases[0] ?? template.id;
     if (template.kind === "base") {
       throw new WarrenError("template_protected", `'${templateId}' is the built-in base template`);
@@ -169,6 +172,8 @@ export class Forks {
       );
     }
     await catalog.deleteTemplate(template.id);
+    // Pooled VMMs were restored from the snapshot: they go before it may.
+    await pool.forget(template.snapshotId);
     await snapshots.release(template.snapshotId);
   }
 

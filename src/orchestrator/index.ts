@@ -7,3 +7,4 @@ export { ensureLayout, type StateLayout, stateLayout } from "./layout.js";
 export { Orchestrator, type OrchestratorOptions } from "./orchestrator.js";
 export { assertReady } from "./readiness.js";
 export type * from "./types.js";
+export type { PoolSettings } from "./warm-pool.js";

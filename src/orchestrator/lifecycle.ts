@@ -12,7 +12,7 @@ import { Semaphore } from "./semaphore.js";
 import type { SnapshotStore } from "./snapshot-store.js";
 import { TtlTimers } from "./ttl-timers.js";
 import type { SandboxInfo } from "./types.js";
-import type { WarmPool, WarmVm } from "./warm-pool.js";
+import type { PoolTemplate, WarmPool, WarmVm } from "./warm-pool.js";
 
 export interface LifecycleOptions {
   readonly catalog: Catalog;
@@ -59,11 +59,17 @@ export class Lifecycle {
    * Admits a new sandbox (capacity, catalog row) and starts it from its row's snapshot; a
    * kill meanwhile aborts the start, which then cleans up and fails with sandbox_killed.
    * `presentToken`: the token the captured envd still holds (a fork child's source's).
+   * `template`: a create from a template, its demand for the warm pool (fork children start
+   * from one-off captures, never pooled).
    */
-  async launch(fresh: SandboxRow, presentToken?: string): Promise<SandboxInfo> {
+  async launch(
+    fresh: SandboxRow,
+    presentToken?: string,
+    template?: PoolTemplate,
+  ): Promise<SandboxInfo> {
     const { catalog, table, capacity, pool } = this.#o;
     const snapshotId = fresh.snapshotId as string;
-    const warm = pool.take(snapshotId);
+    const warm = template && pool.take(template);
     // A warmed VMM brings its id (its runtime dir is named after it) and its capacity share.
     const row = warm ? { ...fresh, id: warm.id } : fresh;
     const releaseCapacity = warm ? warm.releaseCapacity : capacity.reserve(row);

@@ -18,7 +18,7 @@ import { type RoutingOptions, routeSandbox } from "./routing.js";
 import { requireState, SandboxTable } from "./sandbox-table.js";
 import { SandboxVms } from "./sandbox-vms.js";
 import { SnapshotStore } from "./snapshot-store.js";
-import { capturedToken } from "./snapshot-templates.js";
+import { templateStart } from "./snapshot-templates.js";
 import { sampleMetrics, sandboxLogs } from "./telemetry.js";
 import { findTemplate } from "./templates.js";
 import type {
@@ -38,7 +38,7 @@ import type {
   SnapshotInfo,
   TemplateHost,
 } from "./types.js";
-import { WarmPool } from "./warm-pool.js";
+import { type PoolSettings, WarmPool } from "./warm-pool.js";
 
 export interface OrchestratorOptions {
   readonly catalog: Catalog;
@@ -55,10 +55,8 @@ export interface OrchestratorOptions {
   readonly flattenDepth: number;
   /** VMs brought up (restore and /init) at once; more creates, resumes and forks queue. */
   readonly maxConcurrentStarts: number;
-  /** Warmed VMMs kept for the base template (0: none). */
-  readonly poolSize: number;
-  /** Below this much available host memory, pooled VMMs are given up. */
-  readonly poolMinAvailableMiB: number;
+  /** Warm pools: per template, sized from demand, bounded by memory (WarmPool). */
+  readonly pool: PoolSettings;
   readonly defaultTimeoutMs: number;
   readonly accelerator: { readonly accel: "kvm" | "tcg"; readonly reason: string };
   readonly logger: Logger;
@@ -107,8 +105,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       layout,
       capacity,
       logger,
-      size: options.poolSize,
-      minAvailableMiB: options.poolMinAvailableMiB,
+      ...options.pool,
     });
     const vms = new SandboxVms({
       catalog,
@@ -135,6 +132,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       table: this.#table,
       lifecycle: this.#lifecycle,
       snapshots: this.#snapshots,
+      pool: this.#pool,
       maxForkCount: options.maxForkCount,
       defaultTimeoutMs: options.defaultTimeoutMs,
       logger,
@@ -182,7 +180,10 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
         logger: this.#log,
       });
       const baseSnapshot = await catalog.getSnapshot(base.snapshotId);
-      if (baseSnapshot) this.#pool.keepWarm(base.snapshotId, baseSnapshot.dir, base);
+      if (baseSnapshot) {
+        const pooled = { snapshotId: base.snapshotId, dir: baseSnapshot.dir, shape: base };
+        this.#pool.keepWarm(pooled, this.#o.pool.baseFloor);
+      }
       this.#status = { ...this.#status, phase: "ready" };
       this.#log.info({ paused: this.#table.values().length }, "orchestrator.ready");
     } catch (err) {
@@ -240,7 +241,9 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       timeoutMs: input.timeoutMs,
       snapshotId: template.snapshotId,
     });
-    return this.#lifecycle.launch(row, await capturedToken(catalog, template.snapshotId));
+    const start = await templateStart(catalog, template);
+    // A build VM starts once from its layer: no demand to learn from, no pool to take from.
+    return this.#lifecycle.launch(row, start.presentToken, input.internal ? undefined : start.pool);
   }
 
   get(sandboxId: string): SandboxInfo {

@@ -1,5 +1,6 @@
 import type { Catalog, TemplateRow } from "../catalog/index.js";
 import type { SnapshotInfo } from "./types.js";
+import type { PoolTemplate } from "./warm-pool.js";
 
 /** E2B names a snapshot `<name or template id>:<tag>`; Warren has one tag, `default`. */
 export function snapshotInfo(template: TemplateRow, sandboxId: string | undefined): SnapshotInfo {
@@ -32,12 +33,18 @@ export async function listSnapshotTemplates(
   return infos.sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime());
 }
 
-/** The envd access token inside a snapshot: its source sandbox's (kept after it ends). */
-export async function capturedToken(
+/**
+ * What a create from this template starts with, from one read of its snapshot: the envd
+ * access token captured in it (its source sandbox's, kept after it ends) and what the warm
+ * pool needs to warm VMMs of it.
+ */
+export async function templateStart(
   catalog: Catalog,
-  snapshotId: string,
-): Promise<string | undefined> {
-  const snapshot = await catalog.getSnapshot(snapshotId);
-  if (!snapshot?.sandboxId) return undefined;
-  return (await catalog.getSandbox(snapshot.sandboxId))?.envdAccessToken;
+  template: TemplateRow,
+): Promise<{ presentToken?: string; pool?: PoolTemplate }> {
+  const snapshot = await catalog.getSnapshot(template.snapshotId);
+  if (!snapshot) return {};
+  const pool = { snapshotId: snapshot.id, dir: snapshot.dir, shape: template };
+  if (!snapshot.sandboxId) return { pool };
+  return { presentToken: (await catalog.getSandbox(snapshot.sandboxId))?.envdAccessToken, pool };
 }

@@ -7,6 +7,7 @@ import type { Capacity } from "./capacity.js";
 import type { GuestAgent } from "./guest-agent.js";
 import { newId } from "./ids.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
+import { allocate, TemplateDemand } from "./pool-sizing.js";
 import { guestSpec } from "./vm-spec.js";
 
 /** A VMM restored from a template, run once until envd answered, then stopped: ready to `start()`. */
@@ -19,7 +20,35 @@ export interface WarmVm {
   readonly releaseCapacity: () => void;
 }
 
-export interface WarmPoolOptions {
+/** What a pool needs to warm VMMs of a template: what a create already holds, no catalog read. */
+export interface PoolTemplate {
+  readonly snapshotId: string;
+  /** The snapshot's directory (its `SnapshotRow.dir`). */
+  readonly dir: string;
+  readonly shape: MachineShape;
+}
+
+/** How the pools are sized (settings of the server, clock and probe of tests). */
+export interface PoolSettings {
+  /** Warmed VMMs the base template keeps whatever the demand (0: none). */
+  readonly baseFloor: number;
+  /** Most warmed VMMs recent demand may ask for one template (0: floors only, `keepWarm`). */
+  readonly maxPerTemplate: number;
+  /** Guest memory all pooled VMMs may hold together, MiB. */
+  readonly maxMemoryMiB: number;
+  /** A template not created from for this long has its VMMs given up (down to its floor). */
+  readonly idleMs: number;
+  /** Below this much available host memory, pooled VMMs are given up and none are made. */
+  readonly minAvailableMiB: number;
+  /** The clock demand is measured with (tests pass their own). Default `Date.now`. */
+  readonly now?: () => number;
+  /** MemAvailable of the host, MiB (tests pass their own). Default: /proc/meminfo. */
+  readonly availableMiB?: () => Promise<number>;
+  /** How long a refill waits after a take. Default 1 s (see REFILL_DELAY_MS). */
+  readonly refillDelayMs?: number;
+}
+
+export interface WarmPoolOptions extends Omit<PoolSettings, "baseFloor"> {
   readonly driver: VmmDriver;
   readonly slots: SlotPool;
   readonly agent: GuestAgent;
@@ -27,20 +56,17 @@ export interface WarmPoolOptions {
   readonly layout: StateLayout;
   readonly capacity: Capacity;
   readonly logger: Logger;
-  /** Warmed VMMs kept per template. 0 disables the pool. */
-  readonly size: number;
-  /** Below this much available host memory, pooled VMMs are given up and none are made. */
-  readonly minAvailableMiB: number;
 }
 
-interface Target {
-  readonly snapshotId: string;
-  readonly dir: string;
-  readonly shape: MachineShape;
+interface Target extends PoolTemplate {
+  /** VMMs kept whatever the demand. */
+  floor: number;
+  readonly demand: TemplateDemand;
+  lastDemandAt: number;
   readonly ready: WarmVm[];
 }
 
-const PRESSURE_CHECK_MS = 5_000;
+const CHECK_INTERVAL_MS = 5_000;
 const RETRY_AFTER_FAILURE_MS = 5_000;
 /**
  * A refill waits this long after a take: a QEMU starting (before it is reniced) and the
@@ -48,82 +74,283 @@ const RETRY_AFTER_FAILURE_MS = 5_000;
  * (on 2 cores under TCG: /init ~100 ms instead of ~50).
  */
 const REFILL_DELAY_MS = 1_000;
+/** What warming one VMM is taken to cost before one was timed (TCG: 1–3 s). */
+const FIRST_WARM_ESTIMATE_MS = 2_000;
+/** Weight of the latest warming time in the running estimate. */
+const WARM_TIME_WEIGHT = 0.3;
 
 /**
  * Per-template pools of warmed VMMs in their own network slots. A create takes one when
  * there is one (then only a `cont` and /init remain) and falls back to a plain restore
- * otherwise; taking one starts a refill in the background soon after. Pooled VMMs count
- * against capacity and are given up when host memory runs low.
+ * otherwise. Every create counts as demand for its template: a pool is sized to the most
+ * creates that came within one refill time (the refill delay plus the time to warm a VMM)
+ * over the last `idleMs`, capped by `maxPerTemplate`; a template with no create for
+ * `idleMs` loses its pool, down to its floor (`keepWarm`: the base template's configured
+ * size). All pooled VMMs' guest memory stays within `maxMemoryMiB`, the least recently
+ * demanded templates shrinking first. Pooled VMMs count against capacity and are given up
+ * when host memory runs low.
  */
 export class WarmPool {
   readonly #o: WarmPoolOptions;
+  readonly #now: () => number;
+  readonly #availableMiB: () => Promise<number>;
   readonly #targets = new Map<string, Target>();
+  /** Snapshots whose templates were deleted: a create racing the deletion must not revive them. */
+  readonly #forgotten = new Set<string>();
+  readonly #discarding = new Set<Promise<void>>();
+  /** The target a VMM is being warmed for (its memory counts against the budget already). */
+  #making: Target | undefined;
   #filling: Promise<void> | undefined;
+  /** The refill due after a take (REFILL_DELAY_MS), if one is. */
+  #delayed: NodeJS.Timeout | undefined;
   #timer: NodeJS.Timeout | undefined;
+  #warmMs = FIRST_WARM_ESTIMATE_MS;
   #closed = false;
 
   constructor(options: WarmPoolOptions) {
     this.#o = options;
+    this.#now = options.now ?? Date.now;
+    this.#availableMiB = options.availableMiB ?? hostAvailableMiB;
+    options.capacity.reclaimWith(() => this.#reclaimOne());
   }
 
-  /** Keeps `size` warmed VMMs of this snapshot from now on. */
-  keepWarm(snapshotId: string, dir: string, shape: MachineShape): void {
-    if (this.#o.size <= 0 || this.#targets.has(snapshotId)) return;
-    this.#targets.set(snapshotId, { snapshotId, dir, shape, ready: [] });
-    this.#timer ??= setInterval(() => void this.#relieve(), PRESSURE_CHECK_MS).unref();
-    this.#refill();
+  /** Keeps at least `floor` warmed VMMs of this template from now on, demand or not. */
+  keepWarm(template: PoolTemplate, floor: number): void {
+    if (floor <= 0 || this.#closed) return;
+    const target = this.#target(template, true);
+    target.floor = Math.max(target.floor, floor);
+    this.#rebalance();
   }
 
-  /** A warmed VMM of this snapshot, if one is ready. */
-  take(snapshotId: string): WarmVm | undefined {
-    const target = this.#targets.get(snapshotId);
-    const warm = target?.ready.shift();
-    if (warm) setTimeout(() => this.#refill(), REFILL_DELAY_MS).unref();
+  /**
+   * A create from this template: counts as demand for it (a hit or a miss alike) and hands
+   * out a warmed VMM if one is ready. The pool refills, or grows, soon after.
+   */
+  take(template: PoolTemplate): WarmVm | undefined {
+    if (this.#closed || this.#forgotten.has(template.snapshotId)) return undefined;
+    const target = this.#target(template, this.#o.maxPerTemplate > 0);
+    if (!target) return undefined;
+    target.demand.record(this.#now());
+    target.lastDemandAt = this.#now();
+    const warm = target.ready.shift();
+    this.#refillSoon();
     return warm;
   }
 
-  get stats(): { ready: number } {
+  /**
+   * The template is gone (deleted, or replaced by a rebuild): its warmed VMMs are given up
+   * before its snapshot is released, and later creates racing the deletion make no more.
+   */
+  async forget(snapshotId: string): Promise<void> {
+    this.#forgotten.add(snapshotId);
+    const target = this.#targets.get(snapshotId);
+    if (!target) return;
+    this.#targets.delete(snapshotId);
+    await Promise.all(target.ready.splice(0).map((warm) => this.discard(warm)));
+    this.#o.logger.info({ snapshotId }, "pool.forgotten");
+  }
+
+  get stats(): { ready: number; memoryMiB: number; templates: number } {
     let ready = 0;
-    for (const target of this.#targets.values()) ready += target.ready.length;
-    return { ready };
+    let memoryMiB = 0;
+    for (const target of this.#targets.values()) {
+      ready += target.ready.length;
+      memoryMiB += target.ready.length * target.shape.memoryMiB;
+    }
+    return { ready, memoryMiB, templates: this.#targets.size };
+  }
+
+  /** Warmed VMMs ready per template snapshot (templates with a pool only). */
+  readyBySnapshot(): Map<string, number> {
+    return new Map([...this.#targets].map(([id, target]) => [id, target.ready.length]));
+  }
+
+  /**
+   * The periodic check (every 5 s; tests call it with their clock moved): under memory
+   * pressure gives one pooled VMM up, otherwise resizes every pool to its demand.
+   */
+  async tick(): Promise<void> {
+    if (this.#closed) return;
+    if ((await this.#availableMiB()) < this.#o.minAvailableMiB) {
+      const lru = this.#leastRecentlyDemanded();
+      const warm = lru?.ready.pop();
+      if (lru && warm) {
+        this.#o.logger.warn({ snapshotId: lru.snapshotId }, "pool.vmm_released_memory_pressure");
+        await this.discard(warm);
+      }
+      return;
+    }
+    this.#rebalance();
+    await Promise.all(this.#discarding);
+  }
+
+  /** Runs a refill that is due now, and resolves once no refill runs and every VMM given up is gone. */
+  async settled(): Promise<void> {
+    if (this.#delayed) this.#refillNow();
+    while (this.#filling || this.#discarding.size > 0) {
+      await this.#filling?.catch(() => {});
+      await Promise.all(this.#discarding);
+    }
   }
 
   async close(): Promise<void> {
     this.#closed = true;
     clearInterval(this.#timer);
+    clearTimeout(this.#delayed);
     await this.#filling?.catch(() => {});
     for (const target of this.#targets.values()) {
       for (const warm of target.ready.splice(0)) await this.discard(warm);
     }
+    await Promise.all(this.#discarding);
+  }
+
+  /** Gives a warmed VMM up: its VMM, its slot and its capacity share. */
+  async discard(warm: WarmVm): Promise<void> {
+    await warm.prepared.discard().catch(() => {});
+    await this.#o.slots.release(warm.slot).catch(() => {});
+    warm.releaseCapacity();
+  }
+
+  #target(template: PoolTemplate, create: true): Target;
+  #target(template: PoolTemplate, create: boolean): Target | undefined;
+  #target(template: PoolTemplate, create: boolean): Target | undefined {
+    let target = this.#targets.get(template.snapshotId);
+    if (target || !create) return target;
+    const { snapshotId, dir, shape } = template;
+    target = {
+      snapshotId,
+      dir,
+      shape,
+      floor: 0,
+      demand: new TemplateDemand(),
+      lastDemandAt: this.#now(),
+      ready: [],
+    };
+    this.#targets.set(snapshotId, target);
+    this.#timer ??= setInterval(() => void this.tick(), CHECK_INTERVAL_MS).unref();
+    return target;
+  }
+
+  /** How many VMMs each template may hold now, in the order a fill serves them. */
+  #plan(): Map<Target, { allowed: number; wanted: number }> {
+    const { maxPerTemplate, idleMs, maxMemoryMiB } = this.#o;
+    const now = this.#now();
+    // What a pool must cover: the creates that come before a VMM taken is replaced.
+    const horizonMs = (this.#o.refillDelayMs ?? REFILL_DELAY_MS) + this.#warmMs;
+    const wants = [...this.#targets.values()].map((target) => {
+      target.demand.prune(now - idleMs);
+      const fromDemand = Math.min(maxPerTemplate, target.demand.peak(horizonMs));
+      return {
+        key: target,
+        shape: target.shape,
+        floor: target.floor,
+        wanted: Math.max(target.floor, fromDemand),
+        lastDemandAt: target.lastDemandAt,
+      };
+    });
+    const wanted = new Map(wants.map((want) => [want.key, want.wanted]));
+    const allowed = allocate(wants, maxMemoryMiB);
+    return new Map(
+      [...allowed].map(([key, n]) => [key, { allowed: n, wanted: wanted.get(key) ?? 0 }]),
+    );
+  }
+
+  /** Gives up what no pool may hold any more, drops idle templates, then refills. */
+  #rebalance(): void {
+    if (this.#closed) return;
+    for (const [target, { allowed, wanted }] of this.#plan()) {
+      const keep = Math.max(0, allowed - (this.#making === target ? 1 : 0));
+      while (target.ready.length > keep) {
+        const warm = target.ready.pop() as WarmVm;
+        const reason = allowed < wanted ? "memory_budget" : target.demand.empty ? "idle" : "demand";
+        this.#o.logger.info({ snapshotId: target.snapshotId, reason }, "pool.vmm_released");
+        this.#discardLater(warm);
+      }
+      const unused = target.demand.empty && target.floor === 0 && target.ready.length === 0;
+      if (unused && this.#making !== target) this.#targets.delete(target.snapshotId);
+    }
+    this.#refill();
+  }
+
+  /**
+   * A reserve that would fail takes a pooled VMM's room: the least recently demanded
+   * template's first. Its capacity share is given back at once (the caller reserves
+   * synchronously); the VMM itself goes in the background, a moment later.
+   */
+  #reclaimOne(): boolean {
+    const lru = this.#leastRecentlyDemanded();
+    const warm = lru?.ready.pop();
+    if (!lru || !warm) return false;
+    this.#o.logger.info({ snapshotId: lru.snapshotId, reason: "capacity" }, "pool.vmm_released");
+    warm.releaseCapacity();
+    this.#discardLater(warm);
+    return true;
+  }
+
+  /** The template with warmed VMMs whose last create is the oldest: the first to give one up. */
+  #leastRecentlyDemanded(): Target | undefined {
+    return [...this.#targets.values()]
+      .filter((target) => target.ready.length > 0)
+      .sort((a, b) => a.lastDemandAt - b.lastDemandAt)[0];
+  }
+
+  #discardLater(warm: WarmVm): void {
+    const done = this.discard(warm).finally(() => this.#discarding.delete(done));
+    this.#discarding.add(done);
+  }
+
+  /** A refill after a take waits a little (REFILL_DELAY_MS) so as not to slow that create. */
+  #refillSoon(): void {
+    const delayMs = this.#o.refillDelayMs ?? REFILL_DELAY_MS;
+    this.#delayed ??= setTimeout(() => this.#refillNow(), delayMs).unref();
+  }
+
+  #refillNow(): void {
+    clearTimeout(this.#delayed);
+    this.#delayed = undefined;
+    this.#rebalance();
   }
 
   #refill(): void {
+    if (this.#closed) return;
     this.#filling ??= this.#fill().finally(() => {
       this.#filling = undefined;
     });
   }
 
   async #fill(): Promise<void> {
-    for (const target of this.#targets.values()) {
-      while (!this.#closed && target.ready.length < this.#o.size) {
-        if ((await availableMiB()) < this.#o.minAvailableMiB) return;
-        let warm: WarmVm;
-        try {
-          warm = await this.#make(target);
-        } catch (err) {
-          this.#o.logger.warn({ err, snapshotId: target.snapshotId }, "pool.fill_failed");
-          await new Promise((resolve) => setTimeout(resolve, RETRY_AFTER_FAILURE_MS).unref());
-          return;
-        }
-        if (this.#closed) return this.discard(warm);
-        target.ready.push(warm);
+    while (!this.#closed) {
+      const next = [...this.#plan()].find(([target, { allowed }]) => target.ready.length < allowed);
+      if (!next) return;
+      const [target] = next;
+      if ((await this.#availableMiB()) < this.#o.minAvailableMiB) return;
+      // A full node keeps its room for creates; the next check tries again.
+      if (!this.#o.capacity.fits(target.shape)) return;
+      let warm: WarmVm;
+      this.#making = target;
+      try {
+        warm = await this.#make(target);
+      } catch (err) {
+        this.#o.logger.warn({ err, snapshotId: target.snapshotId }, "pool.fill_failed");
+        await new Promise((resolve) => setTimeout(resolve, RETRY_AFTER_FAILURE_MS).unref());
+        return;
+      } finally {
+        this.#making = undefined;
       }
+      // Forgotten, closed or shrunk meanwhile: the VMM is not wanted any more.
+      const allowed = this.#plan().get(target)?.allowed ?? 0;
+      const gone = this.#targets.get(target.snapshotId) !== target;
+      if (this.#closed || gone || allowed <= target.ready.length) {
+        await this.discard(warm);
+        continue;
+      }
+      target.ready.push(warm);
     }
   }
 
   async #make(target: Target): Promise<WarmVm> {
     const { driver, slots, agent, images, layout, capacity, logger } = this.#o;
-    const started = performance.now();
+    const started = this.#now();
     const releaseCapacity = capacity.reserve(target.shape);
     let slot: Slot | undefined;
     let prepared: PreparedRestore | undefined;
@@ -144,10 +371,9 @@ export class WarmPool {
         await agent.waitForHealth(host, { deadlineMs: 60_000 });
         await agent.exercise(host);
       });
-      logger.info(
-        { snapshotId: target.snapshotId, durationMs: Math.round(performance.now() - started) },
-        "pool.vmm_warmed",
-      );
+      const durationMs = Math.round(this.#now() - started);
+      this.#warmMs += WARM_TIME_WEIGHT * (durationMs - this.#warmMs);
+      logger.info({ snapshotId: target.snapshotId, durationMs }, "pool.vmm_warmed");
       return { id, slot, prepared, releaseCapacity };
     } catch (err) {
       await prepared?.discard().catch(() => {});
@@ -156,30 +382,10 @@ export class WarmPool {
       throw err;
     }
   }
-
-  /** Gives a warmed VMM up: its VMM, its slot and its capacity share. */
-  async discard(warm: WarmVm): Promise<void> {
-    await warm.prepared.discard().catch(() => {});
-    await this.#o.slots.release(warm.slot).catch(() => {});
-    warm.releaseCapacity();
-  }
-
-  /** Under memory pressure, gives pooled VMMs up one per check; otherwise tops the pools up. */
-  async #relieve(): Promise<void> {
-    if (this.#closed) return;
-    if ((await availableMiB()) >= this.#o.minAvailableMiB) return this.#refill();
-    for (const target of this.#targets.values()) {
-      const warm = target.ready.pop();
-      if (warm) {
-        this.#o.logger.warn({ snapshotId: target.snapshotId }, "pool.vmm_released_memory_pressure");
-        return this.discard(warm);
-      }
-    }
-  }
 }
 
 /** MemAvailable from /proc/meminfo, MiB. */
-async function availableMiB(): Promise<number> {
+async function hostAvailableMiB(): Promise<number> {
   const text = await readFile("/proc/meminfo", "utf8");
   const kib = Number(/^MemAvailable:\s+(\d+)/m.exec(text)?.[1] ?? 0);
   return kib / 1024;

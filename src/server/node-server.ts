@@ -137,8 +137,13 @@ export async function startNodeServer(
       maxForkCount: config.maxForkCount,
       flattenDepth: config.flattenDepth,
       maxConcurrentStarts: host.cpus * 2,
-      poolSize: config.poolSize,
-      poolMinAvailableMiB: config.poolMinAvailableMiB,
+      pool: {
+        baseFloor: config.poolSize,
+        maxPerTemplate: config.poolMaxPerTemplate,
+        maxMemoryMiB: config.poolMaxMemoryMiB,
+        idleMs: config.poolIdleMs,
+        minAvailableMiB: config.poolMinAvailableMiB,
+      },
       accelerator: { accel: accel.accel, reason: accel.reason },
       logger: root.child({ component: "orchestrator" }),
     });

@@ -9,7 +9,11 @@ import { api, type TestServer, useServer } from "../helpers/server.js";
 
 // A node that holds two sandboxes at most, to reach its capacity limit; no warm pool, so
 // that every VMM on the host belongs to a sandbox the test can see.
-const server = useServer({ WARREN_MAX_SANDBOXES: "2", WARREN_POOL_SIZE: "0" });
+const server = useServer({
+  WARREN_MAX_SANDBOXES: "2",
+  WARREN_POOL_SIZE: "0",
+  WARREN_POOL_MAX_PER_TEMPLATE: "0",
+});
 
 function assertError(res: { status: number; body: unknown }, status: number, pattern?: RegExp) {
   const body = res.body as { code?: number; message?: string };

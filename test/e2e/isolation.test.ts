@@ -164,7 +164,10 @@ describe("a test run beside a developer's Warren server", () => {
     // A server whose data dir is /srv<our data dir>: its VMM points into /srv<runDir>/…
     const vmm = startFakeVmm(`/srv${runDir}/decoy-${n}`);
     try {
-      const server = await startServer({ WARREN_POOL_SIZE: "0" });
+      const server = await startServer({
+        WARREN_POOL_SIZE: "0",
+        WARREN_POOL_MAX_PER_TEMPLATE: "0",
+      });
       assert.equal(await server.stop(), 0);
       assert.equal(vmm.exitCode ?? vmm.signalCode, null, "the other server's VMM was killed");
     } finally {

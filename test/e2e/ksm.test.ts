@@ -45,7 +45,11 @@ it("merges identical pages across sandboxes' VMMs when KSM is on", async (t) => 
     t.skip(`this kernel has no KSM (${KSM_RUN} is missing)`);
     return;
   }
-  server = await startServer({ WARREN_KSM: "on", WARREN_POOL_SIZE: "0" });
+  server = await startServer({
+    WARREN_KSM: "on",
+    WARREN_POOL_SIZE: "0",
+    WARREN_POOL_MAX_PER_TEMPLATE: "0",
+  });
   assert.equal((await readFile(KSM_RUN, "utf8")).trim(), "1", "the server started KSM");
   const sandboxes = [await Sandbox.create(), await Sandbox.create()];
   try {
@@ -76,7 +80,7 @@ it("merges identical pages across sandboxes' VMMs when KSM is on", async (t) => 
 
 it("spawns VMMs unmergeable by default", async () => {
   if (server) assert.equal(await server.stop(), 0);
-  server = await startServer({ WARREN_POOL_SIZE: "0" });
+  server = await startServer({ WARREN_POOL_SIZE: "0", WARREN_POOL_MAX_PER_TEMPLATE: "0" });
   const sandbox = await Sandbox.create();
   try {
     const [pid] = await vmmPids(server.dataDir);

@@ -36,7 +36,7 @@ it("a sandbox running when the server is killed is reported lost, and cleaned", 
   server.process.kill("SIGKILL");
   await server.stop();
   // No warm pool: its VMMs, started once the server is ready, would be leftovers to this check.
-  server = await startServer({ WARREN_POOL_SIZE: "0" });
+  server = await startServer({ WARREN_POOL_SIZE: "0", WARREN_POOL_MAX_PER_TEMPLATE: "0" });
   const lost = server.logs.find(
     (l) => l.msg === "sandbox.lost" && l.sandboxId === sandbox.sandboxId,
   );

@@ -11,6 +11,7 @@ import type { GuestArtifacts } from "../../src/images/index.js";
 import {
   Orchestrator,
   type OrchestratorOptions,
+  type PoolSettings,
   stateLayout,
 } from "../../src/orchestrator/index.js";
 import type { SandboxServiceHarness } from "../../src/orchestrator/sandbox-service.contract.js";
@@ -49,14 +50,16 @@ export class RecordingLogger implements Logger {
 export type FakeNodeSettings = Partial<
   Pick<
     OrchestratorOptions,
-    | "maxForkCount"
-    | "poolSize"
-    | "defaultTimeoutMs"
-    | "flattenDepth"
-    | "maxConcurrentStarts"
-    | "envdDeadlineMs"
+    "maxForkCount" | "defaultTimeoutMs" | "flattenDepth" | "maxConcurrentStarts" | "envdDeadlineMs"
   >
-> & { readonly maxSandboxes?: number; readonly maxSlots?: number };
+> & {
+  readonly maxSandboxes?: number;
+  readonly maxSlots?: number;
+  /** Warmed VMMs base keeps (`pool.baseFloor`); default 0. */
+  readonly poolSize?: number;
+  /** The rest of the pool's settings; default: no demand-sized pools, no memory pressure. */
+  readonly pool?: Partial<PoolSettings>;
+};
 
 export class FakeNode {
   readonly driver = new FakeVmmDriver();
@@ -189,8 +192,14 @@ export class FakeNode {
       maxForkCount: s.maxForkCount ?? 4,
       flattenDepth: s.flattenDepth ?? 0,
       maxConcurrentStarts: s.maxConcurrentStarts ?? 4,
-      poolSize: s.poolSize ?? 0,
-      poolMinAvailableMiB: 0,
+      pool: {
+        baseFloor: s.poolSize ?? 0,
+        maxPerTemplate: 0,
+        maxMemoryMiB: 64 * 1024,
+        idleMs: 300_000,
+        minAvailableMiB: 0,
+        ...s.pool,
+      },
       defaultTimeoutMs: s.defaultTimeoutMs ?? 60_000,
       accelerator: { accel: "tcg", reason: "fake driver" },
       logger: this.logger,

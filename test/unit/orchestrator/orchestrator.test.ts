@@ -147,6 +147,44 @@ describe("Orchestrator (on fakes)", () => {
     });
   });
 
+  describe("warm pools per template", () => {
+    /** Demand-sized pools on, refills at once (no 1 s wait after a take). */
+    const pools = { pool: { maxPerTemplate: 4, refillDelayMs: 0 } };
+
+    it("creates from a snapshot template grow its pool; deleting the template drops it", async (t) => {
+      const node = await startNode(t, { ...pools, maxSandboxes: 8 });
+      const source = await node.orchestrator.create(createInput("base"));
+      const snapshot = await node.orchestrator.createSnapshot(source.sandboxId, { name: "golden" });
+      await node.orchestrator.kill(source.sandboxId);
+      const made = await Promise.all(
+        [1, 2, 3].map(() => node.orchestrator.create(createInput("golden"))),
+      );
+      await eventually(() => node.orchestrator.status().pooledVmms === 1 + 3, "base 1, golden 3");
+      const hit = await node.orchestrator.create(createInput("golden"));
+      const pooled = node.logger.events("sandbox.creating").at(-1);
+      assert.equal(pooled?.fields.pooled, true, "the next create from it took a warmed VMM");
+      for (const info of [...made, hit]) await node.orchestrator.kill(info.sandboxId);
+      await node.orchestrator.deleteTemplate(snapshot.templateId);
+      assert.equal(node.logger.events("pool.forgotten").length, 1);
+      await eventually(() => node.orchestrator.status().pooledVmms === 1, "only base's pool left");
+      assert.deepEqual(await node.leaks(), [], "the template's VMMs and snapshot are gone");
+      // Everything the pool held was given back: the node's 8 places are free but base's one.
+      const all = await Promise.all(
+        Array.from({ length: 8 }, () => node.orchestrator.create(createInput("base"))),
+      );
+      assert.equal(all.length, 8);
+    });
+
+    it("fork children make no pool of their one-off capture", async (t) => {
+      const node = await startNode(t, { ...pools, maxSandboxes: 8 });
+      const source = await node.orchestrator.create(createInput("base"));
+      await node.orchestrator.fork(source.sandboxId, { count: 3 });
+      await eventually(() => node.orchestrator.status().pooledVmms === 1, "base's pool refilled");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.equal(node.orchestrator.status().pooledVmms, 1, "no pool for the fork capture");
+    });
+  });
+
   describe("base template", () => {
     it("is built once, reused across restarts, and rebuilt when a boot would differ", async (t) => {
       const node = await startNode(t);
