@@ -142,7 +142,10 @@ export class Builder {
       );
       return { layer, context, made };
     } finally {
-      if (vm) await this.#o.host.kill(vm.sandboxId).catch(() => {});
+      if (vm) {
+        vm.shell.close();
+        await this.#o.host.kill(vm.sandboxId).catch(() => {});
+      }
     }
   }
 

@@ -1,3 +1,4 @@
+import { Agent, request } from "node:http";
 import { type Client, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ENVD_PORT, processPb } from "../protocol/index.js";
@@ -27,17 +28,31 @@ const MAX_LINE_CHARS = 8_192;
  * `/files`), as the orchestrator's own client: the VM's token, any user.
  */
 export class GuestShell {
-  readonly #base: string;
+  readonly #host: string;
   readonly #token?: string;
+  /**
+   * Connections of this VM only: slot addresses are reused, and a kept-alive socket to a
+   * killed VM's address must never carry a request meant for the next one.
+   */
+  readonly #agent = new Agent({ keepAlive: true });
   readonly #process: Client<typeof processPb.Process>;
 
   constructor(host: string, accessToken?: string) {
-    this.#base = `http://${host}:${ENVD_PORT}`;
+    this.#host = host;
     this.#token = accessToken;
     this.#process = createClient(
       processPb.Process,
-      createConnectTransport({ baseUrl: this.#base, httpVersion: "1.1" }),
+      createConnectTransport({
+        baseUrl: `http://${host}:${ENVD_PORT}`,
+        httpVersion: "1.1",
+        nodeOptions: { agent: this.#agent },
+      }),
     );
+  }
+
+  /** Closes its connections (the VM is gone or about to be). */
+  close(): void {
+    this.#agent.destroy();
   }
 
   /** Runs `command` in a login shell to its end, each output line to `onLine`. */
@@ -136,40 +151,66 @@ export class GuestShell {
    * envd's memory, so a snapshot carries them to every sandbox restored from it.
    */
   async setDefaults(context: CommandContext, signal?: AbortSignal): Promise<void> {
-    const res = await fetch(new URL("/init", this.#base), {
-      method: "POST",
-      headers: {
-        "content-type": "application/json",
-        ...(this.#token && { "x-access-token": this.#token }),
-      },
-      body: JSON.stringify({
-        envVars: context.envVars,
-        defaultUser: context.user,
-        ...(context.workdir !== undefined && { defaultWorkdir: context.workdir }),
-        timestamp: new Date().toISOString(),
-      }),
-      signal,
+    const body = JSON.stringify({
+      envVars: context.envVars,
+      defaultUser: context.user,
+      ...(context.workdir !== undefined && { defaultWorkdir: context.workdir }),
+      timestamp: new Date().toISOString(),
     });
-    await res.body?.cancel();
-    if (!res.ok) throw new WarrenError("guest_unavailable", `envd /init failed: ${res.status}`);
+    const headers = {
+      "content-type": "application/json",
+      ...(this.#token && { "x-access-token": this.#token }),
+    };
+    const res = await this.#post("/init", headers, Buffer.from(body), signal);
+    if (res.status >= 300) {
+      throw new WarrenError("guest_unavailable", `envd /init failed: ${res.status} ${res.body}`);
+    }
   }
 
   /** Writes `data` to `path` in the guest as `user` (envd's `/files`, octet-stream). */
   async upload(path: string, data: Uint8Array, user: string, signal?: AbortSignal): Promise<void> {
-    const url = new URL("/files", this.#base);
-    url.searchParams.set("path", path);
-    url.searchParams.set("username", user);
-    const res = await fetch(url, {
-      method: "POST",
-      headers: { ...this.#headers(user), "content-type": "application/octet-stream" },
-      body: data,
-      signal,
-    });
-    if (!res.ok) {
-      const text = (await res.text()).slice(0, 500);
-      throw new WarrenError("guest_unavailable", `upload of ${path} failed: ${res.status} ${text}`);
+    const query = new URLSearchParams({ path, username: user });
+    const headers = { ...this.#headers(user), "content-type": "application/octet-stream" };
+    const res = await this.#post(`/files?${query}`, headers, data, signal);
+    if (res.status >= 300) {
+      throw new WarrenError(
+        "guest_unavailable",
+        `upload of ${path} failed: ${res.status} ${res.body}`,
+      );
     }
-    await res.body?.cancel();
+  }
+
+  #post(
+    path: string,
+    headers: Record<string, string>,
+    body: Uint8Array,
+    signal?: AbortSignal,
+  ): Promise<{ status: number; body: string }> {
+    return new Promise((resolve, reject) => {
+      const req = request(
+        {
+          host: this.#host,
+          port: ENVD_PORT,
+          method: "POST",
+          path,
+          agent: this.#agent,
+          signal,
+          headers: { ...headers, "content-length": String(body.length) },
+        },
+        (res) => {
+          let text = "";
+          res.setEncoding("utf8");
+          res.on("data", (chunk: string) => {
+            // Only an error's first bytes are kept: the guest decides how much it sends.
+            if (text.length < MAX_LINE_CHARS) text += chunk;
+          });
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, body: text.slice(0, 500) }));
+          res.on("error", reject);
+        },
+      );
+      req.on("error", reject);
+      req.end(body);
+    });
   }
 
   #headers(user: string): Record<string, string> {

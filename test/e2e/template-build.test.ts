@@ -257,3 +257,25 @@ it("fails a build whose start command exits before its ready check passes", asyn
   });
   assert.equal(await Template.exists("e2e-bad-start"), false);
 });
+
+it("honours cpuCount, memoryMB and minFreeDiskMb (the base rootfs booted with that shape)", async () => {
+  const template = Template().fromBaseImage().runCmd("echo shaped > /tmp/shaped");
+  await Template.build(template, "e2e-shape", { cpuCount: 1, memoryMB: 768, minFreeDiskMb: 1024 });
+  const listed = await api(server, "GET", "/templates");
+  const row = (listed.body as { names: string[]; cpuCount: number; memoryMB: number }[]).find((t) =>
+    t.names.includes("e2e-shape"),
+  );
+  assert.deepEqual([row?.cpuCount, row?.memoryMB], [1, 768]);
+  const sandbox = await Sandbox.create("e2e-shape");
+  try {
+    const run = async (cmd: string) => (await sandbox.commands.run(cmd)).stdout.trim();
+    assert.equal(await run("nproc"), "1");
+    const memKiB = Number(await run("awk '/MemTotal/ {print $2}' /proc/meminfo"));
+    assert.ok(memKiB > 600 * 1024 && memKiB <= 768 * 1024, `MemTotal ${memKiB} KiB`);
+    const freeKiB = Number(await run("df -k --output=avail / | tail -1"));
+    assert.ok(freeKiB >= 900 * 1024, `${freeKiB} KiB free on /`);
+    assert.equal(await run("cat /tmp/shaped"), "shaped");
+  } finally {
+    await sandbox.kill();
+  }
+});
