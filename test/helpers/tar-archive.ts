@@ -34,3 +34,12 @@ export function makeTar(entries: readonly TarEntry[]): Buffer {
   blocks.push(Buffer.alloc(1024));
   return Buffer.concat(blocks);
 }
+
+/**
+ * A zstd-compressed tar holding `etc/zstd-layer` ("from a zstd layer\n"), made once with
+ * `makeTar` and `zstd -19`: the unit tier runs no host tools, and fzstd only decodes.
+ */
+export const ZSTD_TAR_FIXTURE = Buffer.from(
+  "KLUv/QRozQIAsgQPEaDtBvzjX7Gqxm65ca79rBEyC1jJWBmxe5DtvxDJOPfL5Zgxvn//nCalxzIh/5e7zf+Fi6IWlIxVJLkCCQDquR8bEEKSgAKwQQCBdABu6i4CcB0ygTomaWlI",
+  "base64",
+);

@@ -7,17 +7,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
 import { gzipSync } from "node:zlib";
-import { makeTar } from "../../../test/helpers/tar-archive.js";
+import { makeTar, ZSTD_TAR_FIXTURE } from "../../../test/helpers/tar-archive.js";
 import { type CommandResult, CommandRunner } from "../command.js";
 import { MANIFEST_MEDIA_TYPES } from "./manifest.js";
 import { pullImage } from "./pull-image.js";
 
-// A zstd-compressed layer (etc/zstd-layer), made once with `zstd -19`: the unit tier runs no
-// host tools, and fzstd only decodes.
-const ZSTD_LAYER = Buffer.from(
-  "KLUv/QRozQIAsgQPEaDtBvzjX7Gqxm65ca79rBEyC1jJWBmxe5DtvxDJOPfL5Zgxvn//nCalxzIh/5e7zf+Fi6IWlIxVJLkCCQDquR8bEEKSgAKwQQCBdABu6i4CcB0ygTomaWlI",
-  "base64",
-);
 const sha = (data: Buffer | string) => `sha256:${createHash("sha256").update(data).digest("hex")}`;
 
 /**
@@ -130,7 +124,7 @@ before(async () => {
     ),
   );
   const top = registry.addBlob(makeTar([{ path: "etc/.wh.motd" }]));
-  const zstd = registry.addBlob(ZSTD_LAYER);
+  const zstd = registry.addBlob(ZSTD_TAR_FIXTURE);
   const config = registry.addBlob(
     Buffer.from(
       JSON.stringify({
