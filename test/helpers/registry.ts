@@ -169,3 +169,11 @@ export async function host(file: string, args: readonly string[], cwd?: string):
   });
   return stdout;
 }
+
+/** A host command's stdout and stderr (debugfs prints "File not found" on stderr). */
+export async function hostOutput(
+  file: string,
+  args: readonly string[],
+): Promise<{ stdout: string; stderr: string }> {
+  return run(file, args, { maxBuffer: 64 * 1024 * 1024 });
+}

@@ -205,7 +205,7 @@ it("pulls through a mirror with token auth: index → amd64, gzip/plain/zstd lay
   assert.equal(runner.files.has("etc/motd"), false, "whited out by the second layer");
   assert.match(
     runner.files.get("etc/passwd") ?? "",
-    /\nuser:x:1000:1000::\/home\/user:\/bin\/sh\n$/,
+    /\nuser::1000:1000::\/home\/user:\/bin\/sh\n$/,
   );
   assert.deepEqual(registry.requests.slice(0, 3), [
     "GET /v2/library/app/manifests/1.0",

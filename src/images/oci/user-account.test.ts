@@ -86,7 +86,7 @@ it("gives an image without /etc/passwd a root and a user", async () => {
   await ensureGuestUser(root);
   assert.equal(
     await readFile(join(root, "etc/passwd"), "utf8"),
-    "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n",
+    "root::0:0:root:/root:/bin/sh\nuser::1000:1000::/home/user:/bin/sh\n",
   );
   assert.equal(await readFile(join(root, "etc/group"), "utf8"), "root:x:0:\nuser:x:1000:\n");
 });

@@ -105,15 +105,18 @@ export async function ensureGuestUser(
     : firstFree(new Set(groups.map((row) => Number(row[2]))), uid);
   const shell = (await exists(root, "bin/bash")) ? "/bin/bash" : "/bin/sh";
 
+  const shadow = await readImageFile(root, "etc/shadow");
+  // No password, as the base rootfs's `passwd -d`: in /etc/shadow when the image keeps one
+  // ("x" here), else an empty field here ("x" without a shadow file would lock the account).
+  const password = shadow === undefined ? "" : "x";
   // An image without /etc/passwd (scratch, distroless) gets root too: su and sudo need it.
-  let newPasswd = passwdText ?? "root:x:0:0:root:/root:/bin/sh\n";
-  newPasswd = appendLine(newPasswd, `${GUEST_USER}:x:${uid}:${gid}::${HOME}:${shell}`);
+  let newPasswd = passwdText ?? "root::0:0:root:/root:/bin/sh\n";
+  newPasswd = appendLine(newPasswd, `${GUEST_USER}:${password}:${uid}:${gid}::${HOME}:${shell}`);
   await writeImageFile(root, "etc/passwd", newPasswd, 0o644);
   if (!ownGroup) {
     const newGroup = appendLine(groupText ?? "root:x:0:\n", `${GUEST_USER}:x:${gid}:`);
     await writeImageFile(root, "etc/group", newGroup, 0o644);
   }
-  const shadow = await readImageFile(root, "etc/shadow");
   if (shadow !== undefined) {
     const days = Math.floor(Date.now() / 86_400_000);
     await writeImageFile(
