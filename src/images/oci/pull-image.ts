@@ -85,7 +85,14 @@ const buildsInFlight = new Map<string, Promise<RootfsRecord>>();
  */
 export async function pullImage(options: PullImageOptions): Promise<PulledImage> {
   const ref = parseImageReference(options.reference);
-  const key = `${formatImageReference(ref)} ${options.cacheDir}`;
+  // Callers with other credentials or endpoints must not share a pull (nor its failure).
+  const key = JSON.stringify([
+    formatImageReference(ref),
+    options.cacheDir,
+    options.credentials ?? null,
+    options.mirrors?.[ref.registry] ?? null,
+    options.insecureRegistries ?? [],
+  ]);
   const pending = pullsInFlight.get(key);
   if (pending) return pending;
   const pull = pullOnce(options).finally(() => pullsInFlight.delete(key));
