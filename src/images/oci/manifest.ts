@@ -116,12 +116,5 @@ export function describePlatforms(index: ImageIndex): string {
   return names.length > 0 ? names.join(", ") : "none";
 }
 
-/** How a layer blob is compressed, from its media type (checked against its first bytes later). */
+/** How a layer blob is compressed (sniffed from its first bytes: layer-decompress.ts). */
 export type LayerCompression = "gzip" | "zstd" | "none";
-
-export function layerCompression(mediaType: string): LayerCompression | undefined {
-  if (/\.tar\+gzip$|\.tar\.gzip$|rootfs\.diff\.tar\.gzip$/.test(mediaType)) return "gzip";
-  if (/\.tar\+zstd$/.test(mediaType)) return "zstd";
-  if (/\.tar$/.test(mediaType)) return "none";
-  return undefined;
-}
