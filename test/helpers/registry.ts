@@ -30,6 +30,32 @@ async function freePort(): Promise<number> {
   return address.port;
 }
 
+/** Debian packages of the host tools these tests run (not needed by Warren itself). */
+export const REGISTRY_TEST_PACKAGES: Readonly<Record<string, string>> = {
+  "docker-registry": "docker-registry",
+  skopeo: "skopeo",
+  htpasswd: "apache2-utils",
+  zstd: "zstd",
+  debugfs: "e2fsprogs",
+};
+
+/** Throws naming the packages to install when a tool of REGISTRY_TEST_PACKAGES is missing. */
+export async function requireRegistryTools(): Promise<void> {
+  const missing: string[] = [];
+  for (const [tool, pkg] of Object.entries(REGISTRY_TEST_PACKAGES)) {
+    const found = await run("sh", ["-c", `command -v ${tool}`]).then(
+      () => true,
+      () => false,
+    );
+    if (!found) missing.push(pkg);
+  }
+  if (missing.length > 0) {
+    throw new Error(
+      `missing host tools for the registry tests: apt-get install -y ${missing.join(" ")}`,
+    );
+  }
+}
+
 /** Starts docker-registry; with `htpasswd` ("user:bcrypt-hash" lines) it wants Basic auth. */
 export async function startRegistry(options: { htpasswd?: string } = {}): Promise<TestRegistry> {
   const dir = await mkdtemp(join(tmpdir(), "warren-registry-"));

@@ -10,6 +10,7 @@ import {
   host,
   hostOutput,
   type LayoutLayer,
+  requireRegistryTools,
   startRegistry,
   type TestRegistry,
   writeOciLayout,
@@ -57,6 +58,7 @@ describe("OCI images from a registry through a mirror", () => {
   before(async () => {
     work = await mkdtemp(join(tmpdir(), "warren-oci-e2e-"));
     cacheDir = join(runEnv().dataDir, "oci-cache");
+    await requireRegistryTools();
     registry = await startRegistry();
   });
   after(async () => {
