@@ -18,6 +18,21 @@ export {
   type Manifest,
   readManifest,
 } from "./manifest.js";
+export {
+  type BasicCredentials,
+  type CredentialExchangeOptions,
+  exchangeRegistryCredentials,
+  formatImageReference,
+  type ImageReference,
+  type ImageRunConfig,
+  OCI_ROOTFS_RECIPE,
+  type PulledImage,
+  type PullImageOptions,
+  parseImageReference,
+  pullImage,
+  type RegistryCredentials,
+  type RegistryEndpointOptions,
+} from "./oci/index.js";
 export type { ProgressSink } from "./progress.js";
 export { ensureHostSetup, type HostSetupOptions } from "./setup.js";
 export { ensureVmmUser, type SystemAccount, VMM_USER } from "./vmm-user.js";

@@ -60,3 +60,29 @@ it("docs/configuration.md carries the current table", async () => {
   const doc = await readFile(new URL("../../docs/configuration.md", import.meta.url), "utf8");
   assert.ok(doc.includes(describeSettings()), "regenerate the table in docs/configuration.md");
 });
+
+it("reads registry mirrors and insecure registries", () => {
+  const config = loadConfig(
+    {},
+    {
+      WARREN_REGISTRY_MIRRORS: "docker.io=http://127.0.0.1:5000, ghcr.io=https://m.example/v",
+      WARREN_INSECURE_REGISTRIES: "127.0.0.1:5000, registry.lan,[::1]:5000",
+    },
+  );
+  assert.deepEqual(config.registryMirrors, {
+    "docker.io": "http://127.0.0.1:5000",
+    "ghcr.io": "https://m.example/v",
+  });
+  assert.deepEqual(config.insecureRegistries, ["127.0.0.1:5000", "registry.lan", "[::1]:5000"]);
+  assert.deepEqual(loadConfig({}, {}).registryMirrors, {});
+  for (const bad of ["docker.io", "=http://x", "docker.io=ftp://x", "docker.io=http://"]) {
+    assert.throws(
+      () => loadConfig({}, { WARREN_REGISTRY_MIRRORS: bad }),
+      /WARREN_REGISTRY_MIRRORS=.* is invalid: expected comma-separated registry=/,
+    );
+  }
+  assert.throws(
+    () => loadConfig({}, { WARREN_INSECURE_REGISTRIES: "http://x:5000" }),
+    /WARREN_INSECURE_REGISTRIES/,
+  );
+});

@@ -43,6 +43,26 @@ const list = (text: string) =>
     .map((item) => item.trim())
     .filter((item) => item !== "");
 
+const HOST_PORT = /^(?:[\w.-]+|\[[0-9a-fA-F:]+\])(?::\d{1,5})?$/;
+/** `docker.io=http://127.0.0.1:5000,ghcr.io=https://m.example`: registry → mirror base URL. */
+const registryMirrors = (text: string) => {
+  const mirrors: Record<string, string> = {};
+  for (const entry of list(text)) {
+    const eq = entry.indexOf("=");
+    const [registry, url] = [entry.slice(0, eq).trim(), entry.slice(eq + 1).trim()];
+    if (eq <= 0 || !HOST_PORT.test(registry) || !/^https?:\/\/[^/\s]+\S*$/.test(url)) {
+      return undefined;
+    }
+    mirrors[registry] = url;
+  }
+  return mirrors;
+};
+/** `127.0.0.1:5000, registry.lan`: hosts with an optional port. */
+const hostList = (text: string) => {
+  const hosts = list(text);
+  return hosts.every((host) => HOST_PORT.test(host)) ? hosts : undefined;
+};
+
 const SETTINGS = {
   host: {
     env: "WARREN_HOST",
@@ -254,6 +274,20 @@ const SETTINGS = {
     default: () => "10.201.0.0/16",
     parse: ipv4Block,
     expects: "an IPv4 block from /8 to /30, e.g. 10.201.0.0/16",
+  },
+  registryMirrors: {
+    env: "WARREN_REGISTRY_MIRRORS",
+    doc: "Image pulls of these registries go to a mirror instead (comma-separated registry=url, e.g. docker.io=http://127.0.0.1:5000): for hosts without internet. A plain-HTTP mirror must also be listed in WARREN_INSECURE_REGISTRIES.",
+    default: (): Record<string, string> => ({}),
+    parse: registryMirrors,
+    expects: "comma-separated registry=http(s)://host[:port] entries",
+  },
+  insecureRegistries: {
+    env: "WARREN_INSECURE_REGISTRIES",
+    doc: "Registries and mirrors (comma-separated host[:port]) that image pulls may reach over plain HTTP.",
+    default: (): string[] => [],
+    parse: hostList,
+    expects: "comma-separated host[:port] entries",
   },
   logLevel: {
     env: "WARREN_LOG_LEVEL",

@@ -108,6 +108,26 @@ export const ERROR_REASONS = {
     kind: "internal",
     doc: "Setting up or changing a sandbox's network failed; the server's log has the command.",
   },
+  image_not_found: {
+    kind: "not_found",
+    doc: "The registry has no such image, tag or digest: check the reference (and the mirror, if one is set).",
+  },
+  image_access_denied: {
+    kind: "permission_denied",
+    doc: "The registry refused to serve the image with the credentials given (or without any): check the username, password or cloud credentials.",
+  },
+  image_platform_unsupported: {
+    kind: "invalid_argument",
+    doc: "The image has no linux/amd64 variant, the only platform Warren's guests run.",
+  },
+  image_pull_failed: {
+    kind: "unavailable",
+    doc: "Pulling the image failed: the registry was unreachable, answered with an error or sent data that did not match its digest. Retry; the message names the request.",
+  },
+  image_invalid: {
+    kind: "invalid_argument",
+    doc: "The image is malformed or too large (manifest, config or a layer): the message names the part.",
+  },
   route_not_found: {
     kind: "not_found",
     doc: "No API route has this method and path.",
