@@ -1,10 +1,10 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import type { Duplex } from "node:stream";
 import pino, { type Logger } from "pino";
 import { createApi } from "../api/index.js";
-import { TemplateBuilds } from "../builds/index.js";
+import { registryImages, TemplateBuilds } from "../builds/index.js";
 import { SqliteCatalog } from "../catalog/index.js";
 import { ensureHostSetup, ensureVmmUser } from "../images/index.js";
 import { NetnsSlotPool, slotNamesFor } from "../network/index.js";
@@ -152,6 +152,11 @@ export async function startNodeServer(
     const templateBuilds = new TemplateBuilds({
       catalog,
       host: orchestrator,
+      images: registryImages({
+        cacheDir: join(dirname(images.baseRootfs), "oci"),
+        mirrors: config.registryMirrors,
+        insecureRegistries: config.insecureRegistries,
+      }),
       dir: join(config.dataDir, "builds"),
       logger: root.child({ component: "builds" }),
       uploadLimitBytes: config.buildUploadLimitMiB * 1024 * 1024,
