@@ -212,6 +212,14 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
     await this.#o.catalog.close();
   }
 
+  /**
+   * Resolves once the warm pools are still: no VMM being warmed or given up (a refill due
+   * now runs first). What the node holds is then its sandboxes' and the pooled VMMs' only.
+   */
+  async settled(): Promise<void> {
+    await this.#pool.settled();
+  }
+
   status(): ServerStatus {
     return { ...this.#status, pooledVmms: this.#pool.stats.ready };
   }

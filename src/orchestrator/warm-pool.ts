@@ -66,6 +66,14 @@ interface Target extends PoolTemplate {
   readonly ready: WarmVm[];
 }
 
+/** The VMM being warmed: its target, and its capacity share once reserved. */
+interface Making {
+  readonly target: Target;
+  releaseCapacity?: () => void;
+  /** Its capacity share was given to a reserve that needed it: the VMM is given up when made. */
+  reclaimed: boolean;
+}
+
 const CHECK_INTERVAL_MS = 5_000;
 const RETRY_AFTER_FAILURE_MS = 5_000;
 /**
@@ -98,8 +106,8 @@ export class WarmPool {
   /** Snapshots whose templates were deleted: a create racing the deletion must not revive them. */
   readonly #forgotten = new Set<string>();
   readonly #discarding = new Set<Promise<void>>();
-  /** The target a VMM is being warmed for (its memory counts against the budget already). */
-  #making: Target | undefined;
+  /** The VMM being warmed, and for which target (its memory counts against the budget already). */
+  #making: Making | undefined;
   #filling: Promise<void> | undefined;
   /** The refill due after a take (REFILL_DELAY_MS), if one is. */
   #delayed: NodeJS.Timeout | undefined;
@@ -259,7 +267,7 @@ export class WarmPool {
   #rebalance(): void {
     if (this.#closed) return;
     for (const [target, { allowed, wanted }] of this.#plan()) {
-      const keep = Math.max(0, allowed - (this.#making === target ? 1 : 0));
+      const keep = Math.max(0, allowed - (this.#making?.target === target ? 1 : 0));
       while (target.ready.length > keep) {
         const warm = target.ready.pop() as WarmVm;
         const reason = allowed < wanted ? "memory_budget" : target.demand.empty ? "idle" : "demand";
@@ -267,23 +275,34 @@ export class WarmPool {
         this.#discardLater(warm);
       }
       const unused = target.demand.empty && target.floor === 0 && target.ready.length === 0;
-      if (unused && this.#making !== target) this.#targets.delete(target.snapshotId);
+      if (unused && this.#making?.target !== target) this.#targets.delete(target.snapshotId);
     }
     this.#refill();
   }
 
   /**
    * A reserve that would fail takes a pooled VMM's room: the least recently demanded
-   * template's first. Its capacity share is given back at once (the caller reserves
-   * synchronously); the VMM itself goes in the background, a moment later.
+   * template's first, then the VMM being warmed. Its capacity share is given back at once
+   * (the caller reserves synchronously); the VMM itself goes in the background, a moment
+   * later (one being warmed once its warming ends).
    */
   #reclaimOne(): boolean {
     const lru = this.#leastRecentlyDemanded();
     const warm = lru?.ready.pop();
-    if (!lru || !warm) return false;
-    this.#o.logger.info({ snapshotId: lru.snapshotId, reason: "capacity" }, "pool.vmm_released");
-    warm.releaseCapacity();
-    this.#discardLater(warm);
+    if (lru && warm) {
+      this.#o.logger.info({ snapshotId: lru.snapshotId, reason: "capacity" }, "pool.vmm_released");
+      warm.releaseCapacity();
+      this.#discardLater(warm);
+      return true;
+    }
+    const making = this.#making;
+    if (!making?.releaseCapacity || making.reclaimed) return false;
+    this.#o.logger.info(
+      { snapshotId: making.target.snapshotId, reason: "capacity", warming: true },
+      "pool.vmm_released",
+    );
+    making.reclaimed = true;
+    making.releaseCapacity();
     return true;
   }
 
@@ -327,15 +346,21 @@ export class WarmPool {
       // A full node keeps its room for creates; the next check tries again.
       if (!this.#o.capacity.fits(target.shape)) return;
       let warm: WarmVm;
-      this.#making = target;
+      const making: Making = { target, reclaimed: false };
+      this.#making = making;
       try {
-        warm = await this.#make(target);
+        warm = await this.#make(making);
       } catch (err) {
         this.#o.logger.warn({ err, snapshotId: target.snapshotId }, "pool.fill_failed");
         await new Promise((resolve) => setTimeout(resolve, RETRY_AFTER_FAILURE_MS).unref());
         return;
       } finally {
         this.#making = undefined;
+      }
+      // Its room went to a create meanwhile: the node is full, the next check tries again.
+      if (making.reclaimed) {
+        await this.discard(warm);
+        return;
       }
       // Forgotten, closed or shrunk meanwhile: the VMM is not wanted any more.
       const allowed = this.#plan().get(target)?.allowed ?? 0;
@@ -348,10 +373,12 @@ export class WarmPool {
     }
   }
 
-  async #make(target: Target): Promise<WarmVm> {
+  async #make(making: Making): Promise<WarmVm> {
     const { driver, slots, agent, images, layout, capacity, logger } = this.#o;
+    const { target } = making;
     const started = this.#now();
     const releaseCapacity = capacity.reserve(target.shape);
+    making.releaseCapacity = releaseCapacity;
     let slot: Slot | undefined;
     let prepared: PreparedRestore | undefined;
     try {

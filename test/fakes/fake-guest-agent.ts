@@ -21,11 +21,17 @@ export class FakeGuestAgent implements GuestAgent {
   initGate: Gate | undefined;
   /** The next /init calls answer 500, as a broken envd would. */
   failInits = 0;
+  #stopped = false;
 
   constructor(
     readonly driver: FakeVmmDriver,
     readonly slots: FakeSlotPool,
   ) {}
+
+  /** Its server crashed: calls waiting for a guest stop polling (their callers are gone). */
+  stop(): void {
+    this.#stopped = true;
+  }
 
   async init(host: string, body: EnvdInitRequest, options: InitOptions): Promise<void> {
     await this.initGate?.passed(host);
@@ -76,6 +82,7 @@ export class FakeGuestAgent implements GuestAgent {
   async #reach(host: string, deadlineMs: number, signal?: AbortSignal): Promise<FakeVm> {
     const deadline = Date.now() + deadlineMs;
     for (;;) {
+      if (this.#stopped) return new Promise<never>(() => {});
       signal?.throwIfAborted();
       const slot = this.slots.byHost(host);
       const vm = slot && this.driver.vmIn(slot.netns);

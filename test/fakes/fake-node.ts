@@ -20,6 +20,7 @@ import { FakeGuestAgent } from "./fake-guest-agent.js";
 import { FakeSlotPool } from "./fake-slot-pool.js";
 import { FakeVmmDriver } from "./fake-vmm-driver.js";
 import { InMemoryCatalog } from "./in-memory-catalog.js";
+import { ServerLife } from "./server-life.js";
 
 export interface LogLine {
   readonly level: "debug" | "info" | "warn" | "error";
@@ -68,6 +69,8 @@ export class FakeNode {
   agent: FakeGuestAgent;
   catalog = new InMemoryCatalog();
   orchestrator!: Orchestrator;
+  /** The running server's life: what its orchestrator is handed is bound to it. */
+  #life = new ServerLife();
 
   private constructor(
     readonly dataDir: string,
@@ -101,9 +104,17 @@ export class FakeNode {
     return stateLayout(this.dataDir);
   }
 
-  /** Stops gracefully (close) or as a crash would, then starts a new orchestrator. */
+  /**
+   * Stops gracefully (close) or as a crash would, then starts a new orchestrator. A crashed
+   * server does nothing more (its pool warms no VMM, its timers reach nothing): the VMMs it
+   * had spawned are orphans for the next one to kill.
+   */
   async restart(mode: "graceful" | "crash"): Promise<void> {
     if (mode === "graceful") await this.orchestrator.close();
+    else {
+      await this.#life.crash();
+      this.agent.stop();
+    }
     // A crashed server's slots are gone with it; its VMMs and files are not.
     this.catalog = await this.catalog.reopen();
     this.slots = new FakeSlotPool(this.settings.maxSlots);
@@ -113,9 +124,11 @@ export class FakeNode {
 
   /**
    * What is held beyond an idle node: VMMs alive, slots in use, runtime dirs, snapshot dirs
-   * no template or sandbox needs. Pooled VMMs are part of idle.
+   * no template or sandbox needs. Pooled VMMs are part of idle (counted once the pool settled).
    */
   async leaks(): Promise<string[]> {
+    // A VMM being warmed (a refill after the last create) is the pool's, but not counted yet.
+    await this.orchestrator.settled();
     const pooled = this.orchestrator.status().pooledVmms ?? 0;
     const found: string[] = [];
     if (this.driver.alive.size > pooled) {
@@ -180,11 +193,13 @@ export class FakeNode {
 
   async #startOrchestrator(): Promise<void> {
     const s = this.settings;
+    const life = new ServerLife();
+    this.#life = life;
     this.orchestrator = new Orchestrator({
-      catalog: this.catalog,
-      driver: this.driver,
-      slots: this.slots,
-      agent: this.agent,
+      catalog: life.bind(this.catalog, { finishOnCrash: true }),
+      driver: life.bind(this.driver, { finishOnCrash: true }),
+      slots: life.bind(this.slots),
+      agent: life.bind(this.agent),
       images: this.images,
       layout: this.layout,
       limits: { maxSandboxes: s.maxSandboxes ?? 4, maxVcpus: 64, maxMemoryMiB: 64 * 1024 },
