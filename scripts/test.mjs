@@ -15,7 +15,8 @@
 //         the end, also on failure or Ctrl-C.
 //
 // Usage: node scripts/test.mjs [unit|e2e] [filter...]; a filter is a path or a substring.
-import { readdirSync } from "node:fs";
+import { execFileSync, spawnSync } from "node:child_process";
+import { existsSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -62,10 +63,41 @@ const testArgs = (files, concurrency) => [
   `--test-concurrency=${concurrency}`,
   ...files,
 ];
+/**
+ * Host tools only the e2e tier uses (a real registry and image tools for the OCI tests;
+ * test/helpers/registry.ts checks for them), installed once from Debian's packages.
+ * Installing docker-registry does not start its service: policy-rc.d forbids it.
+ */
+const E2E_PACKAGES = ["docker-registry", "skopeo", "apache2-utils", "zstd", "e2fsprogs"];
+
+function ensureE2ePackages() {
+  const missing = E2E_PACKAGES.filter(
+    (pkg) =>
+      spawnSync("dpkg-query", ["-W", "-f=${Status}", pkg]).stdout?.toString() !==
+      "install ok installed",
+  );
+  if (missing.length === 0) return;
+  process.stderr.write(`test: installing e2e host tools: ${missing.join(" ")}\n`);
+  // 101: "action forbidden" to invoke-rc.d, so no package starts a daemon while installed.
+  const policy = "/usr/sbin/policy-rc.d";
+  const ownPolicy = !existsSync(policy);
+  if (ownPolicy) writeFileSync(policy, "#!/bin/sh\nexit 101\n", { mode: 0o755 });
+  try {
+    execFileSync("apt-get", ["update", "-q"], { stdio: "inherit" });
+    execFileSync("apt-get", ["install", "-y", "-q", "--no-install-recommends", ...missing], {
+      stdio: "inherit",
+      env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" },
+    });
+  } finally {
+    if (ownPolicy) rmSync(policy, { force: true });
+  }
+}
+
 let failed = false;
 for (const { tier, files } of plan) {
   if (files.length === 0 || isStopping()) continue;
   process.stderr.write(`test: ${tier} tier, ${files.length} files\n`);
+  if (tier === "e2e") ensureE2ePackages();
   const code =
     tier === "unit"
       ? await runNode(root, testArgs(files, availableParallelism()), process.env)

@@ -64,10 +64,9 @@ async function pushDebian(): Promise<void> {
   const root = join(work, "debian");
   await mkdir(root);
   await unpackDebs(root, DEBIAN_PACKAGES);
-  // What the packages' maintainer scripts would have done.
+  // What base-passwd's maintainer script would have done (dash ships /bin/sh itself).
   await copyFile(join(root, "usr/share/base-passwd/passwd.master"), join(root, "etc/passwd"));
   await copyFile(join(root, "usr/share/base-passwd/group.master"), join(root, "etc/group"));
-  await symlink("dash", join(root, "bin/sh"));
   const layer = await tarOf(root);
   const layout = join(work, "debian-layout");
   await writeOciLayout(
