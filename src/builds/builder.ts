@@ -53,8 +53,26 @@ export interface BuildResult {
   /** The final layer: sandboxes restore its snapshot. */
   readonly layer: TemplateRow;
   readonly context: BuildContext;
-  /** Layers this build made (a failed build's are dropped). */
-  readonly made: readonly string[];
+  readonly made: MadeLayers;
+}
+
+/**
+ * The layers a build made, in order. A failed build drops them all but an image's first
+ * boot: that is the image's own cache (like its pulled blobs), not the failed build's work.
+ */
+export class MadeLayers {
+  readonly ids: string[] = [];
+  readonly #images = new Set<string>();
+
+  add(id: string, options: { image?: boolean } = {}): void {
+    this.ids.push(id);
+    if (options.image) this.#images.add(id);
+  }
+
+  /** What a failure drops, newest first. */
+  droppedOnFailure(): string[] {
+    return this.ids.filter((id) => !this.#images.has(id)).reverse();
+  }
 }
 
 /** A failed build: what failed (E2B's `step`: "base", a step number, "finalize"). */
@@ -84,7 +102,7 @@ export class Builder {
     spec: BuildSpec,
     shape: BuildShape,
     log: BuildLog,
-    made: string[],
+    made: MadeLayers,
     signal: AbortSignal,
   ): Promise<BuildResult> {
     const base = await this.#baseLayer(spec, shape, log, made, signal).catch((err: unknown) => {
@@ -154,7 +172,7 @@ export class Builder {
     spec: BuildSpec,
     shape: BuildShape,
     log: BuildLog,
-    made: string[],
+    made: MadeLayers,
     signal: AbortSignal,
   ): Promise<{ layer: TemplateRow; context: BuildContext; key: string }> {
     const { host } = this.#o;
@@ -215,7 +233,7 @@ export class Builder {
     context: BuildContext,
     shape: BuildShape,
     log: BuildLog,
-    made: string[],
+    made: MadeLayers,
   ): Promise<{ layer: TemplateRow; context: BuildContext; key: string }> {
     const { host } = this.#o;
     const key = digest(
@@ -251,7 +269,7 @@ export class Builder {
       },
       config: { key, context } satisfies LayerConfig as unknown as Record<string, unknown>,
     });
-    made.push(layer.id);
+    made.add(layer.id, { image: true });
     log.add("info", `booted and captured in ${seconds(started)}`, "base");
     return { layer, context, key };
   }
@@ -296,7 +314,7 @@ export class Builder {
     key: string,
     context: BuildContext,
     extra: Partial<LayerConfig>,
-    made: string[],
+    made: MadeLayers,
   ): Promise<TemplateRow> {
     const config: LayerConfig = { key, context, ...extra };
     const layer = await this.#o.host.captureTemplate(vm.sandboxId, {
@@ -305,7 +323,7 @@ export class Builder {
       aliases: [],
       config: config as unknown as Record<string, unknown>,
     });
-    made.push(layer.id);
+    made.add(layer.id);
     return layer;
   }
 
@@ -319,7 +337,7 @@ export class Builder {
     context: BuildContext,
     key: string,
     log: BuildLog,
-    made: string[],
+    made: MadeLayers,
     signal: AbortSignal,
   ): Promise<TemplateRow> {
     await vm.shell.setDefaults(context);

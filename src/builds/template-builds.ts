@@ -11,7 +11,7 @@ import { ENVD_VERSION } from "../protocol/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import { BuildFiles } from "./build-files.js";
 import { BuildLog, type LogEntry, type LogLevel } from "./build-log.js";
-import { Builder, BuildFailed, type BuildHost, type BuildShape } from "./builder.js";
+import { Builder, BuildFailed, type BuildHost, type BuildShape, MadeLayers } from "./builder.js";
 import { parseBuildSpec } from "./spec.js";
 import type { ImageSource } from "./types.js";
 
@@ -256,7 +256,7 @@ export class TemplateBuilds {
     const running = { ...build, status: "building" as const, updatedAt: new Date().toISOString() };
     await this.#o.catalog.putBuild(running);
     const abort = new AbortController();
-    const made: string[] = [];
+    const made = new MadeLayers();
     const done = (async () => {
       const started = performance.now();
       log.add("info", `Building template ${build.name} (${templateId}), build ${buildId}`);
@@ -451,13 +451,13 @@ export class TemplateBuilds {
   // ---- internals ----------------------------------------------------------------------------
 
   /** A successful build: its tags point at it (the template row follows `default`). */
-  async #publish(build: BuildRow, layer: TemplateRow, made: string[]): Promise<void> {
+  async #publish(build: BuildRow, layer: TemplateRow, made: MadeLayers): Promise<void> {
     const { catalog } = this.#o;
     await this.#finish(build, {
       status: "ready",
       snapshotId: layer.snapshotId,
       diskSizeMiB: layer.diskSizeMiB,
-      layers: made,
+      layers: made.ids,
     });
     // A first build that is not `default` still makes the template (sandboxes need a snapshot).
     if (!(await catalog.getTemplate(build.templateId))) {
@@ -484,15 +484,18 @@ export class TemplateBuilds {
     throw new WarrenError("build_not_found", `build ${build.id} has no result to tag`);
   }
 
-  async #fail(build: BuildRow, err: unknown, made: string[], log: BuildLog): Promise<void> {
+  async #fail(build: BuildRow, err: unknown, made: MadeLayers, log: BuildLog): Promise<void> {
     const step = err instanceof BuildFailed ? err.step : undefined;
     const message = err instanceof Error ? err.message : String(err);
     log.add("error", `Build failed${step ? ` at step ${step}` : ""}: ${message}`, step);
     this.#o.logger.warn({ buildId: build.id, step, message }, "build.failed");
-    // Nothing of a failed build stays: the layers it made go (the cache keeps what it found).
-    await this.#dropLayers([...made].reverse());
+    // Nothing of a failed build stays: the layers it made go (the cache keeps what it found,
+    // and an image's boot); the row keeps the rest, for deleting the template.
+    const dropped = made.droppedOnFailure();
+    await this.#dropLayers(dropped);
     await this.#finish(build, {
       status: "error",
+      layers: made.ids.filter((id) => !dropped.includes(id)),
       reason: { message, ...(step !== undefined && { step }) },
     });
   }

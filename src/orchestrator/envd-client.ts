@@ -186,7 +186,15 @@ async function exerciseEnvd(host: string): Promise<void> {
   );
   const stream = createClient(Process, transport).start(
     {
-      process: { cmd: "/bin/bash", args: ["-l", "-c", `rm -f ${EXERCISE_FILE}; sync`] },
+      // bash as the SDK runs commands, where the image has it (an Alpine image may not).
+      process: {
+        cmd: "/bin/sh",
+        args: [
+          "-c",
+          'if [ -x /bin/bash ]; then exec /bin/bash -l -c "$0"; fi; exec /bin/sh -c "$0"',
+          `rm -f ${EXERCISE_FILE}; sync`,
+        ],
+      },
       stdin: false,
     },
     { headers, timeoutMs: 60_000 },

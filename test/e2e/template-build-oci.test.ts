@@ -136,7 +136,9 @@ it("builds a template from a Debian-based image: steps, image env, user account,
   const logs: LogEntry[] = [];
   const template = Template()
     .fromDebianImage("test")
-    .runCmd("cat /etc/debian_version > /opt/version && id -un > /opt/root-was", { user: "root" })
+    .runCmd("cat /etc/debian_version > /etc/built-version && id -un > /etc/built-by", {
+      user: "root",
+    })
     .runCmd("id -un > /home/user/who")
     .setEnvs({ STAGE: "oci" })
     .setWorkdir("/home/user")
@@ -149,8 +151,8 @@ it("builds a template from a Debian-based image: steps, image env, user account,
   const sandbox = await Sandbox.create("oci-debian");
   try {
     const run = async (cmd: string) => (await sandbox.commands.run(cmd)).stdout.trim();
-    assert.match(await run("cat /opt/version"), /^12\./);
-    assert.equal(await run("cat /opt/root-was"), "root");
+    assert.match(await run("cat /etc/built-version"), /^12\./);
+    assert.equal(await run("cat /etc/built-by"), "root");
     assert.equal(await run("cat /home/user/who; whoami; pwd"), "user\nuser\n/home/user");
     assert.equal(await run("echo $STAGE $LANG"), "oci C.UTF-8", "the image's env and the build's");
     assert.equal(await run("cat /tmp/up"), "up", "the start command ran before the capture");

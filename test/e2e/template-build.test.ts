@@ -18,7 +18,7 @@ import {
   waitForProcess,
   waitForURL,
 } from "e2b";
-import { api, useServer } from "../helpers/server.js";
+import { api, useServer, waitFor } from "../helpers/server.js";
 
 const server = useServer();
 let context: string;
@@ -278,4 +278,23 @@ it("honours cpuCount, memoryMB and minFreeDiskMb (the base rootfs booted with th
   } finally {
     await sandbox.kill();
   }
+});
+
+it("deletes a built template with its builds, tags and the layers only it used", async () => {
+  const before = await snapshotDirs();
+  const unique = Template().fromBaseImage().runCmd(`echo ${Date.now()} > /tmp/unique`);
+  const built = await Template.build(unique, "e2e-delete");
+  assert.ok((await snapshotDirs()).length > before.length, "the build captured layers");
+  const sandbox = await Sandbox.create("e2e-delete");
+  const refused = await api(server, "DELETE", `/templates/${built.templateId}`);
+  assert.equal(refused.status, 409, "not while a sandbox runs on it");
+  await sandbox.kill();
+  const deleted = await api(server, "DELETE", "/templates/e2e-delete");
+  assert.equal(deleted.status, 204);
+  assert.equal(await Template.exists("e2e-delete"), false);
+  assert.equal((await api(server, "GET", `/templates/${built.templateId}`)).status, 404);
+  await waitFor("its layers' snapshot files to go", async () => {
+    const now = await snapshotDirs();
+    return now.every((dir) => before.includes(dir));
+  });
 });
