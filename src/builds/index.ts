@@ -1,6 +1,5 @@
 export type { LogEntry, LogLevel } from "./build-log.js";
 export { registryImages } from "./registry-images.js";
-export type { RegistryCredentials } from "./spec.js";
 export {
   type BuildRequest,
   TemplateBuilds,

@@ -4,17 +4,8 @@
  * arrives as one of five step types; anything Warren cannot build is a `build_invalid` error
  * naming the step, never ignored.
  */
+import type { RegistryCredentials } from "../images/index.js";
 import { WarrenError } from "../shared/index.js";
-
-export type RegistryCredentials =
-  | { readonly type: "registry"; readonly username: string; readonly password: string }
-  | {
-      readonly type: "aws";
-      readonly awsAccessKeyId: string;
-      readonly awsSecretAccessKey: string;
-      readonly awsRegion: string;
-    }
-  | { readonly type: "gcp"; readonly serviceAccountJson: string };
 
 export type BuildStep =
   | { readonly type: "RUN"; readonly command: string; readonly user?: string }

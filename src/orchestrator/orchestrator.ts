@@ -3,7 +3,7 @@ import type { GuestArtifacts } from "../images/index.js";
 import { type SlotPool, validateEgressPolicy } from "../network/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { MachineShape, VmmDriver } from "../vmm/index.js";
-import { bootTemplate, ensureBaseTemplate } from "./base-template.js";
+import { type BaseTemplateOptions, bootTemplate, ensureBaseTemplate } from "./base-template.js";
 import { Capacity, type CapacityLimits } from "./capacity.js";
 import { Forks } from "./forks.js";
 import type { GuestAgent } from "./guest-agent.js";
@@ -168,16 +168,8 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
         this.#table.add({ row, metrics: [] });
       }
       const base = await ensureBaseTemplate({
-        catalog,
-        driver,
-        slots,
-        agent,
-        images,
-        layout,
-        snapshots: this.#snapshots,
+        ...this.#bootOptions(),
         shape: this.#o.templateShape,
-        settleMs: this.#o.templateSettleMs,
-        logger: this.#log,
       });
       const baseSnapshot = await catalog.getSnapshot(base.snapshotId);
       if (baseSnapshot) {
@@ -415,20 +407,23 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
 
   async bootTemplate(input: BootTemplateInput): Promise<TemplateRow> {
     assertReady(this.#status);
+    return bootTemplate(this.#bootOptions(), input);
+  }
+
+  /** What booting a template (base, or a build's image) needs. */
+  #bootOptions(): Omit<BaseTemplateOptions, "shape"> {
     const { catalog, driver, slots, agent, images, layout } = this.#o;
-    return bootTemplate(
-      {
-        catalog,
-        driver,
-        slots,
-        agent,
-        images,
-        layout,
-        snapshots: this.#snapshots,
-        logger: this.#log,
-      },
-      input,
-    );
+    return {
+      catalog,
+      driver,
+      slots,
+      agent,
+      images,
+      layout,
+      snapshots: this.#snapshots,
+      settleMs: this.#o.templateSettleMs,
+      logger: this.#log,
+    };
   }
 
   async dropTemplate(template: TemplateRow): Promise<void> {

@@ -23,10 +23,11 @@ import {
   type RegistryCredentials,
 } from "./registry-credentials.js";
 import type { RegistryEndpointOptions } from "./registry-endpoints.js";
+import { resolveInRoot } from "./root-path.js";
 import { ensureGuestUser } from "./user-account.js";
 
 /** Bumped when the rootfs made from an image changes (a new recipe rebuilds cached images). */
-export const OCI_ROOTFS_RECIPE = 1;
+export const OCI_ROOTFS_RECIPE = 2;
 
 const MiB = 1024 * 1024;
 const GiB = 1024 * MiB;
@@ -284,6 +285,10 @@ async function buildRootfs(
       unpacked += stats.bytes;
     }
     const user = await ensureGuestUser(root, { setOwners: preserveOwners });
+    // As a container runtime does: the image's working directory exists when it starts.
+    if (config.workingDir) {
+      await mkdir(await resolveInRoot(root, config.workingDir), { recursive: true, mode: 0o755 });
+    }
     progress(
       `pull ${name}: unpacked ${formatMiB(unpacked)}${user.added ? `, added user ${user.uid}:${user.gid} (${user.shell})` : ""} (${formatDuration(Date.now() - t1)})`,
     );
