@@ -142,10 +142,10 @@ const EXERCISE_BOUNDARY = "warren-exercise";
  * shell removes the file and runs `sync`: what the walk dirtied is written now, not by the
  * guest's flusher right after a create.
  */
-async function exerciseEnvd(host: string): Promise<void> {
+async function exerciseEnvd(host: string, token?: string): Promise<void> {
   // Unstamped: envd would otherwise ignore every /init stamped earlier than this one, and a
   // template lives on while the host clock may be stepped back.
-  await initEnvd(host, {}, { deadlineMs: 30_000, stamped: false });
+  await initEnvd(host, {}, { deadlineMs: 30_000, stamped: false, token });
   const query = `?path=${encodeURIComponent(EXERCISE_FILE)}&username=user`;
   const form: Multipart = {
     contentType: `multipart/form-data; boundary=${EXERCISE_BOUNDARY}`,
@@ -163,7 +163,11 @@ async function exerciseEnvd(host: string): Promise<void> {
     ["POST", { form }],
     ["GET", {}],
   ] as const) {
-    const reply = await exchange(host, method, `/files${query}`, { ...options, timeoutMs: 30_000 });
+    const reply = await exchange(host, method, `/files${query}`, {
+      ...options,
+      token,
+      timeoutMs: 30_000,
+    });
     if (reply.status >= 300)
       throw new WarrenError(
         "internal",
@@ -179,6 +183,7 @@ async function exerciseEnvd(host: string): Promise<void> {
   const headers = {
     authorization: `Basic ${Buffer.from("user:").toString("base64")}`,
     "keepalive-ping-interval": "50",
+    ...(token && { "x-access-token": token }),
   };
   await createClient(Filesystem, transport).listDir(
     { path: "/tmp", depth: 1 },
@@ -212,8 +217,8 @@ export class EnvdClient implements GuestAgent {
   waitForHealth(host: string, options: { deadlineMs: number; exited?: Promise<unknown> }) {
     return waitForHealth(host, options);
   }
-  exercise(host: string): Promise<void> {
-    return exerciseEnvd(host);
+  exercise(host: string, token?: string): Promise<void> {
+    return exerciseEnvd(host, token);
   }
   metrics(host: string, token?: string): Promise<EnvdMetrics> {
     return readEnvdMetrics(host, token);

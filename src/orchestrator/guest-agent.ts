@@ -18,7 +18,8 @@ export interface GuestAgent {
     options: { deadlineMs: number; exited?: Promise<unknown> },
   ): Promise<void>;
   /** Walks envd's hot paths once, as a client's first calls would (template, pool warm-up). */
-  exercise(host: string): Promise<void>;
+  /** `token`: the access token a captured envd already has (a secured sandbox's snapshot). */
+  exercise(host: string, token?: string): Promise<void>;
   /** One sample of envd's /metrics. */
   metrics(host: string, token?: string): Promise<EnvdMetrics>;
 }

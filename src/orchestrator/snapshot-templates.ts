@@ -46,5 +46,6 @@ export async function templateStart(
   if (!snapshot) return {};
   const pool = { snapshotId: snapshot.id, dir: snapshot.dir, shape: template };
   if (!snapshot.sandboxId) return { pool };
-  return { presentToken: (await catalog.getSandbox(snapshot.sandboxId))?.envdAccessToken, pool };
+  const token = (await catalog.getSandbox(snapshot.sandboxId))?.envdAccessToken;
+  return { presentToken: token, pool: { ...pool, ...(token && { token }) } };
 }

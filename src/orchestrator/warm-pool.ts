@@ -26,6 +26,8 @@ export interface PoolTemplate {
   /** The snapshot's directory (its `SnapshotRow.dir`). */
   readonly dir: string;
   readonly shape: MachineShape;
+  /** The access token envd in the snapshot has (captured from a secured sandbox), if any. */
+  readonly token?: string;
 }
 
 /** How the pools are sized (settings of the server, clock and probe of tests). */
@@ -224,17 +226,14 @@ export class WarmPool {
   #target(template: PoolTemplate, create: boolean): Target | undefined {
     let target = this.#targets.get(template.snapshotId);
     if (target || !create) return target;
-    const { snapshotId, dir, shape } = template;
     target = {
-      snapshotId,
-      dir,
-      shape,
+      ...template,
       floor: 0,
       demand: new TemplateDemand(),
       lastDemandAt: this.#now(),
       ready: [],
     };
-    this.#targets.set(snapshotId, target);
+    this.#targets.set(template.snapshotId, target);
     this.#timer ??= setInterval(() => void this.tick(), CHECK_INTERVAL_MS).unref();
     return target;
   }
@@ -396,7 +395,7 @@ export class WarmPool {
       // Warm the paths a create and its first calls take next.
       await prepared.warm(async () => {
         await agent.waitForHealth(host, { deadlineMs: 60_000 });
-        await agent.exercise(host);
+        await agent.exercise(host, target.token);
       });
       const durationMs = Math.round(this.#now() - started);
       this.#warmMs += WARM_TIME_WEIGHT * (durationMs - this.#warmMs);

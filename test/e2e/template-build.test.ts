@@ -233,13 +233,44 @@ it("builds from a Dockerfile, with a waitForURL ready check", async () => {
   }
 });
 
-it("captures a start command found by waitForProcess", async () => {
-  const template = Template().fromBaseImage().setStartCmd("sleep 100000", waitForProcess("sleep"));
-  await Template.build(template, "e2e-process");
-  const sandbox = await Sandbox.create("e2e-process");
+it("runs the builder's helpers (files, users, git) and a start command found by waitForProcess", async () => {
+  const template = Template({ fileContextPath: context })
+    .fromBaseImage()
+    .copy("app/hello.txt", "/home/user/private.txt", { mode: 0o600, user: "root" })
+    .copy("app", "/home/user/resolved", { resolveSymlinks: true })
+    .makeDir("/home/user/made/deep", { mode: 0o700 })
+    .makeSymlink("/home/user/private.txt", "/home/user/private-link")
+    .runCmd("echo temp > /home/user/temp && echo doomed > /home/user/doomed")
+    .rename("/home/user/temp", "/home/user/renamed")
+    .remove("/home/user/doomed")
+    .runCmd(
+      "git init -q /tmp/src && git -C /tmp/src -c user.email=t@e -c user.name=t commit -q --allow-empty -m first",
+    )
+    .gitClone("/tmp/src", "/home/user/cloned")
+    .setUser("tester")
+    .runCmd("whoami > /tmp/tester-was-here")
+    .setStartCmd("sleep 100000", waitForProcess("sleep"));
+  await Template.build(template, "e2e-helpers");
+  const sandbox = await Sandbox.create("e2e-helpers");
   try {
-    const found = await sandbox.commands.run("pgrep -x sleep");
-    assert.match(found.stdout.trim(), /^\d+$/, "the start command runs in the sandbox");
+    const run = async (cmd: string, user?: "root" | "user") =>
+      (await sandbox.commands.run(cmd, { user })).stdout.trim();
+    assert.equal(await run("stat -c '%a %U' /home/user/private.txt", "root"), "600 root");
+    assert.equal(await run("test -L /home/user/resolved/link || echo file"), "file");
+    assert.equal(await run("cat /home/user/resolved/link"), "hello from the context");
+    assert.equal(await run("stat -c %a /home/user/made/deep"), "700");
+    assert.equal(await run("readlink /home/user/private-link"), "/home/user/private.txt");
+    assert.equal(
+      await run("cat /home/user/renamed; test -e /home/user/doomed || echo gone"),
+      "temp\ngone",
+    );
+    assert.equal(await run("git -C /home/user/cloned log --format=%s"), "first");
+    assert.equal(
+      await run("cat /tmp/tester-was-here; whoami"),
+      "tester\ntester",
+      "USER added the user and is the default",
+    );
+    assert.match(await run("pgrep -x sleep"), /^\d+$/, "the start command runs in the sandbox");
   } finally {
     await sandbox.kill();
   }

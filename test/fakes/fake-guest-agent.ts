@@ -54,8 +54,12 @@ export class FakeGuestAgent implements GuestAgent {
     await this.#reach(host, options.deadlineMs);
   }
 
-  async exercise(host: string): Promise<void> {
-    await this.#reach(host, 1_000);
+  async exercise(host: string, token?: string): Promise<void> {
+    const vm = await this.#reach(host, 1_000);
+    // As envd: a captured token guards /init, files and processes.
+    if (vm.guest.envdToken !== undefined && token !== vm.guest.envdToken) {
+      throw new WarrenError("internal", "envd refused /init: 401 invalid access token");
+    }
     this.exercises += 1;
   }
 

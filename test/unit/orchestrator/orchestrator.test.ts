@@ -175,6 +175,19 @@ describe("Orchestrator (on fakes)", () => {
       assert.equal(all.length, 8);
     });
 
+    it("warms a secured sandbox's snapshot with its captured token", async (t) => {
+      const node = await startNode(t, { ...pools, maxSandboxes: 8 });
+      const source = await node.orchestrator.create({ ...createInput("base"), secure: true });
+      await node.orchestrator.createSnapshot(source.sandboxId, { name: "secured" });
+      await node.orchestrator.kill(source.sandboxId);
+      const made = await Promise.all(
+        [1, 2].map(() => node.orchestrator.create(createInput("secured"))),
+      );
+      await eventually(() => node.orchestrator.status().pooledVmms === 1 + 2, "base 1, secured 2");
+      assert.equal(node.logger.events("pool.fill_failed").length, 0);
+      for (const info of made) await node.orchestrator.kill(info.sandboxId);
+    });
+
     it("fork children make no pool of their one-off capture", async (t) => {
       const node = await startNode(t, { ...pools, maxSandboxes: 8 });
       const source = await node.orchestrator.create(createInput("base"));
