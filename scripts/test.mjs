@@ -73,7 +73,7 @@ const E2E_PACKAGES = ["docker-registry", "skopeo", "apache2-utils", "zstd", "e2f
 function ensureE2ePackages() {
   const missing = E2E_PACKAGES.filter(
     (pkg) =>
-      spawnSync("dpkg-query", ["-W", "-f=${Status}", pkg]).stdout?.toString() !==
+      spawnSync("dpkg-query", ["-W", `-f=\${Status}`, pkg]).stdout?.toString() !==
       "install ok installed",
   );
   if (missing.length === 0) return;

@@ -152,7 +152,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
 
   /** Cleans what an earlier run left, loads paused sandboxes, makes sure `base` exists. */
   async start(): Promise<void> {
-    const { catalog, driver, slots, agent, images, layout } = this.#o;
+    const { catalog, driver, slots, layout } = this.#o;
     try {
       await ensureLayout(layout);
       await recoverLeftovers({
