@@ -136,7 +136,7 @@ export async function startNodeServer(
       defaultTimeoutMs: config.defaultTimeoutMs,
       maxForkCount: config.maxForkCount,
       flattenDepth: config.flattenDepth,
-      maxConcurrentStarts: host.cpus * 2,
+      maxConcurrentStarts: config.maxConcurrentStarts || host.cpus * 2,
       pool: {
         baseFloor: config.poolSize,
         maxPerTemplate: config.poolMaxPerTemplate,

@@ -162,6 +162,13 @@ const SETTINGS = {
     parse: int(1_000),
     expects: "milliseconds ≥ 1000",
   },
+  maxConcurrentStarts: {
+    env: "WARREN_MAX_CONCURRENT_STARTS",
+    doc: "VMs brought up (restore and /init) at once; more creates, resumes and fork children queue. 0: twice the host's CPUs.",
+    default: () => 0,
+    parse: int(0, 1_024),
+    expects: "an integer 0..1024",
+  },
   maxForkCount: {
     env: "WARREN_MAX_FORK_COUNT",
     doc: "Most children one fork call may ask for.",
