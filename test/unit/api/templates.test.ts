@@ -56,7 +56,7 @@ async function harness() {
     maxVcpus: 8,
     maxMemoryMiB: 8192,
   });
-  return { ...useApi({ builds: () => builds }), catalog };
+  return { ...useApi({ builds: () => builds }), catalog, builds };
 }
 
 async function requestBuild(call: Awaited<ReturnType<typeof harness>>["call"], name = "my-env") {
@@ -203,4 +203,17 @@ test("without a build service the template routes answer 503", async () => {
   const { call } = useApi();
   const res = await call("POST", "/v3/templates", { body: { name: "x" } });
   assert.equal(res.statusCode, 503);
+});
+
+test("a build the server was running when it stopped is reported failed at the next start", async () => {
+  const { call, catalog, builds } = await harness();
+  const { templateID, buildID } = await requestBuild(call);
+  const build = await catalog.getBuild(buildID);
+  assert.ok(build);
+  await catalog.putBuild({ ...build, status: "building" });
+  await builds.start();
+  const status = await call("GET", `/templates/${templateID}/builds/${buildID}/status`);
+  const body = status.json() as { status: string; reason?: { message: string } };
+  assert.equal(body.status, "error");
+  assert.match(body.reason?.message ?? "", /restarted before the build finished/);
 });
