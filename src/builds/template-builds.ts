@@ -6,14 +6,22 @@
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import type { BuildRow, Catalog, TemplateRow } from "../catalog/index.js";
-import { newId } from "../orchestrator/index.js";
+import { newId, splitTag } from "../orchestrator/index.js";
 import { ENVD_VERSION } from "../protocol/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import { BuildFiles } from "./build-files.js";
 import { BuildLog, type LogEntry, type LogLevel } from "./build-log.js";
 import { Builder, BuildFailed, type BuildHost, type BuildShape, MadeLayers } from "./builder.js";
+import { checkTag, DEFAULT_TAG, parseName } from "./names.js";
 import { parseBuildSpec } from "./spec.js";
 import type { ImageSource } from "./types.js";
+import {
+  type BuildInfo,
+  type RequestedBuild,
+  summary,
+  type TemplateDetail,
+  type TemplateSummary,
+} from "./views.js";
 
 export interface TemplateBuildsOptions {
   readonly catalog: Catalog;
@@ -38,72 +46,6 @@ export interface BuildRequest {
   readonly minFreeDiskMb?: number;
 }
 
-/** E2B's TemplateRequestResponseV3. */
-export interface RequestedBuild {
-  readonly templateID: string;
-  readonly buildID: string;
-  readonly names: string[];
-  readonly tags: string[];
-  readonly aliases: string[];
-  readonly public: boolean;
-}
-
-/** E2B's TemplateBuildInfo. */
-export interface BuildInfo {
-  readonly templateID: string;
-  readonly buildID: string;
-  readonly status: BuildRow["status"];
-  readonly logEntries: LogEntry[];
-  readonly logs: string[];
-  readonly reason?: { message: string; step?: string; logEntries: LogEntry[] };
-}
-
-/** E2B's Template (list item). */
-export interface TemplateSummary {
-  readonly templateID: string;
-  readonly buildID: string;
-  readonly cpuCount: number;
-  readonly memoryMB: number;
-  readonly diskSizeMB: number;
-  readonly public: boolean;
-  readonly aliases: string[];
-  readonly names: string[];
-  readonly createdAt: string;
-  readonly updatedAt: string;
-  readonly createdBy: null;
-  readonly lastSpawnedAt: null;
-  readonly spawnCount: number;
-  readonly buildCount: number;
-  readonly envdVersion: string;
-  readonly buildStatus: BuildRow["status"];
-}
-
-/** E2B's TemplateWithBuilds. */
-export interface TemplateDetail {
-  readonly templateID: string;
-  readonly public: boolean;
-  readonly aliases: string[];
-  readonly names: string[];
-  readonly createdAt: string;
-  readonly updatedAt: string;
-  readonly lastSpawnedAt: null;
-  readonly spawnCount: number;
-  readonly builds: {
-    buildID: string;
-    status: BuildRow["status"];
-    createdAt: string;
-    updatedAt: string;
-    finishedAt?: string;
-    cpuCount: number;
-    memoryMB: number;
-    diskSizeMB: number;
-    envdVersion: string;
-  }[];
-}
-
-const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
-const TAG = /^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$/;
-const DEFAULT_TAG = "default";
 /** The status call returns at most this many log entries (the SDK polls until none come). */
 const STATUS_LOG_LIMIT = 100;
 const MAX_LOGS_LIMIT = 100;
@@ -403,7 +345,7 @@ export class TemplateBuilds {
     tags: readonly string[],
   ): Promise<{ buildID: string; tags: string[] }> {
     const { catalog } = this.#o;
-    const { name, tag } = splitNameTag(target);
+    const { name, tag } = splitTag(target);
     const row = await catalog.getTemplate(name);
     if (row?.kind !== "build") {
       throw new WarrenError("template_not_found", `no built template is named '${name}'`);
@@ -566,58 +508,6 @@ function templateRow(build: BuildRow, layer: TemplateRow): TemplateRow {
     createdAt: build.createdAt,
     ...(layer.config && { config: layer.config }),
   };
-}
-
-function summary(row: TemplateRow | undefined, builds: readonly BuildRow[]): TemplateSummary {
-  const last = builds.at(-1);
-  const names = row ? [...row.aliases] : last ? [last.name] : [];
-  const createdAt = row?.createdAt ?? builds[0]?.createdAt ?? new Date(0).toISOString();
-  return {
-    templateID: row?.id ?? last?.templateId ?? "",
-    buildID: last?.id ?? row?.snapshotId ?? "",
-    cpuCount: row?.vcpus ?? last?.vcpus ?? 0,
-    memoryMB: row?.memoryMiB ?? last?.memoryMiB ?? 0,
-    diskSizeMB: row?.diskSizeMiB ?? last?.diskSizeMiB ?? 0,
-    public: false,
-    aliases: names,
-    names,
-    createdAt,
-    updatedAt: last?.updatedAt ?? createdAt,
-    createdBy: null,
-    lastSpawnedAt: null,
-    spawnCount: 0,
-    buildCount: builds.length,
-    envdVersion: ENVD_VERSION,
-    buildStatus: row ? "ready" : (last?.status ?? "ready"),
-  };
-}
-
-/** `name` or `name:tag`; tags default to `default`. */
-function parseName(raw: string, tags: readonly string[] | undefined) {
-  const { name, tag } = splitNameTag(raw);
-  if (!NAME.test(name)) {
-    throw new WarrenError(
-      "invalid_argument",
-      `template name '${name}' must be 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit`,
-    );
-  }
-  const all = [...(tags ?? []), ...(tag ? [tag] : [])].map(checkTag);
-  return { name, tags: all.length > 0 ? [...new Set(all)] : [DEFAULT_TAG] };
-}
-
-function splitNameTag(raw: string): { name: string; tag?: string } {
-  const at = raw.lastIndexOf(":");
-  return at < 0 ? { name: raw } : { name: raw.slice(0, at), tag: raw.slice(at + 1) };
-}
-
-function checkTag(tag: string): string {
-  if (!TAG.test(tag)) {
-    throw new WarrenError(
-      "invalid_argument",
-      `tag '${tag}' must be 1-63 characters of letters, digits, '.', '_' or '-'`,
-    );
-  }
-  return tag;
 }
 
 function groupBy<T>(items: readonly T[], key: (item: T) => string): Map<string, T[]> {

@@ -6,5 +6,6 @@ export { newId } from "./ids.js";
 export { ensureLayout, type StateLayout, stateLayout } from "./layout.js";
 export { Orchestrator, type OrchestratorOptions } from "./orchestrator.js";
 export { assertReady } from "./readiness.js";
+export { splitTag } from "./templates.js";
 export type * from "./types.js";
 export type { PoolSettings } from "./warm-pool.js";
