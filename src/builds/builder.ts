@@ -49,6 +49,13 @@ export interface LayerConfig {
   readonly readyCmd?: string;
 }
 
+/** A build's first layer, the context its steps start in, and its cache key. */
+interface BaseLayer {
+  readonly layer: TemplateRow;
+  readonly context: BuildContext;
+  readonly key: string;
+}
+
 export interface BuildResult {
   /** The final layer: sandboxes restore its snapshot. */
   readonly layer: TemplateRow;
@@ -174,7 +181,7 @@ export class Builder {
     log: BuildLog,
     made: MadeLayers,
     signal: AbortSignal,
-  ): Promise<{ layer: TemplateRow; context: BuildContext; key: string }> {
+  ): Promise<BaseLayer> {
     const { host } = this.#o;
     const diskSizeMiB = shape.minFreeDiskMiB;
     const source = spec.source;
@@ -234,7 +241,7 @@ export class Builder {
     shape: BuildShape,
     log: BuildLog,
     made: MadeLayers,
-  ): Promise<{ layer: TemplateRow; context: BuildContext; key: string }> {
+  ): Promise<BaseLayer> {
     const { host } = this.#o;
     const key = digest(
       "image",

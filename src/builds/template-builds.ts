@@ -49,13 +49,17 @@ export interface BuildRequest {
 /** The status call returns at most this many log entries (the SDK polls until none come). */
 const STATUS_LOG_LIMIT = 100;
 const MAX_LOGS_LIMIT = 100;
+const KEPT_LOGS = 32;
 
 export class TemplateBuilds {
   readonly #o: TemplateBuildsOptions;
   readonly #files: BuildFiles;
   readonly #builder: Builder;
   readonly #logsDir: string;
-  /** Logs of builds this process ran (older ones are read from disk). */
+  /**
+   * Logs of running builds and of the last KEPT_LOGS finished ones (the SDK polls a finished
+   * build's log once more); older ones are read from disk.
+   */
   readonly #logs = new Map<string, BuildLog>();
   /** Shapes of requested builds, until they start. */
   readonly #requested = new Map<string, BuildShape>();
@@ -211,6 +215,7 @@ export class TemplateBuilds {
       } finally {
         log.close();
         this.#running.delete(buildId);
+        this.#forgetOldLogs();
       }
     })();
     this.#running.set(buildId, { abort, done });
@@ -260,15 +265,11 @@ export class TemplateBuilds {
     const { catalog } = this.#o;
     const builds = await catalog.listBuilds();
     const rows = (await catalog.listTemplates()).filter((t) => t.kind !== "layer");
-    const summaries = rows.map((row) =>
-      summary(
-        row,
-        builds.filter((b) => b.templateId === row.id),
-      ),
-    );
+    const byTemplate = groupBy(builds, (b) => b.templateId);
+    const summaries = rows.map((row) => summary(row, byTemplate.get(row.id) ?? []));
     // Templates whose first build has not succeeded yet.
     const known = new Set(rows.map((r) => r.id));
-    for (const [templateId, own] of groupBy(builds, (b) => b.templateId)) {
+    for (const [templateId, own] of byTemplate) {
       if (!known.has(templateId)) summaries.push(summary(undefined, own));
     }
     return summaries;
@@ -401,8 +402,10 @@ export class TemplateBuilds {
       diskSizeMiB: layer.diskSizeMiB,
       layers: made.ids,
     });
-    // A first build that is not `default` still makes the template (sandboxes need a snapshot).
-    if (!(await catalog.getTemplate(build.templateId))) {
+    // A first build that is not `default` still makes the template (sandboxes need a
+    // snapshot); a `default` build puts it below.
+    const isDefault = build.tags.includes(DEFAULT_TAG);
+    if (!isDefault && !(await catalog.getTemplate(build.templateId))) {
       await catalog.putTemplate(templateRow(build, layer));
     }
     for (const tag of build.tags) await this.#pointTag(build, tag, layer);
@@ -479,6 +482,17 @@ export class TemplateBuilds {
     return { builds };
   }
 
+  /** Keeps the logs of running builds and of the newest finished ones in memory. */
+  #forgetOldLogs(): void {
+    let finished = [...this.#logs.keys()].filter((id) => !this.#running.has(id)).length;
+    for (const id of this.#logs.keys()) {
+      if (finished <= KEPT_LOGS) return;
+      if (this.#running.has(id)) continue;
+      this.#logs.delete(id);
+      finished--;
+    }
+  }
+
   #log(buildId: string): BuildLog {
     return this.#logs.get(buildId) ?? BuildLog.load(this.#logsDir, buildId);
   }
@@ -512,6 +526,10 @@ function templateRow(build: BuildRow, layer: TemplateRow): TemplateRow {
 
 function groupBy<T>(items: readonly T[], key: (item: T) => string): Map<string, T[]> {
   const groups = new Map<string, T[]>();
-  for (const item of items) groups.set(key(item), [...(groups.get(key(item)) ?? []), item]);
+  for (const item of items) {
+    const group = groups.get(key(item));
+    if (group) group.push(item);
+    else groups.set(key(item), [item]);
+  }
   return groups;
 }
