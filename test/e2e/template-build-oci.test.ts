@@ -21,7 +21,7 @@ import {
   type TestRegistry,
   writeOciLayout,
 } from "../helpers/registry.js";
-import { startServer, type TestServer } from "../helpers/server.js";
+import { commandOutput, startServer, type TestServer } from "../helpers/server.js";
 
 const GZIP = "application/vnd.oci.image.layer.v1.tar+gzip";
 const ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd";
@@ -150,7 +150,7 @@ it("builds a template from a Debian-based image: steps, image env, user account,
 
   const sandbox = await Sandbox.create("oci-debian");
   try {
-    const run = async (cmd: string) => (await sandbox.commands.run(cmd)).stdout.trim();
+    const run = commandOutput(sandbox);
     assert.match(await run("cat /etc/built-version"), /^12\./);
     assert.equal(await run("cat /etc/built-by"), "root");
     assert.equal(await run("cat /home/user/who; whoami; pwd"), "user\nuser\n/home/user");

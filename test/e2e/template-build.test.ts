@@ -18,7 +18,7 @@ import {
   waitForProcess,
   waitForURL,
 } from "e2b";
-import { api, useServer, waitFor } from "../helpers/server.js";
+import { api, commandOutput, useServer, waitFor } from "../helpers/server.js";
 
 const server = useServer();
 let context: string;
@@ -80,7 +80,7 @@ describe("a template built with the SDK", () => {
   it("gives sandboxes its files, users, workdir, env and running server at once", async () => {
     const sandbox = await Sandbox.create("e2e-web");
     try {
-      const run = async (cmd: string) => (await sandbox.commands.run(cmd)).stdout.trim();
+      const run = commandOutput(sandbox);
       assert.equal(await run("cat /home/user/app/hello.txt"), "hello from the context");
       assert.equal(await run("cat /home/user/app/sub/nested.txt"), "nested");
       assert.equal(await run("readlink /home/user/app/link"), "hello.txt", "symlinks are kept");
@@ -222,7 +222,7 @@ it("builds from a Dockerfile, with a waitForURL ready check", async () => {
   await Template.build(template, "e2e-dockerfile");
   const sandbox = await Sandbox.create("e2e-dockerfile");
   try {
-    const run = async (cmd: string) => (await sandbox.commands.run(cmd)).stdout.trim();
+    const run = commandOutput(sandbox);
     assert.equal(await run("cat /srv/who"), "built-as-root", "a Dockerfile's RUN runs as root");
     assert.equal(await run("cat /srv/app/hello.txt"), "hello from the context");
     assert.equal(await run("echo $MODE $OTHER"), "dockerfile two");
@@ -253,8 +253,7 @@ it("runs the builder's helpers (files, users, git) and a start command found by 
   await Template.build(template, "e2e-helpers");
   const sandbox = await Sandbox.create("e2e-helpers");
   try {
-    const run = async (cmd: string, user?: "root" | "user") =>
-      (await sandbox.commands.run(cmd, { user })).stdout.trim();
+    const run = commandOutput(sandbox);
     assert.equal(await run("stat -c '%a %U' /home/user/private.txt", "root"), "600 root");
     assert.equal(await run("test -L /home/user/resolved/link || echo file"), "file");
     assert.equal(await run("cat /home/user/resolved/link"), "hello from the context");
@@ -300,7 +299,7 @@ it("honours cpuCount, memoryMB and minFreeDiskMb (the base rootfs booted with th
   assert.deepEqual([row?.cpuCount, row?.memoryMB], [1, 768]);
   const sandbox = await Sandbox.create("e2e-shape");
   try {
-    const run = async (cmd: string) => (await sandbox.commands.run(cmd)).stdout.trim();
+    const run = commandOutput(sandbox);
     assert.equal(await run("nproc"), "1");
     const memKiB = Number(await run("awk '/MemTotal/ {print $2}' /proc/meminfo"));
     assert.ok(memKiB > 600 * 1024 && memKiB <= 768 * 1024, `MemTotal ${memKiB} KiB`);

@@ -3,8 +3,9 @@ import { randomUUID } from "node:crypto";
 import { existsSync } from "node:fs";
 import { chown, mkdir, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import type { TestContext } from "node:test";
+import { after, before, type TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
+import { Sandbox } from "e2b";
 import { ENVD_PORT } from "../../src/protocol/index.js";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -118,6 +119,34 @@ export async function startEnvd(): Promise<RunningEnvd> {
         await exited;
         clearTimeout(timer);
       }
+    },
+  };
+}
+
+/**
+ * The agent and the SDK's debug-mode sandbox on it for the calling suite: started before its
+ * tests, the agent stopped after them.
+ */
+export function useAgentSandbox(): { readonly env: RunningEnvd; readonly sbx: Sandbox } {
+  let env: RunningEnvd | undefined;
+  let sbx: Sandbox | undefined;
+  before(async () => {
+    env = await startEnvd();
+    sbx = await Sandbox.create();
+  });
+  after(async () => {
+    await env?.stop();
+  });
+  const started = <T>(value: T | undefined): T => {
+    if (value === undefined) throw new Error("the agent has not started");
+    return value;
+  };
+  return {
+    get env() {
+      return started(env);
+    },
+    get sbx() {
+      return started(sbx);
     },
   };
 }

@@ -4,6 +4,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before } from "node:test";
+import type { Sandbox } from "e2b";
 import { leakCheck, vmLeftovers } from "./leak-check.js";
 import { runEnv, runServerEnv } from "./run-env.js";
 
@@ -121,6 +122,12 @@ export async function waitFor(
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
   assert.fail(`timed out waiting for ${what}`);
+}
+
+/** Runs a command in the sandbox (as `user`, else its default user) and gives its trimmed stdout. */
+export function commandOutput(sandbox: Sandbox) {
+  return async (cmd: string, user?: string): Promise<string> =>
+    (await sandbox.commands.run(cmd, { user })).stdout.trim();
 }
 
 /** A raw API call with the key (for what the SDK cannot send: bad bodies, wrong types). */

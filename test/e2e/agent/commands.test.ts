@@ -1,34 +1,19 @@
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import {
-  AuthenticationError,
-  CommandExitError,
-  InvalidArgumentError,
-  Sandbox,
-  TimeoutError,
-} from "e2b";
+import { AuthenticationError, CommandExitError, InvalidArgumentError, TimeoutError } from "e2b";
 import { Process, Signal } from "../../../src/protocol/gen/process/process_pb.js";
-import { type RunningEnvd, startEnvd } from "../../helpers/envd.js";
+import { useAgentSandbox } from "../../helpers/envd.js";
 
 describe("envd commands through the e2b SDK", () => {
-  let env: RunningEnvd;
-  let sbx: Sandbox;
-
-  before(async () => {
-    env = await startEnvd();
-    sbx = await Sandbox.create();
-  });
-  after(async () => {
-    await env?.stop();
-  });
+  const agent = useAgentSandbox();
 
   const rpc = () =>
-    createClient(Process, createConnectTransport({ baseUrl: env.url, httpVersion: "1.1" }));
+    createClient(Process, createConnectTransport({ baseUrl: agent.env.url, httpVersion: "1.1" }));
 
   it("runs a command and returns stdout, stderr and the exit code", async () => {
-    const result = await sbx.commands.run('echo "hello world"; echo oops >&2');
+    const result = await agent.sbx.commands.run('echo "hello world"; echo oops >&2');
     assert.equal(result.exitCode, 0);
     assert.equal(result.stdout, "hello world\n");
     assert.equal(result.stderr, "oops\n");
@@ -36,7 +21,7 @@ describe("envd commands through the e2b SDK", () => {
 
   it("streams output to callbacks as it is produced", async () => {
     const chunks: string[] = [];
-    await sbx.commands.run("for i in 1 2 3; do echo line$i; sleep 0.05; done", {
+    await agent.sbx.commands.run("for i in 1 2 3; do echo line$i; sleep 0.05; done", {
       onStdout: (data) => {
         chunks.push(data);
       },
@@ -46,7 +31,7 @@ describe("envd commands through the e2b SDK", () => {
   });
 
   it("reports a non-zero exit as CommandExitError with its output", async () => {
-    const err = await sbx.commands.run("echo partial; exit 7").then(
+    const err = await agent.sbx.commands.run("echo partial; exit 7").then(
       () => assert.fail("should have thrown"),
       (e: unknown) => e,
     );
@@ -57,60 +42,65 @@ describe("envd commands through the e2b SDK", () => {
   });
 
   it("runs as `user` in /home/user by default, as root when asked", async () => {
-    const asUser = await sbx.commands.run("whoami; pwd; echo $HOME; id -gn");
+    const asUser = await agent.sbx.commands.run("whoami; pwd; echo $HOME; id -gn");
     assert.equal(asUser.stdout, "user\n/home/user\n/home/user\nuser\n");
-    const asRoot = await sbx.commands.run("whoami; pwd", { user: "root" });
+    const asRoot = await agent.sbx.commands.run("whoami; pwd", { user: "root" });
     assert.equal(asRoot.stdout, "root\n/root\n");
   });
 
   it("honours cwd and rejects one that does not exist", async () => {
-    const result = await sbx.commands.run("pwd", { cwd: "/tmp" });
+    const result = await agent.sbx.commands.run("pwd", { cwd: "/tmp" });
     assert.equal(result.stdout, "/tmp\n");
-    await assert.rejects(sbx.commands.run("pwd", { cwd: "/no/such/dir" }), InvalidArgumentError);
+    await assert.rejects(
+      agent.sbx.commands.run("pwd", { cwd: "/no/such/dir" }),
+      InvalidArgumentError,
+    );
   });
 
   it("refuses an unknown user", async () => {
     await assert.rejects(
-      sbx.commands.run("true", { user: "nosuchuser" as "user" }),
+      agent.sbx.commands.run("true", { user: "nosuchuser" as "user" }),
       AuthenticationError,
     );
   });
 
   it("gives per-command envs to that command only, on top of /init's envs", async () => {
-    const init = await env.init({ envVars: { GLOBAL_VAR: "from-init" } });
+    const init = await agent.env.init({ envVars: { GLOBAL_VAR: "from-init" } });
     assert.equal(init.status, 204);
-    const result = await sbx.commands.run('echo "$GLOBAL_VAR $FOO $E2B_SANDBOX"', {
+    const result = await agent.sbx.commands.run('echo "$GLOBAL_VAR $FOO $E2B_SANDBOX"', {
       envs: { FOO: "bar" },
     });
     assert.equal(result.stdout, "from-init bar true\n");
-    const later = await sbx.commands.run('echo "[$FOO]"');
+    const later = await agent.sbx.commands.run('echo "[$FOO]"');
     assert.equal(later.stdout, "[]\n");
-    const py = await sbx.commands.run("python3 -c \"import os; print(os.environ['FOO'])\"", {
+    const py = await agent.sbx.commands.run("python3 -c \"import os; print(os.environ['FOO'])\"", {
       envs: { FOO: "py" },
     });
     assert.equal(py.stdout, "py\n");
   });
 
   it("lists, connects to and kills background commands", async () => {
-    const handle = await sbx.commands.run("sleep 1; echo tick; sleep 60", {
+    const handle = await agent.sbx.commands.run("sleep 1; echo tick; sleep 60", {
       background: true,
       timeoutMs: 0,
     });
-    const listed = await sbx.commands.list();
+    const listed = await agent.sbx.commands.list();
     const entry = listed.find((p) => p.pid === handle.pid);
     assert.ok(entry, "background process is listed");
     assert.equal(entry.cmd, "/bin/bash");
     assert.deepEqual(entry.args, ["-l", "-c", "sleep 1; echo tick; sleep 60"]);
 
     const seen: string[] = [];
-    const attached = await sbx.commands.connect(handle.pid, { onStdout: (d) => void seen.push(d) });
+    const attached = await agent.sbx.commands.connect(handle.pid, {
+      onStdout: (d) => void seen.push(d),
+    });
     assert.equal(attached.pid, handle.pid);
     const deadline = Date.now() + 10_000;
     while (!seen.join("").includes("tick") && Date.now() < deadline)
       await new Promise((r) => setTimeout(r, 50));
     assert.ok(seen.join("").includes("tick"), "connected stream receives new output");
 
-    assert.equal(await sbx.commands.kill(handle.pid), true);
+    assert.equal(await agent.sbx.commands.kill(handle.pid), true);
     const ended = await attached.wait().then(
       () => assert.fail("killed process should not exit cleanly"),
       (e: unknown) => e,
@@ -118,47 +108,49 @@ describe("envd commands through the e2b SDK", () => {
     assert.ok(ended instanceof CommandExitError);
     assert.equal(ended.exitCode, -1);
     assert.equal(ended.error, "signal: killed");
-    await assert.rejects(sbx.commands.run(`kill -0 ${handle.pid}`), CommandExitError);
+    await assert.rejects(agent.sbx.commands.run(`kill -0 ${handle.pid}`), CommandExitError);
     assert.ok(
-      !(await sbx.commands.list()).some((p) => p.pid === handle.pid),
+      !(await agent.sbx.commands.list()).some((p) => p.pid === handle.pid),
       "killed process is no longer listed",
     );
   });
 
   it("answers false for an unknown pid and rejects connecting to one", async () => {
-    assert.equal(await sbx.commands.kill(999_999), false);
-    await assert.rejects(sbx.commands.connect(999_999));
+    assert.equal(await agent.sbx.commands.kill(999_999), false);
+    await assert.rejects(agent.sbx.commands.connect(999_999));
   });
 
   it("passes stdin through and closes it", async () => {
     for (const text of ["Hello, World!", "!@#$%^&*()_+", "Hello,\nWorld!"]) {
-      const handle = await sbx.commands.run("cat", { background: true, stdin: true });
-      await sbx.commands.sendStdin(handle.pid, text);
+      const handle = await agent.sbx.commands.run("cat", { background: true, stdin: true });
+      await agent.sbx.commands.sendStdin(handle.pid, text);
       const deadline = Date.now() + 5_000;
       while (handle.stdout !== text && Date.now() < deadline)
         await new Promise((r) => setTimeout(r, 20));
       assert.equal(handle.stdout, text);
-      await sbx.commands.closeStdin(handle.pid);
+      await agent.sbx.commands.closeStdin(handle.pid);
       const result = await handle.wait();
       assert.equal(result.exitCode, 0, "cat ends once stdin is closed");
     }
   });
 
   it("refuses stdin for a command started without it", async () => {
-    const handle = await sbx.commands.run("sleep 30", { background: true });
-    await assert.rejects(sbx.commands.sendStdin(handle.pid, "x"), /stdin/);
-    await sbx.commands.kill(handle.pid);
+    const handle = await agent.sbx.commands.run("sleep 30", { background: true });
+    await assert.rejects(agent.sbx.commands.sendStdin(handle.pid, "x"), /stdin/);
+    await agent.sbx.commands.kill(handle.pid);
   });
 
   it("kills a command at its timeout and reports a TimeoutError", async () => {
     const started = Date.now();
     await assert.rejects(
-      sbx.commands.run("sleep 10; echo survived > /tmp/warren-timeout-probe", { timeoutMs: 1000 }),
+      agent.sbx.commands.run("sleep 10; echo survived > /tmp/warren-timeout-probe", {
+        timeoutMs: 1000,
+      }),
       TimeoutError,
     );
     assert.ok(Date.now() - started < 5_000);
     await new Promise((r) => setTimeout(r, 200));
-    const listed = await sbx.commands.list();
+    const listed = await agent.sbx.commands.list();
     assert.ok(
       !listed.some((p) => p.args.join(" ").includes("warren-timeout-probe")),
       "timed-out process was killed",
@@ -205,7 +197,7 @@ describe("envd commands through the e2b SDK", () => {
 
   it("accepts stdin as a client stream (StreamInput)", async () => {
     const client = rpc();
-    const handle = await sbx.commands.run("cat", { background: true, stdin: true });
+    const handle = await agent.sbx.commands.run("cat", { background: true, stdin: true });
     async function* input() {
       yield {
         event: {
@@ -223,7 +215,7 @@ describe("envd commands through the e2b SDK", () => {
       }
     }
     await client.streamInput(input());
-    await sbx.commands.closeStdin(handle.pid);
+    await agent.sbx.commands.closeStdin(handle.pid);
     const result = await handle.wait();
     assert.equal(result.stdout, "streamed input");
   });

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
-import { CommandExitError, Sandbox } from "e2b";
-import { type RunningEnvd, startEnvd } from "../../helpers/envd.js";
+import { describe, it } from "node:test";
+import { CommandExitError } from "e2b";
+import { useAgentSandbox } from "../../helpers/envd.js";
 
 const decoder = new TextDecoder();
 const encode = (text: string) => new TextEncoder().encode(text);
@@ -23,25 +23,16 @@ async function waitFor(check: () => boolean, timeoutMs = 10_000): Promise<void> 
 }
 
 describe("envd PTYs through the e2b SDK", () => {
-  let env: RunningEnvd;
-  let sbx: Sandbox;
-
-  before(async () => {
-    env = await startEnvd();
-    sbx = await Sandbox.create();
-  });
-  after(async () => {
-    await env?.stop();
-  });
+  const agent = useAgentSandbox();
 
   it("creates a terminal with the requested size and TERM, and resizes it", async () => {
     const output = collector();
-    const terminal = await sbx.pty.create({ cols: 80, rows: 24, onData: output.onData });
-    await sbx.pty.sendInput(terminal.pid, encode("tput cols; echo TERM=$TERM\n"));
+    const terminal = await agent.sbx.pty.create({ cols: 80, rows: 24, onData: output.onData });
+    await agent.sbx.pty.sendInput(terminal.pid, encode("tput cols; echo TERM=$TERM\n"));
     await waitFor(() => output.text().includes("TERM=xterm-256color"));
     assert.match(output.text(), /\b80\b/);
-    await sbx.pty.resize(terminal.pid, { cols: 100, rows: 30 });
-    await sbx.pty.sendInput(terminal.pid, encode("tput cols; tput lines; exit\n"));
+    await agent.sbx.pty.resize(terminal.pid, { cols: 100, rows: 30 });
+    await agent.sbx.pty.sendInput(terminal.pid, encode("tput cols; tput lines; exit\n"));
     const result = await terminal.wait();
     assert.equal(result.exitCode, 0);
     assert.match(output.text(), /\b100\b/);
@@ -50,13 +41,13 @@ describe("envd PTYs through the e2b SDK", () => {
 
   it("passes envs and runs as the default user", async () => {
     const output = collector();
-    const terminal = await sbx.pty.create({
+    const terminal = await agent.sbx.pty.create({
       cols: 80,
       rows: 24,
       envs: { ABC: "123" },
       onData: output.onData,
     });
-    await sbx.pty.sendInput(terminal.pid, encode("echo ABC=$ABC; whoami; exit\n"));
+    await agent.sbx.pty.sendInput(terminal.pid, encode("echo ABC=$ABC; whoami; exit\n"));
     assert.equal((await terminal.wait()).exitCode, 0);
     assert.match(output.text(), /ABC=123/);
     assert.match(output.text(), /\nuser\r?\n/);
@@ -64,20 +55,20 @@ describe("envd PTYs through the e2b SDK", () => {
 
   it("survives a disconnect and can be reconnected", async () => {
     const first = collector();
-    const terminal = await sbx.pty.create({
+    const terminal = await agent.sbx.pty.create({
       cols: 80,
       rows: 24,
       envs: { FOO: "bar" },
       onData: first.onData,
     });
-    await sbx.pty.sendInput(terminal.pid, encode("echo one-$FOO\n"));
+    await agent.sbx.pty.sendInput(terminal.pid, encode("echo one-$FOO\n"));
     await waitFor(() => first.text().includes("one-bar"));
     await terminal.disconnect();
 
     const second = collector();
-    const again = await sbx.pty.connect(terminal.pid, { onData: second.onData });
+    const again = await agent.sbx.pty.connect(terminal.pid, { onData: second.onData });
     assert.equal(again.pid, terminal.pid);
-    await sbx.pty.sendInput(terminal.pid, encode("echo two-$FOO; exit\n"));
+    await agent.sbx.pty.sendInput(terminal.pid, encode("echo two-$FOO; exit\n"));
     assert.equal((await again.wait()).exitCode, 0);
     assert.match(first.text(), /one-bar/);
     assert.match(second.text(), /two-bar/);
@@ -85,10 +76,10 @@ describe("envd PTYs through the e2b SDK", () => {
   });
 
   it("kills a terminal and answers false for an unknown one", async () => {
-    const terminal = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} });
-    assert.equal(await sbx.pty.kill(terminal.pid), true);
+    const terminal = await agent.sbx.pty.create({ cols: 80, rows: 24, onData: () => {} });
+    assert.equal(await agent.sbx.pty.kill(terminal.pid), true);
     await assert.rejects(terminal.wait(), CommandExitError);
-    await assert.rejects(sbx.commands.run(`kill -0 ${terminal.pid}`), CommandExitError);
-    assert.equal(await sbx.pty.kill(999_999), false);
+    await assert.rejects(agent.sbx.commands.run(`kill -0 ${terminal.pid}`), CommandExitError);
+    assert.equal(await agent.sbx.pty.kill(999_999), false);
   });
 });
