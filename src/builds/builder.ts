@@ -56,13 +56,6 @@ interface BaseLayer {
   readonly key: string;
 }
 
-export interface BuildResult {
-  /** The final layer: sandboxes restore its snapshot. */
-  readonly layer: TemplateRow;
-  readonly context: BuildContext;
-  readonly made: MadeLayers;
-}
-
 /**
  * The layers a build made, in order. A failed build drops them all but an image's first
  * boot: that is the image's own cache (like its pulled blobs), not the failed build's work.
@@ -105,13 +98,14 @@ export class Builder {
     this.#o = options;
   }
 
+  /** Runs the build; resolves with its final layer (what sandboxes restore). */
   async run(
     spec: BuildSpec,
     shape: BuildShape,
     log: BuildLog,
     made: MadeLayers,
     signal: AbortSignal,
-  ): Promise<BuildResult> {
+  ): Promise<TemplateRow> {
     const base = await this.#baseLayer(spec, shape, log, made, signal).catch((err: unknown) => {
       throw failure("base", err);
     });
@@ -156,16 +150,15 @@ export class Builder {
         const cached = await this.#cached(finalKey);
         if (cached) {
           log.add("info", "CACHED [finalize] start command and ready check", "finalize");
-          return { layer: cached, context, made };
+          return cached;
         }
       }
       vm ??= await this.#startVm(current, log, "finalize", signal);
-      const layer = await this.#finalize(vm, spec, context, finalKey, log, made, signal).catch(
+      return await this.#finalize(vm, spec, context, finalKey, log, made, signal).catch(
         (err: unknown) => {
           throw failure("finalize", err);
         },
       );
-      return { layer, context, made };
     } finally {
       if (vm) {
         vm.shell.close();

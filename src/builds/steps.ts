@@ -14,12 +14,12 @@ const ROOT: Omit<CommandContext, "envVars"> = { user: "root", workdir: "/" };
 /** The user, workdir and environment steps run with; ENV, WORKDIR and USER change it. */
 export interface BuildContext extends CommandContext {}
 
-export function homeOf(user: string): string {
+function homeOf(user: string): string {
   return user === "root" ? "/root" : `/home/${user}`;
 }
 
 /** Shell-quotes one word. */
-export function quote(word: string): string {
+function quote(word: string): string {
   return `'${word.replaceAll("'", `'\\''`)}'`;
 }
 

@@ -207,8 +207,8 @@ export class TemplateBuilds {
       const started = performance.now();
       log.add("info", `Building template ${build.name} (${templateId}), build ${buildId}`);
       try {
-        const result = await this.#builder.run(spec, shape, log, made, abort.signal);
-        await this.#publish(running, result.layer, made);
+        const layer = await this.#builder.run(spec, shape, log, made, abort.signal);
+        await this.#publish(running, layer, made);
         log.add("info", `Build finished in ${((performance.now() - started) / 1000).toFixed(1)} s`);
       } catch (err) {
         await this.#fail(running, err, made, log);
