@@ -322,6 +322,7 @@ export function catalogContract(name: string, open: () => Promise<CatalogHarness
           sandboxId: "sb-1",
           parentId: "snap-1",
           names: ["nightly", "v2"],
+          files: [{ name: "disk.qcow2", bytes: 196_608, sha256: "ab".repeat(32) }],
         });
         await catalog.putSnapshot(bare);
         await catalog.putSnapshot(full);

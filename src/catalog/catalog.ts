@@ -108,6 +108,15 @@ export interface SnapshotRow {
   /** GuestImages fingerprint it was taken with (a rebuilt image set invalidates it). */
   readonly imagesFingerprint: string;
   readonly createdAt: string;
+  /** Its files as sealed at capture, with checksums: a restore checks them first. */
+  readonly files?: readonly SnapshotFileRecord[];
+}
+
+/** One sealed file of a snapshot (the VMM driver's SnapshotFile). */
+export interface SnapshotFileRecord {
+  readonly name: string;
+  readonly bytes: number;
+  readonly sha256: string;
 }
 
 export interface EventRow {

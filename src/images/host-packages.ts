@@ -2,8 +2,8 @@ import type { CommandRunner } from "./command.js";
 
 /** Debian packages Warren runs or builds its guest artifacts with. */
 export const HOST_PACKAGES: readonly string[] = [
-  "qemu-system-x86", // the VMM (machine type microvm)
-  "qemu-utils", // qemu-img: qcow2 overlays
+  // QEMU itself (qemu-system-x86, qemu-utils) comes through qemu-package.ts: it needs a
+  // newer one than Debian 12 has.
   "debootstrap", // the base rootfs
   "busybox-static", // initramfs and agent drive tools
   "tini", // tini-static: PID 1 in the guest

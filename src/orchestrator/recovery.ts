@@ -47,6 +47,8 @@ export async function recoverLeftovers(options: RecoveryOptions): Promise<void> 
     });
     logger.warn({ sandboxId: row.id, state: row.state }, "sandbox.lost");
   }
+  const finished = await snapshots.finishFlattens();
+  if (finished > 0) logger.info({ count: finished }, "recovery.flattens_finished");
   const swept = await snapshots.sweep();
   if (swept > 0) logger.info({ count: swept }, "recovery.snapshots_deleted");
   for (const entry of await readdir(layout.runDir).catch(() => [] as string[])) {

@@ -1,4 +1,4 @@
-import { chmod, rm } from "node:fs/promises";
+import { rm } from "node:fs/promises";
 import type { Catalog, SnapshotRow } from "../catalog/index.js";
 import type { Logger } from "../shared/index.js";
 import type { SnapshotTiming, Vm, VmmDriver } from "../vmm/index.js";
@@ -8,7 +8,7 @@ import { SerialLock } from "./serial-lock.js";
 
 export interface SnapshotStoreOptions {
   readonly catalog: Catalog;
-  readonly driver: Pick<VmmDriver, "flattenDisk">;
+  readonly driver: Pick<VmmDriver, "flattenDisk" | "finishFlatten">;
   readonly layout: StateLayout;
   /** GuestArtifacts fingerprint recorded with every capture. */
   readonly imagesFingerprint: string;
@@ -71,7 +71,6 @@ export class SnapshotStore {
     let timing: SnapshotTiming;
     try {
       timing = await vm.snapshot(dir, { resume: input.resume });
-      await chmod(dir, 0o755);
     } catch (err) {
       await rm(dir, { recursive: true, force: true });
       throw err;
@@ -85,6 +84,7 @@ export class SnapshotStore {
       names: input.names ?? [],
       imagesFingerprint: this.#o.imagesFingerprint,
       createdAt: new Date().toISOString(),
+      files: timing.files,
     });
     this.#queueFlatten(id);
     return { id, timing };
@@ -131,6 +131,19 @@ export class SnapshotStore {
     return deleted;
   }
 
+  /**
+   * At start: finishes or drops flattens a crash interrupted (see VmmDriver.finishFlatten);
+   * returns how many it finished.
+   */
+  async finishFlattens(): Promise<number> {
+    let finished = 0;
+    for (const row of await this.#o.catalog.listSnapshots()) {
+      const meta = row.files?.find((f) => f.name === "meta.json")?.sha256;
+      if (await this.#o.driver.finishFlatten(row.dir, meta)) finished += 1;
+    }
+    return finished;
+  }
+
   /** Waits for the flatten in progress and deletes the layers waiting to be retired. */
   async close(): Promise<void> {
     await this.#flattens;
@@ -167,11 +180,17 @@ export class SnapshotStore {
     const started = performance.now();
     this.#flattening = id;
     try {
-      await this.#o.driver.flattenDisk(snapshot.dir, anchor.dir);
-      await this.#graph.run("graph", async () => {
+      const plan = await this.#o.driver.flattenDisk(snapshot.dir, anchor.dir);
+      // Recorded before the files are swapped: a crash in between is finished at the next
+      // start (recovery), never left with files the record does not match.
+      const recorded = await this.#graph.run("graph", async () => {
         const current = await catalog.getSnapshot(id);
-        if (current) await catalog.putSnapshot({ ...current, parentId: anchor.id });
+        if (current)
+          await catalog.putSnapshot({ ...current, parentId: anchor.id, files: plan.files });
+        return current !== undefined;
       });
+      if (recorded) await plan.commit();
+      else await plan.discard();
       this.#o.logger.info(
         {
           snapshotId: id,

@@ -1,4 +1,3 @@
-import { readFile } from "node:fs/promises";
 import type { Catalog } from "../catalog/index.js";
 import type { GuestAgent } from "./guest-agent.js";
 import type { LiveSandbox } from "./live-sandbox.js";
@@ -53,7 +52,7 @@ export async function sandboxLogs(
   }));
   if (live.vm) {
     // The serial console has no timestamps of its own: its lines carry the time of reading.
-    const console = await readFile(live.vm.consoleLog, "utf8").catch(() => "");
+    const console = live.vm.consoleTail();
     const at = new Date();
     for (const line of console.split("\n").slice(-CONSOLE_TAIL_LINES)) {
       if (line.trim())

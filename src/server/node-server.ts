@@ -1,12 +1,13 @@
+import { writeFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import type { Duplex } from "node:stream";
 import pino, { type Logger } from "pino";
 import { createApi } from "../api/index.js";
 import { registryImages, TemplateBuilds } from "../builds/index.js";
 import { SqliteCatalog } from "../catalog/index.js";
-import { ensureHostSetup, ensureVmmUser } from "../images/index.js";
+import { ensureHostSetup } from "../images/index.js";
 import { NetnsSlotPool, slotNamesFor } from "../network/index.js";
 import {
   EnvdClient,
@@ -17,7 +18,15 @@ import {
 } from "../orchestrator/index.js";
 import { SandboxProxy } from "../proxy/index.js";
 import { type Config, hostResources } from "../shared/config.js";
-import { chooseAccelerator, enableKsm, QemuDriver, qemuVersion } from "../vmm/qemu/index.js";
+import {
+  chooseAccelerator,
+  enableKsm,
+  QemuDriver,
+  qemuVersion,
+  startVmmWatchdog,
+  VmCgroups,
+  VmmIdentities,
+} from "../vmm/qemu/index.js";
 import { loadApiKeys } from "./api-keys.js";
 import { LateBound } from "./late-bound.js";
 
@@ -86,6 +95,7 @@ export async function startNodeServer(
   log.info({ url, dataDir: config.dataDir }, "server.listening");
 
   let orchestrator: Orchestrator | undefined;
+  let watchdog: ReturnType<typeof startVmmWatchdog> | undefined;
   const ready = (async () => {
     const images = await ensureHostSetup({ dataDir: config.dataDir, imagesDir: config.imagesDir });
     status = { phase: "starting", message: "choosing the accelerator" };
@@ -101,24 +111,37 @@ export async function startNodeServer(
       { accelerator: accel.accel, reason: accel.reason, source: accel.source, qemu: version },
       "server.accelerator",
     );
-    const vmmUser = await ensureVmmUser();
+    // The OOM killer takes a VM (VMM_OOM_SCORE_ADJ) long before the server supervising them.
+    await writeFile("/proc/self/oom_score_adj", "-500").catch((err: unknown) =>
+      log.warn({ err }, "server.oom_score_unchanged"),
+    );
     if (config.ksm === "on") await enableKsm();
+    const cgroups = VmCgroups.detect(`${config.networkPrefix}-vms`);
+    if (cgroups) {
+      const killed = await cgroups.sweep();
+      if (killed > 0) log.warn({ count: killed }, "server.vmm_killed");
+      watchdog = startVmmWatchdog(cgroups);
+    } else log.warn("server.no_cgroups: VMs run without cgroup limits");
+    const catalog = await SqliteCatalog.open(layout.catalog);
     const driver = new QemuDriver({
       accel: accel.accel,
       qemuVersion: version,
-      runAs: vmmUser,
+      identities: new VmmIdentities(config.vmmUidBase, config.vmmUidCount),
+      cgroups,
       tcgCacheMiB: config.tcgCacheMiB,
       guestAslr: config.guestAslr === "auto" ? undefined : config.guestAslr === "on",
       mergeMemory: config.ksm === "on",
+      sealedFiles: async (dir) => {
+        const row = await catalog.getSnapshot(basename(dir));
+        return row?.dir === dir ? row.files : undefined;
+      },
     });
     const slots = new NetnsSlotPool({
       size: config.slotPoolSize,
       baseCidr: config.networkCidr,
       ...slotNamesFor(config.networkPrefix),
-      tapOwner: { uid: vmmUser.uid, gid: vmmUser.gid },
       logger: root.child({ component: "network" }),
     });
-    const catalog = await SqliteCatalog.open(layout.catalog);
     const host = hostResources();
     orchestrator = new Orchestrator({
       catalog,
@@ -188,6 +211,7 @@ export async function startNodeServer(
       await ready.catch(() => {});
       await builds?.close();
       await orchestrator?.close();
+      watchdog?.stop();
       await api.close();
       log.info("server.closed");
     },

@@ -134,6 +134,20 @@ const SETTINGS = {
     parse: num(0.1),
     expects: "a number ≥ 0.1",
   },
+  vmmUidBase: {
+    env: "WARREN_VMM_UID_BASE",
+    doc: "First uid (and gid) of the range VMMs run as, one of its own per running VM (QEMU drops root for it and chroots into its runtime directory). The range must be unused on the host: no account or file may own these ids.",
+    default: () => 1_500_000_000,
+    parse: int(1000),
+    expects: "an integer ≥ 1000",
+  },
+  vmmUidCount: {
+    env: "WARREN_VMM_UID_COUNT",
+    doc: "How many uids the VMM range holds: at most this many VMs (sandboxes, warm VMMs, build VMs) run at once.",
+    default: () => 65_536,
+    parse: int(16),
+    expects: "an integer ≥ 16",
+  },
   templateVcpus: {
     env: "WARREN_TEMPLATE_VCPUS",
     doc: "vCPUs of the built-in base template (E2B's has 2; under TCG each vCPU is one more host thread on the same cores).",

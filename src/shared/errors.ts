@@ -76,6 +76,10 @@ export const ERROR_REASONS = {
     kind: "conflict",
     doc: "The snapshot was taken on another accelerator, CPU model, kernel, machine shape or format: it cannot be restored on this node.",
   },
+  snapshot_tampered: {
+    kind: "internal",
+    doc: "A snapshot's files no longer match the checksums recorded when it was captured (changed or missing on disk): it is never restored. The server's log names the file.",
+  },
   capacity_exhausted: {
     kind: "resource_exhausted",
     doc: "The node is at its limit of sandboxes, vCPUs or guest memory: retry after Retry-After, or kill sandboxes.",

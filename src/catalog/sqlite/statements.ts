@@ -93,8 +93,9 @@ export function prepareStatements(db: Database.Database) {
     deleteTag: q("DELETE FROM template_tags WHERE template_id = @templateId AND tag = @tag"),
     putSnapshot: q(`
         INSERT OR REPLACE INTO snapshots
-          (id, dir, sandbox_id, parent_id, kind, names, images_fingerprint, created_at)
-        VALUES (@id, @dir, @sandboxId, @parentId, @kind, @names, @imagesFingerprint, @createdAt)`),
+          (id, dir, sandbox_id, parent_id, kind, names, images_fingerprint, created_at, files)
+        VALUES (@id, @dir, @sandboxId, @parentId, @kind, @names, @imagesFingerprint, @createdAt,
+          @files)`),
     getSnapshot: q<SnapshotRecord>("SELECT * FROM snapshots WHERE id = ?"),
     listSnapshots: q<SnapshotRecord>(`
         SELECT * FROM snapshots
