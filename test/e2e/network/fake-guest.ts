@@ -64,6 +64,15 @@ export class FakeGuest {
     }
   }
 
+  /**
+   * Kills the fake guest as a VMM kill would: its side of the tap goes first, so the
+   * guest's connections are never closed on the wire (their peers still track them).
+   */
+  async kill(): Promise<void> {
+    await stopPump(this.#pump);
+    await this.close();
+  }
+
   /** Powers the fake guest off: its programs, its side of the tap, its namespace. */
   async close(): Promise<void> {
     await this.agent.close();
