@@ -60,46 +60,48 @@ test("a guest reaches the internet through the fake host, as through a real one"
   });
 });
 
-test("no policy opens another slot, the LAN, link-local or the cloud metadata address", async () => {
-  const never = [
-    metadata,
+/** The widest policies: every one of the refused addresses named, one by one or as a block. */
+const WIDEST = [
+  policy({ allowOut: ["0.0.0.0/0"] }),
+  policy({ allowInternet: false, allowOut: ["0.0.0.0/1", "128.0.0.0/1"] }),
+];
+
+test("no policy opens link-local or the cloud metadata address", async () => {
+  const named = policy({ allowOut: ["0.0.0.0/0", `${metadata}/32`, "169.254.0.0/16"] });
+  for (const p of [policy({}), ...WIDEST, named]) {
+    await host.setPolicy(slotA, p);
+    assert.deepEqual(await reachable([public1, metadata]), [public1], JSON.stringify(p));
+  }
+});
+
+test("no policy opens another slot or the host's own addresses", async () => {
+  const named = policy({
+    allowOut: ["0.0.0.0/0", runEnv().networkCidr, FAKEHOST.hostAddress, FAKEHOST.sideHostAddress],
+  });
+  const refused = [
     slotB.hostAddress,
     slotB.hostVethAddress,
+    slotA.hostVethAddress,
     FAKEHOST.hostAddress,
     FAKEHOST.sideHostAddress,
   ];
-  const lan = [router, lan1, side1];
-  const widest = [
-    policy({}),
-    policy({ allowOut: ["0.0.0.0/0"] }),
-    // Every one of them named, one by one or as a block: still refused.
-    policy({ allowOut: ["0.0.0.0/0", `${metadata}/32`, "169.254.0.0/16", runEnv().networkCidr] }),
-  ];
-  for (const p of widest) {
+  for (const p of [policy({}), ...WIDEST, named]) {
     await host.setPolicy(slotA, p);
-    assert.deepEqual(
-      await reachable([public1, ...never, ...lan, private1]),
-      [public1],
-      JSON.stringify(p),
-    );
+    assert.deepEqual(await reachable([public1, ...refused]), [public1], JSON.stringify(p));
   }
-  // A LAN host or a private address opens to an allowOut entry that names it, and only so.
-  await host.setPolicy(slotA, policy({ allowOut: [lan1, private1, metadata] }));
-  assert.deepEqual(await reachable([metadata, router, lan1, private1]), [lan1, private1]);
+});
+
+test("the host's networks (LANs, whatever their addresses) and private ranges open only to an allowOut entry naming them", async () => {
+  const lan = [router, lan1, side1];
+  for (const p of [policy({}), ...WIDEST]) {
+    await host.setPolicy(slotA, p);
+    assert.deepEqual(await reachable([public1, ...lan, private1]), [public1], JSON.stringify(p));
+  }
+  await host.setPolicy(slotA, policy({ allowInternet: false, allowOut: [lan1, private1] }));
+  assert.deepEqual(await reachable([public1, router, lan1, side1, private1]), [lan1, private1]);
 });
 
 test("the fake host forwards between none of its own networks once a pool runs on it", async () => {
-  // The pool turned forwarding on where its slots need it (their veths, and the LAN for
-  // replies, guarded), not globally.
-  assert.equal(await host.sysctl("net/ipv4/ip_forward"), "0");
-  assert.equal(await host.sysctl(`net/ipv4/conf/${FAKEHOST.sideInterface}/forwarding`), "0");
-  assert.equal(await host.sysctl(`net/ipv4/conf/${FAKEHOST.lanInterface}/forwarding`), "1");
-  assert.ok(
-    (await host.forwardRules()).some(
-      (r) => r.includes(`-i ${FAKEHOST.lanInterface} `) && r.includes("warren-forwarding"),
-    ),
-    "no forwarding guard on the LAN interface",
-  );
   // LAN → side network, side network → LAN and the internet: not routed.
   for (const [from, to] of [
     [host.world, side1],
@@ -113,4 +115,15 @@ test("the fake host forwards between none of its own networks once a pool runs o
   // Meanwhile the slots' own traffic is.
   await host.setPolicy(slotA, policy({}));
   assert.deepEqual(await reachable([public1]), [public1]);
+  // The pool turned forwarding on where its slots need it (their veths, and the LAN for
+  // replies, guarded), not for the whole host.
+  assert.equal(await host.sysctl("net/ipv4/ip_forward"), "0");
+  assert.equal(await host.sysctl(`net/ipv4/conf/${FAKEHOST.sideInterface}/forwarding`), "0");
+  assert.equal(await host.sysctl(`net/ipv4/conf/${FAKEHOST.lanInterface}/forwarding`), "1");
+  assert.ok(
+    (await host.forwardRules()).some(
+      (r) => r.includes(`-i ${FAKEHOST.lanInterface} `) && r.includes("warren-forwarding"),
+    ),
+    "no forwarding guard on the LAN interface",
+  );
 });
