@@ -9,6 +9,7 @@ export const HOST_PACKAGES: readonly string[] = [
   "tini", // tini-static: PID 1 in the guest
   "iptables", // network slots: NAT and egress rules
   "iproute2", // network slots: netns, veth, tap
+  "conntrack", // network slots: a reused slot forgets its last tenant's connections
   "e2fsprogs", // mkfs.ext4 -d: images without loop mounts
   "kmod", // depmod: module dependencies of the guest kernel
   "xz-utils", // compressed kernel modules, if a kernel ships them so
