@@ -154,6 +154,7 @@ export async function startNodeServer(
         maxSandboxes: config.maxSandboxes,
         maxVcpus: Math.floor(host.cpus * config.vcpuOvercommit),
         maxMemoryMiB: Math.floor(host.memoryMiB * config.memoryOvercommit),
+        memoryReserveMiB: config.memoryReserveMiB,
       },
       templateShape: { vcpus: config.templateVcpus, memoryMiB: config.templateMemoryMiB },
       defaultTimeoutMs: config.defaultTimeoutMs,

@@ -148,6 +148,13 @@ const SETTINGS = {
     parse: int(16),
     expects: "an integer ≥ 16",
   },
+  memoryReserveMiB: {
+    env: "WARREN_MEMORY_RESERVE_MIB",
+    doc: "Host memory (MemAvailable) no new VM may eat into: below it plus a VMM's start-up need, creates, resumes and forks get 429 memory_pressure instead of the host running out. 0 turns the check off.",
+    default: () => 1_024,
+    parse: int(0),
+    expects: "a non-negative integer (MiB)",
+  },
   templateVcpus: {
     env: "WARREN_TEMPLATE_VCPUS",
     doc: "vCPUs of the built-in base template (E2B's has 2; under TCG each vCPU is one more host thread on the same cores).",

@@ -84,6 +84,10 @@ export const ERROR_REASONS = {
     kind: "resource_exhausted",
     doc: "The node is at its limit of sandboxes, vCPUs or guest memory: retry after Retry-After, or kill sandboxes.",
   },
+  memory_pressure: {
+    kind: "resource_exhausted",
+    doc: "The host's available memory is down to its reserve (WARREN_MEMORY_RESERVE_MIB): no VM is started until some is freed. Retry after Retry-After, or kill sandboxes.",
+  },
   network_exhausted: {
     kind: "resource_exhausted",
     doc: "Every network slot of the node is in use: retry later.",
