@@ -20,21 +20,20 @@ export async function flushNamespaceConntrack(
  * whole block.
  */
 export async function flushHostConntrack(run: CommandRunner, cidr: string): Promise<void> {
-  const results = await Promise.allSettled([
-    deleteEntries(run, "--orig-src", cidr),
-    deleteEntries(run, "--orig-dst", cidr),
-  ]);
-  const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
-  if (failed) throw failed.reason;
+  // One after the other: a flow from and to the block matches both, and the second delete
+  // would find it gone.
+  await deleteEntries(run, "--orig-src", cidr);
+  await deleteEntries(run, "--orig-dst", cidr);
 }
 
 async function deleteEntries(run: CommandRunner, match: string, cidr: string): Promise<void> {
   try {
     await run("conntrack", ["-D", match, cidr]);
   } catch (err) {
-    // Exit 1 with "0 flow entries have been deleted": there was nothing to forget.
-    if (err instanceof NetworkError && err.exitCode === 1 && /\b0 flow entries/.test(err.stderr))
-      return;
+    // Exit 1 with "0 flow entries have been deleted": there was nothing to forget; "such
+    // conntrack doesn't exist": an entry it listed ended (or someone else deleted it) first.
+    const nothingLeft = /\b0 flow entries|such conntrack doesn't exist/;
+    if (err instanceof NetworkError && err.exitCode === 1 && nothingLeft.test(err.stderr)) return;
     throw err;
   }
 }

@@ -87,7 +87,7 @@ const SETTINGS = {
   },
   imagesDir: {
     env: "WARREN_IMAGES_DIR",
-    doc: "Guest images (kernel, initramfs, agent drive, base rootfs) and their build cache, built by the host setup; unset: <data dir>/images. Must be readable by the warren-vmm account.",
+    doc: "Guest images (kernel, initramfs, agent drive, base rootfs) and their build cache, built by the host setup; unset: <data dir>/images.",
     default: (): string | undefined => undefined,
     parse: str,
     expects: "a path",
@@ -227,7 +227,7 @@ const SETTINGS = {
   },
   guestAslr: {
     env: "WARREN_GUEST_ASLR",
-    doc: "Address-space randomization inside guests: on, off, or auto (off under TCG, whose QEMU 7.2 retranslates every program run at new random addresses: commands ~3× slower; on under KVM). A change rebuilds the base template.",
+    doc: "Address-space randomization inside guests: on, off, or auto (off under TCG, whose translator retranslates every program run at new random addresses: commands ~3× slower; on under KVM). A change rebuilds the base template.",
     default: () => "auto" as const,
     parse: oneOf("auto", "on", "off"),
     expects: "auto, on or off",

@@ -58,7 +58,7 @@ export interface KernelOptions {
   /** The root disk is larger than its image: the guest's init grows the filesystem. */
   readonly growRoot?: boolean;
   /**
-   * Address-space layout randomization in the guest (default: on). QEMU 7.2's TCG keys
+   * Address-space layout randomization in the guest (default: on). QEMU's TCG (7.2 to 10.0) keys
    * translated code by virtual address, so under TCG every exec at fresh random addresses
    * retranslates its whole program (~7 MiB of code and ~200 ms of CPU per command here).
    */
