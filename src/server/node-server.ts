@@ -18,12 +18,13 @@ import {
 import { SandboxProxy } from "../proxy/index.js";
 import { type Config, hostResources } from "../shared/config.js";
 import { chooseAccelerator, enableKsm, QemuDriver, qemuVersion } from "../vmm/qemu/index.js";
-import { loadApiKeys } from "./api-keys.js";
+import { LiveApiKeys, loadApiKeys } from "./api-keys.js";
 import { LateBound } from "./late-bound.js";
 
 export interface NodeServer {
   /** Where it listens, e.g. http://127.0.0.1:3000. */
   readonly url: string;
+  /** The keys accepted now (the key file is re-read when it changes). */
   readonly apiKeys: ReadonlySet<string>;
   /** Settles when the orchestrator is ready (or rejects when starting failed). */
   readonly ready: Promise<void>;
@@ -45,11 +46,13 @@ export async function startNodeServer(
   const log = root.child({ component: "server" });
   const layout = stateLayout(config.dataDir);
   await ensureLayout(layout);
-  const { keys, file: keyFile, generated } = await loadApiKeys(layout.secretsDir, config.apiKeys);
-  if (generated) {
+  const loaded = await loadApiKeys(layout.secretsDir, config.apiKeys);
+  if (loaded.generated) {
     // Printed once, on the start that created it; afterwards it is only in the file.
-    process.stderr.write(`\nWarren API key (stored in ${keyFile}):\n  ${generated}\n\n`);
+    process.stderr.write(`\nWarren API key (stored in ${loaded.file}):\n  ${loaded.generated}\n\n`);
   }
+  // Edits to the key file apply without a restart: removing a key revokes it.
+  const apiKeys = new LiveApiKeys(loaded, config.apiKeys, { logger: log });
 
   let status: ServerStatus = { phase: "starting", message: "setting the host up" };
   const late = new LateBound(() => status);
@@ -63,7 +66,7 @@ export async function startNodeServer(
   const api = createApi({
     service: late,
     builds: () => builds,
-    apiKeys: () => keys,
+    apiKeys: () => apiKeys.keys,
     domain: config.domain ?? null,
     defaultTimeoutMs: config.defaultTimeoutMs,
     maxTimeoutMs: config.maxTimeoutMs,
@@ -180,7 +183,9 @@ export async function startNodeServer(
 
   return {
     url,
-    apiKeys: keys,
+    get apiKeys() {
+      return apiKeys.keys;
+    },
     ready,
     logger: log,
     async close() {
@@ -189,6 +194,7 @@ export async function startNodeServer(
       await builds?.close();
       await orchestrator?.close();
       await api.close();
+      apiKeys.close();
       log.info("server.closed");
     },
   };
