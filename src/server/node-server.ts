@@ -19,6 +19,7 @@ import { SandboxProxy } from "../proxy/index.js";
 import { type Config, hostResources } from "../shared/config.js";
 import { chooseAccelerator, enableKsm, QemuDriver, qemuVersion } from "../vmm/qemu/index.js";
 import { LiveApiKeys, loadApiKeys } from "./api-keys.js";
+import { type KilledPurge, startKilledPurge } from "./killed-purge.js";
 import { LateBound } from "./late-bound.js";
 
 export interface NodeServer {
@@ -89,6 +90,7 @@ export async function startNodeServer(
   log.info({ url, dataDir: config.dataDir }, "server.listening");
 
   let orchestrator: Orchestrator | undefined;
+  let killedPurge: KilledPurge | undefined;
   const ready = (async () => {
     const images = await ensureHostSetup({ dataDir: config.dataDir, imagesDir: config.imagesDir });
     status = { phase: "starting", message: "choosing the accelerator" };
@@ -152,6 +154,10 @@ export async function startNodeServer(
     });
     status = { phase: "starting", message: "preparing the base template" };
     await orchestrator.start();
+    killedPurge = startKilledPurge(catalog, {
+      retentionMs: config.killedRetentionMs,
+      logger: root.child({ component: "catalog" }),
+    });
     const templateBuilds = new TemplateBuilds({
       catalog,
       host: orchestrator,
@@ -192,6 +198,7 @@ export async function startNodeServer(
       proxy.close(); // open streams would hold the HTTP server open
       await ready.catch(() => {});
       await builds?.close();
+      await killedPurge?.stop(); // before the orchestrator closes the catalog
       await orchestrator?.close();
       await api.close();
       apiKeys.close();
