@@ -15,7 +15,7 @@ export function fuzzParameters(t: TestContext, defaultRuns: number): fc.Paramete
   const runs = Number(process.env.WARREN_FUZZ_RUNS ?? defaultRuns);
   const seed = Number(process.env.WARREN_FUZZ_SEED ?? Math.floor(Math.random() * 2 ** 31));
   t.diagnostic(`fuzz seed ${seed} (replay: WARREN_FUZZ_SEED=${seed}), ${runs} runs`);
-  return { numRuns: runs, seed, endOnFailure: true };
+  return { numRuns: runs, seed, endOnFailure: true, includeErrorInReport: true };
 }
 
 /** Prints how many cases ran (SPEC.md quotes the counts), with the statuses they got. */
