@@ -27,12 +27,14 @@ import {
   VmCgroups,
   VmmIdentities,
 } from "../vmm/qemu/index.js";
-import { loadApiKeys } from "./api-keys.js";
+import { LiveApiKeys, loadApiKeys } from "./api-keys.js";
+import { type KilledPurge, startKilledPurge } from "./killed-purge.js";
 import { LateBound } from "./late-bound.js";
 
 export interface NodeServer {
   /** Where it listens, e.g. http://127.0.0.1:3000. */
   readonly url: string;
+  /** The keys accepted now (the key file is re-read when it changes). */
   readonly apiKeys: ReadonlySet<string>;
   /** Settles when the orchestrator is ready (or rejects when starting failed). */
   readonly ready: Promise<void>;
@@ -54,11 +56,13 @@ export async function startNodeServer(
   const log = root.child({ component: "server" });
   const layout = stateLayout(config.dataDir);
   await ensureLayout(layout);
-  const { keys, file: keyFile, generated } = await loadApiKeys(layout.secretsDir, config.apiKeys);
-  if (generated) {
+  const loaded = await loadApiKeys(layout.secretsDir, config.apiKeys);
+  if (loaded.generated) {
     // Printed once, on the start that created it; afterwards it is only in the file.
-    process.stderr.write(`\nWarren API key (stored in ${keyFile}):\n  ${generated}\n\n`);
+    process.stderr.write(`\nWarren API key (stored in ${loaded.file}):\n  ${loaded.generated}\n\n`);
   }
+  // Edits to the key file apply without a restart: removing a key revokes it.
+  const apiKeys = new LiveApiKeys(loaded, config.apiKeys, { logger: log });
 
   let status: ServerStatus = { phase: "starting", message: "setting the host up" };
   const late = new LateBound(() => status);
@@ -72,7 +76,7 @@ export async function startNodeServer(
   const api = createApi({
     service: late,
     builds: () => builds,
-    apiKeys: () => keys,
+    apiKeys: () => apiKeys.keys,
     domain: config.domain ?? null,
     defaultTimeoutMs: config.defaultTimeoutMs,
     maxTimeoutMs: config.maxTimeoutMs,
@@ -96,6 +100,7 @@ export async function startNodeServer(
 
   let orchestrator: Orchestrator | undefined;
   let watchdog: ReturnType<typeof startVmmWatchdog> | undefined;
+  let killedPurge: KilledPurge | undefined;
   const ready = (async () => {
     const images = await ensureHostSetup({ dataDir: config.dataDir, imagesDir: config.imagesDir });
     status = { phase: "starting", message: "choosing the accelerator" };
@@ -173,6 +178,10 @@ export async function startNodeServer(
     });
     status = { phase: "starting", message: "preparing the base template" };
     await orchestrator.start();
+    killedPurge = startKilledPurge(catalog, {
+      retentionMs: config.killedRetentionMs,
+      logger: root.child({ component: "catalog" }),
+    });
     const templateBuilds = new TemplateBuilds({
       catalog,
       host: orchestrator,
@@ -204,16 +213,20 @@ export async function startNodeServer(
 
   return {
     url,
-    apiKeys: keys,
+    get apiKeys() {
+      return apiKeys.keys;
+    },
     ready,
     logger: log,
     async close() {
       proxy.close(); // open streams would hold the HTTP server open
       await ready.catch(() => {});
       await builds?.close();
+      await killedPurge?.stop(); // before the orchestrator closes the catalog
       await orchestrator?.close();
       watchdog?.stop();
       await api.close();
+      apiKeys.close();
       log.info("server.closed");
     },
   };

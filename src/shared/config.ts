@@ -183,6 +183,13 @@ const SETTINGS = {
     parse: int(1_000),
     expects: "milliseconds ≥ 1000",
   },
+  killedRetentionMs: {
+    env: "WARREN_KILLED_RETENTION_MS",
+    doc: "How long a killed sandbox's env vars and access tokens stay in the catalog after the kill (0: until the next sweep). Swept at start and every retention (1 min to 1 h apart); the row itself stays, as its history, and so does the envd token of a sandbox a snapshot was taken of (creates from the snapshot need it).",
+    default: () => 86_400_000,
+    parse: int(0),
+    expects: "milliseconds ≥ 0",
+  },
   maxConcurrentStarts: {
     env: "WARREN_MAX_CONCURRENT_STARTS",
     doc: "VMs brought up (restore and /init) at once; more creates, resumes and fork children queue. 0: twice the host's CPUs.",

@@ -190,6 +190,8 @@ const ERRNO_KINDS: Record<string, ErrorKind> = {
   EACCES: "permission_denied",
   EPERM: "permission_denied",
   EEXIST: "already_exists",
+  // A mount point or the root: in use, not the server's failure.
+  EBUSY: "conflict",
   ENOTEMPTY: "already_exists",
   ENOTDIR: "invalid_argument",
   EISDIR: "invalid_argument",

@@ -33,6 +33,9 @@ function stringMap(value: unknown, field: string): Record<string, string> {
   for (const [key, v] of Object.entries(value)) {
     if (typeof v !== "string")
       throw new WarrenError("invalid_argument", `${field}.${key} must be a string`);
+    // Accepted, it would make every later process start fail (execve takes C strings).
+    if (key.includes("\0") || v.includes("\0"))
+      throw new WarrenError("invalid_argument", `${field}.${key} contains a NUL byte`);
   }
   return value as Record<string, string>;
 }
