@@ -3,7 +3,11 @@ import { join } from "node:path";
 import type { SnapshotMeta } from "../driver.js";
 import { SnapshotMismatchError, VmmError } from "../errors.js";
 
-export const SNAPSHOT_FORMAT_VERSION = 2;
+/**
+ * Bumped when a capture no longer fits the VMs Warren starts: 3 added the virtio-rng device,
+ * and a device state saved without it would load into a machine with other transports.
+ */
+export const SNAPSHOT_FORMAT_VERSION = 3;
 export const META_FILE = "meta.json";
 export const MEMORY_FILE = "memory.img";
 export const MEMORY_DIFF_FILE = "memory.diff";
