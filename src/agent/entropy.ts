@@ -33,7 +33,7 @@ export function parseSeed(value: unknown): Buffer | undefined {
 /**
  * The guest's seeder (envd `--guest`, as root): the kernel first, so that OpenSSL's reseed,
  * which draws from the kernel, gets the new state. A missing OpenSSL is not an error: envd
- * itself draws no randomness; only the kernel's pool is served to the sandbox's programs.
+ * itself draws no randomness, and the sandbox's programs draw theirs from the kernel.
  */
 export const seedGuestRandomness: EntropySeeder = (seed) => {
   try {

@@ -37,7 +37,7 @@
 #define PIT_CH0 0x40
 #define PIT_MODE 0x43
 
-/* Larger seeds add nothing: the kernel's pool hashes them down to 256 bits. */
+/* Larger seeds add nothing: the kernel hashes whatever it is given into a 256-bit pool. */
 #define MAX_SEED_BYTES 512
 
 /*
@@ -138,7 +138,8 @@ static napi_value reseed_openssl(napi_env env, napi_callback_info info) {
   unsigned char fresh[32];
   /* RAND_seed reseeds the primary DRBG from the OS (now rekeyed) plus these bytes as
    * additional input; the per-thread DRBGs see the primary's new reseed count and follow. */
-  if (RAND_seed != NULL && getrandom(fresh, sizeof fresh, GRND_NONBLOCK) == (ssize_t)sizeof fresh) {
+  if (RAND_seed != NULL &&
+      getrandom(fresh, sizeof fresh, GRND_NONBLOCK) == (ssize_t)sizeof fresh) {
     RAND_seed(fresh, (int)sizeof fresh);
     reseeded = true;
   }
