@@ -7,6 +7,7 @@ import { ACCESS_TOKEN_HEADER, requireAccessToken } from "./auth.js";
 import type { ClockSetter } from "./clock.js";
 import { errorInterceptor } from "./connect-errors.js";
 import { applyCors } from "./cors.js";
+import type { EntropySeeder } from "./entropy.js";
 import { createFilesystemService } from "./filesystem/filesystem-service.js";
 import { WatchRegistry } from "./filesystem/watch-registry.js";
 import { MetricsReader } from "./http/metrics.js";
@@ -20,6 +21,8 @@ export interface AgentOptions {
   readonly defaultUser?: string;
   /** Sets the system clock from /init's timestamp; only inside a guest. */
   readonly setClock?: ClockSetter;
+  /** Applies /init's random seed to the system; only inside a guest. */
+  readonly seedRandomness?: EntropySeeder;
 }
 
 export interface Agent {
@@ -42,6 +45,7 @@ export function createAgent(options: AgentOptions = {}): Agent {
     state,
     metrics: new MetricsReader(),
     setClock: options.setClock,
+    seedRandomness: options.seedRandomness,
   });
   const rpc = connectNodeAdapter({
     routes(router) {

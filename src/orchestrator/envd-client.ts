@@ -1,9 +1,15 @@
+import { randomBytes } from "node:crypto";
 import { request } from "node:http";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Filesystem } from "../protocol/gen/filesystem/filesystem_pb.js";
 import { Process } from "../protocol/gen/process/process_pb.js";
-import { ENVD_PORT, type EnvdInitRequest, type EnvdMetrics } from "../protocol/index.js";
+import {
+  ENVD_PORT,
+  type EnvdInitRequest,
+  type EnvdMetrics,
+  INIT_SEED_BYTES,
+} from "../protocol/index.js";
 import { WarrenError } from "../shared/index.js";
 import type { GuestAgent, InitOptions } from "./guest-agent.js";
 
@@ -63,12 +69,25 @@ function exchange(
 }
 
 /**
+ * One /init attempt's body: `body`, fresh random bytes for the guest's kernel (every VM
+ * restored from one snapshot starts with its siblings' random state), and when `stamped` the
+ * host's time.
+ */
+export function initAttempt(body: EnvdInitRequest, stamped: boolean): EnvdInitRequest {
+  return {
+    ...body,
+    seed: randomBytes(INIT_SEED_BYTES).toString("base64"),
+    ...(stamped && { timestamp: new Date().toISOString() }),
+  };
+}
+
+/**
  * POST /init until envd answers, as E2B's orchestrator does after every start and resume:
  * the sandbox is usable once it returns. A refused connection is retried every 5 ms; a
  * connection that was accepted is given the whole deadline to answer (when many guests
  * start at once on few cores, aborting slow answers would only start the work again).
  * `stamped` (default true) sends the host's time, which envd sets its clock to and orders
- * /inits by.
+ * /inits by. Every attempt carries a seed of its own (`initAttempt`).
  */
 async function initEnvd(host: string, body: EnvdInitRequest, options: InitOptions): Promise<void> {
   const deadline = performance.now() + options.deadlineMs;
@@ -78,10 +97,8 @@ async function initEnvd(host: string, body: EnvdInitRequest, options: InitOption
     const remainingMs = Math.round(deadline - performance.now());
     if (remainingMs <= 0) break;
     try {
-      const stamped =
-        options.stamped === false ? body : { ...body, timestamp: new Date().toISOString() };
       const reply = await exchange(host, "POST", "/init", {
-        body: stamped,
+        body: initAttempt(body, options.stamped !== false),
         token: options.token,
         timeoutMs: remainingMs,
       });

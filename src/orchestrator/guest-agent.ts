@@ -8,8 +8,9 @@ import type { EnvdInitRequest, EnvdMetrics } from "../protocol/index.js";
 export interface GuestAgent {
   /**
    * POST /init until envd answers, as E2B's orchestrator does after every start and resume:
-   * env vars, access token and clock. `token`: the one the guest's envd holds now. Fails at
-   * once when envd refuses, after `deadlineMs` when it never answers.
+   * env vars, access token, clock and a fresh random seed for the guest's kernel (a restored
+   * or forked guest starts with its siblings' random state). `token`: the one the guest's
+   * envd holds now. Fails at once when envd refuses, after `deadlineMs` when it never answers.
    */
   init(host: string, body: EnvdInitRequest, options: InitOptions): Promise<void>;
   /** Polls envd until it answers (a cold boot); fails early when `exited` settles. */

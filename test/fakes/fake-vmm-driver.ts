@@ -109,8 +109,8 @@ export class FakeVmmDriver implements VmmDriver {
   readonly flattened: { snapshotDir: string; ontoDir: string }[] = [];
   boots = 0;
   restores = 0;
-  /** What bootDrift reports for every snapshot (undefined: no drift). */
-  drift: string | undefined;
+  /** What bootDrift reports for every snapshot (undefined: no drift; an Error: thrown). */
+  drift: string | Error | undefined;
   #startGate: Gate | undefined;
   #snapshotFaults: ("error" | "crash")[] = [];
 
@@ -187,6 +187,7 @@ export class FakeVmmDriver implements VmmDriver {
   }
 
   async bootDrift(): Promise<string | undefined> {
+    if (this.drift instanceof Error) throw this.drift;
     return this.drift;
   }
 

@@ -48,7 +48,9 @@ describe("qemuArgs", () => {
     assert.match(value(args, "-machine")[0] ?? "", /^microvm,.*pit=on,pic=on.*ioapic2=off/);
     assert.deepEqual(value(args, "-object"), [
       "memory-backend-file,id=mem,size=512M,mem-path=/run/abc/memory.img,share=on",
+      "rng-builtin,id=rng0",
     ]);
+    assert.ok(value(args, "-device").includes("virtio-rng-device,rng=rng0"), "an entropy source");
     assert.deepEqual(value(args, "-smp"), ["2"]);
     assert.ok(
       value(args, "-drive").some((d) => d.startsWith("id=agent,") && d.includes("readonly=on")),

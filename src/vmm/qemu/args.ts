@@ -180,6 +180,13 @@ export function qemuArgs(input: QemuArgsInput): string[] {
     `id=agent,file=${spec.images.agentDrive},format=raw,if=none,readonly=on`,
     "-device",
     "virtio-blk-device,drive=agent",
+    // Host entropy for the guest's hwrng (docs/guest-boot.md); rng-builtin draws from QEMU's
+    // getrandom(), so a jailed QEMU needs no /dev/urandom. Before the NIC: a VM without one
+    // keeps the same transports.
+    "-object",
+    "rng-builtin,id=rng0",
+    "-device",
+    "virtio-rng-device,rng=rng0",
     ...netdev(spec),
     // The console goes to QEMU's stdout, whose tail the driver keeps (bounded) in memory.
     "-chardev",

@@ -4,6 +4,11 @@ import type { DiskBacking, SnapshotMeta } from "../driver.js";
 import { SnapshotMismatchError, VmmError } from "../errors.js";
 import type { DiskLayer } from "./args.js";
 
+/**
+ * Bumped when a capture no longer fits the VMs Warren starts: 3 added the virtio-rng device
+ * (a device state saved without it would load into a machine with other transports) and
+ * the disk's recorded backing (`diskBacking`), which restores pass QEMU explicitly.
+ */
 export const SNAPSHOT_FORMAT_VERSION = 3;
 export const META_FILE = "meta.json";
 export const MEMORY_FILE = "memory.img";
