@@ -43,6 +43,7 @@ export class SandboxVms {
     signal?: AbortSignal,
   ): Promise<Vm> {
     live.slot = warm.slot;
+    live.guestCalls = new AbortController();
     try {
       signal?.throwIfAborted();
       if (!sameEgressPolicy(warm.slot.policy, policy)) await warm.slot.setPolicy(policy);
@@ -67,6 +68,7 @@ export class SandboxVms {
       throw new WarrenError("internal", `snapshot ${snapshotId} is missing from the catalog`);
     }
     live.slot = await this.#o.slots.acquire(policy);
+    live.guestCalls = new AbortController();
     signal?.throwIfAborted();
     const spec = guestSpec({
       id: live.row.id,
@@ -96,9 +98,14 @@ export class SandboxVms {
     );
   }
 
-  /** Gives back what a running VM holds: VMM, slot, runtime dir, capacity. */
+  /**
+   * Gives back what a running VM holds: VMM, slot, runtime dir, capacity. Calls to its guest
+   * still in flight are aborted first: nothing waits on a guest that is going.
+   */
   async release(live: LiveSandbox): Promise<void> {
     const { vm, slot } = live;
+    live.guestCalls?.abort(new WarrenError("guest_unavailable", `sandbox ${live.row.id} stopped`));
+    live.guestCalls = undefined;
     live.vm = undefined;
     live.slot = undefined;
     const log = this.#o.logger;

@@ -16,7 +16,11 @@ export async function sampleMetrics(
   window: { start?: Date; end?: Date },
 ): Promise<SandboxMetric[]> {
   if (live.row.state === "running" && live.slot) {
-    const sample = await agent.metrics(live.slot.hostAddress, live.row.envdAccessToken);
+    const sample = await agent.metrics(
+      live.slot.hostAddress,
+      live.row.envdAccessToken,
+      live.guestCalls?.signal,
+    );
     live.metrics.push({
       timestamp: new Date(),
       cpuCount: sample.cpu_count,

@@ -69,6 +69,8 @@ export async function startNodeServer(
   const proxy = new SandboxProxy({
     router: late,
     domain: config.domain,
+    idleTimeoutMs: config.proxyIdleTimeoutMs,
+    headTimeoutMs: config.proxyHeadTimeoutMs,
     logger: root.child({ component: "proxy" }),
   });
   let http: Server | undefined;

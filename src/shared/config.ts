@@ -113,6 +113,20 @@ const SETTINGS = {
     parse: str,
     expects: "a domain name",
   },
+  proxyIdleTimeoutMs: {
+    env: "WARREN_PROXY_IDLE_TIMEOUT_MS",
+    doc: "Sandbox proxy: an exchange with a sandbox's port with no bytes either way for this long is cut (504 before a response), and idle pooled connections are closed.",
+    default: () => 620_000,
+    parse: int(1_000),
+    expects: "milliseconds ≥ 1000",
+  },
+  proxyHeadTimeoutMs: {
+    env: "WARREN_PROXY_HEAD_TIMEOUT_MS",
+    doc: "Sandbox proxy: longest a sandbox's server may take to send a whole response head after the request's last byte (504 past it), however it trickles it.",
+    default: () => 620_000,
+    parse: int(1_000),
+    expects: "milliseconds ≥ 1000",
+  },
   maxSandboxes: {
     env: "WARREN_MAX_SANDBOXES",
     doc: "Most sandboxes running (or starting) at once on this node.",

@@ -106,7 +106,11 @@ export const ERROR_REASONS = {
   },
   guest_unavailable: {
     kind: "unavailable",
-    doc: "The sandbox's agent (envd) did not answer, e.g. for metrics: retry.",
+    doc: "The sandbox's agent (envd) did not answer, or not in time (every call to a guest is bounded in time), e.g. for metrics: retry.",
+  },
+  guest_reply_invalid: {
+    kind: "internal",
+    doc: "The sandbox's agent (envd) sent a reply past Warren's limits (head or body too large) or malformed. A guest's root user can replace its agent: the message names the limit.",
   },
   vmm_failed: {
     kind: "internal",
