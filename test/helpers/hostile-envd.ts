@@ -18,9 +18,11 @@
  * - `connect-huge-message`  a Connect stream whose first message claims 1 GiB
  *   (both on the process service only; the rest answers as `healthy`)
  */
+import assert from "node:assert/strict";
 import { createServer, type Server, type Socket } from "node:net";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { processPb } from "../../src/protocol/index.js";
+import { WarrenError } from "../../src/shared/index.js";
 
 export type HostileMode =
   | "healthy"
@@ -309,4 +311,24 @@ function dataEvent(json: boolean): Buffer {
     event: { event: { case: "data", value: { output: { case: "stdout", value: output } } } },
   });
   return envelope(Buffer.from(toBinary(processPb.StartResponseSchema, message)));
+}
+
+/** Runs `call`, expects it to fail within `withinMs` with `reason`; returns the error. */
+export async function failsWithin(
+  withinMs: number,
+  reason: string | undefined,
+  call: () => Promise<unknown>,
+): Promise<Error> {
+  const started = performance.now();
+  const err = await call().then(
+    () => assert.fail("the call succeeded against a hostile guest"),
+    (e: unknown) => e as Error,
+  );
+  const tookMs = performance.now() - started;
+  assert.ok(tookMs < withinMs, `failed after ${Math.round(tookMs)} ms, bound ${withinMs} ms`);
+  if (reason !== undefined) {
+    assert.ok(err instanceof WarrenError, `a WarrenError, got ${err}`);
+    assert.equal(err.reason, reason, err.message);
+  }
+  return err;
 }

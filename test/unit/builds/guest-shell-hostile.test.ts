@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { describe, it, type TestContext } from "node:test";
 import { GuestShell } from "../../../src/builds/guest-shell.js";
 import { WarrenError } from "../../../src/shared/index.js";
-import { HostileEnvd, type HostileMode } from "../../helpers/hostile-envd.js";
+import { failsWithin, HostileEnvd, type HostileMode } from "../../helpers/hostile-envd.js";
 
 const SLACK_MS = 1_500;
 const ROOT = { user: "root", envVars: {} };
@@ -21,17 +21,6 @@ async function shellTo(t: TestContext, mode: HostileMode, intervalMs?: number) {
   return { envd, shell };
 }
 
-async function failsWithin(withinMs: number, call: () => Promise<unknown>): Promise<Error> {
-  const started = performance.now();
-  const err = await call().then(
-    () => assert.fail("the call succeeded against a hostile guest"),
-    (e: unknown) => e as Error,
-  );
-  const tookMs = performance.now() - started;
-  assert.ok(tookMs < withinMs, `failed after ${Math.round(tookMs)} ms, bound ${withinMs} ms`);
-  return err;
-}
-
 function isReason(err: Error, reason: string): void {
   assert.ok(err instanceof WarrenError, `a WarrenError, got ${err}`);
   assert.equal(err.reason, reason, err.message);
@@ -41,7 +30,7 @@ describe("GuestShell against a hostile envd", () => {
   it("a step whose output never ends fails at the step timeout, its output bounded", async (t) => {
     const { envd, shell } = await shellTo(t, "connect-endless");
     const lines: string[] = [];
-    const err = await failsWithin(800 + SLACK_MS, () =>
+    const err = await failsWithin(800 + SLACK_MS, undefined, () =>
       shell.run("yes", ROOT, { timeoutMs: 800, onLine: (line) => lines.push(line) }),
     );
     isReason(err, "guest_unavailable");
@@ -54,7 +43,9 @@ describe("GuestShell against a hostile envd", () => {
 
   it("a step whose output stream claims a 1 GiB message fails at once", async (t) => {
     const { envd, shell } = await shellTo(t, "connect-huge-message");
-    const err = await failsWithin(SLACK_MS, () => shell.run("true", ROOT, { timeoutMs: 60_000 }));
+    const err = await failsWithin(SLACK_MS, undefined, () =>
+      shell.run("true", ROOT, { timeoutMs: 60_000 }),
+    );
     assert.match(err.message, /larger than configured readMaxBytes/);
     await envd.allClosed();
     assert.ok(envd.bytesSent < 32 * 1024 * 1024, `${envd.bytesSent} bytes sent`);
@@ -62,7 +53,7 @@ describe("GuestShell against a hostile envd", () => {
 
   it("a step against an envd that never answers fails at the step timeout", async (t) => {
     const { envd, shell } = await shellTo(t, "silent");
-    const err = await failsWithin(500 + SLACK_MS, () =>
+    const err = await failsWithin(500 + SLACK_MS, undefined, () =>
       shell.run("true", ROOT, { timeoutMs: 500 }),
     );
     isReason(err, "guest_unavailable");
@@ -73,7 +64,7 @@ describe("GuestShell against a hostile envd", () => {
     const { envd, shell } = await shellTo(t, "connect-endless");
     const cancel = new AbortController();
     setTimeout(() => cancel.abort(new Error("cancelled")), 200);
-    await failsWithin(200 + 500, () =>
+    await failsWithin(200 + 500, undefined, () =>
       shell.run("yes", ROOT, { timeoutMs: 3_600_000, signal: cancel.signal }),
     );
     await envd.allClosed();
@@ -81,7 +72,7 @@ describe("GuestShell against a hostile envd", () => {
 
   it("a start command envd never reports started fails at the call timeout", async (t) => {
     const { envd, shell } = await shellTo(t, "silent");
-    const err = await failsWithin(500 + SLACK_MS, () => shell.start("server", ROOT));
+    const err = await failsWithin(500 + SLACK_MS, undefined, () => shell.start("server", ROOT));
     isReason(err, "guest_unavailable");
     assert.match(err.message, /did not report 'server' started within 500 ms/);
     await envd.allClosed();
@@ -89,14 +80,14 @@ describe("GuestShell against a hostile envd", () => {
 
   it("envd defaults (/init) to a trickling envd fail at the call timeout", async (t) => {
     const { envd, shell } = await shellTo(t, "trickle", 20);
-    const err = await failsWithin(500 + SLACK_MS, () => shell.setDefaults(ROOT));
+    const err = await failsWithin(500 + SLACK_MS, undefined, () => shell.setDefaults(ROOT));
     isReason(err, "guest_unavailable");
     await envd.allClosed();
   });
 
   it("envd defaults (/init) answered with huge headers fail at once", async (t) => {
     const { envd, shell } = await shellTo(t, "huge-headers");
-    const err = await failsWithin(SLACK_MS, () => shell.setDefaults(ROOT));
+    const err = await failsWithin(SLACK_MS, undefined, () => shell.setDefaults(ROOT));
     isReason(err, "guest_reply_invalid");
     await envd.allClosed();
   });
@@ -104,7 +95,7 @@ describe("GuestShell against a hostile envd", () => {
   it("an upload to an envd that never reads it fails at its timeout", async (t) => {
     const { envd, shell } = await shellTo(t, "stalled");
     const archive = new Uint8Array(64 * 1024 * 1024);
-    const err = await failsWithin(500 + SLACK_MS, () =>
+    const err = await failsWithin(500 + SLACK_MS, undefined, () =>
       shell.upload("/tmp/a.tar", archive, "root", { timeoutMs: 500 }),
     );
     isReason(err, "guest_unavailable");
@@ -113,7 +104,7 @@ describe("GuestShell against a hostile envd", () => {
 
   it("an upload answered with an endless body is cut at the reply limit", async (t) => {
     const { envd, shell } = await shellTo(t, "endless");
-    const err = await failsWithin(SLACK_MS, () =>
+    const err = await failsWithin(SLACK_MS, undefined, () =>
       shell.upload("/tmp/a.tar", new Uint8Array(16), "root", { timeoutMs: 60_000 }),
     );
     isReason(err, "guest_reply_invalid");

@@ -12,7 +12,7 @@ import {
   parseMetrics,
 } from "../../../src/orchestrator/envd-client.js";
 import { WarrenError } from "../../../src/shared/index.js";
-import { HostileEnvd, type HostileMode } from "../../helpers/hostile-envd.js";
+import { failsWithin, HostileEnvd, type HostileMode } from "../../helpers/hostile-envd.js";
 
 const client = new EnvdClient();
 /** Slack over a bound for timers and a busy 2-core machine. */
@@ -22,26 +22,6 @@ async function hostile(t: TestContext, mode: HostileMode, intervalMs?: number) {
   const envd = await HostileEnvd.start({ mode, intervalMs });
   t.after(() => envd.close());
   return envd;
-}
-
-/** Runs `call`, expects it to fail within `withinMs` with `reason`; returns the error. */
-async function failsWithin(
-  withinMs: number,
-  reason: string | undefined,
-  call: () => Promise<unknown>,
-): Promise<Error> {
-  const started = performance.now();
-  const err = await call().then(
-    () => assert.fail("the call succeeded against a hostile guest"),
-    (e: unknown) => e as Error,
-  );
-  const tookMs = performance.now() - started;
-  assert.ok(tookMs < withinMs, `failed after ${Math.round(tookMs)} ms, bound ${withinMs} ms`);
-  if (reason !== undefined) {
-    assert.ok(err instanceof WarrenError, `a WarrenError, got ${err}`);
-    assert.equal(err.reason, reason, err.message);
-  }
-  return err;
 }
 
 const init = (host: string, deadlineMs: number, signal?: AbortSignal) =>
