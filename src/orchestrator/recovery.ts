@@ -47,6 +47,8 @@ export async function recoverLeftovers(options: RecoveryOptions): Promise<void> 
     });
     logger.warn({ sandboxId: row.id, state: row.state }, "sandbox.lost");
   }
+  const checksummed = await snapshots.checksumUnrecorded();
+  if (checksummed > 0) logger.info({ count: checksummed }, "recovery.snapshots_checksummed");
   const finished = await snapshots.finishFlattens();
   if (finished > 0) logger.info({ count: finished }, "recovery.flattens_finished");
   const swept = await snapshots.sweep();
