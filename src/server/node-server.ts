@@ -127,8 +127,8 @@ export async function startNodeServer(
     if (cgroups) {
       const killed = await cgroups.sweep();
       if (killed > 0) log.warn({ count: killed }, "server.vmm_killed");
-      watchdog = startVmmWatchdog(cgroups);
     } else log.warn("server.no_cgroups: VMs run without cgroup limits");
+    watchdog = startVmmWatchdog(cgroups, layout.runDir);
     const catalog = await SqliteCatalog.open(layout.catalog);
     const driver = new QemuDriver({
       accel: accel.accel,

@@ -321,7 +321,7 @@ os.close(fd)`;
       const group = await cgroups.create("vm1", limitsFor({ vcpus: 1, memoryMiB: 64 }));
       const victim = spawn("sleep", ["600"], { stdio: "ignore", detached: true });
       for (const procs of group.procs) await writeFile(procs, String(victim.pid));
-      startVmmWatchdog(cgroups);
+      startVmmWatchdog(cgroups, "/nonexistent");
       console.log(victim.pid);
       setInterval(() => {}, 1000);`;
     const server = spawn(
