@@ -1,4 +1,4 @@
-// `npm run bench:load`: issue 13's load, in full — WARREN_LOAD_CLIENTS × WARREN_LOAD_CYCLES
+// `npm run bench:load`: issue 13's load, in full — WARREN_TEST_LOAD_CLIENTS × WARREN_TEST_LOAD_CYCLES
 // (default 16 × 200) create/command/pause/resume/fork/kill cycles through the SDK at once
 // against one server; reports each step's latency, cycles per minute, the 429s, every other
 // error (there must be none) and what was left behind (nothing).
@@ -7,8 +7,8 @@ import { listedSandboxes, runLoad } from "../test/helpers/load.js";
 import { startServer } from "../test/helpers/server.js";
 import { machine, report, summarize } from "./lib/report.js";
 
-const clients = Number(process.env.WARREN_LOAD_CLIENTS ?? 16);
-const cycles = Number(process.env.WARREN_LOAD_CYCLES ?? 200);
+const clients = Number(process.env.WARREN_TEST_LOAD_CLIENTS ?? 16);
+const cycles = Number(process.env.WARREN_TEST_LOAD_CYCLES ?? 200);
 
 const server = await startServer();
 let result: Awaited<ReturnType<typeof runLoad>>;

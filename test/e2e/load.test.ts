@@ -1,5 +1,5 @@
 // Issue 13 "Load": many clients at once through the real SDK, every lifecycle operation, and
-// nothing left behind. CI runs WARREN_LOAD_CLIENTS × WARREN_LOAD_CYCLES (default 16 × 3);
+// nothing left behind. CI runs WARREN_TEST_LOAD_CLIENTS × WARREN_TEST_LOAD_CYCLES (default 16 × 3);
 // `npm run bench:load` runs the full 16 × 200 and reports figures.
 import assert from "node:assert/strict";
 import { after, it } from "node:test";
@@ -7,8 +7,8 @@ import { leakCheck, vmLeftovers } from "../helpers/leak-check.js";
 import { listedSandboxes, runLoad } from "../helpers/load.js";
 import { startServer, type TestServer } from "../helpers/server.js";
 
-const CLIENTS = Number(process.env.WARREN_LOAD_CLIENTS ?? 16);
-const CYCLES = Number(process.env.WARREN_LOAD_CYCLES ?? 3);
+const CLIENTS = Number(process.env.WARREN_TEST_LOAD_CLIENTS ?? 16);
+const CYCLES = Number(process.env.WARREN_TEST_LOAD_CYCLES ?? 3);
 
 let server: TestServer | undefined;
 after(async () => {
