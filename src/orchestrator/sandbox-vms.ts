@@ -2,7 +2,7 @@ import { rm } from "node:fs/promises";
 import type { Catalog } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
 import { type EgressPolicy, type SlotPool, sameEgressPolicy } from "../network/index.js";
-import { type Logger, WarrenError } from "../shared/index.js";
+import { crashPoint, type Logger, WarrenError } from "../shared/index.js";
 import type { Vm, VmmDriver } from "../vmm/index.js";
 import type { GuestAgent } from "./guest-agent.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
@@ -45,7 +45,10 @@ export class SandboxVms {
     live.slot = warm.slot;
     try {
       signal?.throwIfAborted();
-      if (!sameEgressPolicy(warm.slot.policy, policy)) await warm.slot.setPolicy(policy);
+      if (!sameEgressPolicy(warm.slot.policy, policy)) {
+        await warm.slot.setPolicy(policy);
+        crashPoint("sandbox-vms.start-warm.after-policy");
+      }
       signal?.throwIfAborted();
     } catch (err) {
       await warm.prepared.discard();
@@ -67,6 +70,7 @@ export class SandboxVms {
       throw new WarrenError("internal", `snapshot ${snapshotId} is missing from the catalog`);
     }
     live.slot = await this.#o.slots.acquire(policy);
+    crashPoint("sandbox-vms.restore.after-slot");
     signal?.throwIfAborted();
     const spec = guestSpec({
       id: live.row.id,

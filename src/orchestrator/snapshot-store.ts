@@ -1,6 +1,6 @@
 import { chmod, rm } from "node:fs/promises";
 import type { Catalog, SnapshotRow } from "../catalog/index.js";
-import type { Logger } from "../shared/index.js";
+import { crashPoint, type Logger } from "../shared/index.js";
 import type { SnapshotTiming, Vm, VmmDriver } from "../vmm/index.js";
 import { newId } from "./ids.js";
 import { type StateLayout, snapshotDir } from "./layout.js";
@@ -71,6 +71,7 @@ export class SnapshotStore {
     let timing: SnapshotTiming;
     try {
       timing = await vm.snapshot(dir, { resume: input.resume });
+      crashPoint("snapshot-store.capture.after-snapshot");
       await chmod(dir, 0o755);
     } catch (err) {
       await rm(dir, { recursive: true, force: true });
@@ -111,7 +112,9 @@ export class SnapshotStore {
           break;
         }
         await rm(snapshot.dir, { recursive: true, force: true });
+        crashPoint("snapshot-store.release.after-rm");
         await catalog.deleteSnapshot(id);
+        crashPoint("snapshot-store.release.after-delete");
         deleted.push(id);
         id = snapshot.parentId;
       }
@@ -168,10 +171,12 @@ export class SnapshotStore {
     this.#flattening = id;
     try {
       await this.#o.driver.flattenDisk(snapshot.dir, anchor.dir);
+      crashPoint("snapshot-store.flatten.after-disk");
       await this.#graph.run("graph", async () => {
         const current = await catalog.getSnapshot(id);
         if (current) await catalog.putSnapshot({ ...current, parentId: anchor.id });
       });
+      crashPoint("snapshot-store.flatten.after-reparent");
       this.#o.logger.info(
         {
           snapshotId: id,

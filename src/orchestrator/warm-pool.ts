@@ -1,7 +1,7 @@
 import { readFile } from "node:fs/promises";
 import type { GuestArtifacts } from "../images/index.js";
 import type { Slot, SlotPool } from "../network/index.js";
-import type { Logger } from "../shared/index.js";
+import { crashPoint, type Logger } from "../shared/index.js";
 import type { MachineShape, PreparedRestore, VmmDriver } from "../vmm/index.js";
 import type { Capacity } from "./capacity.js";
 import type { GuestAgent } from "./guest-agent.js";
@@ -382,6 +382,7 @@ export class WarmPool {
     let prepared: PreparedRestore | undefined;
     try {
       slot = await slots.acquire();
+      crashPoint("warm-pool.make.after-slot");
       const id = newId();
       const spec = guestSpec({
         id,
@@ -391,12 +392,14 @@ export class WarmPool {
         runtimeDir: runtimeDir(layout, id),
       });
       prepared = await driver.prepareRestore(target.dir, spec, { background: true });
+      crashPoint("warm-pool.make.after-prepare");
       const host = slot.hostAddress;
       // Warm the paths a create and its first calls take next.
       await prepared.warm(async () => {
         await agent.waitForHealth(host, { deadlineMs: 60_000 });
         await agent.exercise(host, target.token);
       });
+      crashPoint("warm-pool.make.after-warm");
       const durationMs = Math.round(this.#now() - started);
       this.#warmMs += WARM_TIME_WEIGHT * (durationMs - this.#warmMs);
       logger.info({ snapshotId: target.snapshotId, durationMs }, "pool.vmm_warmed");

@@ -1,4 +1,5 @@
 export { AsyncQueue } from "./async-queue.js";
+export { crashPoint } from "./crash-point.js";
 export {
   describeErrors,
   ERROR_KINDS,
