@@ -18,7 +18,8 @@ export interface RecoveryOptions {
  * re-adopted (their network slots are rebuilt from scratch), so they are reported lost:
  * any VMM still alive is killed, runtime directories removed, and their rows marked killed
  * with the reason. Paused sandboxes are untouched: their snapshots are on disk. Snapshots
- * nothing uses any more (e.g. layers a flatten made redundant) are deleted.
+ * nothing uses any more (e.g. layers a flatten made redundant) are deleted, and so are
+ * snapshot directories without a row (a capture cut short).
  */
 export async function recoverLeftovers(options: RecoveryOptions): Promise<void> {
   const { catalog, driver, layout, snapshots, logger } = options;
@@ -49,6 +50,8 @@ export async function recoverLeftovers(options: RecoveryOptions): Promise<void> 
   }
   const swept = await snapshots.sweep();
   if (swept > 0) logger.info({ count: swept }, "recovery.snapshots_deleted");
+  const unrecorded = await snapshots.removeUnrecorded();
+  if (unrecorded > 0) logger.warn({ count: unrecorded }, "recovery.snapshot_dirs_removed");
   for (const entry of await readdir(layout.runDir).catch(() => [] as string[])) {
     await rm(`${layout.runDir}/${entry}`, { recursive: true, force: true });
   }

@@ -1,4 +1,5 @@
-import { chmod, rm } from "node:fs/promises";
+import { chmod, readdir, rm } from "node:fs/promises";
+import { join } from "node:path";
 import type { Catalog, SnapshotRow } from "../catalog/index.js";
 import { crashPoint, type Logger } from "../shared/index.js";
 import type { SnapshotTiming, Vm, VmmDriver } from "../vmm/index.js";
@@ -132,6 +133,24 @@ export class SnapshotStore {
       deleted += (await this.release(row.id)).length;
     }
     return deleted;
+  }
+
+  /**
+   * Removes snapshot directories no catalog row names: a capture the server died in wrote its
+   * directory but never its row, so nothing can use it. Only at start: a capture in progress
+   * looks the same. Returns how many were removed.
+   */
+  async removeUnrecorded(): Promise<number> {
+    const { catalog, layout } = this.#o;
+    const recorded = new Set((await catalog.listSnapshots()).map((row) => row.dir));
+    let removed = 0;
+    for (const entry of await readdir(layout.snapshotsDir).catch(() => [] as string[])) {
+      const dir = join(layout.snapshotsDir, entry);
+      if (recorded.has(dir)) continue;
+      await rm(dir, { recursive: true, force: true });
+      removed += 1;
+    }
+    return removed;
   }
 
   /** Waits for the flatten in progress and deletes the layers waiting to be retired. */

@@ -1,0 +1,40 @@
+// What a start makes of the states a crash leaves (test/e2e/crash-points.test.ts finds them
+// with real crashes; here each is set up by hand on fakes, then the node restarts as after a
+// kill -9).
+import assert from "node:assert/strict";
+import { mkdir, readdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { describe, it, type TestContext } from "node:test";
+import { createInput } from "../../../src/orchestrator/sandbox-service.contract.js";
+import { FakeNode } from "../../fakes/fake-node.js";
+
+async function startNode(t: TestContext): Promise<FakeNode> {
+  const node = await FakeNode.start();
+  t.after(() => node.close());
+  return node;
+}
+
+describe("restart recovery (on fakes)", () => {
+  it("removes a snapshot directory without a row: a capture the server died in", async (t) => {
+    const node = await startNode(t);
+    const cut = join(node.layout.snapshotsDir, "cutshort");
+    await mkdir(cut);
+    await writeFile(join(cut, "meta.json"), "{}");
+    const before = await readdir(node.layout.snapshotsDir);
+    await node.restart("crash");
+    const after = await readdir(node.layout.snapshotsDir);
+    assert.deepEqual(after.sort(), before.filter((d) => d !== "cutshort").sort());
+    assert.equal(node.logger.events("recovery.snapshot_dirs_removed")[0]?.fields.count, 1);
+    assert.deepEqual(await node.leaks(), []);
+  });
+
+  it("keeps every snapshot directory a row names", async (t) => {
+    const node = await startNode(t);
+    const info = await node.orchestrator.create(createInput("base"));
+    await node.orchestrator.pause(info.sandboxId);
+    const before = (await readdir(node.layout.snapshotsDir)).sort();
+    await node.restart("crash");
+    assert.deepEqual((await readdir(node.layout.snapshotsDir)).sort(), before);
+    assert.equal(node.logger.events("recovery.snapshot_dirs_removed").length, 0);
+  });
+});
