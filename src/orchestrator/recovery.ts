@@ -1,5 +1,5 @@
 import { readdir, rm } from "node:fs/promises";
-import type { Catalog } from "../catalog/index.js";
+import type { Catalog, SandboxRow } from "../catalog/index.js";
 import type { Logger } from "../shared/index.js";
 import type { VmmDriver } from "../vmm/index.js";
 import type { StateLayout } from "./layout.js";
@@ -17,36 +17,27 @@ export interface RecoveryOptions {
  * At start: sandboxes an earlier server left running (or mid-transition) cannot be
  * re-adopted (their network slots are rebuilt from scratch), so they are reported lost:
  * any VMM still alive is killed, runtime directories removed, and their rows marked killed
- * with the reason. Paused sandboxes are untouched: their snapshots are on disk. Snapshots
- * nothing uses any more (e.g. layers a flatten made redundant) are deleted, and so are
- * snapshot directories without a row (a capture cut short).
+ * with the reason. A resume had not changed what it started from and ends paused instead
+ * (its snapshot is untouched until the resume completes). Paused sandboxes are untouched:
+ * their snapshots are on disk.
+ * Snapshots nothing uses any more (e.g. layers a flatten made redundant) are deleted, and so
+ * are snapshot directories without a row (a capture cut short).
  */
 export async function recoverLeftovers(options: RecoveryOptions): Promise<void> {
   const { catalog, driver, layout, snapshots, logger } = options;
   const killed = await driver.killOrphans(layout.runDir);
   if (killed > 0) logger.warn({ count: killed }, "recovery.vmm_killed");
-  const lost = await catalog.listSandboxes([
+  const stopped = await catalog.listSandboxes([
     "creating",
     "running",
     "pausing",
     "resuming",
     "killing",
   ]);
-  for (const row of lost) {
-    const reason = `lost: the server stopped while the sandbox was ${row.state}`;
-    await catalog.updateSandbox(row.id, {
-      state: "killed",
-      endedReason: reason,
-      snapshotId: undefined,
-    });
-    await snapshots.release(row.snapshotId);
-    await catalog.recordEvent({
-      at: new Date().toISOString(),
-      sandboxId: row.id,
-      kind: "sandbox.lost",
-      detail: { state: row.state },
-    });
-    logger.warn({ sandboxId: row.id, state: row.state }, "sandbox.lost");
+  for (const row of stopped) {
+    const pausedOn = savedSnapshot(row);
+    if (pausedOn) await markPaused(options, row, pausedOn);
+    else await markLost(options, row);
   }
   const swept = await snapshots.sweep();
   if (swept > 0) logger.info({ count: swept }, "recovery.snapshots_deleted");
@@ -55,4 +46,46 @@ export async function recoverLeftovers(options: RecoveryOptions): Promise<void> 
   for (const entry of await readdir(layout.runDir).catch(() => [] as string[])) {
     await rm(`${layout.runDir}/${entry}`, { recursive: true, force: true });
   }
+}
+
+/**
+ * The snapshot that holds the whole of a sandbox stopped mid-transition, if one does: a
+ * resuming sandbox's pause snapshot (only read by the restore).
+ */
+function savedSnapshot(row: SandboxRow): string | undefined {
+  return row.state === "resuming" ? row.snapshotId : undefined;
+}
+
+async function markPaused(
+  options: RecoveryOptions,
+  row: SandboxRow,
+  snapshotId: string,
+): Promise<void> {
+  const { catalog, logger } = options;
+  await catalog.updateSandbox(row.id, { state: "paused", snapshotId });
+  await catalog.recordEvent({
+    at: new Date().toISOString(),
+    sandboxId: row.id,
+    kind: "sandbox.recovered",
+    detail: { state: row.state, now: "paused", snapshotId },
+  });
+  logger.warn({ sandboxId: row.id, state: row.state, snapshotId }, "sandbox.recovered_paused");
+}
+
+async function markLost(options: RecoveryOptions, row: SandboxRow): Promise<void> {
+  const { catalog, snapshots, logger } = options;
+  const reason = `lost: the server stopped while the sandbox was ${row.state}`;
+  await catalog.updateSandbox(row.id, {
+    state: "killed",
+    endedReason: reason,
+    snapshotId: undefined,
+  });
+  await snapshots.release(row.snapshotId);
+  await catalog.recordEvent({
+    at: new Date().toISOString(),
+    sandboxId: row.id,
+    kind: "sandbox.lost",
+    detail: { state: row.state },
+  });
+  logger.warn({ sandboxId: row.id, state: row.state }, "sandbox.lost");
 }

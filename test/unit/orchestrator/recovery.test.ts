@@ -28,6 +28,33 @@ describe("restart recovery (on fakes)", () => {
     assert.deepEqual(await node.leaks(), []);
   });
 
+  it("a pause with no capture recorded is lost", async (t) => {
+    const node = await startNode(t);
+    const info = await node.orchestrator.create(createInput("base"));
+    await node.catalog.updateSandbox(info.sandboxId, { state: "pausing" });
+    await node.restart("crash");
+    assert.throws(() => node.orchestrator.get(info.sandboxId), { reason: "sandbox_not_found" });
+    const row = await node.catalog.getSandbox(info.sandboxId);
+    assert.match(row?.endedReason ?? "", /^lost: .* pausing$/);
+    assert.deepEqual(await node.leaks(), []);
+  });
+
+  it("a resume cut short ends paused on its intact snapshot", async (t) => {
+    const node = await startNode(t);
+    const info = await node.orchestrator.create(createInput("base"));
+    await node.orchestrator.pause(info.sandboxId);
+    const paused = await node.catalog.getSandbox(info.sandboxId);
+    // The resume got as far as its VMM: a restored VM the crash leaves.
+    await node.orchestrator.connect(info.sandboxId, undefined);
+    await node.catalog.updateSandbox(info.sandboxId, { state: "resuming" });
+    await node.restart("crash");
+    assert.equal(node.orchestrator.get(info.sandboxId).state, "paused");
+    assert.equal((await node.catalog.getSandbox(info.sandboxId))?.snapshotId, paused?.snapshotId);
+    assert.deepEqual(await node.leaks(), []);
+    const { resumed } = await node.orchestrator.connect(info.sandboxId, undefined);
+    assert.ok(resumed);
+  });
+
   it("keeps every snapshot directory a row names", async (t) => {
     const node = await startNode(t);
     const info = await node.orchestrator.create(createInput("base"));
