@@ -17,9 +17,9 @@ export interface RecoveryOptions {
  * At start: sandboxes an earlier server left running (or mid-transition) cannot be
  * re-adopted (their network slots are rebuilt from scratch), so they are reported lost:
  * any VMM still alive is killed, runtime directories removed, and their rows marked killed
- * with the reason. A resume had not changed what it started from and ends paused instead
- * (its snapshot is untouched until the resume completes). Paused sandboxes are untouched:
- * their snapshots are on disk.
+ * with the reason. Two transitions had already saved the whole sandbox and end paused
+ * instead: a pause whose capture is recorded, and a resume (its snapshot is untouched until
+ * the resume completes). Paused sandboxes are untouched: their snapshots are on disk.
  * Snapshots nothing uses any more (e.g. layers a flatten made redundant) are deleted, and so
  * are snapshot directories without a row (a capture cut short).
  */
@@ -35,7 +35,7 @@ export async function recoverLeftovers(options: RecoveryOptions): Promise<void> 
     "killing",
   ]);
   for (const row of stopped) {
-    const pausedOn = savedSnapshot(row);
+    const pausedOn = await savedSnapshot(catalog, row);
     if (pausedOn) await markPaused(options, row, pausedOn);
     else await markLost(options, row);
   }
@@ -50,10 +50,16 @@ export async function recoverLeftovers(options: RecoveryOptions): Promise<void> 
 
 /**
  * The snapshot that holds the whole of a sandbox stopped mid-transition, if one does: a
- * resuming sandbox's pause snapshot (only read by the restore).
+ * resuming sandbox's pause snapshot (only read by the restore), or the capture a pause
+ * recorded before the server died (its row is written once every file is).
  */
-function savedSnapshot(row: SandboxRow): string | undefined {
-  return row.state === "resuming" ? row.snapshotId : undefined;
+async function savedSnapshot(catalog: Catalog, row: SandboxRow): Promise<string | undefined> {
+  if (!row.snapshotId) return undefined;
+  if (row.state === "resuming") return row.snapshotId;
+  if (row.state !== "pausing") return undefined;
+  const captures = await catalog.listSnapshots({ sandboxId: row.id });
+  // The pause stacks its capture on what the sandbox stood on.
+  return captures.find((s) => s.kind === "pause" && s.parentId === row.snapshotId)?.id;
 }
 
 async function markPaused(

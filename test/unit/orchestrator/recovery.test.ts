@@ -28,6 +28,32 @@ describe("restart recovery (on fakes)", () => {
     assert.deepEqual(await node.leaks(), []);
   });
 
+  it("a pause whose capture is recorded ends paused on it, and resumes where it was", async (t) => {
+    const node = await startNode(t);
+    const info = await node.orchestrator.create(createInput("base"));
+    const vm = [...node.driver.alive].find((v) => v.id === info.sandboxId);
+    assert.ok(vm);
+    vm.guest.memory.work = "before the pause";
+    await node.orchestrator.pause(info.sandboxId);
+    // The server died after the capture's row, before the sandbox's: what it would have read.
+    const row = await node.catalog.getSandbox(info.sandboxId);
+    const capture = await node.catalog.getSnapshot(row?.snapshotId ?? "");
+    assert.equal(capture?.kind, "pause");
+    await node.catalog.updateSandbox(info.sandboxId, {
+      state: "pausing",
+      snapshotId: capture?.parentId,
+    });
+    await node.restart("crash");
+    assert.equal(node.orchestrator.get(info.sandboxId).state, "paused");
+    assert.equal((await node.catalog.getSandbox(info.sandboxId))?.snapshotId, capture?.id);
+    const events = await node.catalog.listEvents(info.sandboxId);
+    assert.ok(events.some((e) => e.kind === "sandbox.recovered"));
+    assert.deepEqual(await node.leaks(), []);
+    await node.orchestrator.connect(info.sandboxId, undefined);
+    const resumed = [...node.driver.alive].find((v) => v.id === info.sandboxId);
+    assert.equal(resumed?.guest.memory.work, "before the pause");
+  });
+
   it("a pause with no capture recorded is lost", async (t) => {
     const node = await startNode(t);
     const info = await node.orchestrator.create(createInput("base"));
