@@ -4,7 +4,7 @@ import type { Catalog, TemplateRow } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
 import { type SlotPool, TAP_NAME } from "../network/index.js";
 import { GATEWAY_ADDRESS, GUEST_ADDRESS } from "../protocol/index.js";
-import type { Logger } from "../shared/index.js";
+import { crashPoint, type Logger } from "../shared/index.js";
 import type { MachineShape, VmmDriver } from "../vmm/index.js";
 import type { GuestAgent } from "./guest-agent.js";
 import { newId } from "./ids.js";
@@ -62,6 +62,7 @@ export async function ensureBaseTemplate(options: BaseTemplateOptions): Promise<
   if (current) {
     // Its capture goes too, unless paused sandboxes or later snapshots still stand on it.
     await catalog.deleteTemplate(current.id);
+    crashPoint("base-template.replace.after-delete");
     const deleted = await snapshots.release(current.snapshotId);
     if (deleted.length === 0)
       logger.info({ snapshot: current.snapshotId }, "template.snapshot_kept");
@@ -124,6 +125,7 @@ export async function bootTemplate(
   const { shape } = input;
   const images = { ...options.images, baseRootfs: input.rootfs };
   const slot = await slots.acquire();
+  crashPoint("base-template.boot.after-slot");
   const vmId = `template${newId()}`;
   let vm: Awaited<ReturnType<VmmDriver["boot"]>> | undefined;
   let snapshotId: string;
@@ -131,6 +133,7 @@ export async function bootTemplate(
     vm = await driver.boot(
       guestSpec({ id: vmId, slot, images, shape, runtimeDir: runtimeDir(layout, vmId) }),
     );
+    crashPoint("base-template.boot.after-boot");
     await agent.waitForHealth(slot.hostAddress, { deadlineMs: 180_000, exited: vm.exited });
     await agent.exercise(slot.hostAddress);
     // Captured from a quiet guest: right after boot, every restore would re-run the guest's
@@ -141,6 +144,7 @@ export async function bootTemplate(
       names: input.aliases.map((alias) => `${alias}:default`),
       resume: false,
     }));
+    crashPoint("base-template.boot.after-capture");
     await rm(vm.spec.runtimeDir, { recursive: true, force: true });
   } catch (err) {
     await vm?.destroy().catch(() => {});
@@ -162,6 +166,7 @@ export async function bootTemplate(
     ...(input.config && { config: input.config }),
   };
   await catalog.putTemplate(row);
+  crashPoint("base-template.boot.after-put");
   return row;
 }
 

@@ -56,6 +56,7 @@ export type Check = (state: ServerState) => Promise<string[]> | string[];
 /** Every check, in the order their problems are listed. */
 export const CHECKS: Check[] = [
   sandboxRows,
+  baseTemplate,
   snapshotGraph,
   snapshotFiles,
   runtimeDirs,
@@ -132,6 +133,13 @@ function sandboxRows(state: ServerState): string[] {
     if (row.state === "paused" && !row.snapshotId) problems.push(`${what} has no snapshot`);
   }
   return problems;
+}
+
+/** One built-in template, the one named `base`: a replaced one goes with its data. */
+function baseTemplate(state: ServerState): string[] {
+  return state.templates
+    .filter((t) => t.kind === "base" && !t.aliases.includes("base"))
+    .map((t) => `template ${t.id} is a replaced base template, still kept`);
 }
 
 /** Every reference names a snapshot row, and every snapshot row is used by something. */
