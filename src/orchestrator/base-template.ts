@@ -47,6 +47,7 @@ export interface BaseTemplateOptions {
 export async function ensureBaseTemplate(options: BaseTemplateOptions): Promise<TemplateRow> {
   const { catalog, shape, logger, snapshots } = options;
   const current = await catalog.getTemplate(BASE_TEMPLATE);
+  await dropReplaced(options, current);
   if (current) {
     const reason = await staleReason(current, options);
     if (reason === undefined) return current;
@@ -68,6 +69,24 @@ export async function ensureBaseTemplate(options: BaseTemplateOptions): Promise<
       logger.info({ snapshot: current.snapshotId }, "template.snapshot_kept");
   }
   return row;
+}
+
+/**
+ * Deletes base templates `current` replaced: a rebuild moves the alias to the new template
+ * before it deletes the old one, so a server that died in between left the old row (which
+ * nothing would ever delete: the API refuses to delete a base template) and its data.
+ */
+async function dropReplaced(
+  options: BaseTemplateOptions,
+  current: TemplateRow | undefined,
+): Promise<void> {
+  const { catalog, snapshots, logger } = options;
+  for (const old of await catalog.listTemplates()) {
+    if (old.kind !== "base" || old.id === current?.id) continue;
+    await catalog.deleteTemplate(old.id);
+    await snapshots.release(old.snapshotId);
+    logger.warn({ template: old.id, snapshot: old.snapshotId }, "template.replaced_dropped");
+  }
 }
 
 /** Why the stored template is not what a build now would make, or undefined if it is. */

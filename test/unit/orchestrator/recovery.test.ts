@@ -81,6 +81,25 @@ describe("restart recovery (on fakes)", () => {
     assert.ok(resumed);
   });
 
+  it("drops a base template a rebuild replaced but had not deleted yet, with its data", async (t) => {
+    const node = await startNode(t);
+    const info = await node.orchestrator.create(createInput("base"));
+    const made = await node.orchestrator.createSnapshot(info.sandboxId, { name: "old" });
+    await node.orchestrator.kill(info.sandboxId);
+    // What a rebuild leaves when it dies after moving the alias: the old row, kind base.
+    const old = await node.catalog.getTemplate(made.templateId);
+    assert.ok(old);
+    await node.catalog.putTemplate({ ...old, kind: "base", aliases: [] });
+    await node.restart("crash");
+    const bases = (await node.catalog.listTemplates()).filter((tpl) => tpl.kind === "base");
+    assert.deepEqual(
+      bases.map((tpl) => tpl.aliases),
+      [["base"]],
+    );
+    assert.equal(await node.catalog.getSnapshot(old.snapshotId), undefined, "its data went too");
+    assert.deepEqual(await node.leaks(), []);
+  });
+
   it("keeps every snapshot directory a row names", async (t) => {
     const node = await startNode(t);
     const info = await node.orchestrator.create(createInput("base"));
