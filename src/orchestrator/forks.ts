@@ -1,5 +1,6 @@
 import type { Catalog, TemplateRow } from "../catalog/index.js";
-import { crashPoint, type Logger, toWarrenError, WarrenError } from "../shared/index.js";
+import { crashPoint } from "../shared/crash-point.js";
+import { type Logger, toWarrenError, WarrenError } from "../shared/index.js";
 import { newId } from "./ids.js";
 import type { Lifecycle } from "./lifecycle.js";
 import { configOf, type LiveSandbox, newRow } from "./live-sandbox.js";

@@ -1,7 +1,8 @@
 import { EventEmitter } from "node:events";
 import type { Catalog, SandboxPatch, SandboxRow } from "../catalog/index.js";
 import { validateEgressPolicy } from "../network/index.js";
-import { crashPoint, type Logger, WarrenError } from "../shared/index.js";
+import { crashPoint } from "../shared/crash-point.js";
+import { type Logger, WarrenError } from "../shared/index.js";
 import type { Vm } from "../vmm/index.js";
 import type { Capacity } from "./capacity.js";
 import { configOf, type LiveSandbox, sandboxInfo } from "./live-sandbox.js";

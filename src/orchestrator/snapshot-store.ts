@@ -1,7 +1,8 @@
 import { chmod, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Catalog, SnapshotRow } from "../catalog/index.js";
-import { crashPoint, type Logger } from "../shared/index.js";
+import { crashPoint } from "../shared/crash-point.js";
+import type { Logger } from "../shared/index.js";
 import type { SnapshotTiming, Vm, VmmDriver } from "../vmm/index.js";
 import { newId } from "./ids.js";
 import { type StateLayout, snapshotDir } from "./layout.js";

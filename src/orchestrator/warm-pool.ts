@@ -1,7 +1,8 @@
 import { readFile } from "node:fs/promises";
 import type { GuestArtifacts } from "../images/index.js";
 import type { Slot, SlotPool } from "../network/index.js";
-import { crashPoint, type Logger } from "../shared/index.js";
+import { crashPoint } from "../shared/crash-point.js";
+import type { Logger } from "../shared/index.js";
 import type { MachineShape, PreparedRestore, VmmDriver } from "../vmm/index.js";
 import type { Capacity } from "./capacity.js";
 import type { GuestAgent } from "./guest-agent.js";

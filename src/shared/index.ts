@@ -1,5 +1,4 @@
 export { AsyncQueue } from "./async-queue.js";
-export { crashPoint } from "./crash-point.js";
 export {
   describeErrors,
   ERROR_KINDS,
