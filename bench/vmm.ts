@@ -22,8 +22,8 @@ const SNAPSHOTS = Number(process.env.BENCH_SNAPSHOTS ?? 5);
 const SHAPE = { vcpus: 1, memoryMiB: 512 };
 const TEMPLATE_SETTLE_MS = 2_000;
 
-const { images, driver, accel: probe, runAs, work } = await testVmm("bench-vmm");
-const pool = new NetnsSlotPool({ ...runPoolOptions(), size: 2, tapOwner: runAs });
+const { images, driver, accel: probe, work } = await testVmm("bench-vmm");
+const pool = new NetnsSlotPool({ ...runPoolOptions(), size: 2 });
 let counter = 0;
 
 const spec = (slot: NetworkSlot): VmSpec => slotVmSpec(`b${++counter}`, slot, images, work, SHAPE);

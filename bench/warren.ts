@@ -411,8 +411,8 @@ if (process.env.BENCH_KSM !== "0" && existsSync(KSM_RUN)) {
 
 // ---- baselines (the server is stopped: its slots and these would share names) ---------
 try {
-  const { images, driver, runAs, work } = await testVmm("bench-warren");
-  const slots = new NetnsSlotPool({ ...runPoolOptions(), size: 1, tapOwner: runAs });
+  const { images, driver, work } = await testVmm("bench-warren");
+  const slots = new NetnsSlotPool({ ...runPoolOptions(), size: 1 });
   await slots.start();
   try {
     const slot = await slots.acquire();

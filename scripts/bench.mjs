@@ -18,6 +18,7 @@ const BENCHES = {
   chain: ["disk-chain.ts", true],
   slots: ["slot-pool.ts", false],
   templates: ["templates.ts", true],
+  load: ["load.ts", true],
 };
 
 const name = process.argv[2];

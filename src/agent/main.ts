@@ -1,6 +1,7 @@
 import { parseArgs } from "node:util";
 import { ENVD_PORT, ENVD_VERSION } from "../protocol/index.js";
 import { setSystemClock } from "./clock.js";
+import { seedGuestRandomness } from "./entropy.js";
 import { system } from "./native/system.js";
 import { createAgent } from "./server.js";
 
@@ -12,7 +13,8 @@ Usage: envd [--port N] [--host ADDR] [--default-user NAME] [--guest]
   --host ADDR          address to bind (default 0.0.0.0)
   --default-user NAME  user for requests that name none (default "user", root if absent)
   --guest              envd is a microVM's agent (never pass it on a host): POST /init
-                       sets the system clock, and the idle legacy PIT is stopped
+                       sets the system clock and reseeds the kernel's random pool, and
+                       the idle legacy PIT is stopped
   --version            print the protocol version and exit
 `;
 
@@ -59,6 +61,7 @@ if (args.guest && !system().stopPitTimer()) {
 const agent = createAgent({
   defaultUser: typeof args["default-user"] === "string" ? args["default-user"] : undefined,
   setClock: args.guest ? setSystemClock : undefined,
+  seedRandomness: args.guest ? seedGuestRandomness : undefined,
 });
 agent.server.on("error", (err) => fail(`cannot listen on ${host}:${port}: ${err.message}`));
 agent.server.listen(port, host, () => {

@@ -6,6 +6,8 @@ import { Process } from "../protocol/gen/process/process_pb.js";
 import { ACCESS_TOKEN_HEADER, requireAccessToken } from "./auth.js";
 import type { ClockSetter } from "./clock.js";
 import { errorInterceptor } from "./connect-errors.js";
+import { applyCors } from "./cors.js";
+import type { EntropySeeder } from "./entropy.js";
 import { createFilesystemService } from "./filesystem/filesystem-service.js";
 import { WatchRegistry } from "./filesystem/watch-registry.js";
 import { MetricsReader } from "./http/metrics.js";
@@ -19,6 +21,8 @@ export interface AgentOptions {
   readonly defaultUser?: string;
   /** Sets the system clock from /init's timestamp; only inside a guest. */
   readonly setClock?: ClockSetter;
+  /** Applies /init's random seed to the system; only inside a guest. */
+  readonly seedRandomness?: EntropySeeder;
 }
 
 export interface Agent {
@@ -27,14 +31,6 @@ export interface Agent {
   /** Stops listening, kills the processes it started and closes its watchers. */
   close(): Promise<void>;
 }
-
-const CORS_HEADERS = {
-  "Access-Control-Allow-Origin": "*",
-  "Access-Control-Allow-Methods": "GET, POST, PUT, DELETE, OPTIONS",
-  "Access-Control-Allow-Headers": "*",
-  "Access-Control-Expose-Headers": "*",
-  "Access-Control-Max-Age": "7200",
-};
 
 /** envd: the Connect services and the REST routes on one HTTP/1.1 server. */
 export function createAgent(options: AgentOptions = {}): Agent {
@@ -49,6 +45,7 @@ export function createAgent(options: AgentOptions = {}): Agent {
     state,
     metrics: new MetricsReader(),
     setClock: options.setClock,
+    seedRandomness: options.seedRandomness,
   });
   const rpc = connectNodeAdapter({
     routes(router) {
@@ -60,12 +57,7 @@ export function createAgent(options: AgentOptions = {}): Agent {
     fallback: rest as ConnectNodeAdapterOptions["fallback"],
   });
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
-    for (const [name, value] of Object.entries(CORS_HEADERS)) res.setHeader(name, value);
-    if (req.method === "OPTIONS") {
-      res.writeHead(204);
-      res.end();
-      return;
-    }
+    if (applyCors(req, res)) return;
     rpc(req, res);
   });
   // Long-lived streams (process output, watches) rely on keepalive events, not socket timeouts.

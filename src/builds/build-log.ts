@@ -14,6 +14,12 @@ export interface LogEntry {
 const LEVELS: readonly LogLevel[] = ["debug", "info", "warn", "error"];
 /** Entries kept per build; past it the log says what was dropped. */
 const MAX_ENTRIES = 50_000;
+/**
+ * Characters of messages kept per build, all entries together: a step's output lines are
+ * cut at 8 KiB each, but 50 000 of them would still be 400 MB held in memory for a guest
+ * printing without end. Past it, as past MAX_ENTRIES, lines are counted and dropped.
+ */
+const MAX_CHARS = 16 * 1024 * 1024;
 
 /**
  * One build's log: appended while it runs (each entry also to `<dir>/<build id>.jsonl`, so
@@ -26,6 +32,7 @@ export class BuildLog {
   /** Opened on the first entry: a loaded log is only read. */
   #out?: WriteStream;
   #dropped = 0;
+  #chars = 0;
 
   private constructor(file: string, entries: LogEntry[]) {
     this.#file = file;
@@ -54,14 +61,18 @@ export class BuildLog {
   }
 
   add(level: LogLevel, message: string, step?: string): void {
-    if (this.#entries.length >= MAX_ENTRIES) this.#dropped++;
-    else this.#append(level, message, step);
+    if (this.#entries.length >= MAX_ENTRIES || this.#chars + message.length > MAX_CHARS) {
+      this.#dropped++;
+    } else this.#append(level, message, step);
   }
 
   /** Ends the log: says how many lines did not fit. */
   close(): void {
     if (this.#dropped > 0) {
-      this.#append("warn", `${this.#dropped} log lines were dropped (a log keeps ${MAX_ENTRIES})`);
+      this.#append(
+        "warn",
+        `${this.#dropped} log lines were dropped (a log keeps ${MAX_ENTRIES} lines, ${MAX_CHARS} characters)`,
+      );
       this.#dropped = 0;
     }
     this.#out?.end();
@@ -76,6 +87,7 @@ export class BuildLog {
       ...(step !== undefined && { step }),
     };
     this.#entries.push(entry);
+    this.#chars += message.length;
     this.#out ??= createWriteStream(this.#file, { flags: "a", mode: 0o600 });
     this.#out.write(`${JSON.stringify(entry)}\n`);
   }

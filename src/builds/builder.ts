@@ -340,7 +340,7 @@ export class Builder {
     made: MadeLayers,
     signal: AbortSignal,
   ): Promise<TemplateRow> {
-    await vm.shell.setDefaults(context);
+    await vm.shell.setDefaults(context, signal);
     // E2B's default for a start command without a ready check: give it 20 s.
     const readyCmd = spec.readyCmd ?? (spec.startCmd ? DEFAULT_READY_CMD : undefined);
     const start = spec.startCmd ? await vm.shell.start(spec.startCmd, context, signal) : undefined;

@@ -1,8 +1,8 @@
-import { Agent, request } from "node:http";
+import { Agent } from "node:http";
 import { type Client, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ENVD_PORT, processPb } from "../protocol/index.js";
-import { WarrenError } from "../shared/index.js";
+import { GUEST_HEAD_MAX_BYTES, guestRequest, WarrenError } from "../shared/index.js";
 
 /** How a command runs in the build VM: as whom, where, with which environment. */
 export interface CommandContext {
@@ -22,6 +22,14 @@ export interface RunResult {
 const TAIL_LINES = 20;
 /** A line longer than this is cut: the guest decides what it prints. */
 const MAX_LINE_CHARS = 8_192;
+// A build's steps run as root in the build VM: a RUN step may replace envd with anything.
+// Every call below is bounded in size and time, and ends with the build's signal.
+/** Largest Connect message taken (envd sends process output in chunks of at most 64 KiB). */
+const PROCESS_READ_MAX_BYTES = 1024 * 1024;
+/** Largest reply body read from /init and /files (only an error's first bytes are kept). */
+const REPLY_MAX_BYTES = 64 * 1024;
+/** envd's /init (setDefaults), whole; and how long a start command has to be reported started. */
+const CALL_TIMEOUT_MS = 30_000;
 
 /**
  * Commands and files in a build VM, through its envd (the Connect process service and
@@ -36,16 +44,22 @@ export class GuestShell {
    */
   readonly #agent = new Agent({ keepAlive: true });
   readonly #process: Client<typeof processPb.Process>;
+  readonly #callTimeoutMs: number;
 
-  constructor(host: string, accessToken?: string) {
+  /** `callTimeoutMs`: bound of /init and of a start command's start (tests shorten it). */
+  constructor(host: string, accessToken?: string, options: { callTimeoutMs?: number } = {}) {
     this.#host = host;
     this.#token = accessToken;
+    this.#callTimeoutMs = options.callTimeoutMs ?? CALL_TIMEOUT_MS;
     this.#process = createClient(
       processPb.Process,
       createConnectTransport({
         baseUrl: `http://${host}:${ENVD_PORT}`,
         httpVersion: "1.1",
-        nodeOptions: { agent: this.#agent },
+        // Nothing compressed (a guest's gzip could inflate past any limit), messages bounded.
+        acceptCompression: [],
+        readMaxBytes: PROCESS_READ_MAX_BYTES,
+        nodeOptions: { agent: this.#agent, maxHeaderSize: GUEST_HEAD_MAX_BYTES },
       }),
     );
   }
@@ -82,7 +96,7 @@ export class GuestShell {
           if (bytes instanceof Uint8Array) lines.push(bytes);
         } else if (e?.case === "end") {
           exitCode = e.value.exitCode;
-          if (e.value.error) tail.push(e.value.error);
+          if (e.value.error) tail.push(e.value.error.slice(0, MAX_LINE_CHARS));
         }
       }
     } catch (err) {
@@ -102,9 +116,9 @@ export class GuestShell {
   }
 
   /**
-   * Starts `command` (a template's start command) and resolves once envd says it started.
-   * `ended` settles if it ends while watched; `detach()` stops watching and leaves it
-   * running, owned by envd.
+   * Starts `command` (a template's start command) and resolves once envd says it started
+   * (within the call timeout, else guest_unavailable). `ended` settles if it ends while
+   * watched; `detach()` stops watching and leaves it running, owned by envd.
    */
   async start(
     command: string,
@@ -142,7 +156,27 @@ export class GuestShell {
     })().finally(() => signal?.removeEventListener("abort", detach));
     // Watching it is optional: a detached stream's end is nobody's error.
     ended.catch(() => {});
-    await Promise.race([started, ended]);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            new WarrenError(
+              "guest_unavailable",
+              `envd did not report '${command}' started within ${this.#callTimeoutMs} ms`,
+            ),
+          ),
+        this.#callTimeoutMs,
+      );
+    });
+    try {
+      await Promise.race([started, ended, late]);
+    } catch (err) {
+      detach();
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
     return { ended, detach };
   }
 
@@ -161,17 +195,28 @@ export class GuestShell {
       "content-type": "application/json",
       ...(this.#token && { "x-access-token": this.#token }),
     };
-    const res = await this.#post("/init", headers, Buffer.from(body), signal);
+    const res = await this.#post("/init", headers, Buffer.from(body), {
+      signal,
+      timeoutMs: this.#callTimeoutMs,
+    });
     if (res.status >= 300) {
       throw new WarrenError("guest_unavailable", `envd /init failed: ${res.status} ${res.body}`);
     }
   }
 
-  /** Writes `data` to `path` in the guest as `user` (envd's `/files`, octet-stream). */
-  async upload(path: string, data: Uint8Array, user: string, signal?: AbortSignal): Promise<void> {
+  /**
+   * Writes `data` to `path` in the guest as `user` (envd's `/files`, octet-stream), whole
+   * within `timeoutMs` (a guest may read it one byte a second, or never).
+   */
+  async upload(
+    path: string,
+    data: Uint8Array,
+    user: string,
+    options: { signal?: AbortSignal; timeoutMs: number },
+  ): Promise<void> {
     const query = new URLSearchParams({ path, username: user });
     const headers = { ...this.#headers(user), "content-type": "application/octet-stream" };
-    const res = await this.#post(`/files?${query}`, headers, data, signal);
+    const res = await this.#post(`/files?${query}`, headers, data, options);
     if (res.status >= 300) {
       throw new WarrenError(
         "guest_unavailable",
@@ -180,37 +225,27 @@ export class GuestShell {
     }
   }
 
-  #post(
+  async #post(
     path: string,
     headers: Record<string, string>,
     body: Uint8Array,
-    signal?: AbortSignal,
+    options: { signal?: AbortSignal; timeoutMs: number },
   ): Promise<{ status: number; body: string }> {
-    return new Promise((resolve, reject) => {
-      const req = request(
-        {
-          host: this.#host,
-          port: ENVD_PORT,
-          method: "POST",
-          path,
-          agent: this.#agent,
-          signal,
-          headers: { ...headers, "content-length": String(body.length) },
-        },
-        (res) => {
-          let text = "";
-          res.setEncoding("utf8");
-          res.on("data", (chunk: string) => {
-            // Only an error's first bytes are kept: the guest decides how much it sends.
-            if (text.length < MAX_LINE_CHARS) text += chunk;
-          });
-          res.on("end", () => resolve({ status: res.statusCode ?? 0, body: text.slice(0, 500) }));
-          res.on("error", reject);
-        },
-      );
-      req.on("error", reject);
-      req.end(body);
+    const reply = await guestRequest({
+      host: this.#host,
+      port: ENVD_PORT,
+      method: "POST",
+      path,
+      label: `envd POST ${path.split("?")[0]}`,
+      headers,
+      body,
+      agent: this.#agent,
+      timeoutMs: options.timeoutMs,
+      maxBodyBytes: REPLY_MAX_BYTES,
+      signal: options.signal,
     });
+    // Only an error's first bytes are kept: the guest decides what it sends.
+    return { status: reply.status, body: reply.body.subarray(0, 500).toString("utf8") };
   }
 
   #headers(user: string): Record<string, string> {

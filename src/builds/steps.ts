@@ -124,7 +124,10 @@ export async function runStep(
     case "COPY": {
       const archive = await linkSafeArchive(await io.files(step.filesHash));
       const guestPath = `/tmp/.warren-upload-${randomBytes(6).toString("hex")}.tar`;
-      await io.shell.upload(guestPath, archive, "root", io.signal);
+      await io.shell.upload(guestPath, archive, "root", {
+        signal: io.signal,
+        timeoutMs: io.timeoutMs,
+      });
       const dest = step.dest.endsWith("/")
         ? `${resolvePath(step.dest, context)}/`
         : resolvePath(step.dest, context);

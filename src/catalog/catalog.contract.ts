@@ -202,6 +202,62 @@ export function catalogContract(name: string, open: () => Promise<CatalogHarness
         (first?.metadata as Record<string, string>).a = "mutated";
         assert.deepEqual((await catalog.getSandbox("sb-1"))?.metadata, { a: "1" });
       });
+
+      it("purges killed sandboxes' secrets past the retention, keeping a snapshotted one's envd token", async (t) => {
+        const { catalog } = await use(t);
+        const secrets = {
+          envdAccessToken: "envd-secret",
+          trafficAccessToken: "traffic-secret",
+          envVars: { OPENAI_API_KEY: "sk-secret" },
+          metadata: { owner: "ada" },
+        };
+        const old = "2030-01-01T00:00:00.000Z";
+        const recent = "2030-01-03T00:00:00.000Z";
+        await catalog.insertSandbox(
+          sandboxRow({
+            id: "old",
+            state: "killed",
+            endedReason: "killed",
+            updatedAt: old,
+            ...secrets,
+          }),
+        );
+        await catalog.insertSandbox(
+          sandboxRow({ id: "snapped", state: "killed", updatedAt: old, ...secrets }),
+        );
+        await catalog.insertSandbox(
+          sandboxRow({ id: "recent", state: "killed", updatedAt: recent, ...secrets }),
+        );
+        await catalog.insertSandbox(sandboxRow({ id: "alive", updatedAt: old, ...secrets }));
+        await catalog.insertSandbox(
+          sandboxRow({ id: "paused", state: "paused", updatedAt: old, ...secrets }),
+        );
+        await catalog.putSnapshot(snapshotRow({ id: "snap-1", sandboxId: "snapped" }));
+
+        assert.equal(await catalog.purgeKilledSecrets("2030-01-02T00:00:00.000Z"), 2);
+        const purged = await catalog.getSandbox("old");
+        assert.deepEqual(purged, {
+          ...sandboxRow({ id: "old", state: "killed", endedReason: "killed", updatedAt: old }),
+          metadata: { owner: "ada" },
+        });
+        assert.deepEqual(await catalog.getSandbox("snapped"), {
+          ...sandboxRow({ id: "snapped", state: "killed", updatedAt: old }),
+          envdAccessToken: "envd-secret",
+          metadata: { owner: "ada" },
+        });
+        for (const id of ["recent", "alive", "paused"]) {
+          const row = await catalog.getSandbox(id);
+          assert.equal(row?.envdAccessToken, "envd-secret", id);
+          assert.equal(row?.trafficAccessToken, "traffic-secret", id);
+          assert.deepEqual(row?.envVars, secrets.envVars, id);
+        }
+        assert.equal(await catalog.purgeKilledSecrets("2030-01-02T00:00:00.000Z"), 0, "idempotent");
+
+        // The snapshot goes: its source's token is no longer needed.
+        await catalog.deleteSnapshot("snap-1");
+        assert.equal(await catalog.purgeKilledSecrets("2030-01-02T00:00:00.000Z"), 1);
+        assert.equal((await catalog.getSandbox("snapped"))?.envdAccessToken, undefined);
+      });
     });
 
     describe("templates", () => {
@@ -322,6 +378,7 @@ export function catalogContract(name: string, open: () => Promise<CatalogHarness
           sandboxId: "sb-1",
           parentId: "snap-1",
           names: ["nightly", "v2"],
+          files: [{ name: "disk.qcow2", bytes: 196_608, sha256: "ab".repeat(32) }],
         });
         await catalog.putSnapshot(bare);
         await catalog.putSnapshot(full);

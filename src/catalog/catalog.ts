@@ -108,6 +108,15 @@ export interface SnapshotRow {
   /** GuestImages fingerprint it was taken with (a rebuilt image set invalidates it). */
   readonly imagesFingerprint: string;
   readonly createdAt: string;
+  /** Its files as sealed at capture, with checksums: a restore checks them first. */
+  readonly files?: readonly SnapshotFileRecord[];
+}
+
+/** One sealed file of a snapshot (the VMM driver's SnapshotFile). */
+export interface SnapshotFileRecord {
+  readonly name: string;
+  readonly bytes: number;
+  readonly sha256: string;
 }
 
 export interface EventRow {
@@ -143,6 +152,15 @@ export interface Catalog {
   /** Sandboxes in the given states (all when absent), ordered by startedAt then id. */
   listSandboxes(states?: readonly SandboxState[]): Promise<SandboxRow[]>;
   deleteSandbox(id: string): Promise<void>;
+  /**
+   * Forgets the secrets of sandboxes killed before `killedBefore` (ISO 8601, compared with
+   * their updatedAt, which the kill set last): env vars become `{}`, the traffic token and
+   * the envd access token are cleared, except the envd token of a sandbox some snapshot was
+   * captured from (the envd inside that snapshot holds it; a create from it presents it).
+   * The rows stay (id, template, reason it ended, metadata: its history), updatedAt included.
+   * Returns how many rows it changed; a second call with the same bound changes none.
+   */
+  purgeKilledSecrets(killedBefore: string): Promise<number>;
 
   /** Inserts or replaces by id; aliases move to this template. */
   putTemplate(row: TemplateRow): Promise<void>;

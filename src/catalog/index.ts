@@ -6,6 +6,7 @@ export type {
   SandboxPatch,
   SandboxRow,
   SandboxState,
+  SnapshotFileRecord,
   SnapshotRow,
   TagRow,
   TemplateKind,

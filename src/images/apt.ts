@@ -44,9 +44,19 @@ export class Apt {
     return true;
   }
 
-  async install(packages: readonly string[]): Promise<void> {
+  /** `release`: the suite to take them from (`-t`, e.g. a backports suite). */
+  async install(packages: readonly string[], options: { release?: string } = {}): Promise<void> {
     await this.updateIfOld();
-    const args = ["install", "-y", "-q", "--no-install-recommends", ...LOCK_WAIT, ...packages];
+    const release = options.release ? ["-t", options.release] : [];
+    const args = [
+      "install",
+      "-y",
+      "-q",
+      "--no-install-recommends",
+      ...release,
+      ...LOCK_WAIT,
+      ...packages,
+    ];
     const first = await this.#runner.run("apt-get", args, { env: ENV, allowFailure: true });
     if (first.code === 0) return;
     // Lists that name files the mirror no longer has: refresh once and retry.

@@ -2,13 +2,14 @@ import type { CommandRunner } from "./command.js";
 
 /** Debian packages Warren runs or builds its guest artifacts with. */
 export const HOST_PACKAGES: readonly string[] = [
-  "qemu-system-x86", // the VMM (machine type microvm)
-  "qemu-utils", // qemu-img: qcow2 overlays
+  // QEMU itself (qemu-system-x86, qemu-utils) comes through qemu-package.ts: it needs a
+  // newer one than Debian 12 has.
   "debootstrap", // the base rootfs
   "busybox-static", // initramfs and agent drive tools
   "tini", // tini-static: PID 1 in the guest
   "iptables", // network slots: NAT and egress rules
   "iproute2", // network slots: netns, veth, tap
+  "conntrack", // network slots: a reused slot forgets its last tenant's connections
   "e2fsprogs", // mkfs.ext4 -d: images without loop mounts
   "kmod", // depmod: module dependencies of the guest kernel
   "xz-utils", // compressed kernel modules, if a kernel ships them so

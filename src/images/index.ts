@@ -35,4 +35,3 @@ export {
 } from "./oci/index.js";
 export type { ProgressSink } from "./progress.js";
 export { ensureHostSetup, type HostSetupOptions } from "./setup.js";
-export { ensureVmmUser, type SystemAccount, VMM_USER } from "./vmm-user.js";

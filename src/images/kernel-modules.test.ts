@@ -20,6 +20,7 @@ kernel/crypto/crc32c_generic.ko:
 kernel/fs/ext4/ext4.ko: kernel/fs/jbd2/jbd2.ko kernel/fs/mbcache.ko
 kernel/fs/jbd2/jbd2.ko:
 kernel/fs/mbcache.ko:
+kernel/drivers/char/hw_random/virtio-rng.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
 `;
 
 const CONFIG = `# comment
@@ -27,6 +28,8 @@ CONFIG_VIRTIO_MMIO=m
 CONFIG_VIRTIO_BLK=m
 CONFIG_VIRTIO_NET=m
 CONFIG_EXT4_FS=y
+CONFIG_HW_RANDOM=y
+CONFIG_HW_RANDOM_VIRTIO=m
 # CONFIG_FOO is not set
 `;
 
@@ -38,7 +41,7 @@ describe("kernel module planning", () => {
 
   it("loads every dependency before what needs it, once, and skips built-ins", () => {
     const plan = planModules(parseKernelConfig(CONFIG), parseModulesDep(MODULES_DEP), new Map());
-    assert.deepEqual(plan.builtin, ["ext4"]);
+    assert.deepEqual(plan.builtin, ["ext4", "rng_core"]);
     const names = plan.load.map((m) => m.name);
     assert.deepEqual(names, [
       "virtio_ring",
@@ -48,8 +51,9 @@ describe("kernel module planning", () => {
       "failover",
       "net_failover",
       "virtio_net",
+      "virtio_rng",
     ]);
-    assert.equal(plan.load.at(-1)?.path, "kernel/drivers/net/virtio_net.ko.xz");
+    assert.equal(plan.load.at(-2)?.path, "kernel/drivers/net/virtio_net.ko.xz");
   });
 
   it("loads modular ext4 with its dependencies and pre-softdeps", () => {
@@ -57,8 +61,20 @@ describe("kernel module planning", () => {
     const softdeps = parseSoftdeps("softdep ext4 pre: crc32c_generic crypto-nothing post: foo\n");
     const plan = planModules(config, parseModulesDep(MODULES_DEP), softdeps);
     const names = plan.load.map((m) => m.name);
-    assert.deepEqual(names.slice(-4), ["crc32c_generic", "jbd2", "mbcache", "ext4"]);
-    assert.deepEqual(plan.builtin, []);
+    assert.deepEqual(names.slice(-5, -1), ["crc32c_generic", "jbd2", "mbcache", "ext4"]);
+    assert.deepEqual(plan.builtin, ["rng_core"]);
+  });
+
+  it("loads a modular hw_random core before virtio_rng (the guest's entropy device)", () => {
+    const config = parseKernelConfig(CONFIG.replace("CONFIG_HW_RANDOM=y", "CONFIG_HW_RANDOM=m"));
+    const modulesDep = parseModulesDep(
+      MODULES_DEP.replace(
+        "virtio-rng.ko: ",
+        "virtio-rng.ko: kernel/drivers/char/hw_random/rng-core.ko ",
+      ).concat("kernel/drivers/char/hw_random/rng-core.ko:\n"),
+    );
+    const names = planModules(config, modulesDep, new Map()).load.map((m) => m.name);
+    assert.deepEqual(names.slice(-2), ["rng_core", "virtio_rng"]);
   });
 
   it("fails naming the config symbol when the kernel lacks a driver", () => {

@@ -7,6 +7,10 @@ export const GUEST_MODULES: readonly { readonly name: string; readonly config: s
   { name: "virtio_blk", config: "CONFIG_VIRTIO_BLK" }, // /dev/vda, /dev/vdb
   { name: "virtio_net", config: "CONFIG_VIRTIO_NET" }, // eth0
   { name: "ext4", config: "CONFIG_EXT4_FS" }, // both drives
+  // The VMM's virtio-rng device: the kernel's hwrng thread feeds the host's entropy into its
+  // pool from boot on (then about once a minute). Debian builds the core in, the driver as a module.
+  { name: "rng_core", config: "CONFIG_HW_RANDOM" },
+  { name: "virtio_rng", config: "CONFIG_HW_RANDOM_VIRTIO" },
 ];
 
 /** A module to load, with its path relative to lib/modules/<release>/. */

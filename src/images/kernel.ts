@@ -40,7 +40,8 @@ export function kernelSpec(options: {
 
 /**
  * initramfs.cpio.gz for the same kernel package: the modules the kernel's config says are
- * modular (virtio_mmio, virtio_blk, virtio_net, ext4) and everything they depend on.
+ * modular (GUEST_MODULES: virtio_mmio, virtio_blk, virtio_net, ext4, rng_core, virtio_rng)
+ * and everything they depend on.
  */
 export function initramfsSpec(options: {
   path: string;

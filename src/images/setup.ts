@@ -18,6 +18,7 @@ import { CLOUD_KERNEL_METAPACKAGE, KernelPackage, kernelRelease } from "./kernel
 import { defaultImagesDir, imagesLayout } from "./layout.js";
 import { type ArtifactName, type ArtifactRecord, readManifest } from "./manifest.js";
 import { formatDuration, type ProgressSink, SetupProgress, type StepProgress } from "./progress.js";
+import { installedQemuVersion, installQemu, isRecentEnough } from "./qemu-package.js";
 import { acquireSetupLock } from "./setup-lock.js";
 import { assertStatic, BUSYBOX_STATIC, TINI_STATIC } from "./static-binaries.js";
 
@@ -134,6 +135,8 @@ export async function ensureHostSetup(options: HostSetupOptions): Promise<GuestA
         if (missing.length === 0)
           step.done(`all ${HOST_PACKAGES.length} present`, performance.now() - t);
         else await step.task(`apt-get install ${missing.join(" ")}`, () => apt.install(missing));
+        if (!isRecentEnough(await installedQemuVersion(runner)))
+          await step.task("installing QEMU", () => installQemu(runner, apt));
       }
     }
 

@@ -3,10 +3,13 @@ import { formatCidr, parseCidr } from "./ipv4.js";
 
 /**
  * What a guest may reach. Host-initiated connections to the guest (envd) are not affected.
- * Order of evaluation: the host's own addresses and every slot are always refused; then
- * `allowOut` accepts; then `denyOut` refuses; then private ranges are refused; then
- * `allowInternet` decides. So allow wins over deny, and `allowOut` is the only way to open
- * a private range.
+ * Order of evaluation: the host's own addresses, every slot and NEVER_RANGES (link-local and
+ * cloud metadata among them) are always refused; then an `allowOut` entry that lies inside a
+ * private range or one of the host's own networks (its LANs) accepts; then those ranges are
+ * refused; then the other `allowOut` entries accept; then `denyOut` refuses; then
+ * `allowInternet` decides. So allow wins over deny, and a private range or LAN opens only
+ * to an `allowOut` entry that names it (10.1.2.3, 10.0.0.0/8), never to a wider one
+ * (0.0.0.0/0).
  */
 export interface EgressPolicy {
   /** Whether the guest may reach public addresses (those in no list below). */
@@ -23,19 +26,26 @@ export const DEFAULT_EGRESS_POLICY: EgressPolicy = Object.freeze({
   denyOut: Object.freeze([]),
 });
 
-/** Refused unless an allowOut entry covers the destination. */
+/** Refused unless an allowOut entry inside the range names the destination. */
 export const PRIVATE_RANGES: readonly string[] = Object.freeze([
   "10.0.0.0/8",
   "172.16.0.0/12",
   "192.168.0.0/16",
-  "169.254.0.0/16",
   "100.64.0.0/10",
 ]);
 
-/** Never useful as a destination out of a NAT: "this network", loopback, multicast, reserved. */
+/** IPv4 link-local, where clouds serve instance metadata (169.254.169.254). */
+export const LINK_LOCAL_RANGE = "169.254.0.0/16";
+
+/**
+ * Refused whatever the policy: "this network", loopback, link-local (169.254.169.254 is the
+ * metadata service of most clouds: instance credentials), multicast, reserved. The guest's
+ * own link (169.254.0.20/30, on the tap) is not routed through the egress rules at all.
+ */
 export const NEVER_RANGES: readonly string[] = Object.freeze([
   "0.0.0.0/8",
   "127.0.0.0/8",
+  LINK_LOCAL_RANGE,
   "224.0.0.0/4",
   "240.0.0.0/4",
 ]);

@@ -1,4 +1,6 @@
 import type { CommandRunner } from "./command-runner.js";
+import { LINK_LOCAL_RANGE } from "./egress-policy.js";
+import { NetworkError } from "./errors.js";
 import type { SlotAddresses } from "./slot-addressing.js";
 
 // A slot's rules in the host's own tables. Each carries the comment `<ruleTag>:<index>`
@@ -26,21 +28,39 @@ function commentPattern(ruleTag: string): RegExp {
   return new RegExp(`--comment "?${tag}:([0-9]+)"?(?:\\s|$)`);
 }
 
-/**
- * The host rules of one slot, in order. `egressInterface` undefined means the guest has no
- * way out of the host (and only the refusals are installed).
- */
-export function hostRules(slot: SlotAddresses, egressInterface: string | undefined): HostRule[] {
+/** What a slot's host rules depend on besides its addresses. */
+export interface HostRuleOptions {
+  /** Host interface guest traffic leaves by; undefined: the guest has no way out of the host. */
+  readonly egressInterface: string | undefined;
+  /** The only local user whose processes may open connections to the slot (the server's). */
+  readonly serverUid: number;
+}
+
+/** The host rules of one slot, in order. */
+export function hostRules(slot: SlotAddresses, options: HostRuleOptions): HostRule[] {
   const veth = slot.hostVeth;
-  const out = egressInterface;
+  const out = options.egressInterface;
   const established = "-m conntrack --ctstate ESTABLISHED,RELATED";
   const rules: HostRule[] = [
+    // Only the server (its proxy, its envd client) opens connections to the guest: any other
+    // local user would bypass the proxy's authentication. Matched on the interface, so every
+    // address and port behind it is covered. Packets of connections already tracked are let
+    // be: the kernel's own replies (time-wait ACKs, resets) carry no user, and only the
+    // server can have opened those connections.
+    rule(
+      "filter",
+      "OUTPUT",
+      `-o ${veth} -m conntrack ! --ctstate ESTABLISHED,RELATED -m owner ! --uid-owner ${options.serverUid} -j REJECT --reject-with icmp-admin-prohibited`,
+    ),
     // Replies to the host's own connections (envd) come back; nothing the guest starts
     // reaches a local address: any interface's, 127/8, whatever the namespace allows.
     rule("filter", "INPUT", `-i ${veth} ${established} -j ACCEPT`),
     rule("filter", "INPUT", `-i ${veth} -j DROP`),
     ...(out
       ? [
+          // Link-local (cloud metadata) is never forwarded, whatever the namespace allows:
+          // the second layer of NEVER_RANGES for the one range the host would route.
+          rule("filter", "FORWARD", `-i ${veth} -d ${LINK_LOCAL_RANGE} -j DROP`),
           rule("filter", "FORWARD", `-i ${veth} -o ${out} -j ACCEPT`),
           rule("filter", "FORWARD", `-i ${out} -o ${veth} ${established} -j ACCEPT`),
         ]
@@ -52,12 +72,12 @@ export function hostRules(slot: SlotAddresses, egressInterface: string | undefin
       ? [rule("nat", "POSTROUTING", `-s ${slot.hostAddress}/32 -o ${out} -j MASQUERADE`)]
       : []),
   ];
-  // The comment goes just before the target, where iptables-save prints it.
+  // The comment goes just before the target (and its options), where iptables-save prints it.
   const comment = ["-m", "comment", "--comment", hostRuleComment(slot.ruleTag, slot.index)];
-  return rules.map((r) => ({
-    ...r,
-    spec: [...r.spec.slice(0, -2), ...comment, ...r.spec.slice(-2)],
-  }));
+  return rules.map((r) => {
+    const target = r.spec.indexOf("-j");
+    return { ...r, spec: [...r.spec.slice(0, target), ...comment, ...r.spec.slice(target)] };
+  });
 }
 
 /** `spec` is split on spaces: only for the fixed rules above (no quoting needed). */
@@ -87,6 +107,18 @@ export async function deleteHostRules(
 ): Promise<void> {
   const lines = rules.map((r) => ({ table: r.table, line: `-D ${r.chain} ${r.spec.join(" ")}` }));
   await withHostLock(() => restore(run, lines));
+}
+
+/** Whether exactly this rule is in the host's tables (`iptables -C`). */
+export async function hostRuleExists(run: CommandRunner, rule: HostRule): Promise<boolean> {
+  try {
+    await run("iptables", ["-w", "-t", rule.table, "-C", rule.chain, ...rule.spec]);
+    return true;
+  } catch (err) {
+    // Exit 1: no such rule ("Bad rule (does a matching rule exist in that chain?)").
+    if (err instanceof NetworkError && err.exitCode === 1) return false;
+    throw err;
+  }
 }
 
 /** A Warren rule found in the host's tables: `-A ...` line as iptables-save prints it. */

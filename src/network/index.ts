@@ -2,6 +2,7 @@ export { type CommandResult, type CommandRunner, runCommand } from "./command-ru
 export {
   DEFAULT_EGRESS_POLICY,
   type EgressPolicy,
+  LINK_LOCAL_RANGE,
   NEVER_RANGES,
   PRIVATE_RANGES,
   sameEgressPolicy,

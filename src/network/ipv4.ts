@@ -52,6 +52,11 @@ export function cidrContains(cidr: Ipv4Cidr, address: number): boolean {
   return (address & netmask(cidr.prefix)) >>> 0 === cidr.address;
 }
 
+/** Whether every address of `inner` is in `outer`. */
+export function cidrWithin(inner: Ipv4Cidr, outer: Ipv4Cidr): boolean {
+  return inner.prefix >= outer.prefix && cidrContains(outer, inner.address);
+}
+
 /** Number of addresses in the block (2^(32 - prefix)). */
 export function cidrSize(cidr: Ipv4Cidr): number {
   return 2 ** (32 - cidr.prefix);

@@ -1,60 +1,142 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { validateEgressPolicy } from "./egress-policy.js";
-import { hostRules } from "./host-rules.js";
-import { egressChainRules, egressUpdate } from "./netns-rules.js";
-import { parseBaseCidr, slotAddresses } from "./slot-addressing.js";
+import { type EgressPolicy, validateEgressPolicy } from "./egress-policy.js";
+import { cidrContains, parseCidr, parseIpv4 } from "./ipv4.js";
+import { type EgressLimits, egressChainRules, egressLimits, egressUpdate } from "./netns-rules.js";
 
-test("the egress chain: always-blocked, allowOut, denyOut, private ranges, internet", () => {
-  const policy = validateEgressPolicy({
-    allowInternet: false,
-    allowOut: ["192.168.1.0/24"],
-    denyOut: ["203.0.113.9"],
-  });
-  const rules = egressChainRules(policy, ["10.201.0.0/16", "127.0.0.0/8"]);
+// The host of these tests: slots in 10.201.0.0/16, one address on a public-looking LAN
+// (198.51.100.0/24) and one on a private one (192.168.1.0/24).
+const limits = egressLimits(
+  "10.201.0.0/16",
+  ["198.51.100.10", "192.168.1.5"],
+  ["198.51.100.0/24", "192.168.1.0/24", "10.201.0.6/31"],
+);
+
+function policy(p: Partial<EgressPolicy>): EgressPolicy {
+  return validateEgressPolicy({ allowInternet: true, allowOut: [], denyOut: [], ...p });
+}
+
+/** What the chain does with a packet to `address`: the target of the first rule that matches. */
+function verdict(rules: readonly string[], address: string): string {
+  const value = parseIpv4(address) as number;
+  for (const rule of rules) {
+    const match = /^-A \S+ (?:-d (\S+) )?-j (\S+)$/.exec(rule);
+    assert.ok(match, rule);
+    const [, cidr, target] = match;
+    if (cidr === undefined || cidrContains(parseCidr(cidr) ?? assert.fail(cidr), value)) {
+      return target as string;
+    }
+  }
+  return "end of chain";
+}
+
+const ACCEPT = "ACCEPT";
+const REFUSE = "WARREN-REJECT";
+
+test("the egress chain: never, allowOut naming a restricted range, restricted ranges, allowOut, denyOut, internet", () => {
+  const rules = egressChainRules(
+    policy({
+      allowInternet: false,
+      allowOut: ["192.168.1.0/24", "0.0.0.0/0"],
+      denyOut: ["203.0.113.9"],
+    }),
+    { never: ["10.201.0.0/16", "127.0.0.0/8"], restricted: ["10.0.0.0/8", "192.168.0.0/16"] },
+  );
   assert.deepEqual(rules, [
     "-A WARREN-EGRESS -d 10.201.0.0/16 -j WARREN-REJECT",
     "-A WARREN-EGRESS -d 127.0.0.0/8 -j WARREN-REJECT",
     "-A WARREN-EGRESS -d 192.168.1.0/24 -j ACCEPT",
-    "-A WARREN-EGRESS -d 203.0.113.9/32 -j WARREN-REJECT",
     "-A WARREN-EGRESS -d 10.0.0.0/8 -j WARREN-REJECT",
-    "-A WARREN-EGRESS -d 172.16.0.0/12 -j WARREN-REJECT",
     "-A WARREN-EGRESS -d 192.168.0.0/16 -j WARREN-REJECT",
-    "-A WARREN-EGRESS -d 169.254.0.0/16 -j WARREN-REJECT",
-    "-A WARREN-EGRESS -d 100.64.0.0/10 -j WARREN-REJECT",
+    "-A WARREN-EGRESS -d 0.0.0.0/0 -j ACCEPT",
+    "-A WARREN-EGRESS -d 203.0.113.9/32 -j WARREN-REJECT",
     "-A WARREN-EGRESS -j WARREN-REJECT",
   ]);
   // An update re-declares (so empties) the chain and refills it in one transaction.
   assert.match(
-    egressUpdate(policy, []),
+    egressUpdate(policy({}), limits),
     /^\*filter\n:WARREN-EGRESS - \[0:0\]\n(-A .*\n)+COMMIT\n$/,
   );
 });
 
-test("slots get consecutive /31s and comment-tagged host rules", () => {
-  const base = parseBaseCidr("10.201.0.0/16");
-  const slot = slotAddresses(base, 3);
-  assert.deepEqual(
-    [slot.netns, slot.hostVeth, slot.hostVethAddress, slot.hostAddress],
-    ["warren-3", "wv3", "10.201.0.6", "10.201.0.7"],
-  );
-  assert.equal(slotAddresses(base, 32767).hostAddress, "10.201.255.255");
-  assert.throws(() => slotAddresses(base, 32768), /outside 1\.\.32767/);
-  assert.throws(() => slotAddresses(base, 0), /outside/);
-
-  const rules = hostRules(slot, "eth0");
-  assert.ok(rules.every((r) => r.spec.join(" ").includes("-m comment --comment warren:3 -j")));
-  assert.deepEqual(
-    rules.map((r) => `${r.table} ${r.chain} ${r.spec.at(-1)}`),
-    [
-      "filter INPUT ACCEPT",
-      "filter INPUT DROP",
-      "filter FORWARD ACCEPT",
-      "filter FORWARD ACCEPT",
-      "filter FORWARD DROP",
-      "filter FORWARD DROP",
-      "nat POSTROUTING MASQUERADE",
+test("the limits: slots, host addresses and NEVER_RANGES; private ranges and the host's LANs", () => {
+  assert.deepEqual(limits, {
+    never: [
+      "10.201.0.0/16",
+      "198.51.100.10/32",
+      "192.168.1.5/32",
+      "0.0.0.0/8",
+      "127.0.0.0/8",
+      "169.254.0.0/16",
+      "224.0.0.0/4",
+      "240.0.0.0/4",
     ],
+    // The private LAN and the slots' own /31 are in ranges listed already.
+    restricted: [
+      "10.0.0.0/8",
+      "172.16.0.0/12",
+      "192.168.0.0/16",
+      "100.64.0.0/10",
+      "198.51.100.0/24",
+    ],
+  } satisfies EgressLimits);
+});
+
+test("no policy opens link-local, cloud metadata, the slots or the host", () => {
+  const widest = [
+    policy({ allowOut: ["0.0.0.0/0"] }),
+    policy({ allowOut: ["169.254.169.254", "169.254.0.0/16", "10.201.0.7", "198.51.100.10"] }),
+    policy({ allowInternet: true, allowOut: ["0.0.0.0/1", "128.0.0.0/1"] }),
+  ];
+  for (const p of widest) {
+    const rules = egressChainRules(p, limits);
+    for (const address of [
+      "169.254.169.254",
+      "169.254.0.1",
+      "10.201.0.7",
+      "198.51.100.10",
+      "127.0.0.1",
+    ]) {
+      assert.equal(verdict(rules, address), REFUSE, `${address} with ${JSON.stringify(p)}`);
+    }
+  }
+});
+
+test("a private range or a LAN of the host opens only to an allowOut entry inside it", () => {
+  const byDefault = egressChainRules(policy({}), limits);
+  const wide = egressChainRules(policy({ allowOut: ["0.0.0.0/0", "192.0.0.0/2"] }), limits);
+  for (const rules of [byDefault, wide]) {
+    for (const address of [
+      "198.51.100.20",
+      "192.168.1.1",
+      "10.1.2.3",
+      "172.16.0.1",
+      "100.64.0.1",
+    ]) {
+      assert.equal(verdict(rules, address), REFUSE, address);
+    }
+    assert.equal(verdict(rules, "8.8.8.8"), ACCEPT);
+  }
+  const named = egressChainRules(
+    policy({
+      allowInternet: false,
+      allowOut: ["198.51.100.20", "10.0.0.0/8"],
+      denyOut: ["10.1.0.0/16"],
+    }),
+    limits,
   );
-  assert.equal(hostRules(slot, undefined).filter((r) => r.spec.includes("ACCEPT")).length, 1);
+  assert.equal(verdict(named, "198.51.100.20"), ACCEPT);
+  assert.equal(verdict(named, "198.51.100.21"), REFUSE);
+  assert.equal(verdict(named, "10.1.2.3"), ACCEPT, "allow wins over deny");
+  assert.equal(verdict(named, "8.8.8.8"), REFUSE);
+});
+
+test("allowOut wins over denyOut, and denyOut over the internet", () => {
+  const rules = egressChainRules(
+    policy({ allowOut: ["203.0.113.7"], denyOut: ["203.0.113.0/24"] }),
+    limits,
+  );
+  assert.equal(verdict(rules, "203.0.113.7"), ACCEPT);
+  assert.equal(verdict(rules, "203.0.113.8"), REFUSE);
+  assert.equal(verdict(rules, "8.8.8.8"), ACCEPT);
 });

@@ -1,5 +1,6 @@
 import { GUEST_ADDRESS } from "../protocol/index.js";
 import { type EgressPolicy, NEVER_RANGES, PRIVATE_RANGES } from "./egress-policy.js";
+import { cidrWithin, type Ipv4Cidr, parseCidr } from "./ipv4.js";
 import { NETNS_VETH, type SlotAddresses, TAP_NAME } from "./slot-addressing.js";
 
 // The iptables ruleset inside one slot's namespace (iptables-restore input). The namespace
@@ -14,13 +15,13 @@ export const REJECT_CHAIN = "WARREN-REJECT";
  * The whole ruleset of a new slot namespace, applied with a plain `iptables-restore`
  * (replacing the namespace's empty tables).
  *
- * @param blocked destinations no policy can open: the slots' base block, the host's own
- *   addresses, and NEVER_RANGES.
+ * @param limits what no policy opens, and what only a narrow allowOut entry opens
+ *   (egressLimits()).
  */
 export function netnsRuleset(
   slot: SlotAddresses,
   policy: EgressPolicy,
-  blocked: readonly string[],
+  limits: EgressLimits,
 ): string {
   const guest = `${GUEST_ADDRESS}/32`;
   return lines(
@@ -55,40 +56,75 @@ export function netnsRuleset(
     `-A FORWARD -i ${NETNS_VETH} -o ${TAP_NAME} -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT`,
     `-A ${REJECT_CHAIN} -p tcp -j REJECT --reject-with tcp-reset`,
     `-A ${REJECT_CHAIN} -j REJECT --reject-with icmp-admin-prohibited`,
-    ...egressChainRules(policy, blocked),
+    ...egressChainRules(policy, limits),
     "COMMIT",
   );
 }
 
 /** Replaces the egress chain alone, atomically: input for `iptables-restore --noflush`. */
-export function egressUpdate(policy: EgressPolicy, blocked: readonly string[]): string {
+export function egressUpdate(policy: EgressPolicy, limits: EgressLimits): string {
   // Declaring a chain under --noflush empties it first.
   return lines(
     "*filter",
     `:${EGRESS_CHAIN} - [0:0]`,
-    ...egressChainRules(policy, blocked),
+    ...egressChainRules(policy, limits),
     "COMMIT",
   );
 }
 
-/** The egress chain, in evaluation order (see EgressPolicy for why this order). */
-export function egressChainRules(policy: EgressPolicy, blocked: readonly string[]): string[] {
+/** Destinations the egress chain judges before the policy's own lists. */
+export interface EgressLimits {
+  /** Refused whatever the policy: every slot, the host's own addresses, NEVER_RANGES. */
+  readonly never: readonly string[];
+  /**
+   * Refused unless an allowOut entry inside one of them names the destination: the private
+   * ranges and the host's own networks (its LANs, whatever their addresses).
+   */
+  readonly restricted: readonly string[];
+}
+
+/**
+ * The egress chain, in evaluation order (see EgressPolicy for why this order). allowOut
+ * entries are split in two: those inside a restricted range come before the ranges'
+ * refusal (they name it), the others after it (0.0.0.0/0 opens the internet, not the LAN).
+ */
+export function egressChainRules(policy: EgressPolicy, limits: EgressLimits): string[] {
   const rule = (cidr: string, target: string) => `-A ${EGRESS_CHAIN} -d ${cidr} -j ${target}`;
+  const restricted = limits.restricted.map(cidrOf);
+  const names = (entry: string) => restricted.some((range) => cidrWithin(cidrOf(entry), range));
   return [
-    ...blocked.map((cidr) => rule(cidr, REJECT_CHAIN)),
-    ...policy.allowOut.map((cidr) => rule(cidr, "ACCEPT")),
+    ...limits.never.map((cidr) => rule(cidr, REJECT_CHAIN)),
+    ...policy.allowOut.filter(names).map((cidr) => rule(cidr, "ACCEPT")),
+    ...limits.restricted.map((cidr) => rule(cidr, REJECT_CHAIN)),
+    ...policy.allowOut.filter((entry) => !names(entry)).map((cidr) => rule(cidr, "ACCEPT")),
     ...policy.denyOut.map((cidr) => rule(cidr, REJECT_CHAIN)),
-    ...PRIVATE_RANGES.map((cidr) => rule(cidr, REJECT_CHAIN)),
     `-A ${EGRESS_CHAIN} -j ${policy.allowInternet ? "ACCEPT" : REJECT_CHAIN}`,
   ];
 }
 
-/** Destinations refused whatever the policy. */
-export function blockedDestinations(
+/**
+ * The limits of every slot of a pool on this host: `baseCidr` is the pool's block,
+ * `hostAddresses` the host's IPv4 addresses, `hostNetworks` the networks they are on (its
+ * LANs). A network inside a range already listed adds nothing and is left out.
+ */
+export function egressLimits(
   baseCidr: string,
   hostAddresses: readonly string[],
-): readonly string[] {
-  return [baseCidr, ...hostAddresses.map((a) => `${a}/32`), ...NEVER_RANGES];
+  hostNetworks: readonly string[],
+): EgressLimits {
+  const never = [baseCidr, ...hostAddresses.map((a) => `${a}/32`), ...NEVER_RANGES];
+  const listed = [...never, ...PRIVATE_RANGES].map(cidrOf);
+  const lans = [...new Set(hostNetworks)].filter(
+    (net) => !listed.some((range) => cidrWithin(cidrOf(net), range)),
+  );
+  return { never, restricted: [...PRIVATE_RANGES, ...lans] };
+}
+
+/** A CIDR this module was given already checked (policy entries, constants, the host's). */
+function cidrOf(text: string): Ipv4Cidr {
+  const cidr = parseCidr(text);
+  if (!cidr) throw new Error(`not an IPv4 CIDR: ${text}`);
+  return cidr;
 }
 
 function lines(...items: string[]): string {

@@ -1,5 +1,6 @@
 import { type Logger, silentLogger, WarrenError } from "../shared/index.js";
 import { type CommandRunner, runCommand } from "./command-runner.js";
+import { flushHostConntrack } from "./conntrack.js";
 import {
   DEFAULT_EGRESS_POLICY,
   type EgressPolicy,
@@ -7,8 +8,9 @@ import {
   validateEgressPolicy,
 } from "./egress-policy.js";
 import { SlotTakenError } from "./errors.js";
-import { defaultRouteInterface, enableHostForwarding } from "./host-info.js";
-import type { Ipv4Cidr } from "./ipv4.js";
+import { enableEgressForwarding } from "./host-forwarding.js";
+import { defaultRouteInterface } from "./host-info.js";
+import { formatCidr, type Ipv4Cidr } from "./ipv4.js";
 import { NetworkSlot, type SlotSettings } from "./network-slot.js";
 import { DEFAULT_BASE_CIDR, maxSlotIndex, parseBaseCidr } from "./slot-addressing.js";
 import { DEFAULT_SLOT_NAMES, type SlotNames, validateSlotNames } from "./slot-names.js";
@@ -40,6 +42,12 @@ export interface NetnsSlotPoolOptions {
   ruleTag?: string;
   /** Owner of every tap, so a QEMU running as this user and group can open it. Default: root only. */
   tapOwner?: { uid: number; gid: number };
+  /**
+   * The only local user whose processes may open connections to the slots' addresses (the
+   * server's: its proxy and envd client). Any other user of the host is refused, so nobody
+   * reaches a guest around the proxy. Default: this process's uid.
+   */
+  serverUid?: number;
   /**
    * Host interface guest traffic leaves by (masqueraded). Default: the interface of the
    * host's default route when start() runs; without one, guests have no egress.
@@ -98,6 +106,9 @@ export class NetnsSlotPool implements SlotPool {
         `maxSlots (${this.#maxSlots}) must be at least size (${this.#size})`,
       );
     }
+    if (options.serverUid !== undefined && !isId(options.serverUid)) {
+      throw new WarrenError("invalid_argument", "serverUid must be a non-negative integer");
+    }
     const owner = options.tapOwner;
     if (owner && !(isId(owner.uid) && isId(owner.gid))) {
       throw new WarrenError(
@@ -118,8 +129,9 @@ export class NetnsSlotPool implements SlotPool {
   }
 
   /**
-   * Turns on forwarding on the host, settles the egress interface and starts filling the
-   * pool in the background. acquire() calls it when needed.
+   * Settles the egress interface (turning on forwarding of replies on it if needed, see
+   * host-forwarding.ts), forgets connections an earlier server tracked for the pool's
+   * block, and starts filling the pool in the background. acquire() calls it when needed.
    */
   async start(): Promise<void> {
     this.#checkOpen();
@@ -186,6 +198,8 @@ export class NetnsSlotPool implements SlotPool {
     try {
       if (!sameEgressPolicy(slot.policy, this.#defaultPolicy))
         await slot.setPolicy(this.#defaultPolicy);
+      // The next tenant inherits nothing of this one's connections.
+      await slot.forgetConnections();
     } catch (err) {
       this.#logger.warn({ slot: slot.index, err }, "network.slot_reset_failed");
       await this.#destroy(slot);
@@ -220,15 +234,26 @@ export class NetnsSlotPool implements SlotPool {
   }
 
   async #resolveSettings(): Promise<SlotSettings> {
-    if (await enableHostForwarding()) this.#logger.info({}, "network.host_forwarding_enabled");
     const egressInterface =
       this.#options.egressInterface ?? (await defaultRouteInterface(this.#run));
     if (!egressInterface) this.#logger.warn({}, "network.no_egress_interface");
+    else {
+      const forwarding = await enableEgressForwarding(this.#run, egressInterface);
+      if (forwarding === "enabled") {
+        this.#logger.info({ egressInterface }, "network.egress_forwarding_enabled");
+      } else if (forwarding === "missing") {
+        this.#logger.warn({ egressInterface }, "network.egress_interface_missing");
+      }
+    }
+    // The block is this pool's alone: whatever is tracked in it was left by an earlier
+    // server's slots (destroy() forgets its own as it goes).
+    await flushHostConntrack(this.#run, formatCidr(this.#base));
     return {
       base: this.#base,
       names: this.#names,
       tapOwner: this.#options.tapOwner,
       egressInterface,
+      serverUid: this.#options.serverUid ?? process.getuid?.() ?? 0,
       run: this.#run,
     };
   }

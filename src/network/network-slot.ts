@@ -8,9 +8,11 @@ import {
 } from "../protocol/index.js";
 import { WarrenError } from "../shared/index.js";
 import type { CommandRunner } from "./command-runner.js";
+import { flushHostConntrack, flushNamespaceConntrack } from "./conntrack.js";
 import { DEFAULT_EGRESS_POLICY, type EgressPolicy, validateEgressPolicy } from "./egress-policy.js";
 import { SlotTakenError } from "./errors.js";
-import { hostIpv4Addresses } from "./host-info.js";
+import { enableForwarding } from "./host-forwarding.js";
+import { hostIpv4 } from "./host-info.js";
 import {
   deleteHostRules,
   type HostRule,
@@ -19,7 +21,7 @@ import {
   purgeHostRules,
 } from "./host-rules.js";
 import { formatCidr, type Ipv4Cidr } from "./ipv4.js";
-import { blockedDestinations, egressUpdate, netnsRuleset } from "./netns-rules.js";
+import { type EgressLimits, egressLimits, egressUpdate, netnsRuleset } from "./netns-rules.js";
 import { NETNS_VETH, type SlotAddresses, slotAddresses, TAP_NAME } from "./slot-addressing.js";
 import type { SlotNames } from "./slot-names.js";
 import type { Slot } from "./slot-pool.js";
@@ -34,6 +36,8 @@ export interface SlotSettings {
   readonly tapOwner: { readonly uid: number; readonly gid: number } | undefined;
   /** Host interface guest traffic leaves by; no egress at all when undefined. */
   readonly egressInterface: string | undefined;
+  /** The only local user that may open connections to a slot (the server's). */
+  readonly serverUid: number;
   readonly run: CommandRunner;
 }
 
@@ -74,7 +78,7 @@ export class NetworkSlot implements Slot, SlotAddresses {
     this.hostVethAddress = addresses.hostVethAddress;
     this.hostAddress = addresses.hostAddress;
     this.#settings = settings;
-    this.#hostRules = hostRules(addresses, settings.egressInterface);
+    this.#hostRules = hostRules(addresses, settings);
     this.#policy = policy;
   }
 
@@ -108,8 +112,11 @@ export class NetworkSlot implements Slot, SlotAddresses {
       await settleAll([
         run("ip", ["-n", slot.netns, "-batch", "-"], { input: slot.#netnsBatch() }),
         run("nsenter", [`--net=${slot.netnsPath}`, "iptables-restore"], {
-          input: netnsRuleset(slot, slot.#policy, slot.#blocked()),
+          input: netnsRuleset(slot, slot.#policy, slot.#limits()),
         }),
+        // The host forwards what comes in on this veth, and on no interface of its own
+        // choosing (see host-forwarding.ts). Without egress, nothing is forwarded at all.
+        ...(settings.egressInterface ? [enableForwarding(slot.hostVeth)] : []),
       ]);
     };
     try {
@@ -155,10 +162,28 @@ export class NetworkSlot implements Slot, SlotAddresses {
         "nsenter",
         [`--net=${this.netnsPath}`, "iptables-restore", "--noflush"],
         {
-          input: egressUpdate(next, this.#blocked()),
+          input: egressUpdate(next, this.#limits()),
         },
       );
       this.#policy = next;
+    });
+  }
+
+  /**
+   * Forgets every connection tracked for the slot, in its namespace and on the host: what
+   * its last guest opened, and the host's connections to that guest. For a slot between two
+   * tenants, after the VMM using the tap has exited.
+   */
+  async forgetConnections(): Promise<void> {
+    await this.#serially(async () => {
+      if (this.#destroyed) {
+        throw new WarrenError("conflict", `network slot ${this.index} is destroyed`);
+      }
+      const { run } = this.#settings;
+      await settleAll([
+        flushNamespaceConntrack(run, this.netnsPath),
+        flushHostConntrack(run, this.hostAddress),
+      ]);
     });
   }
 
@@ -181,9 +206,11 @@ export class NetworkSlot implements Slot, SlotAddresses {
     return result;
   }
 
-  #blocked(): readonly string[] {
+  /** Read at each use: the host's addresses and networks change (DHCP, VPNs, new links). */
+  #limits(): EgressLimits {
     const base = this.#settings.base;
-    return blockedDestinations(formatCidr(base), hostIpv4Addresses(base));
+    const host = hostIpv4(base);
+    return egressLimits(formatCidr(base), host.addresses, host.networks);
   }
 
   /** Host side: the namespace, its sysctls, the veth pair and the host end's address. */
@@ -220,8 +247,10 @@ export class NetworkSlot implements Slot, SlotAddresses {
 
 /**
  * Removes whatever exists of a slot: host veth (its peer goes with it), namespace (and the
- * tap in it), host rules. `rules` when the exact rules are known (one transaction); else,
- * or if that fails, every host rule commented with the slot's index.
+ * tap in it, and its connection tracking), host rules, and the host's tracked connections
+ * of its address (the next slot with this index must not inherit them). `rules` when the
+ * exact rules are known (one transaction); else, or if that fails, every host rule
+ * commented with the slot's index.
  */
 export async function removeSlotResources(
   run: CommandRunner,
@@ -241,7 +270,12 @@ export async function removeSlotResources(
     // Exact deletion is one command; if a rule is missing, fall back to a search.
     await deleteHostRules(run, rules).catch(() => purgeHostRules(run, slot.ruleTag, slot.index));
   };
-  await settleAll([devices(), hostRulesGone()]);
+  // Connections are forgotten once nothing can add to them (the veth is gone).
+  const connectionsGone = async () => {
+    await devices();
+    await flushHostConntrack(run, slot.hostAddress);
+  };
+  await settleAll([connectionsGone(), hostRulesGone()]);
 }
 
 /** Waits for every promise; then throws the first rejection, if any. */

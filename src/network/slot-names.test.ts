@@ -40,7 +40,7 @@ describe("slot names", () => {
     });
     const slot = slotAddresses(base, 12, names);
     assert.deepEqual([slot.netns, slot.hostVeth], ["zq3f9a-12", "zq3f9av12"]);
-    const rules = hostRules(slot, "eth0");
+    const rules = hostRules(slot, { egressInterface: "eth0", serverUid: 0 });
     assert.ok(rules.every((r) => r.spec.join(" ").includes("--comment zq3f9a:12 -j")));
     const filter = rules.filter((r) => r.table === "filter");
     assert.ok(filter.every((r) => r.spec.includes("zq3f9av12")));

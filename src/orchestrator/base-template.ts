@@ -6,7 +6,7 @@ import { type SlotPool, TAP_NAME } from "../network/index.js";
 import { GATEWAY_ADDRESS, GUEST_ADDRESS } from "../protocol/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import type { Logger } from "../shared/index.js";
-import type { MachineShape, VmmDriver } from "../vmm/index.js";
+import { type MachineShape, SnapshotMismatchError, type VmmDriver } from "../vmm/index.js";
 import type { GuestAgent } from "./guest-agent.js";
 import { newId } from "./ids.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
@@ -108,7 +108,13 @@ async function staleReason(
     shape,
     runtimeDir: runtimeDir(layout, "template"),
   });
-  return driver.bootDrift(snapshot.dir, spec);
+  try {
+    return await driver.bootDrift(snapshot.dir, spec);
+  } catch (err) {
+    // A capture of an older snapshot format: it could not be restored, so it is stale too.
+    if (err instanceof SnapshotMismatchError) return err.message;
+    throw err;
+  }
 }
 
 function buildBaseTemplate(options: BaseTemplateOptions): Promise<TemplateRow> {

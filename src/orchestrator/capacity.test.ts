@@ -46,3 +46,33 @@ it("asks its reclaimer for room before refusing, once per VM given up", () => {
   assert.throws(() => capacity.reserve(shape), /2 sandboxes/, "nothing left to give up");
   assert.equal(asked, 3);
 });
+
+it("admits by the host's real memory: 429 memory_pressure before MemAvailable drops below the reserve, counting VMs still starting", () => {
+  let available = 3_700;
+  const capacity = new Capacity(
+    { maxSandboxes: 100, maxVcpus: 100, maxMemoryMiB: 1_000_000, memoryReserveMiB: 3_000 },
+    () => available,
+  );
+  const first = capacity.reserve(shape); // 3700 - 256 ≥ 3000
+  const refused = (err: unknown) =>
+    err instanceof WarrenError &&
+    err.status === 429 &&
+    err.reason === "memory_pressure" &&
+    /3000 MiB kept in reserve/.test(err.message);
+  // The first VMM has not shown in MemAvailable yet: it is counted as starting.
+  capacity.reserve(shape); // 3700 - 256 (starting) - 256 ≥ 3000
+  assert.throws(() => capacity.reserve(shape), refused);
+  first();
+  available = 8_192;
+  capacity.reserve(shape);
+  available = 3_100;
+  assert.throws(() => capacity.reserve(shape), refused);
+});
+
+it("never refuses for memory with no reserve set", () => {
+  const capacity = new Capacity(
+    { maxSandboxes: 10, maxVcpus: 100, maxMemoryMiB: 100_000 },
+    () => 0,
+  );
+  capacity.reserve(shape);
+});

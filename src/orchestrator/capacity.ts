@@ -1,10 +1,31 @@
+import { readFileSync } from "node:fs";
 import { WarrenError } from "../shared/index.js";
+
+/** How long an admitted VM counts as starting (its VMM's memory not yet in use). */
+const STARTING_MS = 2_000;
+
 import type { MachineShape } from "../vmm/index.js";
 
 export interface CapacityLimits {
   readonly maxSandboxes: number;
   readonly maxVcpus: number;
   readonly maxMemoryMiB: number;
+  /**
+   * Host memory (MemAvailable) that admission never eats into: a VM is admitted only while
+   * what is available, less a VMM's own need, stays above it. The guest-memory ratio above
+   * counts what guests may use; this counts what the host has, so a burst of creates gets
+   * 429s instead of the OOM killer. 0 turns it off.
+   */
+  readonly memoryReserveMiB?: number;
+}
+
+/** What starting one more VMM takes at once, whatever its guest does later (QEMU, TCG cache). */
+export const VMM_START_MIB = 256;
+
+/** MemAvailable from /proc/meminfo, MiB; read on every admission (tens of microseconds). */
+export function hostAvailableMiB(): number {
+  const text = readFileSync("/proc/meminfo", "utf8");
+  return Math.floor(Number(/^MemAvailable:\s+(\d+)/m.exec(text)?.[1] ?? 0) / 1024);
 }
 
 /**
@@ -17,7 +38,14 @@ export class Capacity {
   #memoryMiB = 0;
   #reclaim: ((shape: MachineShape) => boolean) | undefined;
 
-  constructor(readonly limits: CapacityLimits) {}
+  /** VMs admitted whose VMM has not started yet: their memory is not yet out of MemAvailable. */
+  #starting = 0;
+
+  constructor(
+    readonly limits: CapacityLimits,
+    /** The host's available memory, MiB (tests pass their own). */
+    readonly availableMiB: () => number = hostAvailableMiB,
+  ) {}
 
   /**
    * Who gives room back when a reserve would fail (the warm pool, whose VMMs only wait for
@@ -39,9 +67,17 @@ export class Capacity {
     if (full) {
       throw new WarrenError("capacity_exhausted", `node at capacity: ${full}; retry later`);
     }
+    const pressure = this.#memoryPressure();
+    if (pressure) throw new WarrenError("memory_pressure", `${pressure}; retry later`);
     this.#sandboxes += 1;
     this.#vcpus += shape.vcpus;
     this.#memoryMiB += shape.memoryMiB;
+    // Counted as starting for a moment: its VMM's memory shows in MemAvailable soon after.
+    this.#starting += 1;
+    const started = setTimeout(() => {
+      this.#starting -= 1;
+    }, STARTING_MS);
+    started.unref();
     let released = false;
     return () => {
       if (released) return;
@@ -50,6 +86,16 @@ export class Capacity {
       this.#vcpus -= shape.vcpus;
       this.#memoryMiB -= shape.memoryMiB;
     };
+  }
+
+  /** Why the host's memory cannot take one more VMM now, or undefined if it can. */
+  #memoryPressure(): string | undefined {
+    const reserve = this.limits.memoryReserveMiB ?? 0;
+    if (reserve <= 0) return undefined;
+    const available = this.availableMiB() - this.#starting * VMM_START_MIB;
+    return available - VMM_START_MIB < reserve
+      ? `host memory is low: ${available} MiB available, ${reserve} MiB kept in reserve`
+      : undefined;
   }
 
   /** What stands in the way of one more VM of this shape, or undefined if it fits. */

@@ -1,133 +1,236 @@
-import { request } from "node:http";
+import { randomBytes } from "node:crypto";
+import { Agent } from "node:http";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Filesystem } from "../protocol/gen/filesystem/filesystem_pb.js";
 import { Process } from "../protocol/gen/process/process_pb.js";
-import { ENVD_PORT, type EnvdInitRequest, type EnvdMetrics } from "../protocol/index.js";
-import { WarrenError } from "../shared/index.js";
+import {
+  ENVD_PORT,
+  type EnvdInitRequest,
+  type EnvdMetrics,
+  INIT_SEED_BYTES,
+} from "../protocol/index.js";
+import {
+  GUEST_HEAD_MAX_BYTES,
+  type GuestReply,
+  guestRequest,
+  WarrenError,
+} from "../shared/index.js";
 import type { GuestAgent, InitOptions } from "./guest-agent.js";
+
+// Every call below goes to a guest whose root user may have replaced envd with anything:
+// each is bounded in size and in total time, and aborts with its caller's signal.
+
+/** Largest envd reply body read: /init, /health and /files answer a few bytes, /metrics ~300. */
+export const ENVD_REPLY_MAX_BYTES = 64 * 1024;
+/** A /metrics call, whole. */
+export const METRICS_TIMEOUT_MS = 5_000;
+/** One /health poll, whole (the polls go on until the caller's deadline). */
+const HEALTH_POLL_TIMEOUT_MS = 2_000;
+/**
+ * The whole warm-up walk (`exercise`): /init, /files twice, ListDir, a login shell. Under TCG
+ * on a busy host it takes seconds; each of its calls used to have 30 to 60 s of its own.
+ */
+export const EXERCISE_TIMEOUT_MS = 120_000;
+/** Largest Connect message taken from envd during the walk (ListDir of /tmp, process events). */
+const CONNECT_READ_MAX_BYTES = 8 * 1024 * 1024;
 
 interface Multipart {
   readonly contentType: string;
   readonly body: string;
 }
 
-interface Reply {
-  readonly status: number;
-  readonly body: string;
-}
-
 /**
- * One HTTP exchange on a connection of its own (`agent: false`): a slot's address is reused
- * by the next sandbox, and a pooled connection to a gone guest would be reset.
+ * One HTTP exchange with envd on a connection of its own (a slot's address is reused by the
+ * next sandbox, and a pooled connection to a gone guest would be reset), bounded.
  */
 function exchange(
   host: string,
   method: string,
   path: string,
-  options: { body?: unknown; form?: Multipart; token?: string; timeoutMs: number },
-): Promise<Reply> {
-  return new Promise((resolve, reject) => {
-    const payload =
-      options.form?.body ?? (options.body === undefined ? undefined : JSON.stringify(options.body));
-    const contentType = options.form?.contentType ?? "application/json";
-    const req = request(
-      {
-        host,
-        port: ENVD_PORT,
-        method,
-        path,
-        agent: false,
-        timeout: options.timeoutMs,
-        headers: {
-          ...(payload ? { "content-type": contentType } : {}),
-          ...(options.token ? { "x-access-token": options.token } : {}),
-        },
-      },
-      (res) => {
-        let body = "";
-        res.setEncoding("utf8");
-        res.on("data", (chunk: string) => {
-          body += chunk;
-        });
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
-        res.on("error", reject);
-      },
-    );
-    req.on("timeout", () =>
-      req.destroy(new Error(`envd ${path}: no answer in ${options.timeoutMs} ms`)),
-    );
-    req.on("error", reject);
-    req.end(payload);
+  options: {
+    body?: unknown;
+    form?: Multipart;
+    token?: string;
+    timeoutMs: number;
+    signal?: AbortSignal;
+  },
+): Promise<GuestReply> {
+  const payload =
+    options.form?.body ?? (options.body === undefined ? undefined : JSON.stringify(options.body));
+  return guestRequest({
+    host,
+    port: ENVD_PORT,
+    method,
+    path,
+    label: `envd ${method} ${path.split("?")[0]}`,
+    body: payload,
+    headers: {
+      ...(payload !== undefined && {
+        "content-type": options.form?.contentType ?? "application/json",
+      }),
+      ...(options.token && { "x-access-token": options.token }),
+    },
+    timeoutMs: options.timeoutMs,
+    maxBodyBytes: ENVD_REPLY_MAX_BYTES,
+    signal: options.signal,
   });
+}
+
+/** A reply's body for an error message: its first bytes, printable. */
+function excerpt(reply: GuestReply): string {
+  return reply.body
+    .subarray(0, 200)
+    .toString("utf8")
+    .replace(/[^\x20-\x7e]/g, "?");
+}
+
+/**
+ * One /init attempt's body: `body`, fresh random bytes for the guest's kernel (every VM
+ * restored from one snapshot starts with its siblings' random state), and when `stamped` the
+ * host's time.
+ */
+export function initAttempt(body: EnvdInitRequest, stamped: boolean): EnvdInitRequest {
+  return {
+    ...body,
+    seed: randomBytes(INIT_SEED_BYTES).toString("base64"),
+    ...(stamped && { timestamp: new Date().toISOString() }),
+  };
 }
 
 /**
  * POST /init until envd answers, as E2B's orchestrator does after every start and resume:
  * the sandbox is usable once it returns. A refused connection is retried every 5 ms; a
- * connection that was accepted is given the whole deadline to answer (when many guests
- * start at once on few cores, aborting slow answers would only start the work again).
- * `stamped` (default true) sends the host's time, which envd sets its clock to and orders
- * /inits by.
+ * connection that was accepted is given the rest of the deadline to answer, whole (when many
+ * guests start at once on few cores, aborting slow answers would only start the work again;
+ * a guest that trickles its answer is cut at the deadline all the same). `stamped` (default
+ * true) sends the host's time, which envd sets its clock to and orders /inits by. Every
+ * attempt carries a seed of its own (`initAttempt`). The signal (a kill) aborts the exchange
+ * in flight, not only the next attempt.
  */
 async function initEnvd(host: string, body: EnvdInitRequest, options: InitOptions): Promise<void> {
+  const { signal } = options;
   const deadline = performance.now() + options.deadlineMs;
   let lastError = "no attempt";
   for (;;) {
-    options.signal?.throwIfAborted();
+    signal?.throwIfAborted();
     const remainingMs = Math.round(deadline - performance.now());
     if (remainingMs <= 0) break;
+    let reply: GuestReply;
     try {
-      const stamped =
-        options.stamped === false ? body : { ...body, timestamp: new Date().toISOString() };
-      const reply = await exchange(host, "POST", "/init", {
-        body: stamped,
+      reply = await exchange(host, "POST", "/init", {
+        body: initAttempt(body, options.stamped !== false),
         token: options.token,
         timeoutMs: remainingMs,
+        signal,
       });
-      if (reply.status === 204) return;
-      // An answer other than 204 will not change by retrying (bad token, bad body).
-      throw new WarrenError("internal", `envd refused /init: ${reply.status} ${reply.body}`);
     } catch (err) {
+      signal?.throwIfAborted();
+      // Too slow or too large: retrying would meet the same guest.
       if (err instanceof WarrenError) throw err;
       lastError = err instanceof Error ? err.message : String(err);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      continue;
     }
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    if (reply.status === 204) return;
+    // An answer other than 204 will not change by retrying (bad token, bad body).
+    throw new WarrenError("internal", `envd refused /init: ${reply.status} ${excerpt(reply)}`);
   }
   throw new WarrenError(
-    "internal",
+    "guest_unavailable",
     `envd did not answer within ${options.deadlineMs} ms (${lastError})`,
   );
 }
 
-/** GET /metrics from a running sandbox's envd. */
-async function readEnvdMetrics(host: string, token?: string): Promise<EnvdMetrics> {
-  const reply = await exchange(host, "GET", "/metrics", { token, timeoutMs: 5_000 });
+/** Metric fields envd reports, all numbers; anything else a guest sends is dropped. */
+const METRIC_FIELDS = [
+  "ts",
+  "cpu_count",
+  "cpu_used_pct",
+  "mem_total",
+  "mem_used",
+  "mem_cache",
+  "mem_total_mib",
+  "mem_used_mib",
+  "disk_used",
+  "disk_total",
+] as const satisfies readonly (keyof EnvdMetrics)[];
+
+/** GET /metrics from a running sandbox's envd: a whole exchange within METRICS_TIMEOUT_MS. */
+async function readEnvdMetrics(
+  host: string,
+  token?: string,
+  signal?: AbortSignal,
+): Promise<EnvdMetrics> {
+  const reply = await exchange(host, "GET", "/metrics", {
+    token,
+    timeoutMs: METRICS_TIMEOUT_MS,
+    signal,
+  });
   if (reply.status !== 200) {
-    throw new WarrenError("internal", `envd /metrics answered ${reply.status}: ${reply.body}`);
+    throw new WarrenError("internal", `envd /metrics answered ${reply.status}: ${excerpt(reply)}`);
   }
-  return JSON.parse(reply.body) as EnvdMetrics;
+  return parseMetrics(reply.body);
 }
 
-/** Polls GET /health until envd answers 204 (a cold boot); fails early if the VMM exits. */
+/** The metrics as numbers (what the API hands on), or guest_reply_invalid. */
+export function parseMetrics(body: Buffer): EnvdMetrics {
+  let value: unknown;
+  try {
+    value = JSON.parse(body.toString("utf8"));
+  } catch {
+    throw new WarrenError("guest_reply_invalid", "envd /metrics: the reply is not JSON");
+  }
+  const fields = (typeof value === "object" && value !== null ? value : {}) as Record<
+    string,
+    unknown
+  >;
+  const metrics: Partial<Record<keyof EnvdMetrics, number>> = {};
+  for (const key of METRIC_FIELDS) {
+    const n = fields[key];
+    if (typeof n !== "number" || !Number.isFinite(n)) {
+      throw new WarrenError("guest_reply_invalid", `envd /metrics: ${key} is not a number`);
+    }
+    metrics[key] = n;
+  }
+  return metrics as EnvdMetrics;
+}
+
+/**
+ * Polls GET /health until envd answers 204 (a cold boot); fails early if the VMM exits, and
+ * at once when the signal aborts. Each poll is whole within 2 s and within the deadline.
+ */
 async function waitForHealth(
   host: string,
-  options: { deadlineMs: number; exited?: Promise<unknown> },
+  options: { deadlineMs: number; exited?: Promise<unknown>; signal?: AbortSignal },
 ): Promise<void> {
+  const { signal } = options;
   let gone = false;
   void options.exited?.then(() => {
     gone = true;
   });
   const deadline = performance.now() + options.deadlineMs;
-  while (performance.now() < deadline) {
+  for (;;) {
+    signal?.throwIfAborted();
     if (gone) throw new WarrenError("internal", "the VM exited before envd answered");
-    const reply = await exchange(host, "GET", "/health", { timeoutMs: 2_000 }).catch(
-      () => undefined,
-    );
+    const remainingMs = Math.round(deadline - performance.now());
+    if (remainingMs <= 0) break;
+    const reply = await exchange(host, "GET", "/health", {
+      timeoutMs: Math.min(HEALTH_POLL_TIMEOUT_MS, remainingMs),
+      signal,
+    }).catch((err: unknown) => {
+      signal?.throwIfAborted();
+      // Polling again would only take the same oversized reply again.
+      if (err instanceof WarrenError && err.reason === "guest_reply_invalid") throw err;
+      return undefined;
+    });
     if (reply?.status === 204) return;
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
-  throw new WarrenError("internal", `envd did not become healthy within ${options.deadlineMs} ms`);
+  throw new WarrenError(
+    "guest_unavailable",
+    `envd did not become healthy within ${options.deadlineMs} ms`,
+  );
 }
 
 const EXERCISE_FILE = "/tmp/.warren-exercise";
@@ -140,12 +243,17 @@ const EXERCISE_BOUNDARY = "warren-exercise";
  * a first command. Done before the template is captured, every sandbox starts with those
  * functions compiled; done in a pooled VMM, its QEMU has the code translated as well. The
  * shell removes the file and runs `sync`: what the walk dirtied is written now, not by the
- * guest's flusher right after a create.
+ * guest's flusher right after a create. The whole walk is bounded by EXERCISE_TIMEOUT_MS,
+ * and aborts with `signal`.
  */
-async function exerciseEnvd(host: string, token?: string): Promise<void> {
+async function exerciseEnvd(host: string, token?: string, signal?: AbortSignal): Promise<void> {
+  const deadline = performance.now() + EXERCISE_TIMEOUT_MS;
+  const left = () => Math.max(1, Math.round(deadline - performance.now()));
+  const budget = AbortSignal.timeout(EXERCISE_TIMEOUT_MS);
+  const walk = signal ? AbortSignal.any([signal, budget]) : budget;
   // Unstamped: envd would otherwise ignore every /init stamped earlier than this one, and a
   // template lives on while the host clock may be stepped back.
-  await initEnvd(host, {}, { deadlineMs: 30_000, stamped: false, token });
+  await initEnvd(host, {}, { deadlineMs: left(), stamped: false, token, signal });
   const query = `?path=${encodeURIComponent(EXERCISE_FILE)}&username=user`;
   const form: Multipart = {
     contentType: `multipart/form-data; boundary=${EXERCISE_BOUNDARY}`,
@@ -166,61 +274,84 @@ async function exerciseEnvd(host: string, token?: string): Promise<void> {
     const reply = await exchange(host, method, `/files${query}`, {
       ...options,
       token,
-      timeoutMs: 30_000,
+      timeoutMs: left(),
+      signal,
     });
     if (reply.status >= 300)
       throw new WarrenError(
         "internal",
-        `envd ${method} /files answered ${reply.status}: ${reply.body}`,
+        `envd ${method} /files answered ${reply.status}: ${excerpt(reply)}`,
       );
   }
-  // As the e2b SDK calls: JSON messages, keepalive pings asked for.
-  const transport = createConnectTransport({
-    baseUrl: `http://${host}:${ENVD_PORT}`,
-    httpVersion: "1.1",
-    useBinaryFormat: false,
-  });
-  const headers = {
-    authorization: `Basic ${Buffer.from("user:").toString("base64")}`,
-    "keepalive-ping-interval": "50",
-    ...(token && { "x-access-token": token }),
-  };
-  await createClient(Filesystem, transport).listDir(
-    { path: "/tmp", depth: 1 },
-    { headers, timeoutMs: 30_000 },
-  );
-  const stream = createClient(Process, transport).start(
-    {
-      // bash as the SDK runs commands, where the image has it (an Alpine image may not).
-      process: {
-        cmd: "/bin/sh",
-        args: [
-          "-c",
-          'if [ -x /bin/bash ]; then exec /bin/bash -l -c "$0"; fi; exec /bin/sh -c "$0"',
-          `rm -f ${EXERCISE_FILE}; sync`,
-        ],
+  // The walk's own connections: none outlives it, none is shared with another VM's.
+  const agent = new Agent({ keepAlive: true });
+  try {
+    // As the e2b SDK calls: JSON messages, keepalive pings asked for. Nothing compressed
+    // (a guest's gzip could inflate past any limit), every message bounded.
+    const transport = createConnectTransport({
+      baseUrl: `http://${host}:${ENVD_PORT}`,
+      httpVersion: "1.1",
+      useBinaryFormat: false,
+      acceptCompression: [],
+      readMaxBytes: CONNECT_READ_MAX_BYTES,
+      nodeOptions: { agent, maxHeaderSize: GUEST_HEAD_MAX_BYTES },
+    });
+    const headers = {
+      authorization: `Basic ${Buffer.from("user:").toString("base64")}`,
+      "keepalive-ping-interval": "50",
+      ...(token && { "x-access-token": token }),
+    };
+    await createClient(Filesystem, transport).listDir(
+      { path: "/tmp", depth: 1 },
+      { headers, signal: walk },
+    );
+    const stream = createClient(Process, transport).start(
+      {
+        // bash as the SDK runs commands, where the image has it (an Alpine image may not).
+        process: {
+          cmd: "/bin/sh",
+          args: [
+            "-c",
+            'if [ -x /bin/bash ]; then exec /bin/bash -l -c "$0"; fi; exec /bin/sh -c "$0"',
+            `rm -f ${EXERCISE_FILE}; sync`,
+          ],
+        },
+        stdin: false,
       },
-      stdin: false,
-    },
-    { headers, timeoutMs: 60_000 },
-  );
-  for await (const _event of stream) {
-    // Drained until the process ends.
+      { headers, signal: walk },
+    );
+    for await (const _event of stream) {
+      // Drained until the process ends (or the walk's time is up).
+    }
+  } catch (err) {
+    signal?.throwIfAborted();
+    if (budget.aborted) {
+      throw new WarrenError(
+        "guest_unavailable",
+        `envd's warm-up walk did not finish within ${EXERCISE_TIMEOUT_MS} ms`,
+      );
+    }
+    throw err;
+  } finally {
+    agent.destroy();
   }
 }
 
-/** The real guest agent client: envd over HTTP and Connect, a connection per exchange. */
+/** The real guest agent client: envd over HTTP and Connect, every call bounded. */
 export class EnvdClient implements GuestAgent {
   init(host: string, body: EnvdInitRequest, options: InitOptions): Promise<void> {
     return initEnvd(host, body, options);
   }
-  waitForHealth(host: string, options: { deadlineMs: number; exited?: Promise<unknown> }) {
+  waitForHealth(
+    host: string,
+    options: { deadlineMs: number; exited?: Promise<unknown>; signal?: AbortSignal },
+  ) {
     return waitForHealth(host, options);
   }
-  exercise(host: string, token?: string): Promise<void> {
-    return exerciseEnvd(host, token);
+  exercise(host: string, token?: string, signal?: AbortSignal): Promise<void> {
+    return exerciseEnvd(host, token, signal);
   }
-  metrics(host: string, token?: string): Promise<EnvdMetrics> {
-    return readEnvdMetrics(host, token);
+  metrics(host: string, token?: string, signal?: AbortSignal): Promise<EnvdMetrics> {
+    return readEnvdMetrics(host, token, signal);
   }
 }

@@ -9,7 +9,7 @@ import { configOf, type LiveSandbox, sandboxInfo } from "./live-sandbox.js";
 import { egressPolicyOf } from "./network-config.js";
 import type { SandboxTable } from "./sandbox-table.js";
 import type { SandboxVms } from "./sandbox-vms.js";
-import { Semaphore } from "./semaphore.js";
+import { type Permit, Semaphore } from "./semaphore.js";
 import type { SnapshotStore } from "./snapshot-store.js";
 import { TtlTimers } from "./ttl-timers.js";
 import type { SandboxInfo } from "./types.js";
@@ -24,6 +24,8 @@ export interface LifecycleOptions {
   readonly snapshots: SnapshotStore;
   /** VMs brought up (restore and /init) at once; more creates, resumes and forks queue. */
   readonly maxConcurrentStarts: number;
+  /** How long a start keeps its permit while its guest has not answered /init. */
+  readonly startPermitLeaseMs: number;
   readonly logger: Logger;
 }
 
@@ -253,7 +255,9 @@ export class Lifecycle {
   ): Promise<void> {
     // A pooled VMM only continues: it does not queue behind restores.
     if (warm) return this.#bringUp(live, snapshotId, presentToken, warm);
-    return this.#starts.use(() => this.#bringUp(live, snapshotId, presentToken));
+    return this.#starts.use((permit) =>
+      this.#bringUp(live, snapshotId, presentToken, undefined, permit),
+    );
   }
 
   async #bringUp(
@@ -261,6 +265,7 @@ export class Lifecycle {
     snapshotId: string,
     presentToken?: string,
     warm?: WarmVm,
+    permit?: Permit,
   ): Promise<void> {
     const { vms } = this.#o;
     const config = configOf(live.row);
@@ -273,7 +278,19 @@ export class Lifecycle {
     const vmMs = Math.round(performance.now() - started);
     this.#watchExit(live);
     signal?.throwIfAborted();
-    await vms.initGuest(live, presentToken, signal);
+    // A guest slow to answer /init uses no host CPU, and may be one whose user replaced envd
+    // with a server that never answers: past the lease its permit goes to the next start.
+    const lease =
+      permit &&
+      setTimeout(() => {
+        this.#log.warn({ sandboxId: live.row.id }, "sandbox.init_slow_permit_released");
+        permit.release();
+      }, this.#o.startPermitLeaseMs).unref();
+    try {
+      await vms.initGuest(live, presentToken, signal);
+    } finally {
+      clearTimeout(lease);
+    }
     crashPoint("lifecycle.start.after-init");
     signal?.throwIfAborted();
     const initMs = Math.round(performance.now() - started) - vmMs;

@@ -29,6 +29,11 @@ export interface LiveSandbox {
   releaseCapacity?: () => void;
   /** Aborted by kill while a create or resume is in flight. */
   abort?: AbortController;
+  /**
+   * Calls to the guest of its current VM (metrics): aborted when the VM goes (pause, kill,
+   * lost), so that none of them outlives it or waits on a guest that may never answer.
+   */
+  guestCalls?: AbortController;
   readonly metrics: SandboxMetric[];
 }
 

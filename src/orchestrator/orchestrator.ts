@@ -62,9 +62,20 @@ export interface OrchestratorOptions {
   readonly logger: Logger;
   /** How long a start or resume waits for envd to answer /init. Default 30 s. */
   readonly envdDeadlineMs?: number;
+  /**
+   * How long a start keeps its start permit (maxConcurrentStarts) while its guest has not
+   * answered /init; then the next start may begin. Default 10 s (START_PERMIT_LEASE_MS).
+   */
+  readonly startPermitLeaseMs?: number;
   /** How long the base template's guest settles after boot before its capture. Default 2 s. */
   readonly templateSettleMs?: number;
 }
+
+/**
+ * A restore's /init answers in ~50-500 ms, seconds when many start at once on few cores; a
+ * guest still silent after this long is stuck or hostile, and waits without its permit.
+ */
+const START_PERMIT_LEASE_MS = 10_000;
 
 /**
  * What the API and the proxy talk to: a facade over the parts that run sandboxes. The state
@@ -125,6 +136,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       pool: this.#pool,
       snapshots: this.#snapshots,
       maxConcurrentStarts: options.maxConcurrentStarts,
+      startPermitLeaseMs: options.startPermitLeaseMs ?? START_PERMIT_LEASE_MS,
       logger,
     });
     this.#forks = new Forks({

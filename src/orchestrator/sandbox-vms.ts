@@ -44,6 +44,7 @@ export class SandboxVms {
     signal?: AbortSignal,
   ): Promise<Vm> {
     live.slot = warm.slot;
+    live.guestCalls = new AbortController();
     try {
       signal?.throwIfAborted();
       if (!sameEgressPolicy(warm.slot.policy, policy)) {
@@ -72,6 +73,7 @@ export class SandboxVms {
     }
     live.slot = await this.#o.slots.acquire(policy);
     crashPoint("sandbox-vms.restore.after-slot");
+    live.guestCalls = new AbortController();
     signal?.throwIfAborted();
     const spec = guestSpec({
       id: live.row.id,
@@ -101,9 +103,14 @@ export class SandboxVms {
     );
   }
 
-  /** Gives back what a running VM holds: VMM, slot, runtime dir, capacity. */
+  /**
+   * Gives back what a running VM holds: VMM, slot, runtime dir, capacity. Calls to its guest
+   * still in flight are aborted first: nothing waits on a guest that is going.
+   */
   async release(live: LiveSandbox): Promise<void> {
     const { vm, slot } = live;
+    live.guestCalls?.abort(new WarrenError("guest_unavailable", `sandbox ${live.row.id} stopped`));
+    live.guestCalls = undefined;
     live.vm = undefined;
     live.slot = undefined;
     const log = this.#o.logger;

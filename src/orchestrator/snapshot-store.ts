@@ -1,4 +1,4 @@
-import { chmod, readdir, rm } from "node:fs/promises";
+import { readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Catalog, SnapshotRow } from "../catalog/index.js";
 import { crashPoint } from "../shared/crash-point.js";
@@ -10,7 +10,7 @@ import { SerialLock } from "./serial-lock.js";
 
 export interface SnapshotStoreOptions {
   readonly catalog: Catalog;
-  readonly driver: Pick<VmmDriver, "flattenDisk">;
+  readonly driver: Pick<VmmDriver, "flattenDisk" | "finishFlatten">;
   readonly layout: StateLayout;
   /** GuestArtifacts fingerprint recorded with every capture. */
   readonly imagesFingerprint: string;
@@ -74,7 +74,6 @@ export class SnapshotStore {
     try {
       timing = await vm.snapshot(dir, { resume: input.resume });
       crashPoint("snapshot-store.capture.after-snapshot");
-      await chmod(dir, 0o755);
     } catch (err) {
       await rm(dir, { recursive: true, force: true });
       throw err;
@@ -88,6 +87,7 @@ export class SnapshotStore {
       names: input.names ?? [],
       imagesFingerprint: this.#o.imagesFingerprint,
       createdAt: new Date().toISOString(),
+      files: timing.files,
     });
     this.#queueFlatten(id);
     return { id, timing };
@@ -154,6 +154,19 @@ export class SnapshotStore {
     return removed;
   }
 
+  /**
+   * At start: finishes or drops flattens a crash interrupted (see VmmDriver.finishFlatten);
+   * returns how many it finished.
+   */
+  async finishFlattens(): Promise<number> {
+    let finished = 0;
+    for (const row of await this.#o.catalog.listSnapshots()) {
+      const meta = row.files?.find((f) => f.name === "meta.json")?.sha256;
+      if (await this.#o.driver.finishFlatten(row.dir, meta)) finished += 1;
+    }
+    return finished;
+  }
+
   /** Waits for the flatten in progress and deletes the layers waiting to be retired. */
   async close(): Promise<void> {
     await this.#flattens;
@@ -190,13 +203,20 @@ export class SnapshotStore {
     const started = performance.now();
     this.#flattening = id;
     try {
-      await this.#o.driver.flattenDisk(snapshot.dir, anchor.dir);
-      crashPoint("snapshot-store.flatten.after-disk");
-      await this.#graph.run("graph", async () => {
+      const plan = await this.#o.driver.flattenDisk(snapshot.dir, anchor.dir);
+      crashPoint("snapshot-store.flatten.after-plan");
+      // Recorded before the files are swapped: a crash in between is finished at the next
+      // start (recovery), never left with files the record does not match.
+      const recorded = await this.#graph.run("graph", async () => {
         const current = await catalog.getSnapshot(id);
-        if (current) await catalog.putSnapshot({ ...current, parentId: anchor.id });
+        if (current)
+          await catalog.putSnapshot({ ...current, parentId: anchor.id, files: plan.files });
+        return current !== undefined;
       });
-      crashPoint("snapshot-store.flatten.after-reparent");
+      crashPoint("snapshot-store.flatten.after-record");
+      if (recorded) await plan.commit();
+      else await plan.discard();
+      crashPoint("snapshot-store.flatten.after-commit");
       this.#o.logger.info(
         {
           snapshotId: id,

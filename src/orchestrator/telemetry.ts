@@ -1,4 +1,3 @@
-import { readFile } from "node:fs/promises";
 import type { Catalog } from "../catalog/index.js";
 import type { GuestAgent } from "./guest-agent.js";
 import type { LiveSandbox } from "./live-sandbox.js";
@@ -17,7 +16,11 @@ export async function sampleMetrics(
   window: { start?: Date; end?: Date },
 ): Promise<SandboxMetric[]> {
   if (live.row.state === "running" && live.slot) {
-    const sample = await agent.metrics(live.slot.hostAddress, live.row.envdAccessToken);
+    const sample = await agent.metrics(
+      live.slot.hostAddress,
+      live.row.envdAccessToken,
+      live.guestCalls?.signal,
+    );
     live.metrics.push({
       timestamp: new Date(),
       cpuCount: sample.cpu_count,
@@ -53,7 +56,7 @@ export async function sandboxLogs(
   }));
   if (live.vm) {
     // The serial console has no timestamps of its own: its lines carry the time of reading.
-    const console = await readFile(live.vm.consoleLog, "utf8").catch(() => "");
+    const console = live.vm.consoleTail();
     const at = new Date();
     for (const line of console.split("\n").slice(-CONSOLE_TAIL_LINES)) {
       if (line.trim())

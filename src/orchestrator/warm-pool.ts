@@ -67,6 +67,9 @@ interface Target extends PoolTemplate {
   readonly demand: TemplateDemand;
   lastDemandAt: number;
   readonly ready: WarmVm[];
+  /** Warmings failed in a row, and when the next may start (`now()` clock). */
+  failures: number;
+  retryAt: number;
 }
 
 /** The VMM being warmed: its target, and its capacity share once reserved. */
@@ -78,7 +81,15 @@ interface Making {
 }
 
 const CHECK_INTERVAL_MS = 5_000;
+/**
+ * After a failed warming its template waits this long, doubled per failure in a row up to
+ * MAX_RETRY_AFTER_FAILURE_MS, while the other templates' pools go on filling: a template
+ * whose guest never answers (its envd replaced by its user) must not take the filler's time.
+ */
 const RETRY_AFTER_FAILURE_MS = 5_000;
+const MAX_RETRY_AFTER_FAILURE_MS = 300_000;
+/** How long a warmed VMM's envd has to answer its first /health. */
+const WARM_HEALTH_DEADLINE_MS = 60_000;
 /**
  * A refill waits this long after a take: a QEMU starting (before it is reniced) and the
  * server preparing its files compete for the CPU with the create's /init and first command
@@ -117,6 +128,8 @@ export class WarmPool {
   #timer: NodeJS.Timeout | undefined;
   #warmMs = FIRST_WARM_ESTIMATE_MS;
   #closed = false;
+  /** Aborted by close(): a warming in flight stops waiting on its guest at once. */
+  readonly #closing = new AbortController();
 
   constructor(options: WarmPoolOptions) {
     this.#o = options;
@@ -206,6 +219,7 @@ export class WarmPool {
 
   async close(): Promise<void> {
     this.#closed = true;
+    this.#closing.abort(new Error("the warm pool is closing"));
     clearInterval(this.#timer);
     clearTimeout(this.#delayed);
     await this.#filling?.catch(() => {});
@@ -233,6 +247,8 @@ export class WarmPool {
       demand: new TemplateDemand(),
       lastDemandAt: this.#now(),
       ready: [],
+      failures: 0,
+      retryAt: 0,
     };
     this.#targets.set(template.snapshotId, target);
     this.#timer ??= setInterval(() => void this.tick(), CHECK_INTERVAL_MS).unref();
@@ -339,7 +355,10 @@ export class WarmPool {
 
   async #fill(): Promise<void> {
     while (!this.#closed) {
-      const next = [...this.#plan()].find(([target, { allowed }]) => target.ready.length < allowed);
+      const now = this.#now();
+      const next = [...this.#plan()].find(
+        ([target, { allowed }]) => target.ready.length < allowed && target.retryAt <= now,
+      );
       if (!next) return;
       const [target] = next;
       if ((await this.#availableMiB()) < this.#o.minAvailableMiB) return;
@@ -351,12 +370,22 @@ export class WarmPool {
       try {
         warm = await this.#make(making);
       } catch (err) {
-        this.#o.logger.warn({ err, snapshotId: target.snapshotId }, "pool.fill_failed");
-        await new Promise((resolve) => setTimeout(resolve, RETRY_AFTER_FAILURE_MS).unref());
-        return;
+        if (this.#closed) return;
+        target.failures += 1;
+        const retryInMs = Math.min(
+          RETRY_AFTER_FAILURE_MS * 2 ** (target.failures - 1),
+          MAX_RETRY_AFTER_FAILURE_MS,
+        );
+        target.retryAt = this.#now() + retryInMs;
+        this.#o.logger.warn(
+          { err, snapshotId: target.snapshotId, failures: target.failures, retryInMs },
+          "pool.fill_failed",
+        );
+        continue;
       } finally {
         this.#making = undefined;
       }
+      target.failures = 0;
       // Its room went to a create meanwhile: the node is full, the next check tries again.
       if (making.reclaimed) {
         await this.discard(warm);
@@ -395,10 +424,12 @@ export class WarmPool {
       prepared = await driver.prepareRestore(target.dir, spec, { background: true });
       crashPoint("warm-pool.make.after-prepare");
       const host = slot.hostAddress;
-      // Warm the paths a create and its first calls take next.
+      // Warm the paths a create and its first calls take next. Both calls are bounded
+      // (the template's envd may be anything its user left there) and end with close().
+      const signal = this.#closing.signal;
       await prepared.warm(async () => {
-        await agent.waitForHealth(host, { deadlineMs: 60_000 });
-        await agent.exercise(host, target.token);
+        await agent.waitForHealth(host, { deadlineMs: WARM_HEALTH_DEADLINE_MS, signal });
+        await agent.exercise(host, target.token, signal);
       });
       crashPoint("warm-pool.make.after-warm");
       const durationMs = Math.round(this.#now() - started);

@@ -28,7 +28,16 @@ export interface EnvdInitRequest {
   defaultWorkdir?: string;
   /** RFC 3339 time on the host when the request was made. */
   timestamp?: string;
+  /**
+   * Warren's own field (E2B's envd has none): INIT_SEED_BYTES fresh random bytes from the host,
+   * base64. Every guest restored or forked from one snapshot wakes with its siblings' kernel
+   * RNG state; envd mixes this into the kernel's pool and forces a reseed (docs/guest-boot.md).
+   */
+  seed?: string;
 }
+
+/** Size of `/init`'s `seed`: 256 bits, what the kernel's CRNG needs to count as seeded. */
+export const INIT_SEED_BYTES = 32;
 
 /** Body of envd's `GET /metrics`. */
 export interface EnvdMetrics {

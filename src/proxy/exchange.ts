@@ -14,6 +14,10 @@ export interface Exchange {
   /** The sandbox's own keep-alive pool. */
   readonly agent: Agent;
   readonly idleTimeoutMs: number;
+  /** From the request's last byte sent to the response head's last byte received. */
+  readonly headTimeoutMs: number;
+  /** Largest response head taken from the sandbox. */
+  readonly maxResponseHeadBytes: number;
   readonly logger: Logger;
   /** `performance.now()` when the request arrived. */
   readonly started: number;
@@ -44,6 +48,20 @@ export function errorCode(err: unknown): string | undefined {
 export function upstreamErrorBody(exchange: Exchange, err: unknown, connected: boolean) {
   const { sandboxId, port } = exchange;
   const code = errorCode(err);
+  if (code === HEAD_TIMEOUT) {
+    return {
+      sandboxId,
+      message: `The sandbox's server on port ${port} did not send a whole response head within ${exchange.headTimeoutMs} ms`,
+      code: 504,
+    };
+  }
+  if (code === "HPE_HEADER_OVERFLOW") {
+    return {
+      sandboxId,
+      message: `The sandbox's server on port ${port} sent a response head over ${exchange.maxResponseHeadBytes} bytes`,
+      code: 502,
+    };
+  }
   if (code === "ETIMEDOUT" || code === "ESOCKETTIMEDOUT") {
     return {
       sandboxId,
@@ -72,6 +90,29 @@ export function trackConnected(req: ClientRequest): () => boolean {
       });
   });
   return () => connected;
+}
+
+/** The code of `headTimeoutError`: Node has none of its own for it. */
+const HEAD_TIMEOUT = "EHEADTIMEOUT";
+
+/**
+ * Bounds the time to a response head, counted from the request's last byte (an upload of
+ * any length is not cut): a head trickled one byte at a time keeps a socket busy, so the
+ * idle timeout alone would never end it. Call with the request before its `end()`.
+ */
+export function limitHeadTime(req: ClientRequest, headTimeoutMs: number): void {
+  let timer: NodeJS.Timeout | undefined;
+  const clear = () => clearTimeout(timer);
+  req.once("finish", () => {
+    timer = setTimeout(() => {
+      const err: NodeJS.ErrnoException = new Error("upstream response head timeout");
+      err.code = HEAD_TIMEOUT;
+      req.destroy(err);
+    }, headTimeoutMs);
+  });
+  req.once("response", clear);
+  req.once("upgrade", clear);
+  req.once("close", clear);
 }
 
 export function idleTimeoutError(): NodeJS.ErrnoException {

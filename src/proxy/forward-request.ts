@@ -4,6 +4,7 @@ import {
   type Exchange,
   errorCode,
   idleTimeoutError,
+  limitHeadTime,
   trackConnected,
   upstreamErrorBody,
 } from "./exchange.js";
@@ -62,11 +63,13 @@ export function forwardRequest(
       path: exchange.path,
       headers: exchange.headers,
       agent: exchange.agent,
+      maxHeaderSize: exchange.maxResponseHeadBytes,
     });
     upstream = proxyReq;
     const connected = trackConnected(proxyReq);
     let answered = false;
     proxyReq.setTimeout(exchange.idleTimeoutMs, () => proxyReq.destroy(idleTimeoutError()));
+    limitHeadTime(proxyReq, exchange.headTimeoutMs);
     proxyReq.on("response", (proxyRes) => {
       answered = true;
       if (settled) {

@@ -6,6 +6,7 @@ import {
   type Exchange,
   errorCode,
   idleTimeoutError,
+  limitHeadTime,
   trackConnected,
   upstreamErrorBody,
 } from "./exchange.js";
@@ -59,9 +60,11 @@ export function forwardUpgrade(
     path: exchange.path,
     headers: exchange.headers,
     agent: exchange.agent,
+    maxHeaderSize: exchange.maxResponseHeadBytes,
   });
   const connected = trackConnected(proxyReq);
   proxyReq.setTimeout(exchange.idleTimeoutMs, () => proxyReq.destroy(idleTimeoutError()));
+  limitHeadTime(proxyReq, exchange.headTimeoutMs);
 
   proxyReq.on("upgrade", (proxyRes, socket, upstreamHead) => {
     upstream = socket;

@@ -27,7 +27,22 @@ export interface SandboxProxyOptions {
    * bytes either way is cut (E2B's orchestrator proxy: 620 s). Default 620_000.
    */
   readonly idleTimeoutMs?: number;
+  /**
+   * Longest a sandbox's server may take to send a whole response head, counted from the
+   * request's last byte: 504 past it. A head trickled a byte at a time never looks idle.
+   * Default 620_000 (what a silent server met under the idle timeout alone).
+   */
+  readonly headTimeoutMs?: number;
+  /** Largest response head taken from a sandbox's server: 502 past it. Default 64 KiB. */
+  readonly maxResponseHeadBytes?: number;
 }
+
+const DEFAULT_IDLE_TIMEOUT_MS = 620_000;
+/**
+ * Node's own default (16 KiB) would do for envd, but app servers send cookies and CSPs;
+ * the head is held in memory until whole, so it is bounded all the same.
+ */
+const DEFAULT_MAX_RESPONSE_HEAD_BYTES = 64 * 1024;
 
 /** The traffic access token header, required on app ports of private sandboxes. */
 const TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token";
@@ -57,19 +72,23 @@ export class SandboxProxy {
   readonly #domain: string | undefined;
   readonly #logger: Logger;
   readonly #idleTimeoutMs: number;
+  readonly #headTimeoutMs: number;
+  readonly #maxResponseHeadBytes: number;
   readonly #sandboxes = new Map<string, SandboxConnections>();
   readonly #unsubscribe: () => void;
   #closed = false;
 
   constructor(options: SandboxProxyOptions) {
-    const idleTimeoutMs = options.idleTimeoutMs ?? 620_000;
-    if (!Number.isFinite(idleTimeoutMs) || idleTimeoutMs <= 0) {
-      throw new WarrenError("invalid_argument", "idleTimeoutMs must be a number greater than 0");
-    }
+    this.#idleTimeoutMs = positive("idleTimeoutMs", options.idleTimeoutMs, DEFAULT_IDLE_TIMEOUT_MS);
+    this.#headTimeoutMs = positive("headTimeoutMs", options.headTimeoutMs, DEFAULT_IDLE_TIMEOUT_MS);
+    this.#maxResponseHeadBytes = positive(
+      "maxResponseHeadBytes",
+      options.maxResponseHeadBytes,
+      DEFAULT_MAX_RESPONSE_HEAD_BYTES,
+    );
     this.#router = options.router;
     this.#domain = options.domain;
     this.#logger = options.logger ?? silentLogger;
-    this.#idleTimeoutMs = idleTimeoutMs;
     this.#unsubscribe = this.#router.onSandboxStopped((sandboxId) => this.#stopped(sandboxId));
   }
 
@@ -193,6 +212,8 @@ export class SandboxProxy {
       headers,
       agent: connections.agent,
       idleTimeoutMs: this.#idleTimeoutMs,
+      headTimeoutMs: this.#headTimeoutMs,
+      maxResponseHeadBytes: this.#maxResponseHeadBytes,
       logger: this.#logger,
       started,
       track(cut) {
@@ -265,6 +286,14 @@ function upstreamHost(req: IncomingMessage, route: ProxyRoute, port: number): st
     return route.maskRequestHost.replaceAll("${PORT}", String(port));
   }
   return req.headers.host ?? `${route.host}:${route.port}`;
+}
+
+function positive(name: string, value: number | undefined, fallback: number): number {
+  const chosen = value ?? fallback;
+  if (!Number.isFinite(chosen) || chosen <= 0) {
+    throw new WarrenError("invalid_argument", `${name} must be a number greater than 0`);
+  }
+  return chosen;
 }
 
 function single(value: string | string[] | undefined): string | undefined {

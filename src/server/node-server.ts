@@ -1,12 +1,13 @@
+import { writeFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import type { Duplex } from "node:stream";
 import pino, { type Logger } from "pino";
 import { createApi } from "../api/index.js";
 import { registryImages, TemplateBuilds } from "../builds/index.js";
 import { SqliteCatalog } from "../catalog/index.js";
-import { ensureHostSetup, ensureVmmUser } from "../images/index.js";
+import { ensureHostSetup } from "../images/index.js";
 import { NetnsSlotPool, slotNamesFor } from "../network/index.js";
 import {
   EnvdClient,
@@ -17,13 +18,23 @@ import {
 } from "../orchestrator/index.js";
 import { SandboxProxy } from "../proxy/index.js";
 import { type Config, hostResources } from "../shared/config.js";
-import { chooseAccelerator, enableKsm, QemuDriver, qemuVersion } from "../vmm/qemu/index.js";
-import { loadApiKeys } from "./api-keys.js";
+import {
+  chooseAccelerator,
+  enableKsm,
+  QemuDriver,
+  qemuVersion,
+  startVmmWatchdog,
+  VmCgroups,
+  VmmIdentities,
+} from "../vmm/qemu/index.js";
+import { LiveApiKeys, loadApiKeys } from "./api-keys.js";
+import { type KilledPurge, startKilledPurge } from "./killed-purge.js";
 import { LateBound } from "./late-bound.js";
 
 export interface NodeServer {
   /** Where it listens, e.g. http://127.0.0.1:3000. */
   readonly url: string;
+  /** The keys accepted now (the key file is re-read when it changes). */
   readonly apiKeys: ReadonlySet<string>;
   /** Settles when the orchestrator is ready (or rejects when starting failed). */
   readonly ready: Promise<void>;
@@ -45,17 +56,21 @@ export async function startNodeServer(
   const log = root.child({ component: "server" });
   const layout = stateLayout(config.dataDir);
   await ensureLayout(layout);
-  const { keys, file: keyFile, generated } = await loadApiKeys(layout.secretsDir, config.apiKeys);
-  if (generated) {
+  const loaded = await loadApiKeys(layout.secretsDir, config.apiKeys);
+  if (loaded.generated) {
     // Printed once, on the start that created it; afterwards it is only in the file.
-    process.stderr.write(`\nWarren API key (stored in ${keyFile}):\n  ${generated}\n\n`);
+    process.stderr.write(`\nWarren API key (stored in ${loaded.file}):\n  ${loaded.generated}\n\n`);
   }
+  // Edits to the key file apply without a restart: removing a key revokes it.
+  const apiKeys = new LiveApiKeys(loaded, config.apiKeys, { logger: log });
 
   let status: ServerStatus = { phase: "starting", message: "setting the host up" };
   const late = new LateBound(() => status);
   const proxy = new SandboxProxy({
     router: late,
     domain: config.domain,
+    idleTimeoutMs: config.proxyIdleTimeoutMs,
+    headTimeoutMs: config.proxyHeadTimeoutMs,
     logger: root.child({ component: "proxy" }),
   });
   let http: Server | undefined;
@@ -63,7 +78,7 @@ export async function startNodeServer(
   const api = createApi({
     service: late,
     builds: () => builds,
-    apiKeys: () => keys,
+    apiKeys: () => apiKeys.keys,
     domain: config.domain ?? null,
     defaultTimeoutMs: config.defaultTimeoutMs,
     maxTimeoutMs: config.maxTimeoutMs,
@@ -86,6 +101,8 @@ export async function startNodeServer(
   log.info({ url, dataDir: config.dataDir }, "server.listening");
 
   let orchestrator: Orchestrator | undefined;
+  let watchdog: ReturnType<typeof startVmmWatchdog> | undefined;
+  let killedPurge: KilledPurge | undefined;
   const ready = (async () => {
     const images = await ensureHostSetup({ dataDir: config.dataDir, imagesDir: config.imagesDir });
     status = { phase: "starting", message: "choosing the accelerator" };
@@ -101,24 +118,37 @@ export async function startNodeServer(
       { accelerator: accel.accel, reason: accel.reason, source: accel.source, qemu: version },
       "server.accelerator",
     );
-    const vmmUser = await ensureVmmUser();
+    // The OOM killer takes a VM (VMM_OOM_SCORE_ADJ) long before the server supervising them.
+    await writeFile("/proc/self/oom_score_adj", "-500").catch((err: unknown) =>
+      log.warn({ err }, "server.oom_score_unchanged"),
+    );
     if (config.ksm === "on") await enableKsm();
+    const cgroups = VmCgroups.detect(`${config.networkPrefix}-vms`);
+    if (cgroups) {
+      const killed = await cgroups.sweep();
+      if (killed > 0) log.warn({ count: killed }, "server.vmm_killed");
+      watchdog = startVmmWatchdog(cgroups);
+    } else log.warn("server.no_cgroups: VMs run without cgroup limits");
+    const catalog = await SqliteCatalog.open(layout.catalog);
     const driver = new QemuDriver({
       accel: accel.accel,
       qemuVersion: version,
-      runAs: vmmUser,
+      identities: new VmmIdentities(config.vmmUidBase, config.vmmUidCount),
+      cgroups,
       tcgCacheMiB: config.tcgCacheMiB,
       guestAslr: config.guestAslr === "auto" ? undefined : config.guestAslr === "on",
       mergeMemory: config.ksm === "on",
+      sealedFiles: async (dir) => {
+        const row = await catalog.getSnapshot(basename(dir));
+        return row?.dir === dir ? row.files : undefined;
+      },
     });
     const slots = new NetnsSlotPool({
       size: config.slotPoolSize,
       baseCidr: config.networkCidr,
       ...slotNamesFor(config.networkPrefix),
-      tapOwner: { uid: vmmUser.uid, gid: vmmUser.gid },
       logger: root.child({ component: "network" }),
     });
-    const catalog = await SqliteCatalog.open(layout.catalog);
     const host = hostResources();
     orchestrator = new Orchestrator({
       catalog,
@@ -131,6 +161,7 @@ export async function startNodeServer(
         maxSandboxes: config.maxSandboxes,
         maxVcpus: Math.floor(host.cpus * config.vcpuOvercommit),
         maxMemoryMiB: Math.floor(host.memoryMiB * config.memoryOvercommit),
+        memoryReserveMiB: config.memoryReserveMiB,
       },
       templateShape: { vcpus: config.templateVcpus, memoryMiB: config.templateMemoryMiB },
       defaultTimeoutMs: config.defaultTimeoutMs,
@@ -149,6 +180,10 @@ export async function startNodeServer(
     });
     status = { phase: "starting", message: "preparing the base template" };
     await orchestrator.start();
+    killedPurge = startKilledPurge(catalog, {
+      retentionMs: config.killedRetentionMs,
+      logger: root.child({ component: "catalog" }),
+    });
     const templateBuilds = new TemplateBuilds({
       catalog,
       host: orchestrator,
@@ -180,15 +215,20 @@ export async function startNodeServer(
 
   return {
     url,
-    apiKeys: keys,
+    get apiKeys() {
+      return apiKeys.keys;
+    },
     ready,
     logger: log,
     async close() {
       proxy.close(); // open streams would hold the HTTP server open
       await ready.catch(() => {});
       await builds?.close();
+      await killedPurge?.stop(); // before the orchestrator closes the catalog
       await orchestrator?.close();
+      watchdog?.stop();
       await api.close();
+      apiKeys.close();
       log.info("server.closed");
     },
   };

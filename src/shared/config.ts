@@ -87,7 +87,7 @@ const SETTINGS = {
   },
   imagesDir: {
     env: "WARREN_IMAGES_DIR",
-    doc: "Guest images (kernel, initramfs, agent drive, base rootfs) and their build cache, built by the host setup; unset: <data dir>/images. Must be readable by the warren-vmm account.",
+    doc: "Guest images (kernel, initramfs, agent drive, base rootfs) and their build cache, built by the host setup; unset: <data dir>/images.",
     default: (): string | undefined => undefined,
     parse: str,
     expects: "a path",
@@ -113,6 +113,20 @@ const SETTINGS = {
     parse: str,
     expects: "a domain name",
   },
+  proxyIdleTimeoutMs: {
+    env: "WARREN_PROXY_IDLE_TIMEOUT_MS",
+    doc: "Sandbox proxy: an exchange with a sandbox's port with no bytes either way for this long is cut (504 before a response), and idle pooled connections are closed.",
+    default: () => 620_000,
+    parse: int(1_000),
+    expects: "milliseconds ≥ 1000",
+  },
+  proxyHeadTimeoutMs: {
+    env: "WARREN_PROXY_HEAD_TIMEOUT_MS",
+    doc: "Sandbox proxy: longest a sandbox's server may take to send a whole response head after the request's last byte (504 past it), however it trickles it.",
+    default: () => 620_000,
+    parse: int(1_000),
+    expects: "milliseconds ≥ 1000",
+  },
   maxSandboxes: {
     env: "WARREN_MAX_SANDBOXES",
     doc: "Most sandboxes running (or starting) at once on this node.",
@@ -133,6 +147,27 @@ const SETTINGS = {
     default: () => 8,
     parse: num(0.1),
     expects: "a number ≥ 0.1",
+  },
+  vmmUidBase: {
+    env: "WARREN_VMM_UID_BASE",
+    doc: "First uid (and gid) of the range VMMs run as, one of its own per running VM (QEMU drops root for it and chroots into its runtime directory). The range must be unused on the host: no account or file may own these ids.",
+    default: () => 1_500_000_000,
+    parse: int(1000),
+    expects: "an integer ≥ 1000",
+  },
+  vmmUidCount: {
+    env: "WARREN_VMM_UID_COUNT",
+    doc: "How many uids the VMM range holds: at most this many VMs (sandboxes, warm VMMs, build VMs) run at once.",
+    default: () => 65_536,
+    parse: int(16),
+    expects: "an integer ≥ 16",
+  },
+  memoryReserveMiB: {
+    env: "WARREN_MEMORY_RESERVE_MIB",
+    doc: "Host memory (MemAvailable) no new VM may eat into: below it plus a VMM's start-up need, creates, resumes and forks get 429 memory_pressure instead of the host running out. 0 turns the check off.",
+    default: () => 1_024,
+    parse: int(0),
+    expects: "a non-negative integer (MiB)",
   },
   templateVcpus: {
     env: "WARREN_TEMPLATE_VCPUS",
@@ -161,6 +196,13 @@ const SETTINGS = {
     default: () => 86_400_000,
     parse: int(1_000),
     expects: "milliseconds ≥ 1000",
+  },
+  killedRetentionMs: {
+    env: "WARREN_KILLED_RETENTION_MS",
+    doc: "How long a killed sandbox's env vars and access tokens stay in the catalog after the kill (0: until the next sweep). Swept at start and every retention (1 min to 1 h apart); the row itself stays, as its history, and so does the envd token of a sandbox a snapshot was taken of (creates from the snapshot need it).",
+    default: () => 86_400_000,
+    parse: int(0),
+    expects: "milliseconds ≥ 0",
   },
   maxConcurrentStarts: {
     env: "WARREN_MAX_CONCURRENT_STARTS",
@@ -206,7 +248,7 @@ const SETTINGS = {
   },
   guestAslr: {
     env: "WARREN_GUEST_ASLR",
-    doc: "Address-space randomization inside guests: on, off, or auto (off under TCG, whose QEMU 7.2 retranslates every program run at new random addresses: commands ~3× slower; on under KVM). A change rebuilds the base template.",
+    doc: "Address-space randomization inside guests: on, off, or auto (off under TCG, whose translator retranslates every program run at new random addresses: commands ~3× slower; on under KVM). A change rebuilds the base template.",
     default: () => "auto" as const,
     parse: oneOf("auto", "on", "off"),
     expects: "auto, on or off",

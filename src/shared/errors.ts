@@ -76,9 +76,17 @@ export const ERROR_REASONS = {
     kind: "conflict",
     doc: "The snapshot was taken on another accelerator, CPU model, kernel, machine shape or format: it cannot be restored on this node.",
   },
+  snapshot_tampered: {
+    kind: "internal",
+    doc: "A snapshot's files no longer match the checksums recorded when it was captured (changed or missing on disk): it is never restored. The server's log names the file.",
+  },
   capacity_exhausted: {
     kind: "resource_exhausted",
     doc: "The node is at its limit of sandboxes, vCPUs or guest memory: retry after Retry-After, or kill sandboxes.",
+  },
+  memory_pressure: {
+    kind: "resource_exhausted",
+    doc: "The host's available memory is down to its reserve (WARREN_MEMORY_RESERVE_MIB): no VM is started until some is freed. Retry after Retry-After, or kill sandboxes.",
   },
   network_exhausted: {
     kind: "resource_exhausted",
@@ -98,7 +106,11 @@ export const ERROR_REASONS = {
   },
   guest_unavailable: {
     kind: "unavailable",
-    doc: "The sandbox's agent (envd) did not answer, e.g. for metrics: retry.",
+    doc: "The sandbox's agent (envd) did not answer, or not in time (every call to a guest is bounded in time), e.g. for metrics: retry.",
+  },
+  guest_reply_invalid: {
+    kind: "internal",
+    doc: "The sandbox's agent (envd) sent a reply past Warren's limits (head or body too large) or malformed. A guest's root user can replace its agent: the message names the limit.",
   },
   vmm_failed: {
     kind: "internal",
@@ -182,6 +194,8 @@ const ERRNO_KINDS: Record<string, ErrorKind> = {
   EACCES: "permission_denied",
   EPERM: "permission_denied",
   EEXIST: "already_exists",
+  // A mount point or the root: in use, not the server's failure.
+  EBUSY: "conflict",
   ENOTEMPTY: "already_exists",
   ENOTDIR: "invalid_argument",
   EISDIR: "invalid_argument",

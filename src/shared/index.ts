@@ -9,4 +9,10 @@ export {
   toWarrenError,
   WarrenError,
 } from "./errors.js";
+export {
+  GUEST_HEAD_MAX_BYTES,
+  type GuestReply,
+  type GuestRequest,
+  guestRequest,
+} from "./guest-request.js";
 export { type Logger, silentLogger } from "./logger.js";

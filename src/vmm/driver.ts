@@ -75,10 +75,39 @@ export interface SnapshotMeta {
   /** Files inside the snapshot directory. */
   readonly deviceStateFile: string;
   readonly diskFile: string;
+  /**
+   * The image `diskFile` is stacked on, as Warren made it: a restore passes QEMU the whole
+   * chain from these records and never reads a backing path from a qcow2 header.
+   */
+  readonly diskBacking: DiskBacking;
   readonly createdAt: string;
 }
 
+/** A disk's backing image: another snapshot's frozen disk (with its directory) or a base image. */
+export interface DiskBacking {
+  readonly file: string;
+  readonly format: "qcow2" | "raw";
+  /** Set when `file` is a snapshot's disk: its meta.json names the next image down. */
+  readonly snapshotDir?: string;
+}
+
+/** A flatten done aside: `files` are the snapshot's files once `commit()` puts it in place. */
+export interface FlattenPlan {
+  readonly files: readonly SnapshotFile[];
+  commit(): Promise<void>;
+  discard(): Promise<void>;
+}
+
+/** A snapshot's files as sealed at capture (root's, read-only), with their checksums. */
+export interface SnapshotFile {
+  readonly name: string;
+  readonly bytes: number;
+  readonly sha256: string;
+}
+
 export interface SnapshotTiming {
+  /** The sealed files, for the catalog (a restore is checked against them). */
+  readonly files: readonly SnapshotFile[];
   readonly pausedMs: number;
   readonly deviceStateMs: number;
   readonly memoryMs: number;
@@ -98,8 +127,8 @@ export interface Vm {
   readonly id: string;
   readonly pid: number;
   readonly spec: VmSpec;
-  /** The guest's serial console, as a file (kernel and init messages). */
-  readonly consoleLog: string;
+  /** The end of the guest's serial console (kernel and init messages), bounded in size. */
+  consoleTail(): string;
   /** Settles when the VMM process exits, for whatever reason. */
   readonly exited: Promise<ExitInfo>;
   /**
@@ -132,7 +161,11 @@ export interface VmmDriver {
   readonly accel: Accelerator;
   /** Cold boot: kernel + initramfs + an overlay of the base disk + the agent drive. */
   boot(spec: VmSpec): Promise<Vm>;
-  /** Starts a VM from a snapshot directory; the guest continues where it was captured. */
+  /**
+   * Starts a VM from a snapshot directory; the guest continues where it was captured. The
+   * snapshot's files, and those of every snapshot it stands on, are checked against their
+   * seals first (SnapshotTamperedError naming the first that differs).
+   */
   restore(snapshotDir: string, spec: VmSpec): Promise<Vm>;
   /**
    * Spawns the VMM for a snapshot and waits; `start()` finishes the restore. `background`:
@@ -149,7 +182,13 @@ export interface VmmDriver {
    * layers in between wrote is copied in); reads then no longer walk those layers, and they
    * can be deleted once nothing else uses them. Guest-visible content is unchanged.
    */
-  flattenDisk(snapshotDir: string, ontoDir: string): Promise<void>;
+  flattenDisk(snapshotDir: string, ontoDir: string): Promise<FlattenPlan>;
+  /**
+   * At start, for a snapshot whose flatten a crash interrupted: finishes it if the catalog
+   * already records its result (`recordedMetaSha256`: the meta.json checksum it holds),
+   * drops it otherwise.
+   */
+  finishFlatten(snapshotDir: string, recordedMetaSha256: string | undefined): Promise<boolean>;
   /**
    * Why a boot of `spec` here would differ from the boot the snapshot's guest came from (its
    * kernel command line, e.g. after a settings change), or undefined when it would not. A

@@ -29,3 +29,10 @@ export class SnapshotMismatchError extends WarrenError {
     super("snapshot_incompatible", message);
   }
 }
+
+/** A snapshot's files differ from what was sealed at capture: it is never restored. */
+export class SnapshotTamperedError extends WarrenError {
+  constructor(message: string) {
+    super("snapshot_tampered", message);
+  }
+}

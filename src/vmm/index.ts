@@ -1,9 +1,12 @@
 export type {
   Accelerator,
+  DiskBacking,
   ExitInfo,
+  FlattenPlan,
   GuestImages,
   MachineShape,
   PreparedRestore,
+  SnapshotFile,
   SnapshotMeta,
   SnapshotTiming,
   Vm,
@@ -11,4 +14,4 @@ export type {
   VmNetwork,
   VmSpec,
 } from "./driver.js";
-export { QmpError, SnapshotMismatchError, VmmError } from "./errors.js";
+export { QmpError, SnapshotMismatchError, SnapshotTamperedError, VmmError } from "./errors.js";

@@ -4,8 +4,12 @@
  * unless it presents the token the guest's envd holds, then sets the guest's token and env;
  * calls to a guest that is not running wait (connection refused, retried) until the
  * deadline. Tests can hold /init calls at a gate or make envd refuse them.
+ *
+ * A guest whose user replaced envd: when its memory (carried by snapshots, forks, resumes)
+ * has REPLACED_ENVD set to an address, every call to it goes over HTTP, with the real
+ * EnvdClient, to whatever listens there on envd's port (test/helpers/hostile-envd.ts).
  */
-import type { GuestAgent, InitOptions } from "../../src/orchestrator/index.js";
+import { EnvdClient, type GuestAgent, type InitOptions } from "../../src/orchestrator/index.js";
 import type { EnvdInitRequest, EnvdMetrics } from "../../src/protocol/index.js";
 import { WarrenError } from "../../src/shared/index.js";
 import type { FakeSlotPool } from "./fake-slot-pool.js";
@@ -13,6 +17,8 @@ import type { FakeVm, FakeVmmDriver } from "./fake-vmm-driver.js";
 import type { Gate } from "./gate.js";
 
 const POLL_MS = 5;
+/** Key of a fake guest's memory: the address of the server that replaced its envd. */
+export const REPLACED_ENVD = "envd-replaced-by";
 
 export class FakeGuestAgent implements GuestAgent {
   readonly inits: { host: string; body: EnvdInitRequest; token?: string }[] = [];
@@ -22,6 +28,7 @@ export class FakeGuestAgent implements GuestAgent {
   /** The next /init calls answer 500, as a broken envd would. */
   failInits = 0;
   #stopped = false;
+  readonly #real = new EnvdClient();
 
   constructor(
     readonly driver: FakeVmmDriver,
@@ -36,6 +43,8 @@ export class FakeGuestAgent implements GuestAgent {
   async init(host: string, body: EnvdInitRequest, options: InitOptions): Promise<void> {
     await this.initGate?.passed(host);
     const vm = await this.#reach(host, options.deadlineMs, options.signal);
+    const replaced = vm.guest.memory[REPLACED_ENVD];
+    if (replaced) return this.#real.init(replaced, body, options);
     if (this.failInits > 0) {
       this.failInits -= 1;
       throw new WarrenError("internal", "envd refused /init: 500 internal error");
@@ -50,12 +59,19 @@ export class FakeGuestAgent implements GuestAgent {
     this.inits.push({ host, body, token: options.token });
   }
 
-  async waitForHealth(host: string, options: { deadlineMs: number }): Promise<void> {
-    await this.#reach(host, options.deadlineMs);
+  async waitForHealth(
+    host: string,
+    options: { deadlineMs: number; signal?: AbortSignal },
+  ): Promise<void> {
+    const vm = await this.#reach(host, options.deadlineMs, options.signal);
+    const replaced = vm.guest.memory[REPLACED_ENVD];
+    if (replaced) await this.#real.waitForHealth(replaced, options);
   }
 
-  async exercise(host: string, token?: string): Promise<void> {
-    const vm = await this.#reach(host, 1_000);
+  async exercise(host: string, token?: string, signal?: AbortSignal): Promise<void> {
+    const vm = await this.#reach(host, 1_000, signal);
+    const replaced = vm.guest.memory[REPLACED_ENVD];
+    if (replaced) return this.#real.exercise(replaced, token, signal);
     // As envd: a captured token guards /init, files and processes.
     if (vm.guest.envdToken !== undefined && token !== vm.guest.envdToken) {
       throw new WarrenError("internal", "envd refused /init: 401 invalid access token");
@@ -63,8 +79,10 @@ export class FakeGuestAgent implements GuestAgent {
     this.exercises += 1;
   }
 
-  async metrics(host: string, token?: string): Promise<EnvdMetrics> {
-    const vm = await this.#reach(host, 1_000);
+  async metrics(host: string, token?: string, signal?: AbortSignal): Promise<EnvdMetrics> {
+    const vm = await this.#reach(host, 1_000, signal);
+    const replaced = vm.guest.memory[REPLACED_ENVD];
+    if (replaced) return this.#real.metrics(replaced, token, signal);
     if (vm.guest.envdToken !== undefined && token !== vm.guest.envdToken) {
       throw new WarrenError("internal", "envd /metrics answered 401");
     }

@@ -51,7 +51,12 @@ export class RecordingLogger implements Logger {
 export type FakeNodeSettings = Partial<
   Pick<
     OrchestratorOptions,
-    "maxForkCount" | "defaultTimeoutMs" | "flattenDepth" | "maxConcurrentStarts" | "envdDeadlineMs"
+    | "maxForkCount"
+    | "defaultTimeoutMs"
+    | "flattenDepth"
+    | "maxConcurrentStarts"
+    | "envdDeadlineMs"
+    | "startPermitLeaseMs"
   >
 > & {
   readonly maxSandboxes?: number;
@@ -219,6 +224,7 @@ export class FakeNode {
       accelerator: { accel: "tcg", reason: "fake driver" },
       logger: this.logger,
       envdDeadlineMs: s.envdDeadlineMs ?? 2_000,
+      startPermitLeaseMs: s.startPermitLeaseMs,
       templateSettleMs: 0,
     });
     await this.orchestrator.start();

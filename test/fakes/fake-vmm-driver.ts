@@ -11,6 +11,7 @@ import { join } from "node:path";
 import type {
   Accelerator,
   ExitInfo,
+  FlattenPlan,
   PreparedRestore,
   SnapshotTiming,
   Vm,
@@ -56,8 +57,8 @@ export class FakeVm implements Vm {
     return this.spec.id;
   }
 
-  get consoleLog(): string {
-    return join(this.spec.runtimeDir, "console.log");
+  consoleTail(): string {
+    return `fake guest ${this.id} booted\n`;
   }
 
   get gone(): boolean {
@@ -77,7 +78,8 @@ export class FakeVm implements Vm {
     await writeFile(join(dir, GUEST_FILE), JSON.stringify(this.guest));
     this.driver.captures.push({ vmId: this.id, dir, resume: opts.resume });
     if (!opts.resume) this.#end({ expected: true, reason: "quit after the capture" });
-    return { pausedMs: 1, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0 };
+    const files = [{ name: "meta.json", bytes: 0, sha256: "0".repeat(64) }];
+    return { files, pausedMs: 1, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0 };
   }
 
   async destroy(): Promise<void> {
@@ -107,8 +109,8 @@ export class FakeVmmDriver implements VmmDriver {
   readonly flattened: { snapshotDir: string; ontoDir: string }[] = [];
   boots = 0;
   restores = 0;
-  /** What bootDrift reports for every snapshot (undefined: no drift). */
-  drift: string | undefined;
+  /** What bootDrift reports for every snapshot (undefined: no drift; an Error: thrown). */
+  drift: string | Error | undefined;
   #startGate: Gate | undefined;
   #snapshotFaults: ("error" | "crash")[] = [];
 
@@ -169,11 +171,23 @@ export class FakeVmmDriver implements VmmDriver {
     };
   }
 
-  async flattenDisk(snapshotDir: string, ontoDir: string): Promise<void> {
-    this.flattened.push({ snapshotDir, ontoDir });
+  async flattenDisk(snapshotDir: string, ontoDir: string): Promise<FlattenPlan> {
+    const files = [{ name: "meta.json", bytes: 0, sha256: "f".repeat(64) }];
+    return {
+      files,
+      commit: async () => {
+        this.flattened.push({ snapshotDir, ontoDir });
+      },
+      discard: async () => {},
+    };
+  }
+
+  async finishFlatten(): Promise<boolean> {
+    return false;
   }
 
   async bootDrift(): Promise<string | undefined> {
+    if (this.drift instanceof Error) throw this.drift;
     return this.drift;
   }
 

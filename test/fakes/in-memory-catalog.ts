@@ -110,6 +110,32 @@ export class InMemoryCatalog implements Catalog {
     this.#data().sandboxes.delete(id);
   }
 
+  async purgeKilledSecrets(killedBefore: string): Promise<number> {
+    const { sandboxes, snapshots } = this.#data();
+    const snapshotted = new Set([...snapshots.values()].map((s) => s.sandboxId));
+    let changed = 0;
+    for (const [id, row] of sandboxes) {
+      if (row.state !== "killed" || row.updatedAt >= killedBefore) continue;
+      const keepToken = snapshotted.has(id);
+      const secrets =
+        Object.keys(row.envVars).length > 0 ||
+        row.trafficAccessToken !== undefined ||
+        (row.envdAccessToken !== undefined && !keepToken);
+      if (!secrets) continue;
+      sandboxes.set(
+        id,
+        copy({
+          ...row,
+          envVars: {},
+          trafficAccessToken: undefined,
+          envdAccessToken: keepToken ? row.envdAccessToken : undefined,
+        }),
+      );
+      changed++;
+    }
+    return changed;
+  }
+
   async putTemplate(row: TemplateRow): Promise<void> {
     const { templates } = this.#data();
     // An alias moves to the template put last.

@@ -1,16 +1,10 @@
 import { chmodSync, mkdtempSync } from "node:fs";
-import { readFile } from "node:fs/promises";
 import { get } from "node:http";
 import { join } from "node:path";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Sandbox } from "e2b";
-import {
-  ensureHostSetup,
-  ensureVmmUser,
-  type GuestArtifacts,
-  type SystemAccount,
-} from "../../src/images/index.js";
+import { ensureHostSetup, type GuestArtifacts } from "../../src/images/index.js";
 import type { NetworkSlot } from "../../src/network/index.js";
 import { Process } from "../../src/protocol/gen/process/process_pb.js";
 import { ENVD_PORT, ENVD_VERSION } from "../../src/protocol/index.js";
@@ -20,8 +14,10 @@ import {
   chooseAccelerator,
   QemuDriver,
   qemuVersion,
+  VmCgroups,
+  VmmIdentities,
 } from "../../src/vmm/qemu/index.js";
-import { runEnv } from "./run-env.js";
+import { RUN_VMM_UID_COUNT, runEnv, runVmmUidBase } from "./run-env.js";
 
 let artifacts: Promise<GuestArtifacts> | undefined;
 
@@ -67,9 +63,7 @@ export async function waitForEnvd(
   for (;;) {
     if ((await healthStatus(url)) === 204) return performance.now() - started;
     if (performance.now() - started > timeoutMs) {
-      const console = vm
-        ? await readFile(vm.consoleLog, "utf8").catch(() => "(no console log)")
-        : "";
+      const console = vm ? vm.consoleTail() : "";
       throw new Error(`envd at ${url} not healthy after ${timeoutMs} ms\n${console.slice(-2_000)}`);
     }
     await new Promise((resolve) => setTimeout(resolve, pollMs));
@@ -130,15 +124,17 @@ export interface TestVmm {
   readonly images: GuestArtifacts;
   readonly driver: QemuDriver;
   readonly accel: AccelChoice;
-  /** The unprivileged account QEMU drops to (taps must belong to it). */
-  readonly runAs: SystemAccount;
+  /** The uids VMMs drop to (one each) and their cgroups, as a server gives them. */
+  readonly identities: VmmIdentities;
+  readonly cgroups: VmCgroups | undefined;
   /** A scratch directory under the run's data dir, removed by the caller (or with the run). */
   readonly work: string;
 }
 
 /**
  * What VM tests and benchmarks share, set up as the server does it: guest images, the
- * accelerator (WARREN_ACCEL, else the cached probe), and QEMU dropping to the VMM account.
+ * accelerator (WARREN_ACCEL, else the cached probe), each QEMU jailed under a uid of its own
+ * (the run's range) in a cgroup of the run's.
  */
 export async function testVmm(name: string): Promise<TestVmm> {
   const images = await guestArtifacts();
@@ -150,11 +146,12 @@ export async function testVmm(name: string): Promise<TestVmm> {
     qemuVersion: version,
     cacheFile: join(runEnv().dataDir, "accel.json"),
   });
-  const runAs = await ensureVmmUser();
-  const driver = new QemuDriver({ accel: accel.accel, qemuVersion: version, runAs });
+  const cgroups = VmCgroups.detect(`${runEnv().networkPrefix}-vms`);
+  const identities = new VmmIdentities(runVmmUidBase(), RUN_VMM_UID_COUNT);
+  const driver = new QemuDriver({ accel: accel.accel, qemuVersion: version, identities, cgroups });
   const work = mkdtempSync(join(runEnv().dataDir, `${name}-`));
   chmodSync(work, 0o711); // the unprivileged QEMU must reach the runtime dirs below
-  return { images, driver, accel, runAs, work };
+  return { images, driver, accel, identities, cgroups, work };
 }
 
 /** A VM spec for the base image in a network slot, with its runtime dir under `work/run/`. */

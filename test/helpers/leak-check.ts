@@ -1,4 +1,6 @@
-import { readdir, readFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { readdir, readFile, rmdir } from "node:fs/promises";
+import { join } from "node:path";
 import { runCommand } from "../../src/network/index.js";
 import { runEnv } from "./run-env.js";
 
@@ -14,6 +16,29 @@ export interface Leftovers {
   links: string[];
   /** [table, iptables-save line] */
   rules: [string, string][];
+  /** VM cgroups (`<hierarchy>/<prefix>-<what>/<vm>`); their parents are not leftovers. */
+  cgroups: string[];
+}
+
+const CGROUP_ROOT = "/sys/fs/cgroup";
+
+/** Directories `<prefix>-<what>` the run's servers and drivers made in each cgroup hierarchy. */
+async function cgroupParents(prefix: string): Promise<string[]> {
+  const roots = existsSync(join(CGROUP_ROOT, "cgroup.controllers"))
+    ? [CGROUP_ROOT]
+    : ["memory", "cpu", "pids"].map((c) => join(CGROUP_ROOT, c));
+  const parents: string[] = [];
+  for (const root of roots) {
+    for (const name of await readdir(root).catch(() => [] as string[])) {
+      if (name.startsWith(`${prefix}-`)) parents.push(join(root, name));
+    }
+  }
+  return parents;
+}
+
+async function childGroups(parent: string): Promise<string[]> {
+  const entries = await readdir(parent, { withFileTypes: true }).catch(() => []);
+  return entries.filter((e) => e.isDirectory()).map((e) => join(parent, e.name));
 }
 
 /** Everything named under `prefix` on the host: namespaces, links, host iptables rules. */
@@ -30,7 +55,9 @@ export async function findLeftovers(prefix: string): Promise<Leftovers> {
     if (line.startsWith("*")) table = line.slice(1);
     if (line.startsWith("-A ") && comment.test(line)) rules.push([table, line]);
   }
-  return { netns, links, rules };
+  const cgroups: string[] = [];
+  for (const parent of await cgroupParents(prefix)) cgroups.push(...(await childGroups(parent)));
+  return { netns, links, rules, cgroups };
 }
 
 function describe(found: Leftovers): string[] {
@@ -38,6 +65,7 @@ function describe(found: Leftovers): string[] {
     ...found.netns.map((n) => `netns ${n}`),
     ...found.links.map((l) => `link ${l}`),
     ...found.rules.map(([table, line]) => `iptables -t ${table} ${line}`),
+    ...found.cgroups.map((c) => `cgroup ${c}`),
   ];
 }
 
@@ -64,7 +92,34 @@ export async function removeLeftovers(prefix = runEnv().networkPrefix): Promise<
   for (const [table, line] of found.rules) {
     await runCommand("iptables", ["-t", table, "-D", ...splitRule(line.slice(3))]).catch(() => {});
   }
+  for (const parent of await cgroupParents(prefix)) {
+    for (const group of await childGroups(parent)) {
+      const pids = await readFile(join(group, "cgroup.procs"), "utf8").catch(() => "");
+      for (const pid of pids.split("\n").filter(Boolean)) {
+        try {
+          process.kill(Number(pid), "SIGKILL");
+        } catch {
+          // Gone already.
+        }
+      }
+      await removeGroup(group);
+    }
+    await removeGroup(parent);
+  }
   return describe(found);
+}
+
+/** rmdir of a cgroup, once the processes just killed have left it. */
+async function removeGroup(dir: string): Promise<void> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    try {
+      await rmdir(dir);
+      return;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EBUSY") return;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
 }
 
 /** Splits an iptables-save rule into arguments (comments are the only quoted parts). */

@@ -59,7 +59,15 @@ export function runPoolOptions(): SlotNames & { baseCidr: string } {
   return { ...runSlotNames(), baseCidr: runEnv().networkCidr };
 }
 
-/** The server settings of a test server: this run's data dir, images, names and block. */
+/** VMM uids a run's VMs take: 4096 of their own per run (from its unique block), above Warren's default range. */
+export const RUN_VMM_UID_COUNT = 4096;
+
+export function runVmmUidBase(): number {
+  const [, second = 0, third = 0] = runEnv().networkCidr.split(/[./]/).map(Number);
+  return 1_600_000_000 + ((second * 256 + third) % 65_536) * RUN_VMM_UID_COUNT;
+}
+
+/** The server settings of a test server: this run's data dir, images, names, block and uids. */
 export function runServerEnv(): Record<string, string> {
   const env = runEnv();
   return {
@@ -67,6 +75,8 @@ export function runServerEnv(): Record<string, string> {
     WARREN_IMAGES_DIR: env.imagesDir,
     WARREN_NETWORK_PREFIX: env.networkPrefix,
     WARREN_NETWORK_CIDR: env.networkCidr,
+    WARREN_VMM_UID_BASE: String(runVmmUidBase()),
+    WARREN_VMM_UID_COUNT: String(RUN_VMM_UID_COUNT),
   };
 }
 

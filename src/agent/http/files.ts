@@ -2,7 +2,7 @@ import { createReadStream } from "node:fs";
 import { open, stat } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { basename } from "node:path";
-import { Readable } from "node:stream";
+import { PassThrough, Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { createGunzip, createGzip, constants as zlib } from "node:zlib";
 import busboy from "busboy";
@@ -131,7 +131,9 @@ export async function downloadFile(
     body = createReadStream(path).pipe(createGzip({ level: zlib.Z_BEST_SPEED }));
   } else {
     res.writeHead(200, { ...headers, "Content-Length": info.size });
-    body = createReadStream(path);
+    // Never more than announced: a file that grew meanwhile, or one stat calls empty but is
+    // not (/proc, /sys), would otherwise spill bytes past the response into the connection.
+    body = info.size === 0 ? Readable.from([]) : createReadStream(path, { end: info.size - 1 });
   }
   if (req.method === "HEAD") {
     body.destroy();
@@ -196,9 +198,31 @@ async function writeFile(
 
 function decodedBody(req: IncomingMessage): Readable {
   const encoding = (req.headers["content-encoding"] ?? "identity").toLowerCase();
-  if (encoding === "gzip") return req.pipe(createGunzip());
+  if (encoding === "gzip") {
+    // A body that is not gzip is the client's mistake: 400, not the 500 zlib's error became.
+    const gunzip = createGunzip();
+    const decoded = new PassThrough();
+    gunzip.on("error", (err) =>
+      decoded.destroy(
+        new WarrenError("invalid_argument", `error decompressing request body: ${err.message}`),
+      ),
+    );
+    // Readers see the error through their own listeners; an upload refused before its body
+    // is read (a wrong content type) has none, and an unhandled 'error' would end envd.
+    decoded.on("error", () => {});
+    return req.pipe(gunzip).pipe(decoded);
+  }
   if (encoding === "identity") return req;
   throw new WarrenError("invalid_argument", `unsupported Content-Encoding '${encoding}'`);
+}
+
+/** A malformed or truncated form is the client's mistake: 400, never a 500. */
+function formError(err: unknown): WarrenError {
+  if (err instanceof WarrenError) return err;
+  const detail = err instanceof Error ? err.message : String(err);
+  return new WarrenError("invalid_argument", `error parsing multipart form: ${detail}`, {
+    cause: err,
+  });
 }
 
 /** Text parts (FormData strings, no filename) may be up to this large. */
@@ -272,10 +296,13 @@ function uploadMultipart(
         limits: { fieldSize: MAX_TEXT_PART_BYTES },
       });
     } catch (err) {
-      reject(toWarrenError(err, "error parsing multipart form"));
+      reject(formError(err));
       return;
     }
     parser.on("file", (field, stream, info) => {
+      // A part skipped, or waiting its turn, has no reader: without a listener, the error
+      // busboy emits on it when the form is cut short would be unhandled and end envd.
+      stream.on("error", (err) => fail(formError(err)));
       if (field === "file") enqueue(info.filename, stream);
       else stream.resume();
     });
@@ -285,7 +312,7 @@ function uploadMultipart(
     });
     parser.on("close", settle);
     parser.on("error", (err) => {
-      fail(toWarrenError(err, "error parsing multipart form"));
+      fail(formError(err));
       body.unpipe(parser);
       body.resume();
       settle();

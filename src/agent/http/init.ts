@@ -3,6 +3,7 @@ import { ENVD_VERSION, type EnvdInitRequest } from "../../protocol/index.js";
 import { WarrenError } from "../../shared/index.js";
 import { ACCESS_TOKEN_HEADER, hasValidToken } from "../auth.js";
 import { type ClockSetter, clockNeedsSetting } from "../clock.js";
+import { type EntropySeeder, parseSeed } from "../entropy.js";
 import type { AgentState } from "../state.js";
 import { sendEmpty } from "./respond.js";
 
@@ -33,6 +34,9 @@ function stringMap(value: unknown, field: string): Record<string, string> {
   for (const [key, v] of Object.entries(value)) {
     if (typeof v !== "string")
       throw new WarrenError("invalid_argument", `${field}.${key} must be a string`);
+    // Accepted, it would make every later process start fail (execve takes C strings).
+    if (key.includes("\0") || v.includes("\0"))
+      throw new WarrenError("invalid_argument", `${field}.${key} contains a NUL byte`);
   }
   return value as Record<string, string>;
 }
@@ -48,14 +52,20 @@ function optionalString(
   return value;
 }
 
+/** What /init may change outside envd; both only inside a guest (`--guest`). */
+export interface InitHooks {
+  readonly setClock: ClockSetter | undefined;
+  readonly seedRandomness: EntropySeeder | undefined;
+}
+
 /**
  * POST /init (orchestrator only): global env vars, access token, default user and workdir,
- * host time. Once a token is set, /init must present it (header or body) to change anything;
- * an /init older than the last one applied is ignored.
+ * host time, a random seed. Once a token is set, /init must present it (header or body) to
+ * change anything; an /init older than the last one applied is ignored, except for its seed.
  */
 export async function handleInit(
   state: AgentState,
-  setClock: ClockSetter | undefined,
+  hooks: InitHooks,
   req: IncomingMessage,
   res: ServerResponse,
 ): Promise<void> {
@@ -72,6 +82,7 @@ export async function handleInit(
       : stringMap(body.envVars, "envVars");
   const defaultUser = optionalString(body, "defaultUser");
   const defaultWorkdir = optionalString(body, "defaultWorkdir");
+  const seed = parseSeed(body.seed);
 
   if (state.accessToken !== undefined) {
     const presented = req.headers[ACCESS_TOKEN_HEADER] as string | undefined;
@@ -83,6 +94,16 @@ export async function handleInit(
           ? "access token reset not authorized"
           : "access token validation failed",
       );
+    }
+  }
+
+  // Before the staleness check: fresh entropy never hurts, and a clone's must not depend on
+  // the host clock never having stepped back. Outside a guest the seed is checked, then dropped.
+  if (seed) {
+    try {
+      hooks.seedRandomness?.(seed);
+    } finally {
+      seed.fill(0);
     }
   }
 
@@ -102,6 +123,7 @@ export async function handleInit(
   if (accessToken !== undefined) state.accessToken = accessToken || undefined;
   if (defaultUser) state.defaultUser = defaultUser;
   if (defaultWorkdir) state.defaultWorkdir = defaultWorkdir;
-  if (hostMs !== undefined && setClock && clockNeedsSetting(hostMs, Date.now())) setClock(hostMs);
+  if (hostMs !== undefined && hooks.setClock && clockNeedsSetting(hostMs, Date.now()))
+    hooks.setClock(hostMs);
   sendEmpty(res, 204, { "X-Envd-Version": ENVD_VERSION });
 }

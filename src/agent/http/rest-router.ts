@@ -1,17 +1,15 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { WarrenError } from "../../shared/index.js";
 import { ACCESS_TOKEN_HEADER, requireAccessToken } from "../auth.js";
-import type { ClockSetter } from "../clock.js";
 import type { AgentState } from "../state.js";
 import { downloadFile, uploadFiles } from "./files.js";
-import { handleInit } from "./init.js";
+import { handleInit, type InitHooks } from "./init.js";
 import type { MetricsReader } from "./metrics.js";
 import { sendEmpty, sendError, sendJson } from "./respond.js";
 
-export interface RestContext {
+export interface RestContext extends InitHooks {
   readonly state: AgentState;
   readonly metrics: MetricsReader;
-  readonly setClock: ClockSetter | undefined;
 }
 
 /** envd's plain HTTP routes: /health, /files, /init, /envs, /metrics. */
@@ -32,7 +30,7 @@ export function createRestHandler(ctx: RestContext) {
       case "POST /files":
         return uploadFiles(state, req, res, url);
       case "POST /init":
-        return handleInit(state, ctx.setClock, req, res);
+        return handleInit(state, ctx, req, res);
       case "GET /envs":
         requireToken(req);
         return sendJson(res, 200, state.globalEnv());

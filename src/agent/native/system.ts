@@ -5,6 +5,10 @@ interface SystemAddon {
   setRealtime(epochMs: number): void;
   /** Stops the legacy PIT's channel 0 (see system.c); false without port access. */
   stopPitTimer(): boolean;
+  /** RNDADDENTROPY (credited) then RNDRESEEDCRNG; throws with the errno text. Needs CAP_SYS_ADMIN. */
+  reseedKernel(seed: Uint8Array): void;
+  /** Reseeds this process's OpenSSL DRBG from the kernel; false if it has no OpenSSL RAND_seed. */
+  reseedOpenssl(): boolean;
 }
 
 let addon: SystemAddon | undefined;

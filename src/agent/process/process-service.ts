@@ -96,6 +96,7 @@ export function createProcessService(
       ...state.globalEnv(),
       ...config.envs,
     };
+    refuseNul(config.cmd, config.args, env);
     const proc = new ManagedProcess({
       cmd: config.cmd,
       args: config.args,
@@ -190,4 +191,26 @@ export function createProcessService(
       return {};
     },
   };
+}
+
+/**
+ * A NUL byte cannot cross execve (C strings): spawn would throw, which read as envd's own
+ * failure (internal) rather than the caller's.
+ */
+function refuseNul(
+  cmd: string,
+  args: readonly string[],
+  env: Readonly<Record<string, string>>,
+): void {
+  const bad = (text: string) => text.includes("\0");
+  if (bad(cmd)) throw new WarrenError("invalid_argument", "process.cmd contains a NUL byte");
+  if (args.some(bad)) throw new WarrenError("invalid_argument", "process.args contain a NUL byte");
+  for (const [key, value] of Object.entries(env)) {
+    if (bad(key) || bad(value)) {
+      throw new WarrenError(
+        "invalid_argument",
+        `environment variable ${JSON.stringify(key)} contains a NUL byte`,
+      );
+    }
+  }
 }

@@ -104,6 +104,10 @@ export const MIGRATIONS: readonly string[] = [
     PRIMARY KEY (template_id, tag)
   ) STRICT;
   `,
+  // v3: each snapshot's sealed files and their checksums (JSON), checked before a restore.
+  `
+  ALTER TABLE snapshots ADD COLUMN files TEXT;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -75,6 +75,7 @@ export interface SnapshotRecord {
   names: string;
   images_fingerprint: string;
   created_at: string;
+  files: string | null;
 }
 
 export interface EventRecord {
@@ -202,6 +203,7 @@ export function snapshotParams(row: SnapshotRow): Record<string, string | null> 
     names: JSON.stringify(row.names),
     imagesFingerprint: row.imagesFingerprint,
     createdAt: row.createdAt,
+    files: row.files ? JSON.stringify(row.files) : null,
   };
 }
 
@@ -215,6 +217,7 @@ export function toSnapshotRow(r: SnapshotRecord): SnapshotRow {
     names: JSON.parse(r.names),
     imagesFingerprint: r.images_fingerprint,
     createdAt: r.created_at,
+    ...(r.files ? { files: JSON.parse(r.files) } : {}),
   };
 }
 

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
 import { mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -113,6 +114,42 @@ describe("SqliteCatalog", () => {
       inspect(path, (db) => db.pragma("journal_mode", { simple: true })),
       "delete",
     );
+  });
+
+  it("purged secrets are gone from the file: from its rows and from its bytes (db and WAL)", async (t) => {
+    const path = join(dir, "purge.db");
+    const catalog = await SqliteCatalog.open(path);
+    t.after(() => catalog.close());
+    const secrets = {
+      envdAccessToken: "envd-SECRET-4f1c",
+      trafficAccessToken: "traffic-SECRET-4f1c",
+      envVars: { API_TOKEN: "env-SECRET-4f1c" },
+    };
+    await catalog.insertSandbox(sandboxRow({ id: "sb-live" }));
+    await catalog.insertSandbox(sandboxRow({ id: "sb-dead", ...secrets }));
+    // Killed the way the orchestrator kills: an update, which also stamps updatedAt.
+    await catalog.updateSandbox("sb-dead", { state: "killed", endedReason: "killed" });
+    const raw = () =>
+      Buffer.concat(
+        [path, `${path}-wal`].filter((file) => existsSync(file)).map((file) => readFileSync(file)),
+      ).toString("latin1");
+    assert.match(raw(), /SECRET-4f1c/, "the secrets are on disk before the purge");
+
+    assert.equal(await catalog.purgeKilledSecrets(new Date(Date.now() + 1000).toISOString()), 1);
+    const row = inspect(path, (db) =>
+      db
+        .prepare(
+          "SELECT envd_access_token, traffic_access_token, env_vars, state FROM sandboxes WHERE id = ?",
+        )
+        .get("sb-dead"),
+    );
+    assert.deepEqual(row, {
+      envd_access_token: null,
+      traffic_access_token: null,
+      env_vars: "{}",
+      state: "killed",
+    });
+    assert.doesNotMatch(raw(), /SECRET-4f1c/, "no copy left in free space or the WAL");
   });
 
   it("rejects calls after close as unavailable", async () => {

@@ -59,6 +59,9 @@ export class SqliteCatalog implements Catalog {
       // Before any pragma that writes, so a file from a newer Warren is left as it was.
       checkVersion(db, path);
       db.pragma("foreign_keys = ON");
+      // Deleted and overwritten values are zeroed rather than left in free space: rows hold
+      // access tokens and env vars, which purgeKilledSecrets must really remove from the file.
+      db.pragma("secure_delete = ON");
       db.pragma("journal_mode = WAL");
       // With WAL, NORMAL loses at most the last commits on power loss, never consistency.
       db.pragma("synchronous = NORMAL");
@@ -120,6 +123,16 @@ export class SqliteCatalog implements Catalog {
   deleteSandbox(id: string): Promise<void> {
     return this.#run(`delete sandbox ${id}`, () => {
       this.#sql.deleteSandbox.run(id);
+    });
+  }
+
+  purgeKilledSecrets(killedBefore: string): Promise<number> {
+    return this.#run("purge killed sandboxes' secrets", () => {
+      const { changes } = this.#sql.purgeKilledSecrets.run({ killedBefore });
+      // secure_delete has zeroed the old values in the pages; the checkpoint writes those
+      // pages into the file and empties the WAL, which still held the old page images.
+      if (changes > 0) this.#db.pragma("wal_checkpoint(TRUNCATE)");
+      return changes;
     });
   }
 

@@ -36,6 +36,9 @@ const TEMPLATE_SELECT = `
       WHERE a.template_id = t.id) AS aliases
   FROM templates t`;
 
+/** A snapshot was captured from the sandbox row in scope (its envd token must stay). */
+const SNAPSHOTTED = "EXISTS (SELECT 1 FROM snapshots s WHERE s.sandbox_id = sandboxes.id)";
+
 type Params = Record<string, unknown>;
 
 /** Every statement, prepared once per connection. */
@@ -54,6 +57,13 @@ export function prepareStatements(db: Database.Database) {
       "SELECT * FROM sandboxes WHERE state IN (SELECT value FROM json_each(?)) ORDER BY started_at, id",
     ),
     deleteSandbox: q("DELETE FROM sandboxes WHERE id = ?"),
+    // The WHERE repeats what the SET changes, so that the count is of rows really purged.
+    purgeKilledSecrets: q(`
+        UPDATE sandboxes SET env_vars = '{}', traffic_access_token = NULL,
+          envd_access_token = CASE WHEN ${SNAPSHOTTED} THEN envd_access_token END
+        WHERE state = 'killed' AND updated_at < @killedBefore
+          AND (env_vars <> '{}' OR traffic_access_token IS NOT NULL
+            OR (envd_access_token IS NOT NULL AND NOT ${SNAPSHOTTED}))`),
     putTemplate: q(`
         INSERT INTO templates
           (id, kind, snapshot_id, vcpus, memory_mib, disk_size_mib, created_at, config)
@@ -93,8 +103,9 @@ export function prepareStatements(db: Database.Database) {
     deleteTag: q("DELETE FROM template_tags WHERE template_id = @templateId AND tag = @tag"),
     putSnapshot: q(`
         INSERT OR REPLACE INTO snapshots
-          (id, dir, sandbox_id, parent_id, kind, names, images_fingerprint, created_at)
-        VALUES (@id, @dir, @sandboxId, @parentId, @kind, @names, @imagesFingerprint, @createdAt)`),
+          (id, dir, sandbox_id, parent_id, kind, names, images_fingerprint, created_at, files)
+        VALUES (@id, @dir, @sandboxId, @parentId, @kind, @names, @imagesFingerprint, @createdAt,
+          @files)`),
     getSnapshot: q<SnapshotRecord>("SELECT * FROM snapshots WHERE id = ?"),
     listSnapshots: q<SnapshotRecord>(`
         SELECT * FROM snapshots

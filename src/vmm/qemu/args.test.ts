@@ -26,8 +26,11 @@ const input = {
   memoryFile: "/run/abc/memory.img",
   memoryShared: true,
   rootDisk: "/run/abc/disk.qcow2",
+  rootBacking: [
+    { file: "/snap/disk.qcow2", format: "qcow2" as const },
+    { file: "/base.ext4", format: "raw" as const },
+  ],
   qmpSocket: "/run/abc/qmp.sock",
-  consoleLog: "/run/abc/console.log",
   incoming: false,
   kernelCommandLine: "console=ttyS0 warren.test=1",
 };
@@ -45,7 +48,9 @@ describe("qemuArgs", () => {
     assert.match(value(args, "-machine")[0] ?? "", /^microvm,.*pit=on,pic=on.*ioapic2=off/);
     assert.deepEqual(value(args, "-object"), [
       "memory-backend-file,id=mem,size=512M,mem-path=/run/abc/memory.img,share=on",
+      "rng-builtin,id=rng0",
     ]);
+    assert.ok(value(args, "-device").includes("virtio-rng-device,rng=rng0"), "an entropy source");
     assert.deepEqual(value(args, "-smp"), ["2"]);
     assert.ok(
       value(args, "-drive").some((d) => d.startsWith("id=agent,") && d.includes("readonly=on")),
@@ -58,9 +63,40 @@ describe("qemuArgs", () => {
 
   it("maps a snapshot's RAM privately and waits for the device state on restore", () => {
     const args = qemuArgs({ ...input, accel: "tcg", memoryShared: false, incoming: true });
-    assert.match(value(args, "-object")[0] ?? "", /share=off$/);
+    // Opened read-only, mapped private and writable: the VMM can never write the image.
+    assert.match(value(args, "-object")[0] ?? "", /share=off,readonly=on,rom=off$/);
     assert.deepEqual(value(args, "-incoming"), ["defer"]);
     assert.ok(args.includes("migration.announce-rounds=0"));
+  });
+
+  it("passes the root disk's whole backing chain explicitly, read-only below the overlay", () => {
+    const nodes = value(qemuArgs({ ...input, accel: "tcg" }), "-blockdev").map((n) =>
+      JSON.parse(n),
+    );
+    assert.deepEqual(
+      nodes.map((n) => [n["node-name"], n.file.filename, n.backing, n["read-only"]]),
+      [
+        ["layer1", "/base.ext4", undefined, true],
+        ["layer0", "/snap/disk.qcow2", "layer1", true],
+        ["root", "/run/abc/disk.qcow2", "layer0", undefined],
+      ],
+    );
+    // A chain's bottom qcow2 says "no backing" rather than leaving QEMU to read its header.
+    const alone = qemuArgs({ ...input, accel: "tcg", rootBacking: input.rootBacking.slice(0, 1) });
+    assert.equal(JSON.parse(value(alone, "-blockdev")[0] ?? "{}").backing, null);
+  });
+
+  it("drops root for the VM's own uid and chroots into its runtime dir", () => {
+    const args = qemuArgs({
+      ...input,
+      accel: "tcg",
+      jail: { uid: 1_500_000_007, gid: 1_500_000_007 },
+    });
+    assert.deepEqual(value(args, "-run-with"), ["user=1500000007:1500000007,chroot=/run/abc"]);
+    assert.match(value(args, "-sandbox")[0] ?? "", /elevateprivileges=allow/);
+    const unjailed = qemuArgs({ ...input, accel: "tcg" });
+    assert.deepEqual(value(unjailed, "-run-with"), []);
+    assert.match(value(unjailed, "-sandbox")[0] ?? "", /elevateprivileges=deny/);
   });
 
   it("uses the host CPU and kvm-clock under KVM", () => {

@@ -3,19 +3,32 @@ import type { Accelerator, VmSpec } from "../driver.js";
 
 /** Fixed guest MAC: every guest has the same one, so snapshots need no re-addressing. */
 
+/** One read-only image of a root disk's backing chain, nearest the guest's overlay first. */
+export interface DiskLayer {
+  readonly file: string;
+  readonly format: "qcow2" | "raw";
+}
+
 export interface QemuArgsInput {
   readonly spec: VmSpec;
   readonly accel: Accelerator;
   readonly memoryFile: string;
-  /** Boot VMs map guest RAM shared (the file *is* RAM); restored ones map it privately. */
+  /**
+   * Boot VMs map guest RAM shared (the file *is* RAM); restored ones map their snapshot's
+   * image privately from a read-only descriptor (`rom=off`): the VMM can never write it.
+   */
   readonly memoryShared: boolean;
+  /** The guest's writable overlay (qcow2), and the images below it, nearest first. */
   readonly rootDisk: string;
+  readonly rootBacking: readonly DiskLayer[];
   readonly qmpSocket: string;
-  readonly consoleLog: string;
   /** Restore: wait for the device state on `migrate-incoming`. */
   readonly incoming: boolean;
-  /** Drop root after setup (QEMU's -runas). */
-  readonly runAs?: string;
+  /**
+   * Once its files are open, QEMU drops root for this uid:gid and chroots into its runtime
+   * directory (`-run-with`): taken over by its guest, it reaches nothing else by path.
+   */
+  readonly jail?: { readonly uid: number; readonly gid: number };
   /** See kernelCommandLine. */
   readonly kernelCommandLine: string;
   /**
@@ -45,7 +58,7 @@ export interface KernelOptions {
   /** The root disk is larger than its image: the guest's init grows the filesystem. */
   readonly growRoot?: boolean;
   /**
-   * Address-space layout randomization in the guest (default: on). QEMU 7.2's TCG keys
+   * Address-space layout randomization in the guest (default: on). QEMU's TCG (7.2 to 10.0) keys
    * translated code by virtual address, so under TCG every exec at fresh random addresses
    * retranslates its whole program (~7 MiB of code and ~200 ms of CPU per command here).
    */
@@ -81,6 +94,60 @@ function netdev(spec: VmSpec): string[] {
 }
 
 /**
+ * A guest's writable overlay as a block node (`-blockdev` or QMP `blockdev-add`) on an
+ * explicit backing node. cache no-flush (cache=unsafe): guest flushes and QEMU's own (stop,
+ * overlay switch) stop at the host page cache instead of forcing every dirty page of the
+ * filesystem to disk (ext4 ordered mode), which made a fork capture wait on unrelated
+ * writeback; sandbox disks are ephemeral, and a paused sandbox's files survive a server
+ * restart in the page cache. auto-read-only: QEMU holds the file read-write only while
+ * something writes it (see QemuVm's freezeDisk).
+ */
+export function overlayNode(nodeName: string, file: string, backing: string | null) {
+  const cache = { direct: false, "no-flush": true };
+  return {
+    "node-name": nodeName,
+    driver: "qcow2",
+    discard: "unmap",
+    cache,
+    file: {
+      "node-name": `${nodeName}-file`,
+      driver: "file",
+      filename: file,
+      discard: "unmap",
+      cache,
+      "auto-read-only": true,
+    },
+    backing,
+  };
+}
+
+/**
+ * The root disk as explicit block nodes: the overlay on top, then every backing image named
+ * with its format, read-only, the last with no backing. QEMU never reads a backing path from a
+ * qcow2 header, which a VMM that wrote the image could have changed.
+ */
+function rootDiskArgs(input: QemuArgsInput): string[] {
+  const args: string[] = [];
+  const layers = input.rootBacking;
+  // Bottom up, so each node exists before the one that names it as its backing.
+  for (let i = layers.length - 1; i >= 0; i--) {
+    const layer = layers[i] as DiskLayer;
+    const below = i + 1 < layers.length ? `layer${i + 1}` : null;
+    const node: Record<string, unknown> = {
+      "node-name": `layer${i}`,
+      driver: layer.format,
+      "read-only": true,
+      file: { driver: "file", filename: layer.file, "read-only": true },
+    };
+    if (layer.format === "qcow2") node.backing = below;
+    args.push("-blockdev", JSON.stringify(node));
+  }
+  const top = overlayNode("root", input.rootDisk, layers.length > 0 ? "layer0" : null);
+  args.push("-blockdev", JSON.stringify(top), "-device", "virtio-blk-device,drive=root");
+  return args;
+}
+
+/**
  * QEMU's command line for one microVM. A restore must use exactly the device list of the
  * boot that produced its snapshot, so both go through here.
  */
@@ -101,40 +168,44 @@ export function qemuArgs(input: QemuArgsInput): string[] {
     "-m",
     mem,
     "-object",
-    // Not readonly=on even for snapshots: QEMU 7.2 would then map guest RAM read-only (a
-    // ROM the guest cannot write). share=off alone keeps the file untouched (MAP_PRIVATE).
-    `memory-backend-file,id=mem,size=${mem},mem-path=${input.memoryFile},share=${input.memoryShared ? "on" : "off"}`,
+    `memory-backend-file,id=mem,size=${mem},mem-path=${input.memoryFile},${input.memoryShared ? "share=on" : "share=off,readonly=on,rom=off"}`,
     "-kernel",
     spec.images.kernel,
     "-initrd",
     spec.images.initramfs,
     "-append",
     input.kernelCommandLine,
-    "-drive",
-    // cache=unsafe: guest flushes and QEMU's own (stop, overlay switch) stop at the host page
-    // cache instead of forcing every dirty page of the filesystem to disk (ext4 ordered mode),
-    // which made a fork capture wait on unrelated writeback. Sandbox disks are ephemeral; a
-    // paused sandbox's files survive a server restart because they are in the page cache.
-    `id=root,file=${input.rootDisk},format=qcow2,if=none,discard=unmap,cache=unsafe`,
-    "-device",
-    "virtio-blk-device,drive=root",
+    ...rootDiskArgs(input),
     "-drive",
     `id=agent,file=${spec.images.agentDrive},format=raw,if=none,readonly=on`,
     "-device",
     "virtio-blk-device,drive=agent",
+    // Host entropy for the guest's hwrng (docs/guest-boot.md); rng-builtin draws from QEMU's
+    // getrandom(), so a jailed QEMU needs no /dev/urandom. Before the NIC: a VM without one
+    // keeps the same transports.
+    "-object",
+    "rng-builtin,id=rng0",
+    "-device",
+    "virtio-rng-device,rng=rng0",
     ...netdev(spec),
+    // The console goes to QEMU's stdout, whose tail the driver keeps (bounded) in memory.
+    "-chardev",
+    "stdio,id=console,signal=off",
     "-serial",
-    `file:${input.consoleLog}`,
+    "chardev:console",
     "-qmp",
     `unix:${input.qmpSocket},server=on,wait=off`,
     "-global",
     "migration.send-configuration=off",
     "-sandbox",
-    // With -runas QEMU must make the set*id calls that drop root itself; once dropped, it
+    // With a jail QEMU must make the set*id calls that drop root itself; once dropped, it
     // has no way back, so denying them afterwards would add nothing.
-    `on,obsolete=deny,elevateprivileges=${input.runAs ? "allow" : "deny"},spawn=deny,resourcecontrol=deny`,
+    `on,obsolete=deny,elevateprivileges=${input.jail ? "allow" : "deny"},spawn=deny,resourcecontrol=deny`,
   ];
-  if (input.runAs) args.push("-runas", input.runAs);
+  if (input.jail) {
+    const { uid, gid } = input.jail;
+    args.push("-run-with", `user=${uid}:${gid},chroot=${input.spec.runtimeDir}`);
+  }
   if (input.incoming) {
     // No self-announce after the device state loads: it makes the guest send gratuitous ARP,
     // IPv6 neighbour adverts and netlink events right when it should answer its first request

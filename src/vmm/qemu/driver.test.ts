@@ -37,6 +37,7 @@ const meta = (kernelCommandLine?: string): SnapshotMeta => ({
   diffPages: 0,
   deviceStateFile: "devstate.bin",
   diskFile: "disk.qcow2",
+  diskBacking: { file: "/base.ext4", format: "raw" },
   createdAt: new Date(0).toISOString(),
 });
 

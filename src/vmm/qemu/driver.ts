@@ -1,26 +1,38 @@
 import { execFile } from "node:child_process";
-import { chown, mkdir, rm } from "node:fs/promises";
+import { chown, mkdir, rm, symlink } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
-import type { Accelerator, PreparedRestore, Vm, VmmDriver, VmSpec } from "../driver.js";
-import { cpuModel, kernelCommandLine, qemuArgs } from "./args.js";
-import { flattenDisk } from "./flatten-disk.js";
+import type {
+  Accelerator,
+  DiskBacking,
+  FlattenPlan,
+  PreparedRestore,
+  SnapshotFile,
+  Vm,
+  VmmDriver,
+  VmSpec,
+} from "../driver.js";
+import { SnapshotTamperedError } from "../errors.js";
+import { cpuModel, type DiskLayer, kernelCommandLine, qemuArgs } from "./args.js";
+import { limitsFor, type VmCgroups } from "./cgroups.js";
+import { finishFlatten, prepareFlatten } from "./flatten-disk.js";
 import { hostTscKhz } from "./host-tsc.js";
 import { explainFailure, launch, loadDeviceState, runtimePaths } from "./launch.js";
 import { applyMemoryDiff, findRamMapping } from "./memory-image.js";
 import { killOrphanVmms } from "./orphans.js";
 import { createOverlay, imageFormat, virtualSize } from "./qcow2-overlay.js";
 import { QEMU_BINARY } from "./qemu-process.js";
+import { SnapshotVerifier } from "./sealed-files.js";
 import {
   checkRestorable,
   DEVICE_STATE_FILE,
   DISK_FILE,
+  diskChain,
   type RestoreHost,
   readSnapshotMeta,
 } from "./snapshot-meta.js";
-import { QemuVm, type VmMemory, type VmmUser } from "./vm.js";
-
-export type { VmmUser } from "./vm.js";
+import { QemuVm, type VmMemory } from "./vm.js";
+import type { VmmIdentities, VmmIdentity } from "./vmm-ids.js";
 
 const run = promisify(execFile);
 /** CPU priority of a VMM prepared in the background (CFS weight ~1/10 of a running one). */
@@ -33,19 +45,28 @@ export interface QemuDriverOptions {
   /** TSC rate given to TCG guests; default: the host's (hostTscKhz). */
   readonly tscKhz?: number;
   /**
-   * Unprivileged account QEMU switches to once it has opened its devices and files
-   * (`-runas`); its runtime directory is handed to it. Default: QEMU stays root.
+   * Uids for VMMs, one of its own per running VM: QEMU drops root for it once its files are
+   * open and chroots into its runtime directory. Default: QEMU stays root, unjailed (tests of
+   * the driver alone).
    */
-  readonly runAs?: VmmUser;
+  readonly identities?: VmmIdentities;
+  /** Each VM's own cgroup with limits from its shape. Default: none. */
+  readonly cgroups?: VmCgroups;
   /** TCG translated-code cache per VM, MiB (see QemuArgsInput.tcgCacheMiB). */
   readonly tcgCacheMiB?: number;
   /** Guest address-space randomization (see KernelOptions.aslr); default: off under TCG only. */
   readonly guestAslr?: boolean;
   /**
    * Lets KSM merge identical pages across VMMs: all of each QEMU's memory, guest RAM
-   * included (QEMU 7.2 cannot exclude it). The caller starts KSM (`enableKsm`).
+   * included (QEMU cannot exclude it). The caller starts KSM (`enableKsm`).
    */
   readonly mergeMemory?: boolean;
+  /**
+   * The files a snapshot directory was sealed with (the catalog's record), checked before
+   * every restore; undefined for a directory with no record, which is then refused. Default:
+   * no checks (tests of the driver alone).
+   */
+  readonly sealedFiles?: (snapshotDir: string) => Promise<readonly SnapshotFile[] | undefined>;
 }
 
 export async function qemuVersion(): Promise<string> {
@@ -53,23 +74,28 @@ export async function qemuVersion(): Promise<string> {
   return stdout.split("\n")[0]?.trim() ?? "unknown";
 }
 
+/** What one VMM launch needs besides its spec. */
+interface LaunchInput {
+  readonly memory: VmMemory;
+  /** The overlay's backing chain, nearest first. */
+  readonly backing: readonly DiskLayer[];
+  readonly kernelCommandLine: string;
+  readonly incoming: boolean;
+  readonly identity: VmmIdentity | undefined;
+}
+
 export class QemuDriver implements VmmDriver {
   readonly accel: Accelerator;
-  readonly #qemuVersion: string;
+  readonly #o: QemuDriverOptions;
   readonly #tscKhz: number | undefined;
-  readonly #runAs: VmmUser | undefined;
-  readonly #tcgCacheMiB: number | undefined;
   readonly #guestAslr: boolean;
-  readonly #mergeMemory: boolean;
+  readonly #verifier = new SnapshotVerifier();
 
   constructor(options: QemuDriverOptions) {
     this.accel = options.accel;
-    this.#qemuVersion = options.qemuVersion;
+    this.#o = options;
     this.#tscKhz = options.tscKhz ?? hostTscKhz();
-    this.#runAs = options.runAs;
-    this.#tcgCacheMiB = options.tcgCacheMiB;
     this.#guestAslr = options.guestAslr ?? this.accel === "kvm";
-    this.#mergeMemory = options.mergeMemory ?? false;
   }
 
   /** The kernel command line a boot of `spec` gets here. */
@@ -91,23 +117,46 @@ export class QemuDriver implements VmmDriver {
     return `its guest booted with kernel command line "${booted ?? "(not recorded)"}", a boot here now uses "${now}"`;
   }
 
-  /** Starts QEMU for `spec` (booting, or waiting for a snapshot's state when `incoming`). */
-  #launch(spec: VmSpec, memory: VmMemory, kernelCommandLine: string, incoming: boolean) {
+  /**
+   * Starts QEMU for `spec` in its jail and cgroup. The identity and cgroup go back when the
+   * process exits, however it ends.
+   */
+  async #launch(spec: VmSpec, input: LaunchInput) {
     const paths = runtimePaths(spec);
     const args = qemuArgs({
       spec,
       accel: this.accel,
-      memoryFile: memory.file,
-      memoryShared: memory.shared,
+      memoryFile: input.memory.file,
+      memoryShared: input.memory.shared,
       rootDisk: paths.overlay,
+      rootBacking: input.backing,
       qmpSocket: paths.qmpSocket,
-      consoleLog: paths.consoleLog,
-      incoming,
-      kernelCommandLine,
-      tcgCacheMiB: this.#tcgCacheMiB,
-      runAs: this.#runAs?.name,
+      incoming: input.incoming,
+      kernelCommandLine: input.kernelCommandLine,
+      tcgCacheMiB: this.#o.tcgCacheMiB,
+      jail: input.identity,
     });
-    return launch(spec, args, paths.consoleLog, paths.qmpSocket, { mergeable: this.#mergeMemory });
+    let cgroup: Awaited<ReturnType<VmCgroups["create"]>> | undefined;
+    try {
+      cgroup = await this.#o.cgroups?.create(spec.id, limitsFor(spec.shape, this.#o.tcgCacheMiB));
+    } catch (err) {
+      this.#giveBack(input.identity);
+      await rm(spec.runtimeDir, { recursive: true, force: true });
+      throw err;
+    }
+    const launched = await launch(spec, args, paths.qmpSocket, {
+      mergeable: this.#o.mergeMemory,
+      cgroupProcs: cgroup?.procs,
+      onExit: async () => {
+        this.#giveBack(input.identity);
+        await cgroup?.remove().catch(() => {});
+      },
+    });
+    return launched;
+  }
+
+  #giveBack(identity: VmmIdentity | undefined): void {
+    if (identity) this.#o.identities?.give(identity);
   }
 
   /** The Vm for a QEMU `#launch` started; `kernelCommandLine`: what its guest booted with. */
@@ -116,6 +165,8 @@ export class QemuDriver implements VmmDriver {
     memory: VmMemory,
     { proc, qmp }: Awaited<ReturnType<typeof launch>>,
     kernelCommandLine: string | undefined,
+    backing: DiskBacking,
+    identity: VmmIdentity | undefined,
   ): QemuVm {
     return new QemuVm({
       spec,
@@ -123,8 +174,9 @@ export class QemuDriver implements VmmDriver {
       qmp,
       memory,
       rootDisk: runtimePaths(spec).overlay,
+      backing,
       host: this.#hostFor(spec),
-      runAs: this.#runAs,
+      identity,
       kernelCommandLine,
     });
   }
@@ -134,55 +186,95 @@ export class QemuDriver implements VmmDriver {
     return {
       accel: this.accel,
       cpuModel: cpuModel(this.accel),
-      qemuVersion: this.#qemuVersion,
+      qemuVersion: this.#o.qemuVersion,
       kernel: spec.images.kernelVersion,
       images: spec.images.fingerprint,
     };
   }
 
-  /** The VM's runtime directory, owned by the account QEMU runs as (it creates sockets there). */
-  async #makeRuntimeDir(spec: VmSpec): Promise<void> {
+  /**
+   * The VM's runtime directory, its jail: owned by its VMM's uid (QEMU creates its sockets
+   * and device state there), and holding a link from its own absolute path back to itself,
+   * so every path the server hands QEMU names the same file inside the chroot as outside.
+   */
+  async #makeRuntimeDir(spec: VmSpec, identity: VmmIdentity | undefined): Promise<void> {
     // Parents stay traversable (0755) for the unprivileged QEMU; only the leaf is private.
     await mkdir(dirname(spec.runtimeDir), { recursive: true });
-    await mkdir(spec.runtimeDir, { recursive: true, mode: 0o700 });
-    await this.#giveToVmm(spec.runtimeDir);
-  }
-
-  /** Files QEMU may reopen after dropping root (its writable overlays) belong to its account. */
-  async #giveToVmm(path: string): Promise<void> {
-    if (this.#runAs) await chown(path, this.#runAs.uid, this.#runAs.gid);
+    await mkdir(spec.runtimeDir, { mode: 0o700 });
+    if (!identity) return;
+    const mirror = join(spec.runtimeDir, spec.runtimeDir);
+    await mkdir(dirname(mirror), { recursive: true });
+    await symlink("/", mirror);
+    await chown(spec.runtimeDir, identity.uid, identity.gid);
   }
 
   killOrphans(runDir: string): Promise<number> {
     return killOrphanVmms(runDir);
   }
 
-  async boot(spec: VmSpec): Promise<Vm> {
-    const paths = runtimePaths(spec);
-    await this.#makeRuntimeDir(spec);
-    let growRoot: boolean;
+  /** Takes a VMM identity and makes the runtime dir; undoes both if `prepare` fails. */
+  async #setUp<T>(
+    spec: VmSpec,
+    prepare: (identity: VmmIdentity | undefined) => Promise<T>,
+  ): Promise<{ identity: VmmIdentity | undefined; prepared: T }> {
+    const identity = this.#o.identities?.take();
     try {
-      const wanted = BigInt(spec.shape.diskSizeMiB ?? 0) * 1024n * 1024n;
-      const size = await createOverlay(
-        paths.overlay,
-        spec.baseDisk,
-        imageFormat(spec.baseDisk),
-        wanted,
-      );
-      growRoot = size > (await virtualSize(spec.baseDisk));
-      await this.#giveToVmm(paths.overlay);
+      await this.#makeRuntimeDir(spec, identity);
+      return { identity, prepared: await prepare(identity) };
     } catch (err) {
+      this.#giveBack(identity);
       await rm(spec.runtimeDir, { recursive: true, force: true });
       throw err;
     }
-    const memory = { file: paths.memory, shared: true };
-    const commandLine = this.#kernelCommandLine(spec, growRoot);
-    const launched = await this.#launch(spec, memory, commandLine, false);
-    return this.#vm(spec, memory, launched, commandLine);
   }
 
-  flattenDisk(snapshotDir: string, ontoDir: string): Promise<void> {
-    return flattenDisk(snapshotDir, ontoDir, this.#runAs);
+  async boot(spec: VmSpec): Promise<Vm> {
+    const paths = runtimePaths(spec);
+    const base: DiskBacking = { file: spec.baseDisk, format: imageFormat(spec.baseDisk) };
+    const { identity, prepared: growRoot } = await this.#setUp(spec, async (owner) => {
+      const wanted = BigInt(spec.shape.diskSizeMiB ?? 0) * 1024n * 1024n;
+      const size = await createOverlay(paths.overlay, base.file, base.format, {
+        minSizeBytes: wanted,
+        owner,
+      });
+      return size > (await virtualSize(spec.baseDisk));
+    });
+    const memory = { file: paths.memory, shared: true };
+    const commandLine = this.#kernelCommandLine(spec, growRoot);
+    const launched = await this.#launch(spec, {
+      memory,
+      backing: [base],
+      kernelCommandLine: commandLine,
+      incoming: false,
+      identity,
+    });
+    return this.#vm(spec, memory, launched, commandLine, base, identity);
+  }
+
+  flattenDisk(snapshotDir: string, ontoDir: string): Promise<FlattenPlan> {
+    return prepareFlatten(snapshotDir, ontoDir);
+  }
+
+  finishFlatten(snapshotDir: string, recordedMetaSha256: string | undefined): Promise<boolean> {
+    return finishFlatten(snapshotDir, recordedMetaSha256);
+  }
+
+  /** Checks a snapshot and those it stands on against their seals (sealedFiles). */
+  async #verify(snapshotDir: string): Promise<void> {
+    const filesOf = this.#o.sealedFiles;
+    if (!filesOf) return;
+    const meta = await readSnapshotMeta(snapshotDir);
+    const dirs = new Set([snapshotDir, dirname(meta.memoryImage)]);
+    let below = meta.diskBacking;
+    while (below?.snapshotDir) {
+      dirs.add(below.snapshotDir);
+      below = (await readSnapshotMeta(below.snapshotDir)).diskBacking;
+    }
+    for (const dir of dirs) {
+      const files = await filesOf(dir);
+      if (!files) throw new SnapshotTamperedError(`${dir}: no checksums recorded for its files`);
+      await this.#verifier.verify(dir, files);
+    }
   }
 
   async restore(snapshotDir: string, spec: VmSpec): Promise<Vm> {
@@ -198,19 +290,28 @@ export class QemuDriver implements VmmDriver {
     const meta = await readSnapshotMeta(snapshotDir);
     const host = this.#hostFor(spec);
     checkRestorable(meta, host, spec.shape);
+    await this.#verify(snapshotDir);
     const paths = runtimePaths(spec);
-    await this.#makeRuntimeDir(spec);
-    try {
-      await createOverlay(paths.overlay, join(snapshotDir, DISK_FILE), "qcow2");
-      await this.#giveToVmm(paths.overlay);
-    } catch (err) {
-      await rm(spec.runtimeDir, { recursive: true, force: true });
-      throw err;
-    }
+    const chain = await diskChain(snapshotDir);
+    const backing: DiskBacking = {
+      file: join(snapshotDir, DISK_FILE),
+      format: "qcow2",
+      snapshotDir,
+    };
+    const { identity } = await this.#setUp(spec, (owner) =>
+      createOverlay(paths.overlay, backing.file, "qcow2", { owner }),
+    );
     const memory = { file: meta.memoryImage, shared: false };
     const diff = meta.memoryDiff ? join(snapshotDir, meta.memoryDiff) : undefined;
     // The guest booted long ago; QEMU's device set still wants a command line.
-    const { proc, qmp } = await this.#launch(spec, memory, this.#kernelCommandLine(spec), true);
+    const launched = await this.#launch(spec, {
+      memory,
+      backing: chain,
+      kernelCommandLine: this.#kernelCommandLine(spec),
+      incoming: true,
+      identity,
+    });
+    const { proc, qmp } = launched;
     if (options.background) proc.setNice(BACKGROUND_NICE);
     const deviceState = join(snapshotDir, DEVICE_STATE_FILE);
     const abandon = async () => {
@@ -250,7 +351,7 @@ export class QemuDriver implements VmmDriver {
           if (!loaded) await load();
           await qmp.execute("cont");
         });
-        return this.#vm(spec, memory, { proc, qmp }, meta.kernelCommandLine);
+        return this.#vm(spec, memory, launched, meta.kernelCommandLine, backing, identity);
       },
       discard: abandon,
     };

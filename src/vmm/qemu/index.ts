@@ -1,10 +1,9 @@
 export { type AccelProbeResult, probeAccelerator } from "./accel.js";
 export { type AccelChoice, type AccelChoiceOptions, chooseAccelerator } from "./accel-choice.js";
-export {
-  QemuDriver,
-  type QemuDriverOptions,
-  qemuVersion,
-  type VmmUser,
-} from "./driver.js";
+export { limitsFor, type VmCgroup, VmCgroups, type VmLimits } from "./cgroups.js";
+export { QemuDriver, type QemuDriverOptions, qemuVersion } from "./driver.js";
 export { enableKsm } from "./memory-merge.js";
+export { VMM_OOM_SCORE_ADJ } from "./qemu-process.js";
 export { QmpClient, type QmpEvent } from "./qmp-client.js";
+export { VmmIdentities, type VmmIdentity } from "./vmm-ids.js";
+export { startVmmWatchdog } from "./watchdog.js";

@@ -6,7 +6,7 @@ import { connect } from "node:net";
 import { join } from "node:path";
 import type { VmSpec } from "../driver.js";
 import { VmmError } from "../errors.js";
-import { QemuProcess } from "./qemu-process.js";
+import { QemuProcess, type QemuProcessOptions } from "./qemu-process.js";
 import { QmpClient } from "./qmp-client.js";
 
 async function waitForSocket(path: string, proc: QemuProcess, timeoutMs = 10_000): Promise<void> {
@@ -26,7 +26,6 @@ export function runtimePaths(spec: VmSpec) {
   return {
     qmpSocket: join(spec.runtimeDir, "qmp.sock"),
     migrateSocket: join(spec.runtimeDir, "migrate.sock"),
-    consoleLog: join(spec.runtimeDir, "console.log"),
     overlay: join(spec.runtimeDir, "disk.qcow2"),
     memory: join(spec.runtimeDir, "memory.img"),
   };
@@ -58,15 +57,19 @@ export async function explainFailure(proc: QemuProcess, err: unknown): Promise<u
   return died ? new VmmError((await proc.exited).reason, proc.vmId, { cause: err }) : err;
 }
 
-/** Starts QEMU and its QMP connection; on any failure kills QEMU and removes the runtime dir. */
+/**
+ * Starts QEMU and its QMP connection; on any failure kills QEMU and removes the runtime dir.
+ * `onExit` runs once the process has exited, however it ends.
+ */
 export async function launch(
   spec: VmSpec,
   args: string[],
-  consoleLog: string,
   qmpSocket: string,
-  options: { mergeable?: boolean } = {},
+  options: QemuProcessOptions & { onExit?: () => Promise<void> } = {},
 ): Promise<{ proc: QemuProcess; qmp: QmpClient }> {
-  const proc = new QemuProcess(spec.id, args, spec.network, consoleLog, options);
+  const proc = new QemuProcess(spec.id, args, spec.network, options);
+  const { onExit } = options;
+  if (onExit) void proc.exited.then(onExit);
   try {
     await waitForSocket(qmpSocket, proc);
     const qmp = await connectQmp(qmpSocket, proc);

@@ -167,10 +167,14 @@ export function applyMemoryDiff(pid: number, mapping: RamMapping, path: string):
   }
 }
 
-/** Copies a (sparse) memory image, keeping holes; reflinks where the filesystem can. */
+/**
+ * Copies a (sparse) memory image, keeping holes; reflinks where the filesystem can. `from`
+ * may be in a VMM's directory: a symlink there is copied as a symlink (-P), never followed,
+ * and sealing the snapshot then refuses it.
+ */
 export async function copySparse(from: string, to: string): Promise<void> {
   try {
-    await run("cp", ["--sparse=always", "--reflink=auto", from, to]);
+    await run("cp", ["-P", "--sparse=always", "--reflink=auto", from, to]);
   } catch (err) {
     throw new VmmError(`cannot copy memory image ${from}: ${(err as Error).message}`, undefined, {
       cause: err,

@@ -30,13 +30,18 @@ export async function virtualSize(path: string): Promise<bigint> {
   }
 }
 
-/** `minSizeBytes` grows the overlay beyond its backing image (never shrinks it). */
+/**
+ * `minSizeBytes` grows the overlay beyond its backing image (never shrinks it). `owner`: the
+ * VMM account it is handed to, through the new file's handle (its directory may be the
+ * VMM's, where a path could be swapped for a link between creating and chowning).
+ */
 export async function createOverlay(
   path: string,
   backing: string,
   backingFormat: "qcow2" | "raw",
-  minSizeBytes = 0n,
+  options: { minSizeBytes?: bigint; owner?: { uid: number; gid: number } } = {},
 ): Promise<bigint> {
+  const minSizeBytes = options.minSizeBytes ?? 0n;
   const backingSize = await virtualSize(backing);
   const size = minSizeBytes > backingSize ? minSizeBytes : backingSize;
   const l1Size = Number((size + BigInt(CLUSTER * L2_ENTRIES) - 1n) / BigInt(CLUSTER * L2_ENTRIES));
@@ -75,6 +80,7 @@ export async function createOverlay(
   const handle = await open(path, "wx", 0o600);
   try {
     await handle.write(file, 0, file.length, 0);
+    if (options.owner) await handle.chown(options.owner.uid, options.owner.gid);
   } finally {
     await handle.close();
   }
@@ -83,4 +89,26 @@ export async function createOverlay(
 
 export function imageFormat(path: string): "qcow2" | "raw" {
   return path.endsWith(".qcow2") ? "qcow2" : "raw";
+}
+
+/**
+ * The backing file name a qcow2 header records (undefined for none or a raw image). Only to
+ * compare with the chain Warren recorded: never to open.
+ */
+export async function headerBacking(path: string): Promise<string | undefined> {
+  const handle = await open(path, "r");
+  try {
+    const header = Buffer.alloc(HEADER_LENGTH);
+    await handle.read(header, 0, HEADER_LENGTH, 0);
+    if (header.readUInt32BE(0) !== 0x514649fb) return undefined;
+    const offset = Number(header.readBigUInt64BE(8));
+    const length = header.readUInt32BE(16);
+    if (offset === 0 || length === 0) return undefined;
+    if (length > 4096) throw new VmmError(`${path}: backing name of ${length} bytes`);
+    const name = Buffer.alloc(length);
+    await handle.read(name, 0, length, offset);
+    return name.toString("utf8");
+  } finally {
+    await handle.close();
+  }
 }

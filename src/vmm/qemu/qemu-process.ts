@@ -1,19 +1,45 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { readdirSync } from "node:fs";
-import { readFile } from "node:fs/promises";
 import { setPriority } from "node:os";
 import type { ExitInfo, VmNetwork } from "../driver.js";
 import { VmmError } from "../errors.js";
+import { ConsoleTail } from "./console.js";
 import { spawnMergeable } from "./memory-merge.js";
 
 export const QEMU_BINARY = "qemu-system-x86_64";
 
 const STDERR_LIMIT = 8192;
 
+/**
+ * How the kernel's OOM killer ranks a VMM: well above the server (which lowers its own), so
+ * when the host runs out of memory a VM is sacrificed, never the server that supervises them.
+ */
+export const VMM_OOM_SCORE_ADJ = 800;
+
+/**
+ * Runs before QEMU, in the process that becomes QEMU (each step execs the next, keeping the
+ * pid): set the OOM score, join the VM's cgroups (so everything QEMU allocates, from its
+ * first page, is charged to them), then exec the rest (`ip netns exec … qemu`).
+ * Arguments: <oom score> <cgroup.procs file>... -- <command...>.
+ */
+const LAUNCHER = `echo "$1" > /proc/self/oom_score_adj || exit 125
+shift
+while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do echo $$ > "$1" || exit 125; shift; done
+shift
+exec "$@"`;
+
+export interface QemuProcessOptions {
+  /** KSM may merge QEMU's memory with other processes' (see memory-merge.ts). */
+  readonly mergeable?: boolean;
+  /** `cgroup.procs` files QEMU joins before it starts. */
+  readonly cgroupProcs?: readonly string[];
+}
+
 /** One QEMU process: started inside the VM's network namespace, watched until it exits. */
 export class QemuProcess {
   readonly child: ChildProcess;
   readonly exited: Promise<ExitInfo>;
+  readonly console = new ConsoleTail();
   #stderr = "";
   #expectExit = false;
 
@@ -21,17 +47,18 @@ export class QemuProcess {
     readonly vmId: string,
     args: string[],
     network: VmNetwork,
-    readonly consoleLog: string,
-    /** `mergeable`: KSM may merge QEMU's memory with other processes' (see memory-merge.ts). */
-    options: { mergeable?: boolean } = {},
+    options: QemuProcessOptions = {},
   ) {
     // `ip netns exec` enters the namespace and execs QEMU in place: the pid is QEMU's.
-    const [command, argv] =
+    const qemu =
       network.kind === "tap"
-        ? ["ip", ["netns", "exec", network.netns, QEMU_BINARY, ...args]]
-        : [QEMU_BINARY, args];
-    const start = () => spawn(command, argv as string[], { stdio: ["ignore", "ignore", "pipe"] });
+        ? ["ip", "netns", "exec", network.netns, QEMU_BINARY, ...args]
+        : [QEMU_BINARY, ...args];
+    const argv = ["-c", LAUNCHER, "warren-vmm", String(VMM_OOM_SCORE_ADJ)];
+    argv.push(...(options.cgroupProcs ?? []), "--", ...qemu);
+    const start = () => spawn("sh", argv, { stdio: ["ignore", "pipe", "pipe"] });
     this.child = options.mergeable ? spawnMergeable(start) : start();
+    this.child.stdout?.on("data", (chunk: Buffer) => this.console.append(chunk));
     this.child.stderr?.setEncoding("utf8");
     this.child.stderr?.on("data", (chunk: string) => {
       this.#stderr = (this.#stderr + chunk).slice(-STDERR_LIMIT);
@@ -42,7 +69,7 @@ export class QemuProcess {
           code: null,
           signal: null,
           expected: false,
-          reason: `cannot start ${command}: ${err.message}`,
+          reason: `cannot start QEMU: ${err.message}`,
         });
       });
       this.child.once("exit", async (code, signal) => {
@@ -95,7 +122,7 @@ export class QemuProcess {
   }
 
   async #describeCrash(code: number | null, signal: NodeJS.Signals | null): Promise<string> {
-    const console = await readFile(this.consoleLog, "utf8").catch(() => "");
+    const console = this.console.text();
     const tail = (text: string) => text.trim().split("\n").slice(-8).join("\n");
     return [
       `QEMU exited unexpectedly (${signal ? `signal ${signal}` : `code ${code}`})`,

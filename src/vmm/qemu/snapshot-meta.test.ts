@@ -16,6 +16,7 @@ const meta: SnapshotMeta = {
   diffPages: 0,
   deviceStateFile: "devstate.bin",
   diskFile: "disk.qcow2",
+  diskBacking: { file: "/base.ext4", format: "raw" },
   createdAt: "2026-11-30T00:00:00Z",
 };
 const host = {

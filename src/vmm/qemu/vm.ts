@@ -1,10 +1,12 @@
-import { chown, link, mkdir, rename, rm } from "node:fs/promises";
+import { link, mkdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import type { ExitInfo, SnapshotTiming, Vm, VmSpec } from "../driver.js";
+import type { DiskBacking, ExitInfo, SnapshotTiming, Vm, VmSpec } from "../driver.js";
+import { overlayNode } from "./args.js";
 import { copySparse, dirtyPages, findRamMapping, writeMemoryDiff } from "./memory-image.js";
 import { createOverlay } from "./qcow2-overlay.js";
 import type { QemuProcess } from "./qemu-process.js";
 import type { QmpClient } from "./qmp-client.js";
+import { sealSnapshot } from "./sealed-files.js";
 import {
   DEVICE_STATE_FILE,
   DISK_FILE,
@@ -14,12 +16,7 @@ import {
   SNAPSHOT_FORMAT_VERSION,
   writeSnapshotMeta,
 } from "./snapshot-meta.js";
-
-export interface VmmUser {
-  readonly name: string;
-  readonly uid: number;
-  readonly gid: number;
-}
+import type { VmmIdentity } from "./vmm-ids.js";
 
 export interface VmMemory {
   /** The file QEMU maps as guest RAM. */
@@ -33,27 +30,38 @@ export interface QemuVmParts {
   readonly proc: QemuProcess;
   readonly qmp: QmpClient;
   readonly memory: VmMemory;
-  /** The overlay QEMU writes the root disk to. */
+  /** The overlay QEMU writes the root disk to, and the image it is stacked on. */
   readonly rootDisk: string;
+  readonly backing: DiskBacking;
   readonly host: RestoreHost;
-  readonly runAs: VmmUser | undefined;
+  /** The uid QEMU runs as (files handed to it are its), or none when it stays root. */
+  readonly identity: VmmIdentity | undefined;
   readonly kernelCommandLine: string | undefined;
 }
 
-/** A running QEMU microVM: snapshots itself (pause or fork capture) and is destroyed. */
+/**
+ * A running QEMU microVM: snapshots itself (pause or fork capture) and is destroyed.
+ *
+ * The runtime directory is the VMM's: anything in it may have been replaced by a QEMU its
+ * guest took over. Files are moved out of it into the snapshot directory (root's) by rename,
+ * which never follows a link, and only then opened, without following links, checked to be
+ * plain files and sealed (sealed-files.ts).
+ */
 export class QemuVm implements Vm {
   readonly exited: Promise<ExitInfo>;
   #snapshots = 0;
+  #rootNode = "root";
 
   readonly spec: VmSpec;
   readonly proc: QemuProcess;
   readonly qmp: QmpClient;
   readonly memory: VmMemory;
   readonly host: RestoreHost;
-  readonly runAs: VmmUser | undefined;
+  readonly identity: VmmIdentity | undefined;
   /** What the guest booted with (a restore carries its snapshot's; older ones lack it). */
   readonly kernelCommandLine: string | undefined;
   private rootDisk: string;
+  private backing: DiskBacking;
 
   constructor(parts: QemuVmParts) {
     ({
@@ -62,9 +70,10 @@ export class QemuVm implements Vm {
       qmp: this.qmp,
       memory: this.memory,
       host: this.host,
-      runAs: this.runAs,
+      identity: this.identity,
       kernelCommandLine: this.kernelCommandLine,
       rootDisk: this.rootDisk,
+      backing: this.backing,
     } = parts);
     this.exited = this.proc.exited;
   }
@@ -77,17 +86,17 @@ export class QemuVm implements Vm {
     return this.proc.pid;
   }
 
-  get consoleLog(): string {
-    return this.proc.consoleLog;
+  consoleTail(): string {
+    return this.proc.console.text();
   }
 
   async snapshot(dir: string, opts: { resume: boolean }): Promise<SnapshotTiming> {
-    await mkdir(dir, { recursive: true });
+    await mkdir(dir, { recursive: true, mode: 0o700 });
     const started = performance.now();
     await this.qmp.execute("stop");
     let resumed = false;
     try {
-      // Written where QEMU (maybe unprivileged) may write, then moved into the snapshot.
+      // Written where QEMU (jailed, unprivileged) may write, then moved into the snapshot.
       const deviceState = join(this.spec.runtimeDir, DEVICE_STATE_FILE);
       // live: without it a stopped VM's disks are inactivated (made ready for another QEMU to
       // take over), which an unprivileged QEMU cannot do and which we never need.
@@ -98,6 +107,7 @@ export class QemuVm implements Vm {
       let memory: { image: string; diffPages: number };
       let memoryMs: number;
       let diskMs: number;
+      const backing = this.backing;
       const timed = async <T>(fn: () => Promise<T>): Promise<[T, number]> => {
         const t = performance.now();
         return [await fn(), performance.now() - t];
@@ -112,7 +122,10 @@ export class QemuVm implements Vm {
       } else {
         [memory, memoryMs] = await timed(() => this.#captureMemory(dir, false));
         [, diskMs] = await timed(async () => {
-          this.#quit();
+          // A boot VM maps its RAM file shared: it must be gone before that file is sealed.
+          // A restored one's SIGKILL is enough (it runs no code of its own after it).
+          const gone = this.#quit();
+          if (this.memory.shared) await gone;
           await rename(this.rootDisk, join(dir, DISK_FILE));
           if (this.memory.shared) await rename(this.memory.file, memory.image);
         });
@@ -132,9 +145,13 @@ export class QemuVm implements Vm {
         diffPages: memory.diffPages,
         deviceStateFile: DEVICE_STATE_FILE,
         diskFile: DISK_FILE,
+        diskBacking: backing,
         createdAt: new Date().toISOString(),
       });
-      return { pausedMs, deviceStateMs, memoryMs, diskMs, dirtyPages: memory.diffPages };
+      // A fork's frozen disk keeps its second name (the running VMM's old overlay) until
+      // the VM is gone; it is sealed all the same, and QEMU holds it read-only.
+      const files = await sealSnapshot(dir, opts.resume ? { [DISK_FILE]: 2 } : {});
+      return { files, pausedMs, deviceStateMs, memoryMs, diskMs, dirtyPages: memory.diffPages };
     } catch (err) {
       if (opts.resume && !resumed && this.proc.running) {
         await this.qmp.execute("cont").catch(() => {});
@@ -165,22 +182,21 @@ export class QemuVm implements Vm {
 
   /**
    * Freezes the current overlay into the snapshot (a hard link) and switches QEMU to a fresh
-   * one on top. The new one's header names the snapshot's link as backing, so the chain
-   * stays whole after this VM's runtime directory is gone.
+   * one on top, given the frozen one explicitly as its backing (no header is read). The
+   * overlays' file nodes are auto-read-only: once the frozen one has no writer QEMU reopens
+   * it read-only, so the running VMM can no longer write a disk its fork children stand on.
    */
   async #freezeDisk(dir: string): Promise<void> {
     const frozen = join(dir, DISK_FILE);
     const next = join(this.spec.runtimeDir, `disk-${++this.#snapshots}.qcow2`);
+    const nextNode = `root-${this.#snapshots}`;
     await link(this.rootDisk, frozen);
-    await createOverlay(next, frozen, "qcow2");
-    if (this.runAs) await chown(next, this.runAs.uid, this.runAs.gid);
-    await this.qmp.execute("blockdev-snapshot-sync", {
-      device: "root",
-      "snapshot-file": next,
-      format: "qcow2",
-      mode: "existing",
-    });
+    await createOverlay(next, frozen, "qcow2", { owner: this.identity });
+    await this.qmp.execute("blockdev-add", overlayNode(nextNode, next, null));
+    await this.qmp.execute("blockdev-snapshot", { node: this.#rootNode, overlay: nextNode });
+    this.#rootNode = nextNode;
     this.rootDisk = next;
+    this.backing = { file: frozen, format: "qcow2", snapshotDir: dir };
   }
 
   async destroy(): Promise<void> {
@@ -192,11 +208,10 @@ export class QemuVm implements Vm {
   /**
    * Ends a stopped VMM. `stop` already drained and flushed every block device, so the
    * overlay is consistent on disk, and a boot VM's RAM file lives in the page cache: a
-   * SIGKILL loses nothing and skips QEMU's slow orderly teardown.
+   * SIGKILL loses nothing and skips QEMU's slow orderly teardown. Returns once it exited.
    */
-  #quit(): void {
+  #quit(): Promise<ExitInfo> {
     this.qmp.close();
-    // Not awaited: the capture is complete; the process's teardown is off the critical path.
-    void this.proc.kill();
+    return this.proc.kill();
   }
 }

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { writeFile } from "node:fs/promises";
 import { after, before, test } from "node:test";
 import {
   type CommandRunner,
@@ -7,20 +8,36 @@ import {
   runCommand,
 } from "../../../src/network/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
-import { runPoolOptions } from "../../helpers/run-env.js";
+import { fixtureLink, runPoolOptions } from "../../helpers/run-env.js";
 import { TAP_OWNER } from "./fake-guest.js";
 
 // A slot whose creation fails half-way leaves nothing behind. Failures are injected into
 // each command of a creation: before it runs, after running half of its input, and after
 // it has run in full.
 
+/**
+ * The slots' egress interface: a veth of the run's (its peer beside it), forwarding already
+ * (so that no pool turns forwarding on for a host interface and leaves its guard there).
+ */
+const EGRESS = fixtureLink("egress");
+const EGRESS_PEER = fixtureLink("egpeer");
+
 before(async () => {
   await removeLeftovers();
+  await runCommand("ip", ["link", "add", EGRESS, "type", "veth", "peer", "name", EGRESS_PEER]);
+  await writeFile(`/proc/sys/net/ipv4/conf/${EGRESS}/forwarding`, "1\n");
 });
 
 after(async () => {
+  await runCommand("ip", ["link", "del", EGRESS]);
   assert.deepEqual(await leakCheck(), []);
 });
+
+/** What a slot left behind: the leak check's list, but the egress interface. */
+async function leftovers(): Promise<string[]> {
+  const egress = [`link ${EGRESS}`, `link ${EGRESS_PEER}`];
+  return (await leakCheck()).filter((leak) => !egress.includes(leak));
+}
 
 /** The failing command: does not run, runs half of its input, or runs fully, then fails. */
 type Mode = "before" | "half" | "after";
@@ -72,7 +89,7 @@ async function creationCommands(): Promise<string[]> {
     ...runPoolOptions(),
     size: 0,
     tapOwner: TAP_OWNER,
-    egressInterface: "lo",
+    egressInterface: EGRESS,
     runner: probe.runner,
   });
   await pool.start();
@@ -94,7 +111,7 @@ test("a creation that fails at any step removes what it created", async (t) => {
         ...runPoolOptions(),
         size: 0,
         tapOwner: TAP_OWNER,
-        egressInterface: "lo",
+        egressInterface: EGRESS,
         runner: faulty.runner,
       });
       await pool.start();
@@ -104,7 +121,7 @@ test("a creation that fails at any step removes what it created", async (t) => {
         assert.equal(err.stderr, "injected");
         return true;
       });
-      assert.deepEqual(await leakCheck(), [], `leftovers after a failure ${mode} ${step}`);
+      assert.deepEqual(await leftovers(), [], `leftovers after a failure ${mode} ${step}`);
       assert.deepEqual(pool.stats, { idle: 0, inUse: 0, total: 0 });
       // The slot's names are free again: the next creation succeeds.
       const slot = await pool.acquire();
@@ -120,7 +137,7 @@ test("a real command failure names the command and carries its stderr", async ()
     file === "iptables-restore" && args.includes("--noflush")
       ? runCommand(file, ["--no-such-flag", ...args], options)
       : runCommand(file, args, options);
-  const pool = new NetnsSlotPool({ ...runPoolOptions(), size: 0, egressInterface: "lo", runner });
+  const pool = new NetnsSlotPool({ ...runPoolOptions(), size: 0, egressInterface: EGRESS, runner });
   await assert.rejects(pool.acquire(), (err: unknown) => {
     assert.ok(err instanceof NetworkError, String(err));
     assert.equal(err.kind, "internal");
@@ -129,7 +146,7 @@ test("a real command failure names the command and carries its stderr", async ()
     assert.match(err.message, /iptables-restore --no-such-flag .* exited with 1: /);
     return true;
   });
-  assert.deepEqual(await leakCheck(), []);
+  assert.deepEqual(await leftovers(), []);
   await pool.close();
   assert.throws(() => new NetnsSlotPool({ egressInterface: "no such if" }), /egressInterface/);
 });

@@ -104,10 +104,22 @@ test("allowOut is the only way to a private range", async () => {
 
 test("no policy opens the host or the slots", async () => {
   await withPolicy({ allowOut: ["0.0.0.0/0", FAKENET.hostAddress, runEnv().networkCidr] });
-  assert.deepEqual(await reachable(ALL), ALL);
+  // 0.0.0.0/0 opens the internet, not the private ranges (no entry inside one names them).
+  assert.deepEqual(await reachable(ALL), [public1, public2]);
   // The host's address on the fake net is a public address, and allowed twice over.
   const hostAddresses = [FAKENET.hostAddress, slot.hostVethAddress, slot.hostAddress];
   assert.deepEqual(await reachable(hostAddresses, hostPort), []);
+});
+
+test("the host's LAN is refused, even to allowOut 0.0.0.0/0, unless an entry inside it names it", async () => {
+  const { lan1, router } = FAKENET;
+  // Public-looking addresses, but on the network of the host's egress interface.
+  await withPolicy({});
+  assert.deepEqual(await reachable([lan1, router, public1]), [public1]);
+  await withPolicy({ allowOut: ["0.0.0.0/0"] });
+  assert.deepEqual(await reachable([lan1, router, public1]), [public1]);
+  await withPolicy({ allowInternet: false, allowOut: [lan1] });
+  assert.deepEqual(await reachable([lan1, router, public1]), [lan1]);
 });
 
 test("a policy change takes effect on a running guest, open connections included", async () => {

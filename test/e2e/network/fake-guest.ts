@@ -10,6 +10,9 @@ const PUMP = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "tap-pump
 /** Debian's python3 (the tap pump needs only its standard library). */
 const PYTHON = "/usr/bin/python3";
 
+/** What a fake guest needs of its slot (a NetworkSlot, or one of a pool in another process). */
+export type GuestSlot = Pick<NetworkSlot, "index" | "netnsPath" | "tapName">;
+
 /** Owner of the taps in these tests: what an unprivileged QEMU would run as. */
 export const TAP_OWNER = { uid: 65534, gid: 65534 };
 
@@ -39,7 +42,7 @@ export class FakeGuest {
   }
 
   /** Boots a fake guest on `slot`. `owner` is whom the pump attaches to the tap as. */
-  static async attach(slot: NetworkSlot, owner = TAP_OWNER): Promise<FakeGuest> {
+  static async attach(slot: GuestSlot, owner = TAP_OWNER): Promise<FakeGuest> {
     const netns = fixtureNetns(`fakeguest-${slot.index}`);
     await runCommand("ip", ["netns", "add", netns]);
     let pump: ChildProcess | undefined;
@@ -64,6 +67,15 @@ export class FakeGuest {
     }
   }
 
+  /**
+   * Kills the fake guest as a VMM kill would: its side of the tap goes first, so the
+   * guest's connections are never closed on the wire (their peers still track them).
+   */
+  async kill(): Promise<void> {
+    await stopPump(this.#pump);
+    await this.close();
+  }
+
   /** Powers the fake guest off: its programs, its side of the tap, its namespace. */
   async close(): Promise<void> {
     await this.agent.close();
@@ -74,7 +86,7 @@ export class FakeGuest {
 
 /** Starts tap-pump.py; resolves once it is attached to both taps. */
 export function startPump(
-  slot: NetworkSlot,
+  slot: GuestSlot,
   guestNetnsPath: string,
   owner: { uid: number; gid: number },
 ): Promise<ChildProcess> {

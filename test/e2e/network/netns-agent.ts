@@ -3,6 +3,7 @@ import { Socket } from "node:net";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { runCommand } from "../../../src/network/index.js";
 
 const AGENT = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "netns-agent.mjs");
 
@@ -108,4 +109,42 @@ export function hostConnect(host: string, port: number, timeoutMs = 2000): Promi
     socket.on("close", () => done({ ok: false, error: "ECLOSED" }));
     socket.connect(port, host);
   });
+}
+
+/**
+ * Like hostConnect, but from a process of the host running as user and group `uid` with
+ * no supplementary groups (setpriv): another local user than the server's.
+ */
+export async function hostConnectAs(
+  uid: number,
+  host: string,
+  port: number,
+  timeoutMs = 2000,
+): Promise<AgentReply> {
+  const script = `
+    const [host, port, timeoutMs] = process.argv.slice(1);
+    const socket = require("node:net").connect(Number(port), host);
+    const done = (reply) => { console.log(JSON.stringify(reply)); process.exit(0); };
+    setTimeout(() => done({ ok: false, error: "ETIMEDOUT" }), Number(timeoutMs));
+    let buffered = "";
+    socket.on("data", (chunk) => {
+      buffered += chunk;
+      const nl = buffered.indexOf("\\n");
+      if (nl !== -1) done({ ok: true, data: buffered.slice(0, nl) });
+    });
+    socket.on("error", (err) => done({ ok: false, error: err.code ?? err.message }));
+    socket.on("close", () => done({ ok: false, error: "ECLOSED" }));`;
+  const id = String(uid);
+  const { stdout } = await runCommand("setpriv", [
+    `--reuid=${id}`,
+    `--regid=${id}`,
+    "--clear-groups",
+    process.execPath,
+    "-e",
+    script,
+    host,
+    String(port),
+    String(timeoutMs),
+  ]);
+  return JSON.parse(stdout) as AgentReply;
 }

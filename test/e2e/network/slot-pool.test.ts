@@ -1,11 +1,13 @@
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
+import { Socket } from "node:net";
 import { after, before, test } from "node:test";
 import {
   DEFAULT_EGRESS_POLICY,
   EgressPolicyError,
   NetnsSlotPool,
   type NetworkSlot,
+  runCommand,
 } from "../../../src/network/index.js";
 import { WarrenError } from "../../../src/shared/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
@@ -19,6 +21,7 @@ import { FAKENET, FakeNet } from "./fake-net.js";
 // (FakeNet) check behaviour, not just bookkeeping. Timings: bench/slot-pool.ts.
 
 const NET_PORT = 9090;
+const GUEST_PORT = 8080;
 const cleanup = new CleanupStack();
 const options = { ...runPoolOptions(), tapOwner: TAP_OWNER, egressInterface: FAKENET.hostVeth };
 
@@ -73,6 +76,62 @@ test("a released slot is reset to the default policy and handed out again", asyn
   await pool.close();
   assert.deepEqual(await leakCheck(), [`netns ${FAKENET.netns}`, `link ${FAKENET.hostVeth}`]);
 });
+
+test("a reused slot tracks none of its last tenant's connections", async () => {
+  const pool = usePool({ size: 1, maxSlots: 1 });
+  const slot = await pool.acquire();
+  const guest = await FakeGuest.attach(slot);
+  assert.ok((await guest.agent.listen(GUEST_PORT, "guest")).ok);
+  // Long-lived connections both ways: the guest's to the internet, the host's to the guest.
+  const out = await guest.agent.open(FAKENET.public1, NET_PORT);
+  assert.ok(out.ok, JSON.stringify(out));
+  const toGuest = await openFromHost(slot.hostAddress, GUEST_PORT);
+  try {
+    const before = await trackedConnections(slot);
+    assert.equal(
+      before.namespace.filter((c) => / ESTABLISHED /.test(c)).length,
+      2,
+      before.namespace.join("\n"),
+    );
+    assert.equal(
+      before.host.filter((c) => / ESTABLISHED /.test(c)).length,
+      2,
+      before.host.join("\n"),
+    );
+    // The VMM dies: nothing closes those connections on the wire; the host keeps its socket.
+    await guest.kill();
+    await pool.release(slot);
+    const again = await pool.acquire();
+    assert.equal(again, slot, "the released slot was not reused");
+    assert.deepEqual(await trackedConnections(again), { namespace: [], host: [] });
+    await pool.release(again);
+  } finally {
+    toGuest.resetAndDestroy();
+  }
+  await pool.close();
+});
+
+/** Connects from the host (as the server) and keeps the connection open, idle. */
+function openFromHost(host: string, port: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = new Socket();
+    socket.once("data", () => resolve(socket));
+    socket.once("error", reject);
+    socket.connect(port, host);
+  });
+}
+
+/** The connections tracked for a slot: all of its namespace's, the host's from or to it. */
+async function trackedConnections(slot: NetworkSlot) {
+  const list = async (file: string, args: string[]) =>
+    (await runCommand(file, args)).stdout.split("\n").filter(Boolean);
+  const [namespace, from, to] = await Promise.all([
+    list("nsenter", [`--net=${slot.netnsPath}`, "conntrack", "-L"]),
+    list("conntrack", ["-L", "--orig-src", slot.hostAddress]),
+    list("conntrack", ["-L", "--orig-dst", slot.hostAddress]),
+  ]);
+  return { namespace, host: [...from, ...to] };
+}
 
 test("the pool keeps `size` slots ready and removes the extra ones it gets back", async () => {
   const pool = usePool({ size: 1, maxSlots: 3 });
@@ -135,7 +194,7 @@ test("cleanupStale removes what another server left and keeps this pool's slots"
   const report = await pool.cleanupStale();
   assert.deepEqual([...report.netns].sort(), stale.map((s) => s.netns).sort());
   assert.deepEqual([...report.links].sort(), stale.map((s) => s.hostVeth).sort());
-  assert.ok(report.hostRules >= 2 * 6, `only ${report.hostRules} host rules removed`);
+  assert.ok(report.hostRules >= 2 * 9, `only ${report.hostRules} host rules removed`);
   for (const s of stale) assert.equal(existsSync(s.netnsPath), false);
   assert.equal(existsSync(own.netnsPath), true);
   assert.equal(await guestReachesInternet(own), true);

@@ -3,12 +3,17 @@ import { createServer, type Server } from "node:net";
 import { networkInterfaces } from "node:os";
 import { after, before, test } from "node:test";
 import { NetnsSlotPool, type NetworkSlot, runCommand } from "../../../src/network/index.js";
-import { GATEWAY_ADDRESS, GATEWAY_MAC, GUEST_ADDRESS } from "../../../src/protocol/index.js";
+import {
+  ENVD_PORT,
+  GATEWAY_ADDRESS,
+  GATEWAY_MAC,
+  GUEST_ADDRESS,
+} from "../../../src/protocol/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
 import { fixtureNetns, runPoolOptions } from "../../helpers/run-env.js";
 import { CleanupStack } from "./cleanup-stack.js";
 import { FakeGuest, startPump, TAP_OWNER } from "./fake-guest.js";
-import { hostConnect, NetnsAgent } from "./netns-agent.js";
+import { hostConnect, hostConnectAs, NetnsAgent } from "./netns-agent.js";
 
 // Two slots, each with a fake guest (see FakeGuest: a stand-in for QEMU and the VM) that
 // listens on GUEST_PORT and greets with its name.
@@ -57,6 +62,24 @@ test("the host reaches each guest at its slot's hostAddress, DNATed to the guest
     // The guest sees the connection on its fixed address, from the host's end of the veth.
     assert.deepEqual(reply, { ok: true, data: `${name} ${GUEST_ADDRESS} ${slot.hostVethAddress}` });
   }
+});
+
+test("no local user but the server's reaches a guest: nobody goes around the proxy", async () => {
+  assert.ok((await guest1.agent.listen(ENVD_PORT, "envd")).ok);
+  // The server runs as root here; 65534 is nobody, 4242 a uid no account has.
+  for (const port of [ENVD_PORT, GUEST_PORT]) {
+    const asServer = await hostConnect(slot1.hostAddress, port);
+    assert.equal(asServer.ok, true, `the server's uid: ${JSON.stringify(asServer)}`);
+    for (const uid of [65534, 4242]) {
+      const reply = await hostConnectAs(uid, slot1.hostAddress, port, 1000);
+      assert.equal(reply.ok, false, `uid ${uid} reached port ${port}: ${JSON.stringify(reply)}`);
+    }
+  }
+  // Refused at once, not left to time out.
+  assert.deepEqual(await hostConnectAs(65534, slot2.hostAddress, GUEST_PORT, 1000), {
+    ok: false,
+    error: "EHOSTUNREACH",
+  });
 });
 
 test("every slot gives its guest the same addresses and MACs", async () => {

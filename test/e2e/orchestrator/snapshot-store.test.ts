@@ -15,9 +15,11 @@ import pino from "pino";
 import { type SandboxRow, SqliteCatalog } from "../../../src/catalog/index.js";
 import { stateLayout } from "../../../src/orchestrator/layout.js";
 import { SnapshotStore } from "../../../src/orchestrator/snapshot-store.js";
-import type { ExitInfo, SnapshotTiming, Vm, VmSpec } from "../../../src/vmm/index.js";
+import type { DiskBacking, ExitInfo, SnapshotTiming, Vm, VmSpec } from "../../../src/vmm/index.js";
 import { QemuDriver } from "../../../src/vmm/qemu/index.js";
 import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";
+import { sealSnapshot } from "../../../src/vmm/qemu/sealed-files.js";
+import { SNAPSHOT_FORMAT_VERSION, writeSnapshotMeta } from "../../../src/vmm/qemu/snapshot-meta.js";
 
 const run = promisify(execFile);
 const MiB = 1024 * 1024;
@@ -30,19 +32,40 @@ after(async () => {
   await rm(root, { recursive: true, force: true });
 });
 
+/** The record a capture writes: only the disk's backing matters to flattening. */
+async function writeMeta(dir: string, diskBacking: DiskBacking): Promise<void> {
+  await writeSnapshotMeta(dir, {
+    formatVersion: SNAPSHOT_FORMAT_VERSION,
+    accel: "tcg",
+    cpuModel: "max",
+    qemuVersion: "test",
+    kernel: "test",
+    images: "test",
+    shape: { vcpus: 1, memoryMiB: 256 },
+    memoryImage: join(dir, "memory.img"),
+    diffPages: 0,
+    deviceStateFile: "devstate.bin",
+    diskFile: "disk.qcow2",
+    diskBacking,
+    createdAt: new Date().toISOString(),
+  });
+}
+
 /** Stand-in for a VM: each capture freezes an overlay holding one pattern byte at one offset. */
 class ScribeVm {
   generation = 0;
-  constructor(private disk: string) {}
+  constructor(private backing: DiskBacking) {}
 
   async snapshot(dir: string): Promise<SnapshotTiming> {
     await mkdir(dir, { recursive: true });
     const frozen = join(dir, "disk.qcow2");
-    await createOverlay(frozen, this.disk, this.disk.endsWith(".qcow2") ? "qcow2" : "raw");
+    await createOverlay(frozen, this.backing.file, this.backing.format);
     this.generation += 1;
     await qemuIo(frozen, `write -P ${this.generation} ${this.generation * MiB} 64k`, false);
-    this.disk = frozen;
-    return { pausedMs: 0, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0 };
+    await writeMeta(dir, this.backing);
+    this.backing = { file: frozen, format: "qcow2", snapshotDir: dir };
+    const files = await sealSnapshot(dir);
+    return { files, pausedMs: 0, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0 };
   }
 
   asVm(): Vm {
@@ -50,7 +73,7 @@ class ScribeVm {
       id: "scribe",
       pid: 0,
       spec: {} as VmSpec,
-      consoleLog: "",
+      consoleTail: () => "",
       exited: new Promise<ExitInfo>(() => {}),
       snapshot: (dir) => this.snapshot(dir),
       destroy: async () => {},
@@ -81,6 +104,7 @@ async function fixture(name: string, flattenDepth: number, driver = testDriver()
   const templateDir = join(layout.snapshotsDir, "template");
   await mkdir(templateDir);
   await createOverlay(join(templateDir, "disk.qcow2"), base, "raw");
+  await writeMeta(templateDir, { file: base, format: "raw" });
   await catalog.putSnapshot({
     id: "template",
     dir: templateDir,
@@ -109,7 +133,11 @@ async function fixture(name: string, flattenDepth: number, driver = testDriver()
     logger: pino({ level: "silent" }),
     retireDelayMs: 0,
   });
-  const vm = new ScribeVm(join(templateDir, "disk.qcow2"));
+  const vm = new ScribeVm({
+    file: join(templateDir, "disk.qcow2"),
+    format: "qcow2",
+    snapshotDir: templateDir,
+  });
   /** Pauses `generations` times, each snapshot on the one before (as a sandbox does). */
   const pauses = async (generations: number, parentId = "template"): Promise<string> => {
     let parent = parentId;
@@ -211,10 +239,14 @@ it("keeps a snapshot released while it is being flattened until the flatten is d
     flattenDisk: async (dir: string, onto: string) => {
       flattening();
       await gate;
-      await real.flattenDisk(dir, onto);
+      return real.flattenDisk(dir, onto);
     },
   };
-  const { layout, catalog, store, pauses } = await fixture("busy", 1, gated as QemuDriver);
+  const { layout, catalog, store, pauses } = await fixture(
+    "busy",
+    1,
+    gated as unknown as QemuDriver,
+  );
   const last = await pauses(2);
   await started;
   assert.deepEqual(await store.release(last), [], "released mid-flatten");
@@ -232,12 +264,19 @@ it("leaves the snapshot as it was when flattening fails", async () => {
   const misdirected = {
     flattenDisk: (dir: string, onto: string) => real.flattenDisk(dir, join(onto, "missing")),
   };
-  const { layout, catalog, store, pauses } = await fixture("fails", 1, misdirected as QemuDriver);
+  const { layout, catalog, store, pauses } = await fixture(
+    "fails",
+    1,
+    misdirected as unknown as QemuDriver,
+  );
   const last = await pauses(2);
   await store.close();
   const row = await catalog.getSnapshot(last);
   assert.ok(row?.parentId && row.parentId !== "template", "still stacked on its parent");
-  assert.deepEqual(await readdir(join(layout.snapshotsDir, last)), ["disk.qcow2"]);
+  assert.deepEqual((await readdir(join(layout.snapshotsDir, last))).sort(), [
+    "disk.qcow2",
+    "meta.json",
+  ]);
   await qemuIo(join(layout.snapshotsDir, last, "disk.qcow2"), `read -P 1 ${MiB} 64k`);
   await catalog.close();
 });

@@ -72,12 +72,17 @@ describe("createOverlay (checked by qemu-img)", () => {
     const base = join(dir, "grow-base.raw");
     emptyFile(base, 64 * 1024 ** 2);
     assert.equal(
-      await createOverlay(join(dir, "grown.qcow2"), base, "raw", 256n * 1024n ** 2n),
+      await createOverlay(join(dir, "grown.qcow2"), base, "raw", {
+        minSizeBytes: 256n * 1024n ** 2n,
+      }),
       256n * 1024n ** 2n,
     );
     assert.equal(info(join(dir, "grown.qcow2"))["virtual-size"], 256 * 1024 ** 2);
     execFileSync("qemu-img", ["check", "-q", join(dir, "grown.qcow2")]);
-    assert.equal(await createOverlay(join(dir, "same.qcow2"), base, "raw", 1n), 64n * 1024n ** 2n);
+    assert.equal(
+      await createOverlay(join(dir, "same.qcow2"), base, "raw", { minSizeBytes: 1n }),
+      64n * 1024n ** 2n,
+    );
   });
 
   it("refuses to overwrite an existing file", async () => {

@@ -23,7 +23,7 @@ import {
   waitForEnvd,
 } from "../../helpers/guest.js";
 import { leakCheck, qemuPidsIn, removeLeftovers } from "../../helpers/leak-check.js";
-import { runEnv, runPoolOptions } from "../../helpers/run-env.js";
+import { RUN_VMM_UID_COUNT, runEnv, runPoolOptions, runVmmUidBase } from "../../helpers/run-env.js";
 import { FAKENET, FakeNet } from "../network/fake-net.js";
 
 const FAKENET_PORT = 47001;
@@ -73,14 +73,12 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
     await removeLeftovers();
     const vmm = await testVmm("test-vmm");
     ({ images, driver, work } = vmm);
-    const runAs = vmm.runAs;
     mkdirSync(join(work, "run"));
     fakenet = await FakeNet.start(FAKENET_PORT);
     pool = new NetnsSlotPool({
       ...runPoolOptions(),
       size: 0,
       egressInterface: FAKENET.hostVeth,
-      tapOwner: runAs,
     });
     hostListener = createServer((socket) => socket.end("host\n")).listen(HOST_PORT, "0.0.0.0");
   });
@@ -126,10 +124,11 @@ describe("QEMU microVMs: boot, snapshot, restore, pause/resume, fork, egress (re
     const vm = track(
       await driver.boot({ ...spec("boot", slot), shape: { ...SHAPE, diskSizeMiB: 3072 } }),
     );
-    const user = execFileSync("ps", ["-o", "user=", "-p", String(vm.pid)], {
-      encoding: "utf8",
-    }).trim();
-    assert.equal(user, "warren-vmm", "QEMU dropped root");
+    const uid = Number(
+      execFileSync("ps", ["-o", "uid=", "-p", String(vm.pid)], { encoding: "utf8" }).trim(),
+    );
+    const base = runVmmUidBase();
+    assert.ok(uid >= base && uid < base + RUN_VMM_UID_COUNT, `QEMU dropped root for uid ${uid}`);
     const url = envdUrl(slot.hostAddress);
     const readyMs = await waitForEnvd(url, 180_000, vm);
     await initEnvd(url, { defaultUser: "user", envVars: { STAGE: "boot" } });

@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { readdir } from "node:fs/promises";
 import { describe, it, type TestContext } from "node:test";
 import { createInput } from "../../../src/orchestrator/sandbox-service.contract.js";
+import { SnapshotMismatchError } from "../../../src/vmm/index.js";
 import { FakeNode, type FakeNodeSettings } from "../../fakes/fake-node.js";
 import type { FakeVm } from "../../fakes/fake-vmm-driver.js";
 
@@ -218,6 +219,15 @@ describe("Orchestrator (on fakes)", () => {
       await node.orchestrator.kill(paused.sandboxId);
       assert.equal(await node.catalog.getSnapshot(first?.snapshotId ?? ""), undefined);
       assert.deepEqual(await node.leaks(), []);
+    });
+
+    it("is rebuilt when its capture is of an older snapshot format", async (t) => {
+      const node = await startNode(t);
+      node.driver.drift = new SnapshotMismatchError("snapshot has format version 2");
+      await node.restart("graceful");
+      assert.equal(node.driver.boots, 2, "rebuilt");
+      const [stale] = node.logger.events("template.stale");
+      assert.match(String(stale?.fields.reason), /format version 2/);
     });
   });
 

@@ -1,5 +1,5 @@
 /*
- * Two privileged calls envd makes as the guest's root, without spawning a process.
+ * Privileged calls envd makes as the guest's root, without spawning a process.
  *
  * setRealtime(epochMs)  sets CLOCK_REALTIME (on every /init: a restored guest's clock lags by
  *                       however long its snapshot waited; spawning `date` cost ~0.5 s under TCG).
@@ -7,12 +7,28 @@
  *                       running when the local APIC timer does the work ("x86/i8253: Disable
  *                       PIT timer 0 when not in use"), so the VMM raises a masked interrupt
  *                       ~36 times a second for nothing. False where there is no port access.
+ * reseedKernel(seed)    mixes the host's seed from /init into the kernel's input pool, credited
+ *                       (RNDADDENTROPY), then makes the CRNG rekey from it now (RNDRESEEDCRNG).
+ *                       Every guest restored from one snapshot starts with the same CRNG key;
+ *                       left alone the kernel would rekey only once its reseed interval (60 s)
+ *                       has passed, and /dev/urandom would repeat across siblings until then.
+ *                       Writing to /dev/urandom instead mixes without reseeding (and without
+ *                       crediting), so it would not help before that interval either.
+ * reseedOpenssl() -> bool  reseeds OpenSSL's primary DRBG in this process (crypto.randomBytes):
+ *                       its state was cloned with the memory, and OpenSSL notices a fork by a
+ *                       pid change, which a cloned VM does not have. False when the process has
+ *                       no OpenSSL RAND_seed (a Node built without OpenSSL) or no entropy yet.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/random.h>
 #include <node_api.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <sys/io.h>
 #define HAVE_PORT_IO 1
@@ -20,6 +36,15 @@
 
 #define PIT_CH0 0x40
 #define PIT_MODE 0x43
+
+/* Larger seeds add nothing: the kernel hashes whatever it is given into a 256-bit pool. */
+#define MAX_SEED_BYTES 512
+
+/*
+ * Node exports OpenSSL's symbols to addons (statically linked or not); weak, so that the addon
+ * still loads in a Node without them and reseedOpenssl() says so instead.
+ */
+extern void RAND_seed(const void *buf, int num) __attribute__((weak));
 
 static napi_value throw_errno(napi_env env, const char *syscall, int err) {
   char text[256];
@@ -65,10 +90,71 @@ static napi_value stop_pit_timer(napi_env env, napi_callback_info info) {
   return result;
 }
 
+static napi_value reseed_kernel(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  bool is_typed = false;
+  napi_typedarray_type type;
+  size_t length = 0;
+  void *data = NULL;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
+      napi_is_typedarray(env, argv[0], &is_typed) != napi_ok || !is_typed ||
+      napi_get_typedarray_info(env, argv[0], &type, &length, &data, NULL, NULL) != napi_ok ||
+      type != napi_uint8_array || length == 0 || length > MAX_SEED_BYTES) {
+    napi_throw_type_error(env, NULL, "reseedKernel(seed): 1 to 512 bytes are required");
+    return NULL;
+  }
+  union {
+    struct rand_pool_info info;
+    unsigned char raw[sizeof(struct rand_pool_info) + MAX_SEED_BYTES];
+  } request;
+  request.info.entropy_count = (int)length * 8;
+  request.info.buf_size = (int)length;
+  memcpy(request.info.buf, data, length);
+
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    explicit_bzero(&request, sizeof request);
+    return throw_errno(env, "open /dev/urandom", errno);
+  }
+  const char *failed = NULL;
+  int err = 0;
+  if (ioctl(fd, RNDADDENTROPY, &request) != 0) {
+    failed = "ioctl RNDADDENTROPY";
+    err = errno;
+  } else if (ioctl(fd, RNDRESEEDCRNG) != 0) {
+    failed = "ioctl RNDRESEEDCRNG";
+    err = errno;
+  }
+  explicit_bzero(&request, sizeof request);
+  close(fd);
+  if (failed) return throw_errno(env, failed, err);
+  return NULL;
+}
+
+static napi_value reseed_openssl(napi_env env, napi_callback_info info) {
+  (void)info;
+  bool reseeded = false;
+  unsigned char fresh[32];
+  /* RAND_seed reseeds the primary DRBG from the OS (now rekeyed) plus these bytes as
+   * additional input; the per-thread DRBGs see the primary's new reseed count and follow. */
+  if (RAND_seed != NULL &&
+      getrandom(fresh, sizeof fresh, GRND_NONBLOCK) == (ssize_t)sizeof fresh) {
+    RAND_seed(fresh, (int)sizeof fresh);
+    reseeded = true;
+  }
+  explicit_bzero(fresh, sizeof fresh);
+  napi_value result;
+  napi_get_boolean(env, reseeded, &result);
+  return result;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"setRealtime", NULL, set_realtime, NULL, NULL, NULL, napi_default, NULL},
       {"stopPitTimer", NULL, stop_pit_timer, NULL, NULL, NULL, napi_default, NULL},
+      {"reseedKernel", NULL, reseed_kernel, NULL, NULL, NULL, napi_default, NULL},
+      {"reseedOpenssl", NULL, reseed_openssl, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -1,0 +1,175 @@
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { Readable } from "node:stream";
+import { afterEach, beforeEach, describe, it } from "node:test";
+import { INIT_SEED_BYTES } from "../../protocol/index.js";
+import { WarrenError } from "../../shared/index.js";
+import { AgentState } from "../state.js";
+import { handleInit, type InitHooks } from "./init.js";
+
+/** A POST /init as the router hands it over: the body as a stream, the headers. */
+function request(body: unknown, headers: Record<string, string> = {}): IncomingMessage {
+  return Object.assign(Readable.from([Buffer.from(JSON.stringify(body))]), {
+    headers,
+  }) as unknown as IncomingMessage;
+}
+
+/** The status handleInit answered with (it throws instead on refusals). */
+function response(): { res: ServerResponse; status: () => number | undefined } {
+  let status: number | undefined;
+  const res = {
+    writeHead(code: number) {
+      status = code;
+      return res;
+    },
+    end() {
+      return res;
+    },
+  };
+  return { res: res as unknown as ServerResponse, status: () => status };
+}
+
+/** A seeder that records copies of what it was handed, and the buffers themselves. */
+function recordingSeeder() {
+  const copies: Buffer[] = [];
+  const handed: Buffer[] = [];
+  const hooks: InitHooks = {
+    setClock: undefined,
+    seedRandomness: (seed) => {
+      handed.push(seed);
+      copies.push(Buffer.from(seed));
+    },
+  };
+  return { hooks, copies, handed };
+}
+
+async function init(state: AgentState, hooks: InitHooks, body: unknown, token?: string) {
+  const { res, status } = response();
+  await handleInit(state, hooks, request(body, token ? { "x-access-token": token } : {}), res);
+  return status();
+}
+
+const seedOf = (bytes: Buffer) => bytes.toString("base64");
+
+describe("POST /init seed", () => {
+  // Everything the process prints while a test runs (still printed: the test runner reports
+  // through stdout). No seed may be in it, in any encoding.
+  let written: string[] = [];
+  const originals = { stdout: process.stdout.write, stderr: process.stderr.write };
+  beforeEach(() => {
+    written = [];
+    for (const stream of ["stdout", "stderr"] as const) {
+      const original = originals[stream];
+      process[stream].write = function (this: NodeJS.WriteStream, chunk: unknown, ...rest) {
+        written.push(String(chunk));
+        return original.call(this, chunk as string, ...(rest as []));
+      } as typeof process.stdout.write;
+    }
+  });
+  afterEach(() => {
+    process.stdout.write = originals.stdout;
+    process.stderr.write = originals.stderr;
+  });
+  const printed = (seed: Buffer) =>
+    written.some(
+      (text) => text.includes(seed.toString("base64")) || text.includes(seed.toString("hex")),
+    );
+
+  it("hands the seed's 32 bytes to the seeder, then wipes them; nothing is printed", async () => {
+    const { hooks, copies, handed } = recordingSeeder();
+    const bytes = randomBytes(INIT_SEED_BYTES);
+    const state = new AgentState();
+    assert.equal(await init(state, hooks, { seed: seedOf(bytes), envVars: { A: "1" } }), 204);
+    assert.deepEqual(copies, [bytes]);
+    assert.deepEqual(handed[0], Buffer.alloc(INIT_SEED_BYTES), "wiped after use");
+    assert.deepEqual(state.envVars, { A: "1" });
+    assert.equal(printed(bytes), false);
+  });
+
+  it("refuses a seed of another size or not in base64, before anything is applied", async () => {
+    const { hooks, copies } = recordingSeeder();
+    const state = new AgentState();
+    const short = randomBytes(16);
+    for (const seed of [
+      seedOf(short),
+      seedOf(randomBytes(33)),
+      "",
+      randomBytes(INIT_SEED_BYTES).toString("base64url"),
+      `${seedOf(randomBytes(INIT_SEED_BYTES)).slice(0, -4)}@@@=`,
+      1234,
+    ]) {
+      await assert.rejects(
+        init(state, hooks, { seed, envVars: { A: "1" }, accessToken: "t" }),
+        (err: unknown) => {
+          assert.ok(err instanceof WarrenError);
+          assert.equal(err.kind, "invalid_argument");
+          assert.equal(err.status, 400);
+          if (typeof seed === "string" && seed)
+            assert.ok(!err.message.includes(seed), `"${err.message}" quotes the seed`);
+          return true;
+        },
+      );
+    }
+    assert.deepEqual(copies, [], "never seeded");
+    assert.deepEqual(state.envVars, {}, "nothing else applied");
+    assert.equal(state.accessToken, undefined);
+    assert.equal(printed(short), false);
+  });
+
+  it("seeds only once the access token is proven", async () => {
+    const { hooks, copies } = recordingSeeder();
+    const state = new AgentState();
+    state.accessToken = "secret";
+    const seed = seedOf(randomBytes(INIT_SEED_BYTES));
+    await assert.rejects(init(state, hooks, { seed }), /access token reset not authorized/);
+    assert.deepEqual(copies, []);
+    assert.equal(await init(state, hooks, { seed }, "secret"), 204);
+    assert.equal(copies.length, 1);
+  });
+
+  it("applies the seed of a stale /init, and nothing else of it", async () => {
+    const { hooks, copies } = recordingSeeder();
+    const state = new AgentState();
+    const now = Date.now();
+    const first = { timestamp: new Date(now).toISOString(), envVars: { A: "new" } };
+    assert.equal(await init(state, hooks, first), 204);
+    const bytes = randomBytes(INIT_SEED_BYTES);
+    const stale = {
+      timestamp: new Date(now - 1_000).toISOString(),
+      envVars: { A: "stale" },
+      seed: seedOf(bytes),
+    };
+    assert.equal(await init(state, hooks, stale), 204);
+    assert.deepEqual(copies, [bytes]);
+    assert.deepEqual(state.envVars, { A: "new" });
+  });
+
+  it("outside a guest (no seeder) checks the seed and drops it", async () => {
+    const state = new AgentState();
+    const hooks: InitHooks = { setClock: undefined, seedRandomness: undefined };
+    assert.equal(await init(state, hooks, { seed: seedOf(randomBytes(INIT_SEED_BYTES)) }), 204);
+    await assert.rejects(init(state, hooks, { seed: "short" }), /standard base64/);
+  });
+
+  it("fails the /init when the seeder fails: a clone must not run on its siblings' state", async () => {
+    const state = new AgentState();
+    let handed: Buffer | undefined;
+    const hooks: InitHooks = {
+      setClock: undefined,
+      seedRandomness: (seed) => {
+        handed = seed;
+        throw new WarrenError("internal", "cannot reseed the guest kernel's random pool: EPERM");
+      },
+    };
+    await assert.rejects(
+      init(state, hooks, {
+        seed: seedOf(randomBytes(INIT_SEED_BYTES)),
+        envVars: { A: "1" },
+      }),
+      /cannot reseed/,
+    );
+    assert.deepEqual(handed, Buffer.alloc(INIT_SEED_BYTES), "wiped on failure too");
+    assert.deepEqual(state.envVars, {});
+  });
+});

@@ -1,0 +1,120 @@
+import { createHash } from "node:crypto";
+import { constants } from "node:fs";
+import { chmod, type FileHandle, open, readdir } from "node:fs/promises";
+import { join } from "node:path";
+import { SnapshotTamperedError, VmmError } from "../errors.js";
+
+/** A file of a sealed snapshot: what the catalog records and a restore checks. */
+export interface SealedFile {
+  readonly name: string;
+  readonly bytes: number;
+  readonly sha256: string;
+}
+
+const NOFOLLOW_READ = constants.O_RDONLY | constants.O_NOFOLLOW;
+
+/**
+ * Opens a file a VMM could have replaced (it lived in the VMM's runtime directory) without
+ * following a link, and checks it is a plain file with one name (`links`: two for a disk
+ * frozen while its VMM runs on): never a symlink or hard link to something of the host's.
+ */
+export async function openPlainFile(path: string, links = 1): Promise<FileHandle> {
+  let handle: FileHandle;
+  try {
+    handle = await open(path, NOFOLLOW_READ);
+  } catch (err) {
+    throw new VmmError(`cannot open ${path} safely: ${(err as Error).message}`, undefined, {
+      cause: err,
+    });
+  }
+  const stat = await handle.stat();
+  if (!stat.isFile() || stat.nlink > links) {
+    await handle.close();
+    throw new VmmError(`${path} is not a plain file of its own (a VMM may have replaced it)`);
+  }
+  return handle;
+}
+
+async function sha256Of(handle: FileHandle): Promise<{ bytes: number; sha256: string }> {
+  const hash = createHash("sha256");
+  let bytes = 0;
+  for await (const chunk of handle.createReadStream({ start: 0, autoClose: false })) {
+    hash.update(chunk as Buffer);
+    bytes += (chunk as Buffer).length;
+  }
+  return { bytes, sha256: hash.digest("hex") };
+}
+
+/**
+ * Makes a captured snapshot immutable: every file root's own and read-only to root alone
+ * (changed through the open handle, never by path), the directory too; returns each file's
+ * size and SHA-256 for the catalog. `links`: files that may have a second name (a frozen
+ * disk the source VMM still runs on).
+ */
+export async function sealSnapshot(
+  dir: string,
+  links: Readonly<Record<string, number>> = {},
+): Promise<SealedFile[]> {
+  const sealed: SealedFile[] = [];
+  for (const entry of (await readdir(dir, { withFileTypes: true })).sort((a, b) =>
+    a.name.localeCompare(b.name),
+  )) {
+    if (!entry.isFile()) throw new VmmError(`snapshot ${dir} holds ${entry.name}, not a file`);
+    sealed.push(await sealFile(dir, entry.name, links[entry.name] ?? 1));
+  }
+  await chmod(dir, 0o700);
+  return sealed;
+}
+
+/** Seals one file of a snapshot directory (see sealSnapshot). */
+export async function sealFile(dir: string, name: string, links = 1): Promise<SealedFile> {
+  const handle = await openPlainFile(join(dir, name), links);
+  try {
+    await handle.chown(0, 0);
+    await handle.chmod(0o400);
+    return { name, ...(await sha256Of(handle)) };
+  } finally {
+    await handle.close();
+  }
+}
+
+/** A file's identity: unchanged while its inode, size and change time are. */
+function identityOf(stat: { dev: bigint; ino: bigint; size: bigint; ctimeNs: bigint }): string {
+  return `${stat.dev}:${stat.ino}:${stat.size}:${stat.ctimeNs}`;
+}
+
+/**
+ * Checks a snapshot's files against what the catalog recorded when it was sealed. Hashing a
+ * memory image on every restore would cost more than the restore, so a file whose identity
+ * (inode, size, ctime — which no one can set back without changing the clock) is unchanged
+ * since it last matched is trusted; otherwise it is hashed again.
+ */
+export class SnapshotVerifier {
+  readonly #verified = new Map<string, string>();
+
+  async verify(dir: string, expected: readonly SealedFile[]): Promise<void> {
+    const names = new Set(await readdir(dir).catch(() => [] as string[]));
+    for (const file of expected) {
+      const path = join(dir, file.name);
+      if (!names.has(file.name)) throw new SnapshotTamperedError(`${path} is missing`);
+      const handle = await open(path, NOFOLLOW_READ).catch((err: Error) => {
+        throw new SnapshotTamperedError(`${path} cannot be opened: ${err.message}`);
+      });
+      try {
+        const stat = await handle.stat({ bigint: true });
+        if (!stat.isFile() || stat.uid !== 0n || (Number(stat.mode) & 0o222) !== 0)
+          throw new SnapshotTamperedError(`${path} is no longer root's read-only file`);
+        const identity = identityOf(stat);
+        if (this.#verified.get(path) === identity) continue;
+        const actual = await sha256Of(handle);
+        if (actual.sha256 !== file.sha256 || actual.bytes !== file.bytes)
+          throw new SnapshotTamperedError(
+            `${path} changed since it was captured (sha256 ${actual.sha256}, recorded ${file.sha256})`,
+          );
+        this.#verified.set(path, identity);
+      } finally {
+        await handle.close();
+      }
+    }
+  }
+}

@@ -1,0 +1,24 @@
+import { spawn } from "node:child_process";
+import type { Socket } from "node:net";
+import type { VmCgroups } from "./cgroups.js";
+
+/**
+ * A process that outlives the server by one moment: it blocks reading a pipe only the server
+ * holds, and when the server is gone however it ended (kill -9 included) the pipe closes and
+ * it kills every VMM in the server's cgroups. So no VM runs on unsupervised, with its egress
+ * and no one to enforce its timeout, until the next start (QEMU 10.0 has no exit-with-parent,
+ * and PR_SET_PDEATHSIG does not survive QEMU dropping root). It ignores the terminal's
+ * signals (its own process group) and stops when `stop()` closes the pipe.
+ */
+export function startVmmWatchdog(cgroups: VmCgroups): { pid: number; stop(): void } {
+  const script = `trap '' INT TERM HUP; while read -r _; do :; done; ${cgroups.killAllCommand()}`;
+  const child = spawn("sh", ["-c", script], {
+    stdio: ["pipe", "ignore", "ignore"],
+    detached: true,
+  });
+  child.unref();
+  // Never written: only its closing matters. Unreferenced so it never keeps Node running.
+  const pipe = child.stdin as Socket;
+  pipe.unref();
+  return { pid: child.pid ?? 0, stop: () => pipe.end() };
+}
