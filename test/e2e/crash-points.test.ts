@@ -81,11 +81,11 @@ const TIMEOUT_S = 600;
 const FLATTEN_SETTLE_MS = 30_000;
 const CRASH_WAIT_MS = 30_000;
 /**
- * Whether a server's QEMUs die with it (a watchdog): then none may run on after the crash
- * until the next start. Until that exists, the next start's orphan kill ends them (checked
- * always) and this file lists the points after which they ran on unsupervised.
+ * A server's QEMUs die with it (its watchdog, src/vmm/qemu/watchdog.ts): none may run on
+ * after the crash until the next start. Without it, the next start's orphan kill ends them
+ * (checked always) and this file lists the points after which they ran on unsupervised.
  */
-const QEMU_DIES_WITH_SERVER = false;
+const QEMU_DIES_WITH_SERVER = true;
 /** How long a VMM may take to be gone once its killer acted. */
 const VMM_EXIT_MS = 5_000;
 

@@ -62,6 +62,7 @@ export const CHECKS: Check[] = [
   runtimeDirs,
   vmmProcesses,
   networkSlots,
+  vmCgroups,
 ];
 
 /** Every problem found, [] when the server's state is consistent. */
@@ -281,6 +282,27 @@ function networkSlots(state: ServerState): string[] {
   if (netns.size < held || netns.size > held + state.options.spareSlots) {
     problems.push(
       `${netns.size} network slots for ${state.running.size} running sandboxes and ${state.options.pooledVmms} pooled VMMs (${state.options.spareSlots} spare allowed)`,
+    );
+  }
+  return problems;
+}
+
+/**
+ * One cgroup per running sandbox and per pooled VMM (`<hierarchy>/<p>-vms/<vm id>`, once per
+ * hierarchy under cgroup v1), none left by a VM that is gone. A host without usable cgroups
+ * has none at all.
+ */
+function vmCgroups(state: ServerState): string[] {
+  const ids = new Set(state.network.cgroups.map((dir) => dir.slice(dir.lastIndexOf("/") + 1)));
+  if (ids.size === 0) return [];
+  const problems: string[] = [];
+  for (const id of state.running) {
+    if (!ids.has(id)) problems.push(`running sandbox ${id} has no cgroup`);
+  }
+  const others = [...ids].filter((id) => !state.running.has(id));
+  if (others.length !== state.options.pooledVmms) {
+    problems.push(
+      `cgroups of no running sandbox: ${others.length} (${others.join(", ")}), expected ${state.options.pooledVmms} pooled`,
     );
   }
   return problems;
