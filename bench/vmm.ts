@@ -114,6 +114,8 @@ try {
       const paused: number[] = [];
       const dirtyMiB: number[] = [];
       const parts = { deviceState: [] as number[], memory: [] as number[], disk: [] as number[] };
+      /** The whole call: the capture, its record and the seal (root's, read-only, SHA-256). */
+      const whole: number[] = [];
       for (let i = 0; i < SNAPSHOTS; i++) {
         await withSlot(async (slot) => {
           const vm = await driver.restore(template, spec(slot));
@@ -122,7 +124,9 @@ try {
             envdUrl(slot.hostAddress),
             `head -c ${mb}M /dev/urandom > /dev/shm/fill`,
           );
+          const called = performance.now();
           const timing = await vm.snapshot(join(work, `inc-${mb}-${resume}-${i}`), { resume });
+          whole.push(performance.now() - called);
           paused.push(timing.pausedMs);
           parts.deviceState.push(timing.deviceStateMs);
           parts.memory.push(timing.memoryMs);
@@ -133,6 +137,7 @@ try {
       }
       const label = resume ? "fork capture (source paused)" : "pause (incremental snapshot)";
       rows.push(summarize(`${label}, ~${mb} MB dirtied`, "ms", paused));
+      rows.push(summarize(`${label}, ~${mb} MB dirtied: whole call, sealed`, "ms", whole));
       const key = `${mb}MB_${resume ? "fork" : "pause"}`;
       extra[`dirtyMiB_${key}`] = summarize("dirty", "MiB", dirtyMiB).p50;
       extra[`partsMs_${key}`] = {

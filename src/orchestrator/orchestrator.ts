@@ -1,4 +1,4 @@
-import type { Catalog, TemplateRow } from "../catalog/index.js";
+import type { Catalog, SnapshotFileRecord, TemplateRow } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
 import { type SlotPool, validateEgressPolicy } from "../network/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
@@ -361,6 +361,11 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       await this.#lifecycle.update(live, { config: next as unknown as Record<string, unknown> });
       await this.#lifecycle.event(sandboxId, "sandbox.network_updated", { ...update });
     });
+  }
+
+  /** A snapshot directory's sealed files as recorded, once checksummed (restores check them). */
+  sealedFiles(dir: string): Promise<readonly SnapshotFileRecord[] | undefined> {
+    return this.#snapshots.sealedFiles(dir);
   }
 
   // ---- fork and snapshots -------------------------------------------------------------------

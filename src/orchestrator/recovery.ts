@@ -39,6 +39,8 @@ export async function recoverLeftovers(options: RecoveryOptions): Promise<void> 
     if (pausedOn) await markPaused(options, row, pausedOn);
     else await markLost(options, row);
   }
+  const checksummed = await snapshots.checksumUnrecorded();
+  if (checksummed > 0) logger.info({ count: checksummed }, "recovery.snapshots_checksummed");
   const finished = await snapshots.finishFlattens();
   if (finished > 0) logger.info({ count: finished }, "recovery.flattens_finished");
   const swept = await snapshots.sweep();

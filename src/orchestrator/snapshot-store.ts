@@ -1,6 +1,6 @@
 import { readdir, rm } from "node:fs/promises";
-import { join } from "node:path";
-import type { Catalog, SnapshotRow } from "../catalog/index.js";
+import { basename, join } from "node:path";
+import type { Catalog, SnapshotFileRecord, SnapshotRow } from "../catalog/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import type { Logger } from "../shared/index.js";
 import type { SnapshotTiming, Vm, VmmDriver } from "../vmm/index.js";
@@ -10,7 +10,7 @@ import { SerialLock } from "./serial-lock.js";
 
 export interface SnapshotStoreOptions {
   readonly catalog: Catalog;
-  readonly driver: Pick<VmmDriver, "flattenDisk" | "finishFlatten">;
+  readonly driver: Pick<VmmDriver, "flattenDisk" | "finishFlatten" | "checksumSnapshot">;
   readonly layout: StateLayout;
   /** GuestArtifacts fingerprint recorded with every capture. */
   readonly imagesFingerprint: string;
@@ -61,6 +61,8 @@ export class SnapshotStore {
   #releaseAfterFlatten = false;
   readonly #retiring = new Map<NodeJS.Timeout, string>();
   readonly #retirements = new Set<Promise<unknown>>();
+  /** Checksums being computed, by snapshot id: a restore or flatten of one waits for it. */
+  readonly #checksums = new Map<string, Promise<void>>();
 
   constructor(options: SnapshotStoreOptions) {
     this.#o = options;
@@ -87,10 +89,56 @@ export class SnapshotStore {
       names: input.names ?? [],
       imagesFingerprint: this.#o.imagesFingerprint,
       createdAt: new Date().toISOString(),
-      files: timing.files,
     });
+    this.#checksum(id, dir);
     this.#queueFlatten(id);
     return { id, timing };
+  }
+
+  /**
+   * The files a snapshot directory was sealed with, as the catalog records them, once their
+   * checksums are in (the VMM driver checks every restore against them).
+   */
+  async sealedFiles(dir: string): Promise<readonly SnapshotFileRecord[] | undefined> {
+    const id = basename(dir);
+    await this.#checksums.get(id);
+    const row = await this.#o.catalog.getSnapshot(id);
+    return row?.dir === dir ? row.files : undefined;
+  }
+
+  /**
+   * Checksums a sealed capture off the caller's path and records them. Until then no one but
+   * root can change its files (sealed at capture); a crash before the record is finished at
+   * the next start (checksumUnrecorded).
+   */
+  #checksum(id: string, dir: string): void {
+    const done = this.#o.driver
+      .checksumSnapshot(dir)
+      .then((files) =>
+        this.#graph.run("graph", async () => {
+          const row = await this.#o.catalog.getSnapshot(id);
+          if (row && !row.files) await this.#o.catalog.putSnapshot({ ...row, files });
+        }),
+      )
+      .catch(async (err: unknown) => {
+        // Released (and deleted) while it was being read: nothing to record.
+        if (await this.#o.catalog.getSnapshot(id))
+          this.#o.logger.warn({ snapshotId: id, err }, "snapshot.checksum_failed");
+      })
+      .finally(() => this.#checksums.delete(id));
+    this.#checksums.set(id, done);
+  }
+
+  /** At start: records the checksums of captures a crash left without them. */
+  async checksumUnrecorded(): Promise<number> {
+    let count = 0;
+    for (const row of await this.#o.catalog.listSnapshots()) {
+      if (row.files) continue;
+      this.#checksum(row.id, row.dir);
+      await this.#checksums.get(row.id);
+      count += 1;
+    }
+    return count;
   }
 
   /**
@@ -169,6 +217,7 @@ export class SnapshotStore {
 
   /** Waits for the flatten in progress and deletes the layers waiting to be retired. */
   async close(): Promise<void> {
+    await Promise.all(this.#checksums.values());
     await this.#flattens;
     const retiring = [...this.#retiring];
     this.#retiring.clear();
@@ -203,6 +252,8 @@ export class SnapshotStore {
     const started = performance.now();
     this.#flattening = id;
     try {
+      // Its checksums first: recorded after the flatten's, they would be the old files'.
+      await this.#checksums.get(id);
       const plan = await this.#o.driver.flattenDisk(snapshot.dir, anchor.dir);
       crashPoint("snapshot-store.flatten.after-plan");
       // Recorded before the files are swapped: a crash in between is finished at the next

@@ -1,7 +1,7 @@
 import { writeFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { basename, dirname, join } from "node:path";
+import { dirname, join } from "node:path";
 import type { Duplex } from "node:stream";
 import pino, { type Logger } from "pino";
 import { createApi } from "../api/index.js";
@@ -127,8 +127,8 @@ export async function startNodeServer(
     if (cgroups) {
       const killed = await cgroups.sweep();
       if (killed > 0) log.warn({ count: killed }, "server.vmm_killed");
-      watchdog = startVmmWatchdog(cgroups);
     } else log.warn("server.no_cgroups: VMs run without cgroup limits");
+    watchdog = startVmmWatchdog(cgroups, layout.runDir);
     const catalog = await SqliteCatalog.open(layout.catalog);
     const driver = new QemuDriver({
       accel: accel.accel,
@@ -138,10 +138,8 @@ export async function startNodeServer(
       tcgCacheMiB: config.tcgCacheMiB,
       guestAslr: config.guestAslr === "auto" ? undefined : config.guestAslr === "on",
       mergeMemory: config.ksm === "on",
-      sealedFiles: async (dir) => {
-        const row = await catalog.getSnapshot(basename(dir));
-        return row?.dir === dir ? row.files : undefined;
-      },
+      // Restores happen only once the orchestrator runs (it checksums captures).
+      sealedFiles: async (dir) => orchestrator?.sealedFiles(dir),
     });
     const slots = new NetnsSlotPool({
       size: config.slotPoolSize,

@@ -106,8 +106,6 @@ export interface SnapshotFile {
 }
 
 export interface SnapshotTiming {
-  /** The sealed files, for the catalog (a restore is checked against them). */
-  readonly files: readonly SnapshotFile[];
   readonly pausedMs: number;
   readonly deviceStateMs: number;
   readonly memoryMs: number;
@@ -132,9 +130,9 @@ export interface Vm {
   /** Settles when the VMM process exits, for whatever reason. */
   readonly exited: Promise<ExitInfo>;
   /**
-   * Captures the VM into `dir` (memory image, device state, frozen disk, meta.json). With
-   * `resume`, the VM continues afterwards on a fresh overlay (fork); otherwise the VMM exits
-   * (pause) and its CPU and private memory are released.
+   * Captures the VM into `dir` (memory image, device state, frozen disk, meta.json) and seals
+   * it (root's, read-only). With `resume`, the VM continues afterwards on a fresh overlay
+   * (fork); otherwise the VMM exits (pause) and its CPU and private memory are released.
    */
   snapshot(dir: string, opts: { resume: boolean }): Promise<SnapshotTiming>;
   /** Stops the VMM and removes the runtime directory. */
@@ -183,6 +181,11 @@ export interface VmmDriver {
    * can be deleted once nothing else uses them. Guest-visible content is unchanged.
    */
   flattenDisk(snapshotDir: string, ontoDir: string): Promise<FlattenPlan>;
+  /**
+   * Each file of a sealed snapshot with its SHA-256, for the catalog: restores are checked
+   * against it. Separate from the capture, whose caller waits: hashing costs more than it.
+   */
+  checksumSnapshot(snapshotDir: string): Promise<readonly SnapshotFile[]>;
   /**
    * At start, for a snapshot whose flatten a crash interrupted: finishes it if the catalog
    * already records its result (`recordedMetaSha256`: the meta.json checksum it holds),

@@ -13,6 +13,7 @@ import type {
   ExitInfo,
   FlattenPlan,
   PreparedRestore,
+  SnapshotFile,
   SnapshotTiming,
   Vm,
   VmmDriver,
@@ -78,8 +79,7 @@ export class FakeVm implements Vm {
     await writeFile(join(dir, GUEST_FILE), JSON.stringify(this.guest));
     this.driver.captures.push({ vmId: this.id, dir, resume: opts.resume });
     if (!opts.resume) this.#end({ expected: true, reason: "quit after the capture" });
-    const files = [{ name: "meta.json", bytes: 0, sha256: "0".repeat(64) }];
-    return { files, pausedMs: 1, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0 };
+    return { pausedMs: 1, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0 };
   }
 
   async destroy(): Promise<void> {
@@ -180,6 +180,10 @@ export class FakeVmmDriver implements VmmDriver {
       },
       discard: async () => {},
     };
+  }
+
+  async checksumSnapshot(): Promise<readonly SnapshotFile[]> {
+    return [{ name: "meta.json", bytes: 0, sha256: "0".repeat(64) }];
   }
 
   async finishFlatten(): Promise<boolean> {

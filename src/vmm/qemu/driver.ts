@@ -22,7 +22,7 @@ import { applyMemoryDiff, findRamMapping } from "./memory-image.js";
 import { killOrphanVmms } from "./orphans.js";
 import { createOverlay, imageFormat, virtualSize } from "./qcow2-overlay.js";
 import { QEMU_BINARY } from "./qemu-process.js";
-import { SnapshotVerifier } from "./sealed-files.js";
+import { checksumSnapshot, SnapshotVerifier } from "./sealed-files.js";
 import {
   checkRestorable,
   DEVICE_STATE_FILE,
@@ -253,6 +253,10 @@ export class QemuDriver implements VmmDriver {
 
   flattenDisk(snapshotDir: string, ontoDir: string): Promise<FlattenPlan> {
     return prepareFlatten(snapshotDir, ontoDir);
+  }
+
+  checksumSnapshot(snapshotDir: string): Promise<readonly SnapshotFile[]> {
+    return checksumSnapshot(snapshotDir);
   }
 
   finishFlatten(snapshotDir: string, recordedMetaSha256: string | undefined): Promise<boolean> {

@@ -38,7 +38,8 @@ export async function openPlainFile(path: string, links = 1): Promise<FileHandle
 async function sha256Of(handle: FileHandle): Promise<{ bytes: number; sha256: string }> {
   const hash = createHash("sha256");
   let bytes = 0;
-  for await (const chunk of handle.createReadStream({ start: 0, autoClose: false })) {
+  const chunks = handle.createReadStream({ start: 0, autoClose: false, highWaterMark: 1 << 20 });
+  for await (const chunk of chunks) {
     hash.update(chunk as Buffer);
     bytes += (chunk as Buffer).length;
   }
@@ -47,31 +48,53 @@ async function sha256Of(handle: FileHandle): Promise<{ bytes: number; sha256: st
 
 /**
  * Makes a captured snapshot immutable: every file root's own and read-only to root alone
- * (changed through the open handle, never by path), the directory too; returns each file's
- * size and SHA-256 for the catalog. `links`: files that may have a second name (a frozen
- * disk the source VMM still runs on).
+ * (changed through the open handle, never by path), the directory too. `links`: files that
+ * may have a second name (a frozen disk the source VMM still runs on). Checksums come after,
+ * off the capture's path (checksumSnapshot): no one but root can change a file from here on.
  */
 export async function sealSnapshot(
   dir: string,
   links: Readonly<Record<string, number>> = {},
-): Promise<SealedFile[]> {
-  const sealed: SealedFile[] = [];
-  for (const entry of (await readdir(dir, { withFileTypes: true })).sort((a, b) =>
-    a.name.localeCompare(b.name),
-  )) {
+): Promise<void> {
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
     if (!entry.isFile()) throw new VmmError(`snapshot ${dir} holds ${entry.name}, not a file`);
-    sealed.push(await sealFile(dir, entry.name, links[entry.name] ?? 1));
+    const handle = await openPlainFile(join(dir, entry.name), links[entry.name] ?? 1);
+    try {
+      await handle.chown(0, 0);
+      await handle.chmod(0o400);
+    } finally {
+      await handle.close();
+    }
   }
   await chmod(dir, 0o700);
+}
+
+/** Each file of a sealed snapshot with its size and SHA-256, for the catalog. */
+export async function checksumSnapshot(dir: string): Promise<SealedFile[]> {
+  const sealed: SealedFile[] = [];
+  for (const name of (await readdir(dir)).sort()) sealed.push(await checksumFile(dir, name, 2));
   return sealed;
 }
 
-/** Seals one file of a snapshot directory (see sealSnapshot). */
+/** Seals one file of a snapshot directory and checksums it (see sealSnapshot). */
 export async function sealFile(dir: string, name: string, links = 1): Promise<SealedFile> {
   const handle = await openPlainFile(join(dir, name), links);
   try {
     await handle.chown(0, 0);
     await handle.chmod(0o400);
+    return { name, ...(await sha256Of(handle)) };
+  } finally {
+    await handle.close();
+  }
+}
+
+/** Checksums one sealed file: it must still be root's and read-only. */
+async function checksumFile(dir: string, name: string, links: number): Promise<SealedFile> {
+  const handle = await openPlainFile(join(dir, name), links);
+  try {
+    const stat = await handle.stat();
+    if (stat.uid !== 0 || (stat.mode & 0o222) !== 0)
+      throw new VmmError(`${join(dir, name)} is not sealed (root's, read-only)`);
     return { name, ...(await sha256Of(handle)) };
   } finally {
     await handle.close();

@@ -150,8 +150,8 @@ export class QemuVm implements Vm {
       });
       // A fork's frozen disk keeps its second name (the running VMM's old overlay) until
       // the VM is gone; it is sealed all the same, and QEMU holds it read-only.
-      const files = await sealSnapshot(dir, opts.resume ? { [DISK_FILE]: 2 } : {});
-      return { files, pausedMs, deviceStateMs, memoryMs, diskMs, dirtyPages: memory.diffPages };
+      await sealSnapshot(dir, opts.resume ? { [DISK_FILE]: 2 } : {});
+      return { pausedMs, deviceStateMs, memoryMs, diskMs, dirtyPages: memory.diffPages };
     } catch (err) {
       if (opts.resume && !resumed && this.proc.running) {
         await this.qmp.execute("cont").catch(() => {});

@@ -1,17 +1,25 @@
 import { spawn } from "node:child_process";
 import type { Socket } from "node:net";
 import type { VmCgroups } from "./cgroups.js";
+import { QEMU_BINARY } from "./qemu-process.js";
 
 /**
  * A process that outlives the server by one moment: it blocks reading a pipe only the server
  * holds, and when the server is gone however it ended (kill -9 included) the pipe closes and
  * it kills every VMM in the server's cgroups. So no VM runs on unsupervised, with its egress
  * and no one to enforce its timeout, until the next start (QEMU 10.0 has no exit-with-parent,
- * and PR_SET_PDEATHSIG does not survive QEMU dropping root). It ignores the terminal's
- * signals (its own process group) and stops when `stop()` closes the pipe.
+ * and PR_SET_PDEATHSIG does not survive QEMU dropping root). Without cgroups it kills the
+ * QEMUs whose command line names `runDir` (as killOrphans does at the next start). It
+ * ignores the terminal's signals (its own process group) and stops when `stop()` closes the
+ * pipe.
  */
-export function startVmmWatchdog(cgroups: VmCgroups): { pid: number; stop(): void } {
-  const script = `trap '' INT TERM HUP; while read -r _; do :; done; ${cgroups.killAllCommand()}`;
+export function startVmmWatchdog(
+  cgroups: VmCgroups | undefined,
+  runDir: string,
+): { pid: number; stop(): void } {
+  const byName = `pkill -KILL -f -- '^${QEMU_BINARY} .*${runDir.replace(/'/g, "")}/'`;
+  const kill = cgroups?.killAllCommand() ?? byName;
+  const script = `trap '' INT TERM HUP; while read -r _; do :; done; ${kill}`;
   const child = spawn("sh", ["-c", script], {
     stdio: ["pipe", "ignore", "ignore"],
     detached: true,

@@ -6,7 +6,8 @@
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { createHash } from "node:crypto";
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
@@ -64,8 +65,8 @@ class ScribeVm {
     await qemuIo(frozen, `write -P ${this.generation} ${this.generation * MiB} 64k`, false);
     await writeMeta(dir, this.backing);
     this.backing = { file: frozen, format: "qcow2", snapshotDir: dir };
-    const files = await sealSnapshot(dir);
-    return { files, pausedMs: 0, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0 };
+    await sealSnapshot(dir);
+    return { pausedMs: 0, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0 };
   }
 
   asVm(): Vm {
@@ -236,6 +237,7 @@ it("keeps a snapshot released while it is being flattened until the flatten is d
   });
   const real = testDriver();
   const gated = {
+    checksumSnapshot: (dir: string) => real.checksumSnapshot(dir),
     flattenDisk: async (dir: string, onto: string) => {
       flattening();
       await gate;
@@ -262,6 +264,7 @@ it("leaves the snapshot as it was when flattening fails", async () => {
   const real = testDriver();
   // qemu-img is asked to rebase onto a directory with no disk in it.
   const misdirected = {
+    checksumSnapshot: (dir: string) => real.checksumSnapshot(dir),
     flattenDisk: (dir: string, onto: string) => real.flattenDisk(dir, join(onto, "missing")),
   };
   const { layout, catalog, store, pauses } = await fixture(
@@ -291,6 +294,32 @@ it("sweeps snapshots nothing uses, and keeps those in use and the template's", a
   const kept = (await readdir(layout.snapshotsDir)).sort();
   assert.equal(kept.length, 3, "template, the paused sandbox's snapshot and its parent");
   assert.ok(kept.includes(used) && kept.includes("template"));
+  await store.close();
+  await catalog.close();
+});
+
+it("records each capture's checksums after it returns, hands them to restores, and finishes a crash's at start", async () => {
+  const { layout, catalog, store, pauses } = await fixture("checksums", 0);
+  const id = await pauses(1);
+  const dir = join(layout.snapshotsDir, id);
+  const files = await store.sealedFiles(dir); // waits for the checksums in flight
+  const names = (await readdir(dir)).sort();
+  assert.deepEqual(
+    files?.map((f) => f.name),
+    names,
+  );
+  for (const file of files ?? []) {
+    const bytes = await readFile(join(dir, file.name));
+    assert.equal(file.sha256, createHash("sha256").update(bytes).digest("hex"), file.name);
+  }
+  assert.equal(await store.sealedFiles(join(layout.snapshotsDir, "elsewhere")), undefined);
+  // A crash between the capture's record and its checksums' leaves a row without them.
+  const row = await catalog.getSnapshot(id);
+  assert.ok(row);
+  await catalog.putSnapshot({ ...row, files: undefined });
+  // Two: this one, and the fixture's template (its row was put by hand, without checksums).
+  assert.equal(await store.checksumUnrecorded(), 2);
+  assert.deepEqual((await catalog.getSnapshot(id))?.files, files);
   await store.close();
   await catalog.close();
 });

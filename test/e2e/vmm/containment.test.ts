@@ -97,7 +97,7 @@ describe("VMM containment (real guests)", () => {
   };
   const capture = async (vm: Vm, dir: string, resume: boolean) => {
     const timing = await vm.snapshot(dir, { resume });
-    sealed.set(dir, timing.files);
+    sealed.set(dir, await driver.checksumSnapshot(dir));
     return timing;
   };
 
@@ -321,7 +321,7 @@ os.close(fd)`;
       const group = await cgroups.create("vm1", limitsFor({ vcpus: 1, memoryMiB: 64 }));
       const victim = spawn("sleep", ["600"], { stdio: "ignore", detached: true });
       for (const procs of group.procs) await writeFile(procs, String(victim.pid));
-      startVmmWatchdog(cgroups);
+      startVmmWatchdog(cgroups, "/nonexistent");
       console.log(victim.pid);
       setInterval(() => {}, 1000);`;
     const server = spawn(
