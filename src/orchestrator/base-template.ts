@@ -4,6 +4,7 @@ import type { Catalog, TemplateRow } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
 import { type SlotPool, TAP_NAME } from "../network/index.js";
 import { GATEWAY_ADDRESS, GUEST_ADDRESS } from "../protocol/index.js";
+import { crashPoint } from "../shared/crash-point.js";
 import type { Logger } from "../shared/index.js";
 import { type MachineShape, SnapshotMismatchError, type VmmDriver } from "../vmm/index.js";
 import type { GuestAgent } from "./guest-agent.js";
@@ -47,6 +48,7 @@ export interface BaseTemplateOptions {
 export async function ensureBaseTemplate(options: BaseTemplateOptions): Promise<TemplateRow> {
   const { catalog, shape, logger, snapshots } = options;
   const current = await catalog.getTemplate(BASE_TEMPLATE);
+  await dropReplaced(options, current);
   if (current) {
     const reason = await staleReason(current, options);
     if (reason === undefined) return current;
@@ -62,11 +64,30 @@ export async function ensureBaseTemplate(options: BaseTemplateOptions): Promise<
   if (current) {
     // Its capture goes too, unless paused sandboxes or later snapshots still stand on it.
     await catalog.deleteTemplate(current.id);
+    crashPoint("base-template.replace.after-delete");
     const deleted = await snapshots.release(current.snapshotId);
     if (deleted.length === 0)
       logger.info({ snapshot: current.snapshotId }, "template.snapshot_kept");
   }
   return row;
+}
+
+/**
+ * Deletes base templates `current` replaced: a rebuild moves the alias to the new template
+ * before it deletes the old one, so a server that died in between left the old row (which
+ * nothing would ever delete: the API refuses to delete a base template) and its data.
+ */
+async function dropReplaced(
+  options: BaseTemplateOptions,
+  current: TemplateRow | undefined,
+): Promise<void> {
+  const { catalog, snapshots, logger } = options;
+  for (const old of await catalog.listTemplates()) {
+    if (old.kind !== "base" || old.id === current?.id) continue;
+    await catalog.deleteTemplate(old.id);
+    await snapshots.release(old.snapshotId);
+    logger.warn({ template: old.id, snapshot: old.snapshotId }, "template.replaced_dropped");
+  }
 }
 
 /** Why the stored template is not what a build now would make, or undefined if it is. */
@@ -130,6 +151,7 @@ export async function bootTemplate(
   const { shape } = input;
   const images = { ...options.images, baseRootfs: input.rootfs };
   const slot = await slots.acquire();
+  crashPoint("base-template.boot.after-slot");
   const vmId = `template${newId()}`;
   let vm: Awaited<ReturnType<VmmDriver["boot"]>> | undefined;
   let snapshotId: string;
@@ -137,6 +159,7 @@ export async function bootTemplate(
     vm = await driver.boot(
       guestSpec({ id: vmId, slot, images, shape, runtimeDir: runtimeDir(layout, vmId) }),
     );
+    crashPoint("base-template.boot.after-boot");
     await agent.waitForHealth(slot.hostAddress, { deadlineMs: 180_000, exited: vm.exited });
     await agent.exercise(slot.hostAddress);
     // Captured from a quiet guest: right after boot, every restore would re-run the guest's
@@ -147,6 +170,7 @@ export async function bootTemplate(
       names: input.aliases.map((alias) => `${alias}:default`),
       resume: false,
     }));
+    crashPoint("base-template.boot.after-capture");
     await rm(vm.spec.runtimeDir, { recursive: true, force: true });
   } catch (err) {
     await vm?.destroy().catch(() => {});
@@ -168,6 +192,7 @@ export async function bootTemplate(
     ...(input.config && { config: input.config }),
   };
   await catalog.putTemplate(row);
+  crashPoint("base-template.boot.after-put");
   return row;
 }
 

@@ -1,4 +1,5 @@
 import type { Catalog, TemplateRow } from "../catalog/index.js";
+import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, toWarrenError, WarrenError } from "../shared/index.js";
 import { newId } from "./ids.js";
 import type { Lifecycle } from "./lifecycle.js";
@@ -70,6 +71,7 @@ export class Forks {
         }
       }),
     );
+    crashPoint("forks.fork.after-children");
     const startedCount = results.filter((r) => "sandbox" in r).length;
     const durationMs = Math.round(performance.now() - started);
     this.#o.logger.info(
@@ -132,6 +134,7 @@ export class Forks {
       createdAt: new Date().toISOString(),
     };
     await catalog.putTemplate(row);
+    crashPoint("forks.template.after-put");
     await lifecycle.event(sandboxId, "sandbox.snapshotted", { template: row.id, snapshotId });
     return row;
   }
@@ -172,8 +175,10 @@ export class Forks {
       );
     }
     await catalog.deleteTemplate(template.id);
+    crashPoint("forks.drop-template.after-delete");
     // Pooled VMMs were restored from the snapshot: they go before it may.
     await pool.forget(template.snapshotId);
+    crashPoint("forks.drop-template.after-forget");
     await snapshots.release(template.snapshotId);
   }
 
@@ -190,8 +195,10 @@ export class Forks {
         kind,
         resume: true,
       });
+      crashPoint("forks.capture.after-capture");
       // Its disk now stands on the capture.
       await lifecycle.update(live, { snapshotId });
+      crashPoint("forks.capture.after-update");
       this.#o.logger.info(
         { sandboxId: live.row.id, snapshotId, kind, ...timing },
         "sandbox.captured",

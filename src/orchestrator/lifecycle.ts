@@ -1,6 +1,7 @@
 import { EventEmitter } from "node:events";
 import type { Catalog, SandboxPatch, SandboxRow } from "../catalog/index.js";
 import { validateEgressPolicy } from "../network/index.js";
+import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { Vm } from "../vmm/index.js";
 import type { Capacity } from "./capacity.js";
@@ -72,12 +73,14 @@ export class Lifecycle {
     const { catalog, table, capacity, pool } = this.#o;
     const snapshotId = fresh.snapshotId as string;
     const warm = template && pool.take(template);
+    crashPoint("lifecycle.launch.after-take");
     // A warmed VMM brings its id (its runtime dir is named after it) and its capacity share.
     const row = warm ? { ...fresh, id: warm.id } : fresh;
     const releaseCapacity = warm ? warm.releaseCapacity : capacity.reserve(row);
     const live: LiveSandbox = { row, releaseCapacity, abort: new AbortController(), metrics: [] };
     try {
       await catalog.insertSandbox(row);
+      crashPoint("lifecycle.launch.after-insert");
     } catch (err) {
       if (warm) await pool.discard(warm);
       else releaseCapacity();
@@ -93,6 +96,7 @@ export class Lifecycle {
       try {
         await this.#startVm(live, snapshotId, presentToken, warm);
         await this.update(live, { state: "running" });
+        crashPoint("lifecycle.launch.after-running");
         this.ttl.arm(live);
       } catch (err) {
         const killed = live.abort?.signal.aborted === true;
@@ -119,6 +123,7 @@ export class Lifecycle {
     if (!vm) throw new WarrenError("sandbox_busy", `sandbox ${live.row.id} is not running`);
     this.ttl.clear(live.row.id);
     await this.update(live, { state: "pausing" });
+    crashPoint("lifecycle.pause.after-pausing");
     let captured: Awaited<ReturnType<SnapshotStore["capture"]>>;
     try {
       captured = await this.#o.snapshots.capture(vm, {
@@ -136,11 +141,14 @@ export class Lifecycle {
       }
       throw err;
     }
+    crashPoint("lifecycle.pause.after-capture");
     const { id: snapshotId, timing } = captured;
     live.vm = undefined;
     this.#stopped.emit("stopped", live.row.id);
     await this.update(live, { state: "paused", snapshotId });
+    crashPoint("lifecycle.pause.after-paused");
     await this.#o.vms.release(live);
+    crashPoint("lifecycle.pause.after-release");
     this.#log.info({ sandboxId: live.row.id, ...timing }, "sandbox.paused");
     await this.event(live.row.id, "sandbox.paused", { ...timing });
   }
@@ -155,6 +163,7 @@ export class Lifecycle {
     live.abort = new AbortController();
     const started = performance.now();
     await this.update(live, { state: "resuming" });
+    crashPoint("lifecycle.resume.after-resuming");
     try {
       await this.#startVm(live, snapshotId);
     } catch (err) {
@@ -176,6 +185,7 @@ export class Lifecycle {
       state: "running",
       endAt: new Date(Date.now() + timeoutMs).toISOString(),
     });
+    crashPoint("lifecycle.resume.after-running");
     this.ttl.arm(live);
     const durationMs = Math.round(performance.now() - started);
     this.#log.info({ sandboxId: live.row.id, durationMs }, "sandbox.resumed");
@@ -203,9 +213,13 @@ export class Lifecycle {
     this.ttl.clear(id);
     this.#stopped.emit("stopped", id);
     await this.update(live, { state: "killing" }).catch(() => {});
+    crashPoint("lifecycle.teardown.after-killing");
     await this.#o.vms.release(live);
+    crashPoint("lifecycle.teardown.after-release");
     await this.update(live, { state: "killed", endedReason: reason, snapshotId: undefined });
+    crashPoint("lifecycle.teardown.after-killed");
     await this.#o.snapshots.release(standsOn);
+    crashPoint("lifecycle.teardown.after-snapshots");
     this.#o.table.remove(id);
     this.#log.info({ sandboxId: id, reason }, "sandbox.killed");
     await this.event(id, "sandbox.killed", { reason });
@@ -260,6 +274,7 @@ export class Lifecycle {
     const started = performance.now();
     if (warm) await vms.startWarm(live, warm, policy, signal);
     else await vms.restore(live, snapshotId, policy, signal);
+    crashPoint("lifecycle.start.after-vm");
     const vmMs = Math.round(performance.now() - started);
     this.#watchExit(live);
     signal?.throwIfAborted();
@@ -276,6 +291,7 @@ export class Lifecycle {
     } finally {
       clearTimeout(lease);
     }
+    crashPoint("lifecycle.start.after-init");
     signal?.throwIfAborted();
     const initMs = Math.round(performance.now() - started) - vmMs;
     this.#log.info(

@@ -1,5 +1,5 @@
 import { readdir, rm } from "node:fs/promises";
-import type { Catalog } from "../catalog/index.js";
+import type { Catalog, SandboxRow } from "../catalog/index.js";
 import type { Logger } from "../shared/index.js";
 import type { VmmDriver } from "../vmm/index.js";
 import type { StateLayout } from "./layout.js";
@@ -17,35 +17,27 @@ export interface RecoveryOptions {
  * At start: sandboxes an earlier server left running (or mid-transition) cannot be
  * re-adopted (their network slots are rebuilt from scratch), so they are reported lost:
  * any VMM still alive is killed, runtime directories removed, and their rows marked killed
- * with the reason. Paused sandboxes are untouched: their snapshots are on disk. Snapshots
- * nothing uses any more (e.g. layers a flatten made redundant) are deleted.
+ * with the reason. Two transitions had already saved the whole sandbox and end paused
+ * instead: a pause whose capture is recorded, and a resume (its snapshot is untouched until
+ * the resume completes). Paused sandboxes are untouched: their snapshots are on disk.
+ * Snapshots nothing uses any more (e.g. layers a flatten made redundant) are deleted, and so
+ * are snapshot directories without a row (a capture cut short).
  */
 export async function recoverLeftovers(options: RecoveryOptions): Promise<void> {
   const { catalog, driver, layout, snapshots, logger } = options;
   const killed = await driver.killOrphans(layout.runDir);
   if (killed > 0) logger.warn({ count: killed }, "recovery.vmm_killed");
-  const lost = await catalog.listSandboxes([
+  const stopped = await catalog.listSandboxes([
     "creating",
     "running",
     "pausing",
     "resuming",
     "killing",
   ]);
-  for (const row of lost) {
-    const reason = `lost: the server stopped while the sandbox was ${row.state}`;
-    await catalog.updateSandbox(row.id, {
-      state: "killed",
-      endedReason: reason,
-      snapshotId: undefined,
-    });
-    await snapshots.release(row.snapshotId);
-    await catalog.recordEvent({
-      at: new Date().toISOString(),
-      sandboxId: row.id,
-      kind: "sandbox.lost",
-      detail: { state: row.state },
-    });
-    logger.warn({ sandboxId: row.id, state: row.state }, "sandbox.lost");
+  for (const row of stopped) {
+    const pausedOn = await savedSnapshot(catalog, row);
+    if (pausedOn) await markPaused(options, row, pausedOn);
+    else await markLost(options, row);
   }
   const checksummed = await snapshots.checksumUnrecorded();
   if (checksummed > 0) logger.info({ count: checksummed }, "recovery.snapshots_checksummed");
@@ -53,7 +45,57 @@ export async function recoverLeftovers(options: RecoveryOptions): Promise<void> 
   if (finished > 0) logger.info({ count: finished }, "recovery.flattens_finished");
   const swept = await snapshots.sweep();
   if (swept > 0) logger.info({ count: swept }, "recovery.snapshots_deleted");
+  const unrecorded = await snapshots.removeUnrecorded();
+  if (unrecorded > 0) logger.warn({ count: unrecorded }, "recovery.snapshot_dirs_removed");
   for (const entry of await readdir(layout.runDir).catch(() => [] as string[])) {
     await rm(`${layout.runDir}/${entry}`, { recursive: true, force: true });
   }
+}
+
+/**
+ * The snapshot that holds the whole of a sandbox stopped mid-transition, if one does: a
+ * resuming sandbox's pause snapshot (only read by the restore), or the capture a pause
+ * recorded before the server died (its row is written once every file is).
+ */
+async function savedSnapshot(catalog: Catalog, row: SandboxRow): Promise<string | undefined> {
+  if (!row.snapshotId) return undefined;
+  if (row.state === "resuming") return row.snapshotId;
+  if (row.state !== "pausing") return undefined;
+  const captures = await catalog.listSnapshots({ sandboxId: row.id });
+  // The pause stacks its capture on what the sandbox stood on.
+  return captures.find((s) => s.kind === "pause" && s.parentId === row.snapshotId)?.id;
+}
+
+async function markPaused(
+  options: RecoveryOptions,
+  row: SandboxRow,
+  snapshotId: string,
+): Promise<void> {
+  const { catalog, logger } = options;
+  await catalog.updateSandbox(row.id, { state: "paused", snapshotId });
+  await catalog.recordEvent({
+    at: new Date().toISOString(),
+    sandboxId: row.id,
+    kind: "sandbox.recovered",
+    detail: { state: row.state, now: "paused", snapshotId },
+  });
+  logger.warn({ sandboxId: row.id, state: row.state, snapshotId }, "sandbox.recovered_paused");
+}
+
+async function markLost(options: RecoveryOptions, row: SandboxRow): Promise<void> {
+  const { catalog, snapshots, logger } = options;
+  const reason = `lost: the server stopped while the sandbox was ${row.state}`;
+  await catalog.updateSandbox(row.id, {
+    state: "killed",
+    endedReason: reason,
+    snapshotId: undefined,
+  });
+  await snapshots.release(row.snapshotId);
+  await catalog.recordEvent({
+    at: new Date().toISOString(),
+    sandboxId: row.id,
+    kind: "sandbox.lost",
+    detail: { state: row.state },
+  });
+  logger.warn({ sandboxId: row.id, state: row.state }, "sandbox.lost");
 }

@@ -2,6 +2,7 @@ import { rm } from "node:fs/promises";
 import type { Catalog } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
 import { type EgressPolicy, type SlotPool, sameEgressPolicy } from "../network/index.js";
+import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { Vm, VmmDriver } from "../vmm/index.js";
 import type { GuestAgent } from "./guest-agent.js";
@@ -46,7 +47,10 @@ export class SandboxVms {
     live.guestCalls = new AbortController();
     try {
       signal?.throwIfAborted();
-      if (!sameEgressPolicy(warm.slot.policy, policy)) await warm.slot.setPolicy(policy);
+      if (!sameEgressPolicy(warm.slot.policy, policy)) {
+        await warm.slot.setPolicy(policy);
+        crashPoint("sandbox-vms.start-warm.after-policy");
+      }
       signal?.throwIfAborted();
     } catch (err) {
       await warm.prepared.discard();
@@ -68,6 +72,7 @@ export class SandboxVms {
       throw new WarrenError("internal", `snapshot ${snapshotId} is missing from the catalog`);
     }
     live.slot = await this.#o.slots.acquire(policy);
+    crashPoint("sandbox-vms.restore.after-slot");
     live.guestCalls = new AbortController();
     signal?.throwIfAborted();
     const spec = guestSpec({

@@ -1,6 +1,7 @@
-import { rm } from "node:fs/promises";
-import { basename } from "node:path";
+import { readdir, rm } from "node:fs/promises";
+import { basename, join } from "node:path";
 import type { Catalog, SnapshotFileRecord, SnapshotRow } from "../catalog/index.js";
+import { crashPoint } from "../shared/crash-point.js";
 import type { Logger } from "../shared/index.js";
 import type { SnapshotTiming, Vm, VmmDriver } from "../vmm/index.js";
 import { newId } from "./ids.js";
@@ -74,6 +75,7 @@ export class SnapshotStore {
     let timing: SnapshotTiming;
     try {
       timing = await vm.snapshot(dir, { resume: input.resume });
+      crashPoint("snapshot-store.capture.after-snapshot");
     } catch (err) {
       await rm(dir, { recursive: true, force: true });
       throw err;
@@ -160,7 +162,9 @@ export class SnapshotStore {
           break;
         }
         await rm(snapshot.dir, { recursive: true, force: true });
+        crashPoint("snapshot-store.release.after-rm");
         await catalog.deleteSnapshot(id);
+        crashPoint("snapshot-store.release.after-delete");
         deleted.push(id);
         id = snapshot.parentId;
       }
@@ -178,6 +182,24 @@ export class SnapshotStore {
       deleted += (await this.release(row.id)).length;
     }
     return deleted;
+  }
+
+  /**
+   * Removes snapshot directories no catalog row names: a capture the server died in wrote its
+   * directory but never its row, so nothing can use it. Only at start: a capture in progress
+   * looks the same. Returns how many were removed.
+   */
+  async removeUnrecorded(): Promise<number> {
+    const { catalog, layout } = this.#o;
+    const recorded = new Set((await catalog.listSnapshots()).map((row) => row.dir));
+    let removed = 0;
+    for (const entry of await readdir(layout.snapshotsDir).catch(() => [] as string[])) {
+      const dir = join(layout.snapshotsDir, entry);
+      if (recorded.has(dir)) continue;
+      await rm(dir, { recursive: true, force: true });
+      removed += 1;
+    }
+    return removed;
   }
 
   /**
@@ -233,6 +255,7 @@ export class SnapshotStore {
       // Its checksums first: recorded after the flatten's, they would be the old files'.
       await this.#checksums.get(id);
       const plan = await this.#o.driver.flattenDisk(snapshot.dir, anchor.dir);
+      crashPoint("snapshot-store.flatten.after-plan");
       // Recorded before the files are swapped: a crash in between is finished at the next
       // start (recovery), never left with files the record does not match.
       const recorded = await this.#graph.run("graph", async () => {
@@ -241,8 +264,10 @@ export class SnapshotStore {
           await catalog.putSnapshot({ ...current, parentId: anchor.id, files: plan.files });
         return current !== undefined;
       });
+      crashPoint("snapshot-store.flatten.after-record");
       if (recorded) await plan.commit();
       else await plan.discard();
+      crashPoint("snapshot-store.flatten.after-commit");
       this.#o.logger.info(
         {
           snapshotId: id,

@@ -1,6 +1,7 @@
 import { readFile } from "node:fs/promises";
 import type { GuestArtifacts } from "../images/index.js";
 import type { Slot, SlotPool } from "../network/index.js";
+import { crashPoint } from "../shared/crash-point.js";
 import type { Logger } from "../shared/index.js";
 import type { MachineShape, PreparedRestore, VmmDriver } from "../vmm/index.js";
 import type { Capacity } from "./capacity.js";
@@ -411,6 +412,7 @@ export class WarmPool {
     let prepared: PreparedRestore | undefined;
     try {
       slot = await slots.acquire();
+      crashPoint("warm-pool.make.after-slot");
       const id = newId();
       const spec = guestSpec({
         id,
@@ -420,6 +422,7 @@ export class WarmPool {
         runtimeDir: runtimeDir(layout, id),
       });
       prepared = await driver.prepareRestore(target.dir, spec, { background: true });
+      crashPoint("warm-pool.make.after-prepare");
       const host = slot.hostAddress;
       // Warm the paths a create and its first calls take next. Both calls are bounded
       // (the template's envd may be anything its user left there) and end with close().
@@ -428,6 +431,7 @@ export class WarmPool {
         await agent.waitForHealth(host, { deadlineMs: WARM_HEALTH_DEADLINE_MS, signal });
         await agent.exercise(host, target.token, signal);
       });
+      crashPoint("warm-pool.make.after-warm");
       const durationMs = Math.round(this.#now() - started);
       this.#warmMs += WARM_TIME_WEIGHT * (durationMs - this.#warmMs);
       logger.info({ snapshotId: target.snapshotId, durationMs }, "pool.vmm_warmed");

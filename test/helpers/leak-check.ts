@@ -11,7 +11,7 @@ import { runEnv } from "./run-env.js";
 // server's `warren-<n>`, `wv<n>`, `warren:<n>`, another run's) are neither reported nor
 // removed. Run prefixes all have the same length, so none is the start of another.
 
-interface Leftovers {
+export interface Leftovers {
   netns: string[];
   links: string[];
   /** [table, iptables-save line] */
@@ -41,7 +41,8 @@ async function childGroups(parent: string): Promise<string[]> {
   return entries.filter((e) => e.isDirectory()).map((e) => join(parent, e.name));
 }
 
-async function findLeftovers(prefix: string): Promise<Leftovers> {
+/** Everything named under `prefix` on the host: namespaces, links, host iptables rules. */
+export async function findLeftovers(prefix: string): Promise<Leftovers> {
   const netns = (await readdir("/run/netns").catch(() => [])).filter((n) =>
     n.startsWith(`${prefix}-`),
   );
