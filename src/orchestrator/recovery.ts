@@ -39,14 +39,15 @@ export async function recoverLeftovers(options: RecoveryOptions): Promise<void> 
     if (pausedOn) await markPaused(options, row, pausedOn);
     else await markLost(options, row);
   }
-  const checksummed = await snapshots.checksumUnrecorded();
-  if (checksummed > 0) logger.info({ count: checksummed }, "recovery.snapshots_checksummed");
   const finished = await snapshots.finishFlattens();
   if (finished > 0) logger.info({ count: finished }, "recovery.flattens_finished");
   const swept = await snapshots.sweep();
   if (swept > 0) logger.info({ count: swept }, "recovery.snapshots_deleted");
   const unrecorded = await snapshots.removeUnrecorded();
   if (unrecorded > 0) logger.warn({ count: unrecorded }, "recovery.snapshot_dirs_removed");
+  // Last: only what is kept is worth hashing (captures sealed before the crash, unhashed).
+  const checksummed = await snapshots.checksumUnrecorded();
+  if (checksummed > 0) logger.info({ count: checksummed }, "recovery.snapshots_checksummed");
   for (const entry of await readdir(layout.runDir).catch(() => [] as string[])) {
     await rm(`${layout.runDir}/${entry}`, { recursive: true, force: true });
   }
