@@ -31,10 +31,11 @@ export function isRecentEnough(version: readonly [number, number] | undefined): 
 export async function installedQemuVersion(
   runner: CommandRunner,
 ): Promise<[number, number] | undefined> {
-  const { stdout, code } = await runner.run("qemu-system-x86_64", ["--version"], {
-    allowFailure: true,
-  });
-  return code === 0 ? parseQemuVersion(stdout) : undefined;
+  // Not installed at all: spawning it fails (ENOENT) rather than exiting non-zero.
+  const result = await runner
+    .run("qemu-system-x86_64", ["--version"], { allowFailure: true })
+    .catch(() => undefined);
+  return result?.code === 0 ? parseQemuVersion(result.stdout) : undefined;
 }
 
 /** The host's Debian codename (`bookworm`), or undefined on anything else. */
