@@ -14,7 +14,7 @@ import type {
 } from "../driver.js";
 import { SnapshotTamperedError } from "../errors.js";
 import { cpuModel, type DiskLayer, kernelCommandLine, qemuArgs } from "./args.js";
-import { limitsFor, type VmCgroups } from "./cgroups.js";
+import { limitsFor, type VmCgroup, type VmCgroups } from "./cgroups.js";
 import { finishFlatten, prepareFlatten } from "./flatten-disk.js";
 import { hostTscKhz } from "./host-tsc.js";
 import { explainFailure, launch, loadDeviceState, runtimePaths } from "./launch.js";
@@ -136,7 +136,7 @@ export class QemuDriver implements VmmDriver {
       tcgCacheMiB: this.#o.tcgCacheMiB,
       jail: input.identity,
     });
-    let cgroup: Awaited<ReturnType<VmCgroups["create"]>> | undefined;
+    let cgroup: VmCgroup | undefined;
     try {
       cgroup = await this.#o.cgroups?.create(spec.id, limitsFor(spec.shape, this.#o.tcgCacheMiB));
     } catch (err) {
@@ -144,7 +144,7 @@ export class QemuDriver implements VmmDriver {
       await rm(spec.runtimeDir, { recursive: true, force: true });
       throw err;
     }
-    const launched = await launch(spec, args, paths.qmpSocket, {
+    return launch(spec, args, paths.qmpSocket, {
       mergeable: this.#o.mergeMemory,
       cgroupProcs: cgroup?.procs,
       onExit: async () => {
@@ -152,7 +152,6 @@ export class QemuDriver implements VmmDriver {
         await cgroup?.remove().catch(() => {});
       },
     });
-    return launched;
   }
 
   #giveBack(identity: VmmIdentity | undefined): void {
@@ -271,6 +270,10 @@ export class QemuDriver implements VmmDriver {
     const dirs = new Set([snapshotDir, dirname(meta.memoryImage)]);
     let below = meta.diskBacking;
     while (below?.snapshotDir) {
+      if (dirs.has(below.snapshotDir))
+        throw new SnapshotTamperedError(
+          `${snapshotDir}: its disk chain loops at ${below.snapshotDir}`,
+        );
       dirs.add(below.snapshotDir);
       below = (await readSnapshotMeta(below.snapshotDir)).diskBacking;
     }
