@@ -267,16 +267,17 @@ export class QemuDriver implements VmmDriver {
     const filesOf = this.#o.sealedFiles;
     if (!filesOf) return;
     const meta = await readSnapshotMeta(snapshotDir);
-    const dirs = new Set([snapshotDir, dirname(meta.memoryImage)]);
+    const chain = new Set([snapshotDir]);
     let below = meta.diskBacking;
     while (below?.snapshotDir) {
-      if (dirs.has(below.snapshotDir))
+      if (chain.has(below.snapshotDir))
         throw new SnapshotTamperedError(
           `${snapshotDir}: its disk chain loops at ${below.snapshotDir}`,
         );
-      dirs.add(below.snapshotDir);
+      chain.add(below.snapshotDir);
       below = (await readSnapshotMeta(below.snapshotDir)).diskBacking;
     }
+    const dirs = new Set([...chain, dirname(meta.memoryImage)]);
     for (const dir of dirs) {
       const files = await filesOf(dir);
       if (!files) throw new SnapshotTamperedError(`${dir}: no checksums recorded for its files`);
