@@ -1,10 +1,9 @@
-import { readFile } from "node:fs/promises";
 import type { GuestArtifacts } from "../images/index.js";
 import type { Slot, SlotPool } from "../network/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import type { Logger } from "../shared/index.js";
 import type { MachineShape, PreparedRestore, VmmDriver } from "../vmm/index.js";
-import type { Capacity } from "./capacity.js";
+import { type Capacity, hostAvailableMiB } from "./capacity.js";
 import type { GuestAgent } from "./guest-agent.js";
 import { newId } from "./ids.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
@@ -134,7 +133,7 @@ export class WarmPool {
   constructor(options: WarmPoolOptions) {
     this.#o = options;
     this.#now = options.now ?? Date.now;
-    this.#availableMiB = options.availableMiB ?? hostAvailableMiB;
+    this.#availableMiB = options.availableMiB ?? (async () => hostAvailableMiB());
     options.capacity.reclaimWith(() => this.#reclaimOne());
   }
 
@@ -443,11 +442,4 @@ export class WarmPool {
       throw err;
     }
   }
-}
-
-/** MemAvailable from /proc/meminfo, MiB. */
-async function hostAvailableMiB(): Promise<number> {
-  const text = await readFile("/proc/meminfo", "utf8");
-  const kib = Number(/^MemAvailable:\s+(\d+)/m.exec(text)?.[1] ?? 0);
-  return kib / 1024;
 }
