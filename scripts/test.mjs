@@ -68,7 +68,14 @@ const testArgs = (files, concurrency) => [
  * test/helpers/registry.ts checks for them), installed once from Debian's packages.
  * Installing docker-registry does not start its service: policy-rc.d forbids it.
  */
-const E2E_PACKAGES = ["docker-registry", "skopeo", "apache2-utils", "zstd", "e2fsprogs"];
+const E2E_PACKAGES = [
+  "docker-registry",
+  "skopeo",
+  "apache2-utils",
+  "zstd",
+  "e2fsprogs",
+  "postgresql",
+];
 
 function ensureE2ePackages() {
   const missing = E2E_PACKAGES.filter(

@@ -1,0 +1,164 @@
+import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { chown, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { createServer } from "node:net";
+import { tmpdir, userInfo } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import pg from "pg";
+
+const run = promisify(execFile);
+
+// A real PostgreSQL for the e2e tier: Debian's binaries (package `postgresql`) run as a
+// server of the test's own, in a temporary directory holding its data and its socket, on a
+// free loopback port. The Debian cluster service is never started or touched: stop() stops
+// only the postmaster of this data directory, then removes the directory.
+
+export interface TestPostgres {
+  /** Connection string of the `postgres` database, as the superuser `warren` (no password). */
+  readonly url: string;
+  /** Creates an empty database and returns its connection string. */
+  createDatabase(name: string): Promise<string>;
+  /** Drops a database made by createDatabase, closing its connections first. */
+  dropDatabase(name: string): Promise<void>;
+  stop(): Promise<void>;
+}
+
+const SUPERUSER = "warren";
+const START_TIMEOUT_MS = 30_000;
+/** The server runs as this user when the tests run as root (PostgreSQL refuses root). */
+const SERVER_USER = "postgres";
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (!address || typeof address === "string") throw new Error("no port");
+  return address.port;
+}
+
+/** The newest installed major version's bin directory, e.g. /usr/lib/postgresql/15/bin. */
+async function binDir(): Promise<string> {
+  const versions = await readdir("/usr/lib/postgresql").catch(() => [] as string[]);
+  const newest = versions
+    .filter((v) => /^\d+$/.test(v))
+    .sort((a, b) => Number(b) - Number(a))
+    .at(0);
+  if (!newest) {
+    throw new Error("PostgreSQL is not installed: apt-get install -y postgresql");
+  }
+  return join("/usr/lib/postgresql", newest, "bin");
+}
+
+const DATABASE_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/** Starts a fresh PostgreSQL server; register `after(() => pg.stop())` on the next line. */
+export async function startPostgres(): Promise<TestPostgres> {
+  const bin = await binDir();
+  const dir = await mkdtemp(join(tmpdir(), "warren-pg-"));
+  const data = join(dir, "data");
+  const asRoot = userInfo().uid === 0;
+  // As root, everything runs as `postgres`, which must own the directory it writes in.
+  const command = (tool: string): [string, string[]] =>
+    asRoot ? ["runuser", ["-u", SERVER_USER, "--", join(bin, tool)]] : [join(bin, tool), []];
+  const runTool = async (tool: string, args: string[]) => {
+    const [file, prefix] = command(tool);
+    await run(file, [...prefix, ...args], { cwd: dir });
+  };
+
+  let child: ChildProcess | undefined;
+  let exited: Promise<void> = Promise.resolve();
+  const stop = async () => {
+    if (child && child.exitCode === null && child.signalCode === null) {
+      // pg_ctl signals the postmaster named in this data directory's postmaster.pid alone.
+      await runTool("pg_ctl", ["stop", "-D", data, "-m", "fast", "-w", "-t", "20"]).catch(
+        async () => {
+          const pid = Number((await readFile(join(data, "postmaster.pid"), "utf8")).split("\n")[0]);
+          if (Number.isSafeInteger(pid) && pid > 0) process.kill(pid, "SIGQUIT");
+        },
+      );
+      await exited;
+    }
+    await rm(dir, { recursive: true, force: true });
+  };
+
+  try {
+    if (asRoot) {
+      const { stdout } = await run("id", ["-u", SERVER_USER]);
+      const { stdout: gid } = await run("id", ["-g", SERVER_USER]);
+      await chown(dir, Number(stdout.trim()), Number(gid.trim()));
+    }
+    await runTool("initdb", [
+      "-D",
+      data,
+      "-U",
+      SUPERUSER,
+      "--auth=trust",
+      "--encoding=UTF8",
+      "--locale=C",
+      "--no-sync",
+    ]);
+    const port = await freePort();
+    const [file, prefix] = command("postgres");
+    // Durability is not wanted here; a small server costs the host little.
+    const settings = [
+      "fsync=off",
+      "synchronous_commit=off",
+      "full_page_writes=off",
+      "autovacuum=off",
+      "shared_buffers=16MB",
+      "max_connections=60",
+    ].flatMap((s) => ["-c", s]);
+    child = spawn(
+      file,
+      [...prefix, "-D", data, "-k", dir, "-h", "127.0.0.1", "-p", String(port), ...settings],
+      { cwd: dir, stdio: ["ignore", "ignore", "pipe"] },
+    );
+    let stderr = "";
+    child.stderr?.on("data", (chunk: Buffer) => {
+      stderr = (stderr + chunk.toString()).slice(-4000);
+    });
+    const started = child;
+    exited = new Promise<void>((resolve) => started.once("exit", () => resolve()));
+
+    const base = `postgres://${SUPERUSER}@127.0.0.1:${port}`;
+    const url = `${base}/postgres`;
+    const admin = async (sql: string) => {
+      const client = new pg.Client({ connectionString: url });
+      await client.connect();
+      try {
+        await client.query(sql);
+      } finally {
+        await client.end();
+      }
+    };
+    const deadline = Date.now() + START_TIMEOUT_MS;
+    for (;;) {
+      const ready = await admin("SELECT 1").then(
+        () => true,
+        () => false,
+      );
+      if (ready) break;
+      if (started.exitCode !== null || Date.now() > deadline) {
+        throw new Error(`PostgreSQL did not start on port ${port}:\n${stderr}`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const checked = (name: string) => {
+      if (!DATABASE_NAME.test(name)) throw new Error(`bad database name ${name}`);
+      return name;
+    };
+    return {
+      url,
+      createDatabase: async (name) => {
+        await admin(`CREATE DATABASE ${checked(name)}`);
+        return `${base}/${name}`;
+      },
+      dropDatabase: (name) => admin(`DROP DATABASE IF EXISTS ${checked(name)} WITH (FORCE)`),
+      stop,
+    };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
