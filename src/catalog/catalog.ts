@@ -1,6 +1,7 @@
 /**
  * The catalog seam: what Warren remembers across restarts. `sqlite/` implements it for one
- * node; a PostgreSQL implementation can follow for many. Rows are plain data: the catalog
+ * node; `postgres/` for many nodes sharing one database, each seeing its own sandboxes
+ * (README: "Node scoping"). Rows are plain data: the catalog
  * knows nothing of VMs or HTTP. Methods are async so that both kinds fit one interface.
  */
 
@@ -110,6 +111,12 @@ export interface SnapshotRow {
   readonly createdAt: string;
   /** Its files as sealed at capture, with checksums: a restore checks them first. */
   readonly files?: readonly SnapshotFileRecord[];
+  /**
+   * When its files were published to the cluster's shared store (ClusterCatalog
+   * markPublished), so another node can fetch and restore them. Only the PostgreSQL catalog
+   * keeps it; putSnapshot ignores it (the flag is markPublished's alone).
+   */
+  readonly publishedAt?: string;
 }
 
 /** One sealed file of a snapshot (the VMM driver's SnapshotFile). */

@@ -13,4 +13,16 @@ export type {
   TemplateRow,
 } from "./catalog.js";
 export { REQUIRED_SANDBOX_KEYS } from "./catalog.js";
+export type {
+  ClusterCatalog,
+  ClusterSandboxRow,
+  NodeCapacity,
+  NodeLoad,
+  NodeRegistration,
+  NodeRow,
+  NodeState,
+  SandboxLocation,
+  StaleNodes,
+} from "./cluster.js";
+export { PostgresCatalog, type PostgresCatalogOptions } from "./postgres/postgres-catalog.js";
 export { SqliteCatalog } from "./sqlite/sqlite-catalog.js";

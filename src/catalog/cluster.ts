@@ -1,0 +1,149 @@
+import type { SandboxRow, SandboxState } from "./catalog.js";
+
+/**
+ * The cluster seam: what gateways and node servers share about each other through one
+ * PostgreSQL database (`postgres/postgres-cluster.ts`). Nodes register and heartbeat;
+ * gateways list nodes to place sandboxes, locate a sandbox to route to it, mark dead nodes
+ * down and move paused sandboxes between nodes. A node's own sandboxes are written through
+ * its `Catalog` (PostgresCatalog, scoped to its node id); this interface reads them across
+ * nodes and changes them only in the few cluster-wide ways below.
+ *
+ * Times are ISO 8601 strings from the database's clock, never a caller's, so that machines
+ * whose clocks disagree still agree on what is stale.
+ */
+
+/**
+ * "up": takes new sandboxes. "draining": serves the sandboxes it has, takes no new ones.
+ * "down": considered dead (markDownStale) or taken out (setNodeState); route nothing to it.
+ */
+export type NodeState = "up" | "draining" | "down";
+
+export interface NodeCapacity {
+  readonly vcpus: number;
+  readonly memoryMiB: number;
+  readonly maxSandboxes: number;
+}
+
+/** What a node reports with each heartbeat. */
+export interface NodeLoad {
+  /** Sandboxes it holds that are not killed (paused ones included). */
+  readonly sandboxes: number;
+  readonly vcpusUsed: number;
+  readonly memoryMiBUsed: number;
+  /** Template ids with a warm (pre-spawned) VMM ready: a create of one of them is fastest. */
+  readonly warmTemplates: readonly string[];
+  /** The node itself is draining (e.g. shutting down). Informative: it does not set `state`. */
+  readonly draining: boolean;
+}
+
+export interface NodeRegistration {
+  /** Stable across the node's restarts: its catalog's node id. */
+  readonly id: string;
+  /** Base URL of the node server's API and proxy, e.g. "http://10.0.0.5:3000". */
+  readonly url: string;
+  readonly capacity: NodeCapacity;
+  /** Free-form placement hints ("zone": "a"); `{}` when absent. */
+  readonly labels?: Readonly<Record<string, string>>;
+}
+
+export interface NodeRow {
+  readonly id: string;
+  readonly url: string;
+  readonly state: NodeState;
+  readonly capacity: NodeCapacity;
+  readonly labels: Readonly<Record<string, string>>;
+  /** The last heartbeat's load; absent until the first heartbeat after registering. */
+  readonly load?: NodeLoad;
+  /** When it last registered. */
+  readonly registeredAt: string;
+  /** When it last registered or heartbeat. */
+  readonly lastHeartbeat: string;
+  /** Milliseconds since lastHeartbeat when the row was read, by the database's clock. */
+  readonly heartbeatAgeMs: number;
+}
+
+/** Where a gateway sends a sandbox's traffic. */
+export interface SandboxLocation {
+  readonly nodeId: string;
+  readonly nodeUrl: string;
+  /** The sandbox's own state ("killed" rows are history: route nothing to them). */
+  readonly state: SandboxState;
+  readonly nodeState: NodeState;
+}
+
+/** A sandbox as seen across the cluster: its row plus the node that holds it. */
+export interface ClusterSandboxRow extends SandboxRow {
+  readonly nodeId: string;
+}
+
+/** What markDownStale changed. */
+export interface StaleNodes {
+  /** Nodes this call marked down (as they are now: state "down"); none already down. */
+  readonly nodes: NodeRow[];
+  /**
+   * Their sandboxes this call made `killed` with endedReason "lost", each with the state it
+   * had: every creating, running, pausing, resuming or killing one, and every paused one
+   * whose snapshot is not published (its files are on the dead node alone). Paused
+   * sandboxes whose snapshot is published are left paused and absent here: another node
+   * can claim (claimSandbox) and resume them.
+   */
+  readonly lost: {
+    readonly sandboxId: string;
+    readonly nodeId: string;
+    readonly was: SandboxState;
+  }[];
+}
+
+export interface ClusterCatalog {
+  /**
+   * Adds the node or updates it (url, capacity, labels): state becomes "up", registeredAt
+   * and lastHeartbeat now, load absent. A node registers at start, after its restart
+   * recovery, and again whenever heartbeat says it is "down".
+   */
+  registerNode(node: NodeRegistration): Promise<void>;
+  /**
+   * Records the node's load and sets lastHeartbeat to now. Does not change state: returns
+   * the node's state so that a node marked "down" (its running sandboxes already reported
+   * lost) learns it and registers again. A node never registered: not_found.
+   */
+  heartbeat(id: string, load: NodeLoad): Promise<NodeState>;
+  /** Every registered node, by id. */
+  listNodes(): Promise<NodeRow[]>;
+  /**
+   * Sets a node's state (an operator draining or retiring a node); touches no sandbox, so
+   * a node set "down" keeps its sandboxes' rows as they were. False when no such node.
+   */
+  setNodeState(id: string, state: NodeState): Promise<boolean>;
+  /**
+   * Marks "down" every node not already down whose lastHeartbeat is more than `olderThanMs`
+   * ago, and turns its sandboxes lost (see StaleNodes), in one transaction. Several
+   * gateways may run it at once: each node is marked down, and its sandboxes reported, by
+   * exactly one call; the others see nothing to do. Sandbox rows are never deleted.
+   */
+  markDownStale(olderThanMs: number): Promise<StaleNodes>;
+
+  /** The node holding the sandbox, undefined when there is no such sandbox (or its node never registered). */
+  locateSandbox(id: string): Promise<SandboxLocation | undefined>;
+  /** Sandboxes of every node (or `nodeId`'s), in `states` (all when absent), by startedAt then id. */
+  listSandboxes(filter?: {
+    states?: readonly SandboxState[];
+    nodeId?: string;
+  }): Promise<ClusterSandboxRow[]>;
+  /**
+   * Moves a paused sandbox to `toNodeId` (compare-and-set: it must be paused when the move
+   * happens), so that node's catalog sees it and can resume it there; its snapshot row stays
+   * with the node holding the files. True when moved (also when it was already there);
+   * false when the sandbox is gone or not paused. It does not check that the snapshot is
+   * published: check SnapshotRow.publishedAt first.
+   */
+  claimSandbox(id: string, toNodeId: string): Promise<boolean>;
+
+  /**
+   * Records that a snapshot's files are in the shared store (publishedAt = now, kept if
+   * already set). False when no node has that snapshot.
+   */
+  markPublished(snapshotId: string): Promise<boolean>;
+
+  /** Idempotent; calls after it reject as `unavailable`. */
+  close(): Promise<void>;
+}
