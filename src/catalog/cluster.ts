@@ -130,13 +130,16 @@ export interface ClusterCatalog {
     nodeId?: string;
   }): Promise<ClusterSandboxRow[]>;
   /**
-   * Moves a paused sandbox to `toNodeId` (compare-and-set: it must be paused when the move
-   * happens), so that node's catalog sees it and can resume it there; its snapshot row stays
-   * with the node holding the files. True when moved (also when it was already there);
-   * false when the sandbox is gone or not paused. It does not check that the snapshot is
-   * published: check SnapshotRow.publishedAt first.
+   * Moves a paused sandbox to `toNodeId`, so that node's catalog sees it and can resume it
+   * there; its snapshot row stays with the node holding the files. A compare-and-set: it
+   * moves only if, at that moment, the sandbox is paused and (when `fromNodeId` is given)
+   * still on `fromNodeId`. Two gateways racing to move one sandbox should both pass the node
+   * locateSandbox gave them: exactly one gets true. True when moved (also when it was
+   * already on `toNodeId`); false when the sandbox is gone, not paused, or not on
+   * `fromNodeId`. It does not check that the snapshot is published: check
+   * SnapshotRow.publishedAt (via the target node's Catalog getSnapshot) first.
    */
-  claimSandbox(id: string, toNodeId: string): Promise<boolean>;
+  claimSandbox(id: string, toNodeId: string, fromNodeId?: string): Promise<boolean>;
 
   /**
    * Records that a snapshot's files are in the shared store (publishedAt = now, kept if

@@ -24,5 +24,7 @@ export type {
   SandboxLocation,
   StaleNodes,
 } from "./cluster.js";
+export type { PoolOptions as PostgresOptions } from "./postgres/pool.js";
 export { PostgresCatalog, type PostgresCatalogOptions } from "./postgres/postgres-catalog.js";
+export { PostgresCluster } from "./postgres/postgres-cluster.js";
 export { SqliteCatalog } from "./sqlite/sqlite-catalog.js";

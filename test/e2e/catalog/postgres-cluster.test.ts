@@ -1,0 +1,34 @@
+// PostgresCluster against a real PostgreSQL (test/helpers/postgres.ts, one server for this
+// file, a fresh database per test): the ClusterCatalog contract, the nodes' rows written
+// through PostgresCatalogs on the same database.
+import { after, before } from "node:test";
+import { clusterContract } from "../../../src/catalog/cluster.contract.js";
+import { type Catalog, PostgresCatalog, PostgresCluster } from "../../../src/catalog/index.js";
+import { startPostgres, type TestPostgres } from "../../helpers/postgres.js";
+
+let server: TestPostgres;
+before(async () => {
+  server = await startPostgres();
+});
+after(() => server?.stop());
+
+let databases = 0;
+clusterContract("postgres", async () => {
+  const name = `cluster_${++databases}`;
+  const connectionString = await server.createDatabase(name);
+  const cluster = await PostgresCluster.open({ connectionString });
+  const catalogs: Catalog[] = [];
+  return {
+    cluster,
+    catalog: async (nodeId) => {
+      const catalog = await PostgresCatalog.open({ connectionString, nodeId, maxConnections: 2 });
+      catalogs.push(catalog);
+      return catalog;
+    },
+    cleanup: async () => {
+      for (const catalog of catalogs) await catalog.close();
+      await cluster.close();
+      await server.dropDatabase(name);
+    },
+  };
+});
