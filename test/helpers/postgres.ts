@@ -73,8 +73,11 @@ export async function startPostgres(): Promise<TestPostgres> {
       // pg_ctl signals the postmaster named in this data directory's postmaster.pid alone.
       await runTool("pg_ctl", ["stop", "-D", data, "-m", "fast", "-w", "-t", "20"]).catch(
         async () => {
-          const pid = Number((await readFile(join(data, "postmaster.pid"), "utf8")).split("\n")[0]);
+          // pg_ctl failed: an immediate shutdown of the same postmaster, by its pid file.
+          const pidFile = await readFile(join(data, "postmaster.pid"), "utf8").catch(() => "");
+          const pid = Number(pidFile.split("\n")[0]);
           if (Number.isSafeInteger(pid) && pid > 0) process.kill(pid, "SIGQUIT");
+          else child?.kill("SIGKILL");
         },
       );
       await exited;
@@ -118,8 +121,8 @@ export async function startPostgres(): Promise<TestPostgres> {
     child.stderr?.on("data", (chunk: Buffer) => {
       stderr = (stderr + chunk.toString()).slice(-4000);
     });
-    const started = child;
-    exited = new Promise<void>((resolve) => started.once("exit", () => resolve()));
+    const spawned = child;
+    exited = new Promise<void>((resolve) => spawned.once("exit", () => resolve()));
 
     const base = `postgres://${SUPERUSER}@127.0.0.1:${port}`;
     const url = `${base}/postgres`;
@@ -139,7 +142,7 @@ export async function startPostgres(): Promise<TestPostgres> {
         () => false,
       );
       if (ready) break;
-      if (started.exitCode !== null || Date.now() > deadline) {
+      if (spawned.exitCode !== null || Date.now() > deadline) {
         throw new Error(`PostgreSQL did not start on port ${port}:\n${stderr}`);
       }
       await new Promise((resolve) => setTimeout(resolve, 100));

@@ -46,7 +46,7 @@ export class CatalogPool {
     pool.on("error", () => {});
     const opened = new CatalogPool(pool, where);
     try {
-      await opened.transactionless(`migrate catalog ${where}`, (client) => migrate(client, where));
+      await opened.withClient(`migrate catalog ${where}`, (client) => migrate(client, where));
       return opened;
     } catch (err) {
       await opened.close();
@@ -65,7 +65,7 @@ export class CatalogPool {
 
   /** Runs `work` in one transaction on one connection: committed if it returns, else rolled back. */
   transaction<T>(context: string, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-    return this.transactionless(context, async (client) => {
+    return this.withClient(context, async (client) => {
       await client.query("BEGIN");
       try {
         const result = await work(client);
@@ -79,7 +79,7 @@ export class CatalogPool {
   }
 
   /** Runs `work` on one connection of its own, returned to the pool after (destroyed if broken). */
-  transactionless<T>(context: string, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  withClient<T>(context: string, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     return this.#run(context, async () => {
       const client = await this.#pool.connect();
       let broken: Error | undefined;
