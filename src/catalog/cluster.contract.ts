@@ -125,26 +125,34 @@ export function clusterContract(name: string, open: () => Promise<ClusterHarness
       await sleep(700);
       await cluster.heartbeat("b", LOAD);
       const stale = await cluster.markDownStale(500);
-      assert.deepEqual(ids(stale.nodes), ["a"]);
-      assert.equal(stale.nodes[0]?.state, "down");
-      assert.deepEqual(stale.lost, [
-        { sandboxId: "a-creating", nodeId: "a", was: "creating" },
-        { sandboxId: "a-killing", nodeId: "a", was: "killing" },
-        { sandboxId: "a-paused-local", nodeId: "a", was: "paused" },
-        { sandboxId: "a-paused-nosnap", nodeId: "a", was: "paused" },
-        { sandboxId: "a-pausing", nodeId: "a", was: "pausing" },
-        { sandboxId: "a-resuming", nodeId: "a", was: "resuming" },
-        { sandboxId: "a-running", nodeId: "a", was: "running" },
+      assert.deepEqual(ids(stale), ["a"]);
+      assert.equal(stale[0]?.state, "down");
+      const lost = stale[0]?.lost ?? [];
+      assert.deepEqual(lost, [
+        { sandboxId: "a-creating", was: "creating" },
+        { sandboxId: "a-killing", was: "killing" },
+        { sandboxId: "a-paused-local", was: "paused" },
+        { sandboxId: "a-paused-nosnap", was: "paused" },
+        { sandboxId: "a-pausing", was: "pausing" },
+        { sandboxId: "a-resuming", was: "resuming" },
+        { sandboxId: "a-running", was: "running" },
       ]);
-      for (const { sandboxId } of stale.lost) {
+      for (const { sandboxId } of lost) {
         const row = await a.getSandbox(sandboxId);
         assert.equal(row?.state, "killed", sandboxId);
         assert.equal(row?.endedReason, "lost", sandboxId);
       }
+      assert.deepEqual(await cluster.locateSandbox("a-running"), {
+        nodeId: "a",
+        nodeUrl: node("a").url,
+        state: "killed",
+        nodeState: "down",
+        endedReason: "lost",
+      });
       assert.equal((await a.getSandbox("a-paused-published"))?.state, "paused");
       assert.equal((await a.getSandbox("a-killed"))?.endedReason, undefined, "history untouched");
       assert.equal((await b.getSandbox("b-running"))?.state, "running");
-      assert.deepEqual(await cluster.markDownStale(500), { nodes: [], lost: [] }, "done once");
+      assert.deepEqual(await cluster.markDownStale(500), [], "done once");
       assert.equal(await cluster.heartbeat("a", LOAD), "down", "a returning node learns it");
     });
 
@@ -157,9 +165,18 @@ export function clusterContract(name: string, open: () => Promise<ClusterHarness
       }
       await sleep(50);
       const sweeps = await Promise.all([1, 2, 3, 4].map(() => cluster.markDownStale(10)));
-      assert.deepEqual(sweeps.flatMap((s) => ids(s.nodes)).sort(), nodes);
       assert.deepEqual(
-        sweeps.flatMap((s) => s.lost.map((l) => l.sandboxId)).sort(),
+        sweeps
+          .flat()
+          .map((n) => n.id)
+          .sort(),
+        nodes,
+      );
+      assert.deepEqual(
+        sweeps
+          .flat()
+          .flatMap((n) => n.lost.map((l) => l.sandboxId))
+          .sort(),
         nodes.map((id) => `sb-${id}`),
       );
     });

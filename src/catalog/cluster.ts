@@ -69,6 +69,8 @@ export interface SandboxLocation {
   /** The sandbox's own state ("killed" rows are history: route nothing to them). */
   readonly state: SandboxState;
   readonly nodeState: NodeState;
+  /** Why a killed sandbox ended ("lost": its node was marked down); absent otherwise. */
+  readonly endedReason?: string;
 }
 
 /** A sandbox as seen across the cluster: its row plus the node that holds it. */
@@ -76,22 +78,16 @@ export interface ClusterSandboxRow extends SandboxRow {
   readonly nodeId: string;
 }
 
-/** What markDownStale changed. */
-export interface StaleNodes {
-  /** Nodes this call marked down (as they are now: state "down"); none already down. */
-  readonly nodes: NodeRow[];
+/** A node markDownStale marked down (as it is now: state "down"), with what it lost. */
+export interface DownNode extends NodeRow {
   /**
-   * Their sandboxes this call made `killed` with endedReason "lost", each with the state it
-   * had: every creating, running, pausing, resuming or killing one, and every paused one
+   * Its sandboxes the call made `killed` with endedReason "lost", by id, each with the state
+   * it had: every creating, running, pausing, resuming or killing one, and every paused one
    * whose snapshot is not published (its files are on the dead node alone). Paused
    * sandboxes whose snapshot is published are left paused and absent here: another node
    * can claim (claimSandbox) and resume them.
    */
-  readonly lost: {
-    readonly sandboxId: string;
-    readonly nodeId: string;
-    readonly was: SandboxState;
-  }[];
+  readonly lost: readonly { readonly sandboxId: string; readonly was: SandboxState }[];
 }
 
 export interface ClusterCatalog {
@@ -116,11 +112,12 @@ export interface ClusterCatalog {
   setNodeState(id: string, state: NodeState): Promise<boolean>;
   /**
    * Marks "down" every node not already down whose lastHeartbeat is more than `olderThanMs`
-   * ago, and turns its sandboxes lost (see StaleNodes), in one transaction. Several
-   * gateways may run it at once: each node is marked down, and its sandboxes reported, by
-   * exactly one call; the others see nothing to do. Sandbox rows are never deleted.
+   * ago, and turns its sandboxes lost (see DownNode), in one transaction; returns those
+   * nodes by id ([] when none). Several gateways may run it at once: each node is marked
+   * down, and its sandboxes reported, by exactly one call; the others see nothing to do.
+   * Sandbox rows are never deleted.
    */
-  markDownStale(olderThanMs: number): Promise<StaleNodes>;
+  markDownStale(olderThanMs: number): Promise<DownNode[]>;
 
   /** The node holding the sandbox, undefined when there is no such sandbox (or its node never registered). */
   locateSandbox(id: string): Promise<SandboxLocation | undefined>;

@@ -16,13 +16,13 @@ export { REQUIRED_SANDBOX_KEYS } from "./catalog.js";
 export type {
   ClusterCatalog,
   ClusterSandboxRow,
+  DownNode,
   NodeCapacity,
   NodeLoad,
   NodeRegistration,
   NodeRow,
   NodeState,
   SandboxLocation,
-  StaleNodes,
 } from "./cluster.js";
 export type { PoolOptions as PostgresOptions } from "./postgres/pool.js";
 export { PostgresCatalog, type PostgresCatalogOptions } from "./postgres/postgres-catalog.js";

@@ -3,13 +3,13 @@ import type { SandboxState } from "../catalog.js";
 import type {
   ClusterCatalog,
   ClusterSandboxRow,
+  DownNode,
   NodeCapacity,
   NodeLoad,
   NodeRegistration,
   NodeRow,
   NodeState,
   SandboxLocation,
-  StaleNodes,
 } from "../cluster.js";
 import { CatalogPool, type PoolOptions, rowsOf } from "./pool.js";
 import { type SandboxRecord, toSandboxRow } from "./rows.js";
@@ -62,7 +62,7 @@ const SQL = {
     FROM lost WHERE s.id = lost.id
     RETURNING s.id, s.node_id, lost.state AS was`,
   locateSandbox: `
-    SELECT s.node_id, n.url AS node_url, s.state, n.state AS node_state
+    SELECT s.node_id, n.url AS node_url, s.state, n.state AS node_state, s.ended_reason
     FROM sandboxes s JOIN nodes n ON n.id = s.node_id WHERE s.id = $1`,
   listSandboxes: `
     SELECT * FROM sandboxes
@@ -123,7 +123,7 @@ export class PostgresCluster implements ClusterCatalog {
     return (await this.#db.query(context, SQL.setNodeState, [id, state])).length > 0;
   }
 
-  markDownStale(olderThanMs: number): Promise<StaleNodes> {
+  markDownStale(olderThanMs: number): Promise<DownNode[]> {
     const context = "mark stale nodes down";
     if (!(Number.isFinite(olderThanMs) && olderThanMs >= 0)) {
       return Promise.reject(
@@ -134,18 +134,21 @@ export class PostgresCluster implements ClusterCatalog {
       const nodes = (await rowsOf<NodeRecord>(client, SQL.markNodesDown, [olderThanMs])).map(
         toNodeRow,
       );
-      if (nodes.length === 0) return { nodes, lost: [] };
+      if (nodes.length === 0) return [];
       const lost = await rowsOf<{ id: string; node_id: string; was: SandboxState }>(
         client,
         SQL.markSandboxesLost,
         [nodes.map((n) => n.id)],
       );
-      return {
-        nodes,
-        lost: lost
-          .map((r) => ({ sandboxId: r.id, nodeId: r.node_id, was: r.was }))
-          .sort((x, y) => (x.sandboxId < y.sandboxId ? -1 : 1)),
-      };
+      lost.sort((x, y) => (x.id < y.id ? -1 : 1));
+      return nodes
+        .sort((x, y) => (x.id < y.id ? -1 : 1))
+        .map((n) => ({
+          ...n,
+          lost: lost
+            .filter((l) => l.node_id === n.id)
+            .map((l) => ({ sandboxId: l.id, was: l.was })),
+        }));
     });
   }
 
@@ -155,15 +158,16 @@ export class PostgresCluster implements ClusterCatalog {
       node_url: string;
       state: SandboxState;
       node_state: NodeState;
+      ended_reason: string | null;
     }>(`locate sandbox ${id}`, SQL.locateSandbox, [id]);
-    return (
-      row && {
-        nodeId: row.node_id,
-        nodeUrl: row.node_url,
-        state: row.state,
-        nodeState: row.node_state,
-      }
-    );
+    if (!row) return undefined;
+    return {
+      nodeId: row.node_id,
+      nodeUrl: row.node_url,
+      state: row.state,
+      nodeState: row.node_state,
+      ...(row.ended_reason !== null && { endedReason: row.ended_reason }),
+    };
   }
 
   async listSandboxes(
