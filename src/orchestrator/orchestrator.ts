@@ -28,6 +28,7 @@ import type {
   ForkResult,
   ListFilter,
   NetworkUpdate,
+  NodeLoad,
   RouteResult,
   SandboxInfo,
   SandboxLogEntry,
@@ -229,6 +230,26 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
   }
 
   // ---- sandboxes ----------------------------------------------------------------------------
+
+  /**
+   * What this node holds, for a cluster's placement (its heartbeats carry it): the sandboxes'
+   * shapes (warm VMMs are not counted: a create takes their room) and the templates, by id
+   * and alias, with a warm VMM ready.
+   */
+  async load(): Promise<NodeLoad> {
+    let vcpusUsed = 0;
+    let memoryMiBUsed = 0;
+    const live = this.#table.values();
+    for (const sandbox of live) {
+      vcpusUsed += sandbox.row.vcpus;
+      memoryMiBUsed += sandbox.row.memoryMiB;
+    }
+    const ready = this.#pool.readyBySnapshot();
+    const warmTemplates = (await this.#o.catalog.listTemplates())
+      .filter((template) => (ready.get(template.snapshotId) ?? 0) > 0)
+      .flatMap((template) => [template.id, ...template.aliases]);
+    return { sandboxes: live.length, vcpusUsed, memoryMiBUsed, warmTemplates };
+  }
 
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
     assertReady(this.#status);

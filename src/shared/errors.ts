@@ -84,6 +84,22 @@ export const ERROR_REASONS = {
     kind: "resource_exhausted",
     doc: "The node is at its limit of sandboxes, vCPUs or guest memory: retry after Retry-After, or kill sandboxes.",
   },
+  cluster_full: {
+    kind: "resource_exhausted",
+    doc: "Gateway: no node has room for the sandbox and the admission queue is full or its wait ran out: retry after Retry-After.",
+  },
+  no_nodes: {
+    kind: "unavailable",
+    doc: "Gateway: no node server is up (none registered, all down or draining): start or undrain one.",
+  },
+  node_unreachable: {
+    kind: "unavailable",
+    doc: "Gateway: the node holding the sandbox did not answer; it is marked down if it stays silent. Retry after Retry-After.",
+  },
+  sandbox_lost: {
+    kind: "not_found",
+    doc: "The sandbox's node went down (or its server stopped) while the sandbox ran: it is gone.",
+  },
   memory_pressure: {
     kind: "resource_exhausted",
     doc: "The host's available memory is down to its reserve (WARREN_MEMORY_RESERVE_MIB): no VM is started until some is freed. Retry after Retry-After, or kill sandboxes.",
