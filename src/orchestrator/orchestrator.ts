@@ -92,6 +92,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
   readonly #snapshots: SnapshotStore;
   readonly #lifecycle: Lifecycle;
   readonly #forks: Forks;
+  readonly #vms: SandboxVms;
   /** What routing asks of the orchestrator, built once: `route` runs on every proxied request. */
   readonly #routing: RoutingOptions;
   #status: ServerStatus;
@@ -119,7 +120,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       logger,
       ...options.pool,
     });
-    const vms = new SandboxVms({
+    const vms = (this.#vms = new SandboxVms({
       catalog,
       driver,
       slots,
@@ -128,7 +129,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       layout,
       logger,
       envdDeadlineMs: options.envdDeadlineMs ?? 30_000,
-    });
+    }));
     this.#lifecycle = new Lifecycle({
       catalog,
       table: this.#table,
@@ -299,6 +300,32 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       if (!this.#table.has(sandboxId)) return; // a create or resume the abort already undid
       await this.#lifecycle.teardown(live, "killed");
     });
+  }
+
+  /**
+   * Brings this node back in line with the catalog after a cluster marked it down (it was
+   * silent too long, and its running sandboxes were reported lost): a sandbox whose row is
+   * now killed is torn down here too, and one no longer this node's (a paused sandbox another
+   * node claimed) is forgotten without touching its row or its snapshot. Returns how many.
+   */
+  async reconcile(): Promise<number> {
+    let changed = 0;
+    for (const live of this.#table.values()) {
+      const id = live.row.id;
+      await this.#table.serial(id, async () => {
+        if (!this.#table.has(id)) return;
+        const row = await this.#o.catalog.getSandbox(id);
+        if (row && row.state !== "killed") return;
+        changed += 1;
+        this.#log.warn({ sandboxId: id, state: row?.state ?? "moved" }, "sandbox.reconciled");
+        if (row) await this.#lifecycle.teardown(live, row.endedReason ?? "lost");
+        else {
+          await this.#vms.release(live);
+          this.#table.remove(id);
+        }
+      });
+    }
+    return changed;
   }
 
   async pause(sandboxId: string): Promise<void> {
