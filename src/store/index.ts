@@ -7,3 +7,9 @@ export {
   type SnapshotManifest,
   type StoreFile,
 } from "./shared-store.js";
+export {
+  type CachePin,
+  type EvictionResult,
+  SnapshotCache,
+  type SnapshotCacheOptions,
+} from "./snapshot-cache.js";
