@@ -197,7 +197,10 @@ export class FsSharedStore implements SharedStore {
     const temp = tempBeside(dest, "tmp");
     try {
       const source = handle.createReadStream({ autoClose: false, highWaterMark: 1 << 20 });
-      await writeVerified(source, temp, file, `${join(localDir, file.name)} (being published)`);
+      const path = join(localDir, file.name);
+      await writeVerified(source, temp, file, `${path} (being published)`, (err) =>
+        toWarrenError(err, `reading ${path}`),
+      );
       await rename(temp, dest);
     } catch (err) {
       await rm(temp, { force: true });

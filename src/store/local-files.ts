@@ -51,20 +51,27 @@ export async function assertLocalFile(handle: FileHandle, path: string, file: St
 /**
  * Streams `source` into a new file at `path` (0400 once written), hashing as it goes: more
  * bytes than expected stop the copy at once; a wrong size or checksum at the end fails it.
- * The file is synced before this returns. `label` names the file in errors.
+ * The file is synced before this returns. `label` names the file in errors; `readFailed`
+ * says what a failure to read `source` is (the store's fault or the local disk's).
  */
 export async function writeVerified(
   source: Readable,
   path: string,
   file: StoreFile,
   label: string,
+  readFailed: (err: unknown) => WarrenError,
 ): Promise<void> {
   const handle = await open(path, "wx", 0o600);
   try {
     const hash = createHash("sha256");
     let bytes = 0;
-    for await (const chunk of source) {
-      const buffer = chunk as Buffer;
+    const chunks = source[Symbol.asyncIterator]();
+    for (;;) {
+      const next = await chunks.next().catch((err: unknown) => {
+        throw readFailed(err);
+      });
+      if (next.done) break;
+      const buffer = next.value as Buffer;
       bytes += buffer.length;
       if (bytes > file.bytes) break;
       hash.update(buffer);
@@ -148,7 +155,13 @@ export async function downloadVerified(
     await forEachLimit(manifest.files, concurrency, async (file) => {
       const source = await openFile(file);
       const label = `${manifest.id}/${file.name} in the shared store`;
-      await writeVerified(source, join(temp, file.name), file, label);
+      await writeVerified(source, join(temp, file.name), file, label, (err) =>
+        err instanceof WarrenError
+          ? err
+          : new WarrenError("store_unavailable", `reading ${label}: ${(err as Error).message}`, {
+              cause: err,
+            }),
+      );
     });
     await fsyncDir(temp);
     await rename(temp, intoDir);
