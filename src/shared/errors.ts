@@ -78,7 +78,15 @@ export const ERROR_REASONS = {
   },
   snapshot_tampered: {
     kind: "internal",
-    doc: "A snapshot's files no longer match the checksums recorded when it was captured (changed or missing on disk): it is never restored. The server's log names the file.",
+    doc: "A snapshot's files no longer match the checksums recorded when it was captured (changed or missing on disk, or corrupted in the shared snapshot store): it is never restored. The message or the server's log names the file.",
+  },
+  snapshot_not_found: {
+    kind: "not_found",
+    doc: "The shared snapshot store has no published snapshot with this id: it was never published, its publish has not finished, or it was deleted.",
+  },
+  store_unavailable: {
+    kind: "unavailable",
+    doc: "The shared snapshot store (a shared filesystem or an S3 bucket) could not be reached or answered with an error: retry; the message names the request.",
   },
   capacity_exhausted: {
     kind: "resource_exhausted",
