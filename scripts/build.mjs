@@ -109,3 +109,12 @@ const serverRelease = join(root, "dist", "server", "build", "Release");
 mkdirSync(serverRelease, { recursive: true });
 copyFileSync(memMergeAddon, join(serverRelease, "memmerge.node"));
 step(`server ready in ${join(root, "dist", "server")}`);
+
+step("bundling the gateway");
+await build({
+  ...NODE_BUNDLE,
+  entryPoints: [join(root, "src", "gateway", "main.ts")],
+  outfile: join(root, "dist", "gateway", "main.mjs"),
+  packages: "external",
+});
+step(`gateway ready in ${join(root, "dist", "gateway")}`);

@@ -65,7 +65,8 @@ const testArgs = (files, concurrency) => [
 ];
 /**
  * Host tools only the e2e tier uses (a real registry and image tools for the OCI tests;
- * test/helpers/registry.ts checks for them), installed once from Debian's packages.
+ * test/helpers/registry.ts checks for them; systemd-analyze and kubectl for the deploy/
+ * checks in test/e2e/deploy), installed once from Debian's packages.
  * Installing docker-registry does not start its service: policy-rc.d forbids it.
  */
 const E2E_PACKAGES = [
@@ -74,15 +75,24 @@ const E2E_PACKAGES = [
   "apache2-utils",
   "zstd",
   "e2fsprogs",
+  "systemd",
+  "kubernetes-client",
   "postgresql",
 ];
+/**
+ * Packages whose command may come from another package: a `kubectl` package from another apt
+ * repository (Kubernetes' or Google Cloud's) conflicts with Debian's kubernetes-client, and
+ * serves as well.
+ */
+const E2E_COMMANDS = { "kubernetes-client": "kubectl" };
 
 function ensureE2ePackages() {
-  const missing = E2E_PACKAGES.filter(
-    (pkg) =>
-      spawnSync("dpkg-query", ["-W", `-f=\${Status}`, pkg]).stdout?.toString() !==
-      "install ok installed",
-  );
+  const installed = (pkg) =>
+    spawnSync("dpkg-query", ["-W", `-f=\${Status}`, pkg]).stdout?.toString() ===
+    "install ok installed";
+  const onPath = (command) =>
+    command !== undefined && spawnSync("sh", ["-c", `command -v ${command}`]).status === 0;
+  const missing = E2E_PACKAGES.filter((pkg) => !installed(pkg) && !onPath(E2E_COMMANDS[pkg]));
   if (missing.length === 0) return;
   process.stderr.write(`test: installing e2e host tools: ${missing.join(" ")}\n`);
   // 101: "action forbidden" to invoke-rc.d, so no package starts a daemon while installed.

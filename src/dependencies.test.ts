@@ -17,6 +17,7 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   network: ["protocol", "shared"],
   images: ["protocol", "shared"],
   catalog: ["protocol", "shared"],
+  store: ["shared"],
   orchestrator: ["vmm", "network", "images", "catalog", "protocol", "shared"],
   builds: ["orchestrator", "images", "catalog", "protocol", "shared"],
   api: ["builds", "orchestrator", "protocol", "shared"],

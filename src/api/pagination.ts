@@ -1,35 +1,29 @@
 /**
- * Cursor pagination of `GET /v2/sandboxes`. Sandboxes are ordered by startedAt, then
- * sandbox id (desc reverses both). A token names the last sandbox a page returned, as
- * base64url(`<startedAt ISO>__<sandboxID>__<order>`) (infra's format plus the order);
- * the next page starts strictly after it. The position is a key, not an index, so the
- * walk stays exact when sandboxes pause, resume, appear or go away between pages.
+ * Cursor pagination of `GET /v2/sandboxes` (order and token format: protocol's
+ * sandbox-list). The next page starts strictly after the token's position, so the walk
+ * stays exact when sandboxes pause, resume, appear or go away between pages.
  */
+import {
+  compareAscending,
+  encodeNextToken,
+  LIST_TOKEN_SEPARATOR,
+  type ListOrder as Order,
+  type ListPosition as Position,
+} from "../protocol/index.js";
 import { invalid } from "./input.js";
 
-export type Order = "asc" | "desc";
-
-export interface Position {
-  readonly startedAt: Date;
-  readonly sandboxId: string;
-}
+export { encodeNextToken, type Order, type Position };
 
 export const DEFAULT_PAGE_LIMIT = 100;
 export const MAX_PAGE_LIMIT = 100;
 
-const SEPARATOR = "__";
 const ID = /^[a-z0-9]+$/;
-
-export function encodeNextToken(position: Position, order: Order): string {
-  const raw = [position.startedAt.toISOString(), position.sandboxId, order].join(SEPARATOR);
-  return Buffer.from(raw, "utf8").toString("base64url");
-}
 
 /** The position a token names; 400 when it is not one of ours or was made for the other order. */
 export function decodeNextToken(token: string, order: Order): Position {
   const bad = () => invalid("querystring/nextToken", "is not a valid pagination token");
   if (!/^[A-Za-z0-9_-]+$/.test(token)) throw bad();
-  const parts = Buffer.from(token, "base64url").toString("utf8").split(SEPARATOR);
+  const parts = Buffer.from(token, "base64url").toString("utf8").split(LIST_TOKEN_SEPARATOR);
   if (parts.length !== 3) throw bad();
   const [iso = "", sandboxId = "", tokenOrder] = parts;
   const startedAt = new Date(iso);
@@ -39,13 +33,6 @@ export function decodeNextToken(token: string, order: Order): Position {
     throw invalid("querystring/nextToken", `was issued for order=${tokenOrder}, not ${order}`);
   }
   return { startedAt, sandboxId };
-}
-
-/** Ascending by startedAt, then sandbox id (code-unit order, as infra compares strings). */
-export function compareAscending(a: Position, b: Position): number {
-  const byTime = a.startedAt.getTime() - b.startedAt.getTime();
-  if (byTime !== 0) return byTime;
-  return a.sandboxId < b.sandboxId ? -1 : a.sandboxId > b.sandboxId ? 1 : 0;
 }
 
 export interface Page<T> {

@@ -28,6 +28,7 @@ import type {
   ForkResult,
   ListFilter,
   NetworkUpdate,
+  NodeLoad,
   RouteResult,
   SandboxInfo,
   SandboxLogEntry,
@@ -91,6 +92,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
   readonly #snapshots: SnapshotStore;
   readonly #lifecycle: Lifecycle;
   readonly #forks: Forks;
+  readonly #vms: SandboxVms;
   /** What routing asks of the orchestrator, built once: `route` runs on every proxied request. */
   readonly #routing: RoutingOptions;
   #status: ServerStatus;
@@ -118,7 +120,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       logger,
       ...options.pool,
     });
-    const vms = new SandboxVms({
+    const vms = (this.#vms = new SandboxVms({
       catalog,
       driver,
       slots,
@@ -127,7 +129,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       layout,
       logger,
       envdDeadlineMs: options.envdDeadlineMs ?? 30_000,
-    });
+    }));
     this.#lifecycle = new Lifecycle({
       catalog,
       table: this.#table,
@@ -230,6 +232,26 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
 
   // ---- sandboxes ----------------------------------------------------------------------------
 
+  /**
+   * What this node holds, for a cluster's placement (its heartbeats carry it): the sandboxes'
+   * shapes (warm VMMs are not counted: a create takes their room) and the templates, by id
+   * and alias, with a warm VMM ready.
+   */
+  async load(): Promise<NodeLoad> {
+    let vcpusUsed = 0;
+    let memoryMiBUsed = 0;
+    const live = this.#table.values();
+    for (const sandbox of live) {
+      vcpusUsed += sandbox.row.vcpus;
+      memoryMiBUsed += sandbox.row.memoryMiB;
+    }
+    const ready = this.#pool.readyBySnapshot();
+    const warmTemplates = (await this.#o.catalog.listTemplates())
+      .filter((template) => (ready.get(template.snapshotId) ?? 0) > 0)
+      .flatMap((template) => [template.id, ...template.aliases]);
+    return { sandboxes: live.length, vcpusUsed, memoryMiBUsed, warmTemplates };
+  }
+
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
     assertReady(this.#status);
     const { catalog } = this.#o;
@@ -278,6 +300,32 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       if (!this.#table.has(sandboxId)) return; // a create or resume the abort already undid
       await this.#lifecycle.teardown(live, "killed");
     });
+  }
+
+  /**
+   * Brings this node back in line with the catalog after a cluster marked it down (it was
+   * silent too long, and its running sandboxes were reported lost): a sandbox whose row is
+   * now killed is torn down here too, and one no longer this node's (a paused sandbox another
+   * node claimed) is forgotten without touching its row or its snapshot. Returns how many.
+   */
+  async reconcile(): Promise<number> {
+    let changed = 0;
+    for (const live of this.#table.values()) {
+      const id = live.row.id;
+      await this.#table.serial(id, async () => {
+        if (!this.#table.has(id)) return;
+        const row = await this.#o.catalog.getSandbox(id);
+        if (row && row.state !== "killed") return;
+        changed += 1;
+        this.#log.warn({ sandboxId: id, state: row?.state ?? "moved" }, "sandbox.reconciled");
+        if (row) await this.#lifecycle.teardown(live, row.endedReason ?? "lost");
+        else {
+          await this.#vms.release(live);
+          this.#table.remove(id);
+        }
+      });
+    }
+    return changed;
   }
 
   async pause(sandboxId: string): Promise<void> {

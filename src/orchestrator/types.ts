@@ -125,6 +125,15 @@ export interface SnapshotInfo {
   readonly createdAt: Date;
 }
 
+/** A node's load as its cluster heartbeats report it (Orchestrator.load()). */
+export interface NodeLoad {
+  readonly sandboxes: number;
+  readonly vcpusUsed: number;
+  readonly memoryMiBUsed: number;
+  /** Templates (ids and aliases) with a warm VMM ready: a create of one is a pool take. */
+  readonly warmTemplates: readonly string[];
+}
+
 export interface ServerStatus {
   /**
    * Only `ready` serves sandboxes; the others answer 503: `starting` (host setup, base

@@ -2,7 +2,7 @@ import { Agent, type IncomingMessage, type ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import type { TLSSocket } from "node:tls";
 import type { ProxyRoute, SandboxRouter } from "../orchestrator/types.js";
-import { ENVD_PORT } from "../protocol/index.js";
+import { ENVD_PORT, isSandboxHost, parseTarget } from "../protocol/index.js";
 import { type Logger, silentLogger, WarrenError } from "../shared/index.js";
 import { isInternalEnvdPath, requestPath, tokenMatches } from "./access.js";
 import { durationMs, type Exchange } from "./exchange.js";
@@ -10,7 +10,6 @@ import { forwardRequest } from "./forward-request.js";
 import { forwardUpgrade } from "./forward-upgrade.js";
 import { upstreamRequestHeaders } from "./headers.js";
 import { type ProxyErrorBody, sendError, writeSocketError } from "./respond.js";
-import { isSandboxHost, parseTarget } from "./target.js";
 
 export interface SandboxProxyOptions {
   /** Where each sandbox's ports are; tells the proxy when a sandbox stops. */

@@ -6,7 +6,12 @@ import type { Duplex } from "node:stream";
 import pino, { type Logger } from "pino";
 import { createApi } from "../api/index.js";
 import { registryImages, TemplateBuilds } from "../builds/index.js";
-import { SqliteCatalog } from "../catalog/index.js";
+import {
+  type Catalog,
+  PostgresCatalog,
+  PostgresCluster,
+  SqliteCatalog,
+} from "../catalog/index.js";
 import { ensureHostSetup } from "../images/index.js";
 import { NetnsSlotPool, slotNamesFor } from "../network/index.js";
 import {
@@ -28,6 +33,7 @@ import {
   VmmIdentities,
 } from "../vmm/qemu/index.js";
 import { LiveApiKeys, loadApiKeys } from "./api-keys.js";
+import { type Membership, startMembership } from "./cluster-membership.js";
 import { type KilledPurge, startKilledPurge } from "./killed-purge.js";
 import { LateBound } from "./late-bound.js";
 
@@ -103,6 +109,8 @@ export async function startNodeServer(
   let orchestrator: Orchestrator | undefined;
   let watchdog: ReturnType<typeof startVmmWatchdog> | undefined;
   let killedPurge: KilledPurge | undefined;
+  let cluster: PostgresCluster | undefined;
+  let membership: Membership | undefined;
   const ready = (async () => {
     const images = await ensureHostSetup({ dataDir: config.dataDir, imagesDir: config.imagesDir });
     status = { phase: "starting", message: "choosing the accelerator" };
@@ -129,7 +137,10 @@ export async function startNodeServer(
       if (killed > 0) log.warn({ count: killed }, "server.vmm_killed");
     } else log.warn("server.no_cgroups: VMs run without cgroup limits");
     watchdog = startVmmWatchdog(cgroups, layout.runDir);
-    const catalog = await SqliteCatalog.open(layout.catalog);
+    // In a cluster the catalog is the shared PostgreSQL, scoped to this node's sandboxes.
+    const catalog: Catalog = config.databaseUrl
+      ? await PostgresCatalog.open({ connectionString: config.databaseUrl, nodeId: config.nodeId })
+      : await SqliteCatalog.open(layout.catalog);
     const driver = new QemuDriver({
       accel: accel.accel,
       qemuVersion: version,
@@ -148,6 +159,12 @@ export async function startNodeServer(
       logger: root.child({ component: "network" }),
     });
     const host = hostResources();
+    const limits = {
+      maxSandboxes: config.maxSandboxes,
+      maxVcpus: Math.floor(host.cpus * config.vcpuOvercommit),
+      maxMemoryMiB: Math.floor(host.memoryMiB * config.memoryOvercommit),
+      memoryReserveMiB: config.memoryReserveMiB,
+    };
     orchestrator = new Orchestrator({
       catalog,
       driver,
@@ -155,12 +172,7 @@ export async function startNodeServer(
       agent: new EnvdClient(),
       images,
       layout,
-      limits: {
-        maxSandboxes: config.maxSandboxes,
-        maxVcpus: Math.floor(host.cpus * config.vcpuOvercommit),
-        maxMemoryMiB: Math.floor(host.memoryMiB * config.memoryOvercommit),
-        memoryReserveMiB: config.memoryReserveMiB,
-      },
+      limits,
       templateShape: { vcpus: config.templateVcpus, memoryMiB: config.templateMemoryMiB },
       defaultTimeoutMs: config.defaultTimeoutMs,
       maxForkCount: config.maxForkCount,
@@ -201,6 +213,33 @@ export async function startNodeServer(
     await templateBuilds.start();
     builds = templateBuilds;
     late.bind(orchestrator);
+    if (config.databaseUrl) {
+      // Registered once recovery is done and the API serves: gateways may route here now.
+      const member = orchestrator;
+      cluster = await PostgresCluster.open({ connectionString: config.databaseUrl });
+      let draining = false;
+      membership = await startMembership({
+        cluster,
+        node: {
+          id: config.nodeId,
+          url: config.nodeUrl ?? url,
+          capacity: {
+            vcpus: limits.maxVcpus,
+            memoryMiB: limits.maxMemoryMiB,
+            maxSandboxes: limits.maxSandboxes,
+          },
+        },
+        load: async () => ({ ...(await member.load()), draining }),
+        intervalMs: config.heartbeatMs,
+        logger: root.child({ component: "cluster" }),
+        onMarkedDown: async () => {
+          await member.reconcile();
+        },
+        onState: (state) => {
+          draining = state === "draining";
+        },
+      });
+    }
     log.info({ url }, "server.ready");
   })().catch((err: unknown) => {
     const message = err instanceof Error ? err.message : String(err);
@@ -222,8 +261,17 @@ export async function startNodeServer(
       proxy.close(); // open streams would hold the HTTP server open
       await ready.catch(() => {});
       await builds?.close();
+      await membership?.stop();
       await killedPurge?.stop(); // before the orchestrator closes the catalog
       await orchestrator?.close();
+      if (cluster) {
+        // Leaving, not dead: "down" set by the node itself reports nothing lost (its
+        // sandboxes are paused, rows kept) and gateways route nothing here until it is back.
+        await cluster
+          .setNodeState(config.nodeId, "down")
+          .catch((err: unknown) => log.warn({ err }, "cluster.leave_failed"));
+        await cluster.close();
+      }
       watchdog?.stop();
       await api.close();
       apiKeys.close();

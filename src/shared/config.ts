@@ -1,4 +1,4 @@
-import { availableParallelism, totalmem } from "node:os";
+import { availableParallelism, hostname, totalmem } from "node:os";
 import { WarrenError } from "./errors.js";
 
 /**
@@ -337,6 +337,58 @@ const SETTINGS = {
     default: (): string[] => [],
     parse: hostList,
     expects: "comma-separated host[:port] entries",
+  },
+  databaseUrl: {
+    env: "WARREN_DATABASE_URL",
+    doc: "Cluster: the PostgreSQL catalog every node and gateway shares (postgres://user:password@host:5432/warren). Unset: this node keeps its own SQLite catalog and is no cluster's member.",
+    default: (): string | undefined => undefined,
+    parse: (text: string) =>
+      /^postgres(?:ql)?:\/\/\S+$/.test(text.trim()) ? text.trim() : undefined,
+    expects: "a postgres:// or postgresql:// URL",
+  },
+  nodeId: {
+    env: "WARREN_NODE_ID",
+    doc: "Cluster: this node's name, unique in the cluster (default: the host name).",
+    default: (): string => hostname().toLowerCase(),
+    parse: (text: string) =>
+      /^[a-z0-9][a-z0-9.-]{0,62}$/.test(text.trim()) ? text.trim() : undefined,
+    expects: "lowercase letters, digits, '.' and '-' (up to 63)",
+  },
+  nodeUrl: {
+    env: "WARREN_NODE_URL",
+    doc: "Cluster: the URL gateways reach this node's server at (default: http://WARREN_HOST:WARREN_PORT, which must then be an address other hosts can reach).",
+    default: (): string | undefined => undefined,
+    parse: (text: string) =>
+      /^https?:\/\/[^/\s]+\/?$/.test(text.trim()) ? text.trim().replace(/\/$/, "") : undefined,
+    expects: "an http(s)://host:port URL",
+  },
+  heartbeatMs: {
+    env: "WARREN_HEARTBEAT_MS",
+    doc: "Cluster: how often a node reports its load to the catalog.",
+    default: () => 2_000,
+    parse: int(100),
+    expects: "milliseconds ≥ 100",
+  },
+  nodeDownAfterMs: {
+    env: "WARREN_NODE_DOWN_AFTER_MS",
+    doc: "Gateway: a node silent this long is marked down and its running sandboxes reported lost.",
+    default: () => 10_000,
+    parse: int(500),
+    expects: "milliseconds ≥ 500",
+  },
+  gatewayQueueWaitMs: {
+    env: "WARREN_GATEWAY_QUEUE_WAIT_MS",
+    doc: "Gateway: how long a create waits for a node with room before a 429.",
+    default: () => 10_000,
+    parse: int(0),
+    expects: "milliseconds ≥ 0",
+  },
+  gatewayMaxQueued: {
+    env: "WARREN_GATEWAY_MAX_QUEUED",
+    doc: "Gateway: creates that may wait for room at once; one more is refused (429) at once.",
+    default: () => 256,
+    parse: int(0),
+    expects: "an integer ≥ 0",
   },
   logLevel: {
     env: "WARREN_LOG_LEVEL",

@@ -78,11 +78,35 @@ export const ERROR_REASONS = {
   },
   snapshot_tampered: {
     kind: "internal",
-    doc: "A snapshot's files no longer match the checksums recorded when it was captured (changed or missing on disk): it is never restored. The server's log names the file.",
+    doc: "A snapshot's files no longer match the checksums recorded when it was captured (changed or missing on disk, or corrupted in the shared snapshot store): it is never restored. The message or the server's log names the file.",
+  },
+  snapshot_not_found: {
+    kind: "not_found",
+    doc: "The shared snapshot store has no published snapshot with this id: it was never published, its publish has not finished, or it was deleted.",
+  },
+  store_unavailable: {
+    kind: "unavailable",
+    doc: "The shared snapshot store (a shared filesystem or an S3 bucket) could not be reached or answered with an error: retry; the message names the request.",
   },
   capacity_exhausted: {
     kind: "resource_exhausted",
     doc: "The node is at its limit of sandboxes, vCPUs or guest memory: retry after Retry-After, or kill sandboxes.",
+  },
+  cluster_full: {
+    kind: "resource_exhausted",
+    doc: "Gateway: no node has room for the sandbox and the admission queue is full or its wait ran out: retry after Retry-After.",
+  },
+  no_nodes: {
+    kind: "unavailable",
+    doc: "Gateway: no node server is up (none registered, all down or draining): start or undrain one.",
+  },
+  node_unreachable: {
+    kind: "unavailable",
+    doc: "Gateway: the node holding the sandbox did not answer; it is marked down if it stays silent. Retry after Retry-After.",
+  },
+  sandbox_lost: {
+    kind: "not_found",
+    doc: "The sandbox's node went down (or its server stopped) while the sandbox ran: it is gone.",
   },
   memory_pressure: {
     kind: "resource_exhausted",

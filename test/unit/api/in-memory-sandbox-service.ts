@@ -36,6 +36,8 @@ export interface InMemorySandboxServiceOptions {
   /** Running sandboxes at most (creates, resumes and fork children past it: 429). */
   readonly maxSandboxes?: number;
   readonly maxForkCount?: number;
+  /** Starts every generated sandbox id (several services side by side: one per node). */
+  readonly idPrefix?: string;
 }
 
 const SNAPSHOT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
@@ -53,6 +55,7 @@ export class InMemorySandboxService implements SandboxService {
   readonly failures = new Map<keyof SandboxService, Error>();
   readonly maxSandboxes: number;
   readonly maxForkCount: number;
+  readonly #idPrefix: string;
   readonly #timers = new Map<string, NodeJS.Timeout>();
   /** Which template each snapshot-made sandbox came from (they block its deletion). */
   readonly #madeFrom = new Map<string, string>();
@@ -63,6 +66,7 @@ export class InMemorySandboxService implements SandboxService {
   constructor(options: InMemorySandboxServiceOptions = {}) {
     this.maxSandboxes = options.maxSandboxes ?? Number.POSITIVE_INFINITY;
     this.maxForkCount = options.maxForkCount ?? 16;
+    this.#idPrefix = options.idPrefix ?? "sbx";
   }
 
   /** Calls of one method, in order. */
@@ -72,7 +76,8 @@ export class InMemorySandboxService implements SandboxService {
 
   /** Adds a sandbox directly (e.g. paused ones, or several with the same startedAt). */
   seed(overrides: Partial<SandboxInfo> = {}): SandboxInfo {
-    const sandboxId = overrides.sandboxId ?? `sbx${String(this.nextId++).padStart(4, "0")}`;
+    const sandboxId =
+      overrides.sandboxId ?? `${this.#idPrefix}${String(this.nextId++).padStart(4, "0")}`;
     this.clock += 1000;
     const startedAt = overrides.startedAt ?? new Date(this.clock);
     const info: Mutable<SandboxInfo> = {

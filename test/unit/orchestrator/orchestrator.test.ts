@@ -247,6 +247,33 @@ describe("Orchestrator (on fakes)", () => {
     });
   });
 
+  describe("cluster reconcile", () => {
+    it("after the cluster reported its sandboxes lost, stops them here; forgets one claimed elsewhere", async (t) => {
+      const node = await startNode(t);
+      const lost = await node.orchestrator.create(createInput("base"));
+      const moved = await node.orchestrator.create(createInput("base"));
+      const kept = await node.orchestrator.create(createInput("base"));
+      await node.orchestrator.pause(moved.sandboxId);
+      // What a gateway's markDownStale and another node's claim do to this node's rows.
+      await node.catalog.updateSandbox(lost.sandboxId, { state: "killed", endedReason: "lost" });
+      const movedRow = await node.catalog.getSandbox(moved.sandboxId);
+      await node.catalog.deleteSandbox(moved.sandboxId);
+
+      assert.equal(await node.orchestrator.reconcile(), 2);
+      assert.throws(() => node.orchestrator.get(lost.sandboxId), /not found/);
+      assert.ok(![...node.driver.alive].some((vm) => vm.id === lost.sandboxId), "its VMM is gone");
+      assert.equal((await node.catalog.getSandbox(lost.sandboxId))?.endedReason, "lost");
+      assert.throws(() => node.orchestrator.get(moved.sandboxId), /not found/);
+      assert.ok(movedRow?.snapshotId);
+      assert.ok(
+        await node.catalog.getSnapshot(movedRow.snapshotId),
+        "the claimed sandbox's snapshot is left to its new node",
+      );
+      assert.equal(node.orchestrator.get(kept.sandboxId).state, "running");
+      assert.equal(await node.orchestrator.reconcile(), 0);
+    });
+  });
+
   describe("readiness", () => {
     it("refuses work while stopping, with shutting_down", async (t) => {
       const node = await startNode(t);

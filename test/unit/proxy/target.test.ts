@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { isInternalEnvdPath, requestPath, tokenMatches } from "../../../src/proxy/access.js";
 import { downstreamResponseHeaders, upstreamRequestHeaders } from "../../../src/proxy/headers.js";
-import { isSandboxHost, parseTarget, type TargetInput } from "../../../src/proxy/target.js";
+import { isSandboxHost, parseTarget, type TargetInput } from "../../../src/protocol/sandbox-target.js";
 
 // Pure parts of the proxy: target parsing, internal-path refusal, token compare, headers.
 

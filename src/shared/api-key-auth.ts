@@ -5,7 +5,7 @@
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
-import { WarrenError } from "../shared/errors.js";
+import { WarrenError } from "./errors.js";
 
 /** The key a request presents, if any. */
 export function presentedApiKey(headers: IncomingHttpHeaders): string | undefined {

@@ -1,5 +1,5 @@
 import { isIP } from "node:net";
-import { ENVD_PORT } from "../protocol/index.js";
+import { ENVD_PORT } from "./envd.js";
 
 /** The sandbox and port a request is meant for. */
 export interface ProxyTarget {

@@ -1,0 +1,125 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { type Logger, WarrenError } from "../shared/index.js";
+import { forwardRequest, type NodeAgents } from "./forward.js";
+import type { NodeDirectory } from "./node-directory.js";
+import { type PlacementRequest, rankNodes } from "./placement.js";
+
+export interface CreatesOptions {
+  readonly directory: NodeDirectory;
+  readonly agents: NodeAgents;
+  readonly logger: Logger;
+  /** Creates waiting for room at once; one more is refused at once (429). */
+  readonly maxQueued: number;
+  /** How long a create waits for room before it is refused (429), ms. */
+  readonly maxWaitMs: number;
+  readonly heartbeatTimeoutMs: number;
+  readonly idleTimeoutMs: number;
+}
+
+/**
+ * What the gateway assumes a create needs before the node, which knows the template's shape,
+ * decides: small, so that no node with room is skipped; a node short of room refuses (429)
+ * and the next is tried.
+ */
+const ASSUMED_SHAPE = { vcpus: 1, memoryMiB: 256 } as const;
+
+/** Node answers that mean "not here, try another": out of room, or not ready yet. */
+const TRY_ANOTHER = new Set([429, 503]);
+
+/**
+ * Places creates (`POST /sandboxes`, `POST /v2/sandboxes`). Nodes are tried best first
+ * (placement.ts); one that refuses for room or is unreachable is skipped. When none takes the
+ * create, it waits in a bounded queue for room (a refresh or a release) until `maxWaitMs`;
+ * a full queue or the end of the wait is a 429 with Retry-After, never a pile of timeouts.
+ */
+export class Creates {
+  readonly #o: CreatesOptions;
+  #queued = 0;
+
+  constructor(options: CreatesOptions) {
+    this.#o = options;
+  }
+
+  get queued(): number {
+    return this.#queued;
+  }
+
+  async handle(req: IncomingMessage, res: ServerResponse, body: Buffer): Promise<void> {
+    const { directory, logger } = this.#o;
+    const request: PlacementRequest = { templateId: templateOf(body), ...ASSUMED_SHAPE };
+    const deadline = Date.now() + this.#o.maxWaitMs;
+    const refusals = new Map<string, string>();
+    for (;;) {
+      const nodes = await directory.nodes();
+      if (!nodes.some((node) => node.state === "up")) {
+        throw new WarrenError("no_nodes", "no node server is up to place the sandbox on");
+      }
+      const ranked = rankNodes(nodes, request, directory.reserved, {
+        heartbeatTimeoutMs: this.#o.heartbeatTimeoutMs,
+        now: Date.now(),
+      });
+      for (const node of ranked) {
+        const release = directory.reserve(node, request);
+        const outcome = await forwardRequest(
+          req,
+          res,
+          { nodeId: node.id, url: node.url },
+          {
+            agents: this.#o.agents,
+            body,
+            idleTimeoutMs: this.#o.idleTimeoutMs,
+            intercept: (status) => TRY_ANOTHER.has(status),
+          },
+        );
+        if (outcome.kind === "relayed") {
+          if (outcome.status >= 300) release();
+          logger.debug(
+            { nodeId: node.id, status: outcome.status, template: request.templateId },
+            "gateway.create_placed",
+          );
+          return;
+        }
+        release();
+        refusals.set(
+          node.id,
+          outcome.kind === "unreachable" ? "unreachable" : reasonOf(outcome.body, outcome.status),
+        );
+      }
+      const remaining = deadline - Date.now();
+      if (remaining <= 0 || this.#queued >= this.#o.maxQueued) {
+        const tried = [...refusals].map(([id, why]) => `${id}: ${why}`).join(", ");
+        throw new WarrenError(
+          "cluster_full",
+          `no node has room for a sandbox of template '${request.templateId}'${tried ? ` (${tried})` : ""}: retry later`,
+        );
+      }
+      this.#queued += 1;
+      try {
+        await directory.changed(Math.min(remaining, 1000));
+      } finally {
+        this.#queued -= 1;
+      }
+    }
+  }
+}
+
+/** The create body's template (E2B's default is `base`); a bad body is the node's to refuse. */
+function templateOf(body: Buffer): string {
+  try {
+    const parsed: unknown = JSON.parse(body.toString("utf8"));
+    const id = (parsed as { templateID?: unknown } | null)?.templateID;
+    return typeof id === "string" ? id : "base";
+  } catch {
+    return "base";
+  }
+}
+
+function reasonOf(body: Buffer, status: number): string {
+  try {
+    const parsed = JSON.parse(body.toString("utf8")) as { reason?: unknown };
+    if (typeof parsed.reason === "string") return parsed.reason;
+  } catch {
+    // Not ours to read: the status says enough.
+  }
+  return String(status);
+}

@@ -1,0 +1,137 @@
+import { type IncomingMessage, request } from "node:http";
+import {
+  compareAscending,
+  encodeNextToken,
+  type ListOrder,
+  type ListPosition,
+} from "../protocol/index.js";
+import { WarrenError } from "../shared/index.js";
+import type { NodeRow } from "./cluster.js";
+import { type NodeAgents, relayedRequestHeaders } from "./forward.js";
+
+/** A listed sandbox as E2B's `ListedSandbox` (only what the merge reads is typed). */
+interface Listed {
+  readonly sandboxID: string;
+  readonly startedAt: string;
+  readonly [field: string]: unknown;
+}
+
+export interface NodePage {
+  readonly items: Listed[];
+  readonly nextToken?: string;
+  readonly totalRunning: number;
+}
+
+export interface MergedList {
+  readonly status: number;
+  readonly body: unknown;
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+const MAX_LIST_BYTES = 16 * 1024 * 1024;
+
+/**
+ * `GET /sandboxes` and `GET /v2/sandboxes` over every node: each node is asked the same query
+ * (its API checks the key and the filters), the pages are merged in E2B's order, and the
+ * merged page's token names its last sandbox — a position, not an index, so every node can
+ * continue from it. A node that does not answer is left out (it is soon marked down, its
+ * sandboxes lost); an error a node does answer (a bad query, a bad key) is the answer.
+ */
+export async function mergeLists(
+  req: IncomingMessage,
+  nodes: readonly NodeRow[],
+  agents: NodeAgents,
+  version: 1 | 2,
+  timeoutMs: number,
+): Promise<MergedList> {
+  const answers = await Promise.all(
+    nodes.map((node) =>
+      fetchPage(req, node, agents, timeoutMs).catch((err: unknown) => ({ failed: err })),
+    ),
+  );
+  const pages: NodePage[] = [];
+  for (const answer of answers) {
+    if ("failed" in answer) continue;
+    if (!("page" in answer)) return { status: answer.status, body: answer.json, headers: {} };
+    pages.push(answer.page);
+  }
+  const url = new URL(req.url ?? "/", "http://gateway");
+  const all = pages.flatMap((page) => page.items);
+  if (version === 1) {
+    all.sort((a, b) => compareAscending(position(a), position(b)));
+    return { status: 200, body: all, headers: {} };
+  }
+  const order: ListOrder = url.searchParams.get("order") === "desc" ? "desc" : "asc";
+  const limit = Number(url.searchParams.get("limit") ?? 100);
+  const sign = order === "asc" ? 1 : -1;
+  all.sort((a, b) => sign * compareAscending(position(a), position(b)));
+  const items = all.slice(0, limit);
+  const last = items.at(-1);
+  // More exist when this page left some out, or a node had more than it sent.
+  const more = all.length > limit || pages.some((page) => page.nextToken !== undefined);
+  const headers: Record<string, string> = {
+    "x-total-running": String(pages.reduce((sum, page) => sum + page.totalRunning, 0)),
+  };
+  if (more && last) headers["x-next-token"] = encodeNextToken(position(last), order);
+  return { status: 200, body: items, headers };
+}
+
+function position(item: Listed): ListPosition {
+  return { startedAt: new Date(item.startedAt), sandboxId: item.sandboxID };
+}
+
+type PageAnswer =
+  | { readonly status: 200; readonly page: NodePage }
+  | { readonly status: number; readonly json: unknown };
+
+function fetchPage(
+  req: IncomingMessage,
+  node: NodeRow,
+  agents: NodeAgents,
+  timeoutMs: number,
+): Promise<PageAnswer> {
+  return new Promise((resolve, reject) => {
+    const upstream = request(new URL(req.url ?? "/", node.url), {
+      method: "GET",
+      headers: relayedRequestHeaders(req, { upgrade: false }),
+      agent: agents.for({ nodeId: node.id, url: node.url }),
+      timeout: timeoutMs,
+    });
+    upstream.on("timeout", () => upstream.destroy(new Error("timed out")));
+    upstream.on("error", reject);
+    upstream.on("response", (answer) => {
+      const chunks: Buffer[] = [];
+      let bytes = 0;
+      answer.on("data", (chunk: Buffer) => {
+        bytes += chunk.length;
+        if (bytes > MAX_LIST_BYTES) upstream.destroy(new Error("list answer too large"));
+        else chunks.push(chunk);
+      });
+      answer.on("error", reject);
+      answer.on("end", () => {
+        let json: unknown;
+        try {
+          json = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+        } catch {
+          reject(new WarrenError("internal", `node ${node.id} sent a list that is not JSON`));
+          return;
+        }
+        const status = answer.statusCode ?? 502;
+        if (status !== 200 || !Array.isArray(json)) {
+          resolve({ status: status === 200 ? 502 : status, json });
+          return;
+        }
+        const next = answer.headers["x-next-token"];
+        resolve({
+          status: 200,
+          page: {
+            items: json as Listed[],
+            nextToken: typeof next === "string" ? next : undefined,
+            totalRunning: Number(answer.headers["x-total-running"] ?? 0) || 0,
+          },
+        });
+      });
+    });
+    upstream.end();
+  });
+}

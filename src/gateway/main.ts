@@ -1,0 +1,61 @@
+import pino from "pino";
+import { PostgresCluster } from "../catalog/index.js";
+import { loadConfig } from "../shared/config.js";
+import { startGateway } from "./gateway.js";
+
+/**
+ * `npm run gateway` (bundled as dist/gateway/main.mjs): the cluster's front. Needs the
+ * cluster catalog (WARREN_DATABASE_URL) and the API keys the nodes accept (WARREN_API_KEYS);
+ * listens on WARREN_HOST:WARREN_PORT.
+ */
+async function main(): Promise<void> {
+  let config: ReturnType<typeof loadConfig>;
+  try {
+    config = loadConfig();
+    if (!config.databaseUrl) throw new Error("WARREN_DATABASE_URL is required: the gateway reads the cluster catalog");
+    if (config.apiKeys.length === 0) {
+      throw new Error("WARREN_API_KEYS is required: the keys clients present, which every node accepts too");
+    }
+  } catch (err) {
+    process.stderr.write(`warren gateway: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(2);
+  }
+  const logger = pino({ level: config.logLevel, base: undefined });
+  const cluster = await PostgresCluster.open({ connectionString: config.databaseUrl });
+  const keys = new Set(config.apiKeys);
+  const gateway = await startGateway({
+    cluster,
+    apiKeys: () => keys,
+    domain: config.domain,
+    host: config.host,
+    port: config.port,
+    logger: logger.child({ component: "gateway" }),
+    downAfterMs: config.nodeDownAfterMs,
+    queueWaitMs: config.gatewayQueueWaitMs,
+    maxQueued: config.gatewayMaxQueued,
+    idleTimeoutMs: config.proxyIdleTimeoutMs,
+  });
+  let stopping = false;
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    process.on(signal, () => {
+      if (stopping) return;
+      stopping = true;
+      logger.info({ signal }, "gateway.stopping");
+      gateway
+        .close()
+        .then(() => cluster.close())
+        .then(
+          () => process.exit(0),
+          (err: unknown) => {
+            logger.error({ err }, "gateway.close_failed");
+            process.exit(1);
+          },
+        );
+    });
+  }
+}
+
+void main().catch((err: unknown) => {
+  process.stderr.write(`warren gateway: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});

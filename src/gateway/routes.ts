@@ -1,0 +1,80 @@
+import type { IncomingMessage } from "node:http";
+import { isSandboxHost, parseTarget } from "../protocol/index.js";
+
+/**
+ * What the gateway does with a request, from its method, path and headers alone. Sandbox
+ * traffic (envd and app ports) and every call naming a sandbox are relayed to the node that
+ * holds it; creates are placed; lists are merged from every node; template calls go to the
+ * template node; `/nodes` is the gateway's own.
+ */
+export type GatewayRoute =
+  | { readonly kind: "proxy"; readonly sandboxId: string }
+  | { readonly kind: "proxy_invalid"; readonly message: string }
+  | { readonly kind: "health" }
+  | { readonly kind: "create" }
+  | { readonly kind: "list"; readonly version: 1 | 2 }
+  | { readonly kind: "snapshots" }
+  | { readonly kind: "sandbox"; readonly sandboxId: string; readonly action: string }
+  | { readonly kind: "templates"; readonly signedUpload: boolean }
+  | { readonly kind: "nodes" }
+  | { readonly kind: "node_action"; readonly nodeId: string; readonly action: string }
+  | { readonly kind: "not_found" };
+
+const SANDBOX_PATH = /^\/(?:v2\/)?sandboxes\/([^/]+)(?:\/(.*))?$/;
+const NODE_ACTION = /^\/nodes\/([^/]+)\/([a-z]+)$/;
+const TEMPLATE_PATH = /^\/(?:v[23]\/)?templates(?:\/|$)/;
+const SIGNED_UPLOAD = /^\/templates\/[^/]+\/files\/[^/]+$/;
+
+export function isProxyRequest(req: IncomingMessage, domain: string | undefined): boolean {
+  return req.headers["e2b-sandbox-id"] !== undefined || isSandboxHost(req.headers.host, domain);
+}
+
+export function classify(req: IncomingMessage, domain: string | undefined): GatewayRoute {
+  if (isProxyRequest(req, domain)) {
+    const target = parseTarget({
+      host: req.headers.host,
+      sandboxId: header(req, "e2b-sandbox-id"),
+      sandboxPort: header(req, "e2b-sandbox-port"),
+      domain,
+    });
+    return target.ok
+      ? { kind: "proxy", sandboxId: target.target.sandboxId }
+      : { kind: "proxy_invalid", message: target.message };
+  }
+  const method = req.method ?? "GET";
+  const path = new URL(req.url ?? "/", "http://gateway").pathname;
+  if (path === "/health") return { kind: "health" };
+  if (path === "/sandboxes" || path === "/v2/sandboxes") {
+    if (method === "POST") return { kind: "create" };
+    if (method === "GET") return { kind: "list", version: path === "/sandboxes" ? 1 : 2 };
+    return { kind: "not_found" };
+  }
+  const sandbox = SANDBOX_PATH.exec(path);
+  if (sandbox) {
+    return {
+      kind: "sandbox",
+      sandboxId: decodeURIComponent(sandbox[1] ?? ""),
+      action: sandbox[2] ?? "",
+    };
+  }
+  if (path === "/snapshots" && method === "GET") return { kind: "snapshots" };
+  if (TEMPLATE_PATH.test(path)) {
+    // The upload link the build API hands out carries its own signature, not the API key.
+    return { kind: "templates", signedUpload: method === "PUT" && SIGNED_UPLOAD.test(path) };
+  }
+  if (path === "/nodes" && method === "GET") return { kind: "nodes" };
+  const node = NODE_ACTION.exec(path);
+  if (node && method === "POST") {
+    return {
+      kind: "node_action",
+      nodeId: decodeURIComponent(node[1] ?? ""),
+      action: node[2] ?? "",
+    };
+  }
+  return { kind: "not_found" };
+}
+
+function header(req: IncomingMessage, name: string): string | undefined {
+  const value = req.headers[name];
+  return Array.isArray(value) ? value[0] : value;
+}

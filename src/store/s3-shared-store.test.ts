@@ -1,0 +1,105 @@
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { after, before, it } from "node:test";
+import { ListObjectsV2Command, PutObjectCommand } from "@aws-sdk/client-s3";
+import { type S3TestServer, startS3Server } from "../../test/helpers/s3-server.js";
+import { S3SharedStore } from "./s3-shared-store.js";
+import {
+  BIG_FILE_BYTES,
+  makeSnapshot,
+  reason,
+  sharedStoreContract,
+  tempDir,
+} from "./shared-store.contract.js";
+
+const PART_BYTES = 5 * 1024 * 1024;
+
+let server: S3TestServer;
+before(async () => {
+  server = await startS3Server();
+});
+after(() => server.close());
+
+async function openStore(prefix = "warren/") {
+  const bucket = await server.createBucket();
+  const store = new S3SharedStore({
+    endpoint: server.endpoint,
+    region: server.region,
+    credentials: server.credentials,
+    forcePathStyle: true,
+    bucket,
+    prefix,
+    partSizeBytes: PART_BYTES,
+  });
+  return { bucket, store };
+}
+
+sharedStoreContract("s3", async () => {
+  const { bucket, store } = await openStore();
+  const key = (id: string, name = "") => `warren/files/${id}/${name}`;
+  return {
+    store,
+    async putRaw(id, name, data) {
+      await server.client.send(
+        new PutObjectCommand({ Bucket: bucket, Key: key(id, name), Body: data }),
+      );
+    },
+    async rawFiles(id) {
+      const page = await server.client.send(
+        new ListObjectsV2Command({ Bucket: bucket, Prefix: key(id) }),
+      );
+      return (page.Contents ?? []).map((o) => (o.Key ?? "").slice(key(id).length)).sort();
+    },
+    cleanup: () => store.close(),
+  };
+});
+
+it("s3 store: a file past one part goes up in parts, and comes back whole", async (t) => {
+  const { bucket, store } = await openStore("");
+  t.after(() => store.close());
+  const src = await tempDir(t, "s3-parts");
+  const big = randomBytes(BIG_FILE_BYTES);
+  const files = await makeSnapshot(src, { "disk.qcow2": big, "meta.json": Buffer.from("{}") });
+  const completed = server.events.length;
+  await store.publish("parts", src, files);
+  // s3rver reports a completed multipart upload as a POST, a plain upload as a PUT.
+  assert.deepEqual(server.events.slice(completed).sort(), [
+    "ObjectCreated:Post",
+    "ObjectCreated:Put",
+    "ObjectCreated:Put",
+  ]);
+  const listed = await server.client.send(new ListObjectsV2Command({ Bucket: bucket }));
+  assert.deepEqual((listed.Contents ?? []).map((o) => o.Key).sort(), [
+    "files/parts/disk.qcow2",
+    "files/parts/meta.json",
+    "manifests/parts.json",
+  ]);
+  const into = join(src, "..", "fetched");
+  t.after(() =>
+    import("node:fs/promises").then((fs) => fs.rm(into, { recursive: true, force: true })),
+  );
+  await store.fetch("parts", into);
+  assert.ok((await readFile(join(into, "disk.qcow2"))).equals(big));
+});
+
+it("s3 store: an unreachable endpoint is store_unavailable", async () => {
+  const store = new S3SharedStore({
+    endpoint: "http://127.0.0.1:9",
+    region: "us-east-1",
+    bucket: "nowhere",
+    prefix: "",
+    forcePathStyle: true,
+    credentials: server.credentials,
+  });
+  try {
+    await assert.rejects(store.manifest("x"), reason("store_unavailable"));
+  } finally {
+    await store.close();
+  }
+  assert.throws(
+    () => new S3SharedStore({ region: "r", bucket: "b", prefix: "", partSizeBytes: 1024 }),
+    reason("invalid_argument"),
+  );
+});

@@ -1,0 +1,69 @@
+// A real S3-compatible server (s3rver, in-process) for the unit tier: each test file starts
+// one on a free port over a temporary directory and removes both when it is done.
+
+import { randomBytes } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { CreateBucketCommand, S3Client } from "@aws-sdk/client-s3";
+import S3rver from "s3rver";
+
+/** s3rver checks signatures against these fixed credentials. */
+export const S3RVER_CREDENTIALS = { accessKeyId: "S3RVER", secretAccessKey: "S3RVER" };
+
+export interface S3TestServer {
+  readonly endpoint: string;
+  readonly region: string;
+  readonly credentials: typeof S3RVER_CREDENTIALS;
+  /** A client of the server's, for what a test does behind the store's back. */
+  readonly client: S3Client;
+  /** Creates a bucket of a fresh name. */
+  createBucket(): Promise<string>;
+  /** Names of the object events seen so far (`ObjectCreated:Post` is a completed multipart). */
+  readonly events: string[];
+  close(): Promise<void>;
+}
+
+export async function startS3Server(): Promise<S3TestServer> {
+  const directory = await mkdtemp(join(tmpdir(), "warren-s3rver-"));
+  const server = new S3rver({
+    address: "127.0.0.1",
+    port: 0,
+    silent: true,
+    directory,
+    resetOnClose: true,
+    vhostBuckets: false,
+  });
+  const events: string[] = [];
+  server.on("event", (event) => {
+    for (const record of event.Records) events.push(record.eventName);
+  });
+  const { port } = await server.run();
+  const endpoint = `http://127.0.0.1:${port}`;
+  const region = "us-east-1";
+  const client = new S3Client({
+    endpoint,
+    region,
+    forcePathStyle: true,
+    credentials: S3RVER_CREDENTIALS,
+    requestChecksumCalculation: "WHEN_REQUIRED",
+    responseChecksumValidation: "WHEN_REQUIRED",
+  });
+  return {
+    endpoint,
+    region,
+    credentials: S3RVER_CREDENTIALS,
+    client,
+    events,
+    async createBucket() {
+      const bucket = `test-${randomBytes(6).toString("hex")}`;
+      await client.send(new CreateBucketCommand({ Bucket: bucket }));
+      return bucket;
+    },
+    async close() {
+      client.destroy();
+      await server.close();
+      await rm(directory, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,300 @@
+import assert from "node:assert/strict";
+import { request } from "node:http";
+import { connect } from "node:net";
+import { afterEach, describe, it } from "node:test";
+import { startTestCluster, type TestCluster } from "./harness.js";
+
+// The gateway over stand-in nodes (the real node API on the in-memory sandbox service) and
+// an in-memory cluster catalog: placement, routing, merging, admission, node failures.
+
+let running: TestCluster | undefined;
+afterEach(async () => {
+  await running?.close();
+  running = undefined;
+});
+
+async function cluster(options: Parameters<typeof startTestCluster>[0]) {
+  running = await startTestCluster(options);
+  return running;
+}
+
+async function create(c: TestCluster, templateID = "base"): Promise<Response> {
+  return c.call("POST", "/sandboxes", { body: { templateID, timeout: 300 } });
+}
+
+async function createdId(c: TestCluster): Promise<string> {
+  const res = await create(c);
+  assert.equal(res.status, 201, await res.clone().text());
+  return ((await res.json()) as { sandboxID: string }).sandboxID;
+}
+
+function holder(c: TestCluster, sandboxId: string): string | undefined {
+  return c.nodes.find((node) => node.service.sandboxes.has(sandboxId))?.id;
+}
+
+describe("gateway: placement", () => {
+  it("spreads creates over the nodes with room", async () => {
+    const c = await cluster({ nodes: 3 });
+    const ids = [];
+    for (let i = 0; i < 9; i++) ids.push(await createdId(c));
+    const perNode = c.nodes.map((node) => node.service.sandboxes.size);
+    // Reservations spread a burst between heartbeats: every node got some.
+    assert.ok(
+      perNode.every((n) => n >= 1),
+      `creates per node: ${perNode.join(", ")}`,
+    );
+    assert.equal(
+      perNode.reduce((a, b) => a + b),
+      9,
+    );
+  });
+
+  it("prefers a node with a warm VMM of the template", async () => {
+    const c = await cluster({ nodes: 3 });
+    const warm = { sandboxes: 0, vcpusUsed: 0, memoryMiBUsed: 0, draining: false };
+    c.cluster.heartbeat("node0", { ...warm, warmTemplates: [] });
+    c.cluster.heartbeat("node1", { ...warm, warmTemplates: ["base"] });
+    c.cluster.heartbeat("node2", { ...warm, warmTemplates: [] });
+    await c.gateway.directory.refresh();
+    assert.equal(holder(c, await createdId(c)), "node1");
+  });
+
+  it("tries the next node when one refuses for room, and 429s with Retry-After when all do", async () => {
+    const c = await cluster({ nodes: 2, maxSandboxes: 1, gateway: { queueWaitMs: 300 } });
+    const a = await createdId(c);
+    const b = await createdId(c);
+    assert.notEqual(holder(c, a), holder(c, b), "the second create went to the other node");
+    const started = Date.now();
+    const res = await create(c);
+    assert.equal(res.status, 429);
+    assert.equal(res.headers.get("retry-after"), "1");
+    const body = (await res.json()) as { code: number; reason: string; message: string };
+    assert.equal(body.code, 429);
+    assert.equal(body.reason, "cluster_full");
+    assert.match(body.message, /no node has room/);
+    assert.ok(Date.now() - started >= 250, "it waited in the queue for room first");
+  });
+
+  it("a queued create takes the room a kill frees", async () => {
+    const c = await cluster({ nodes: 1, maxSandboxes: 1, gateway: { queueWaitMs: 5000 } });
+    const first = await createdId(c);
+    const queued = create(c);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const killed = await c.call("DELETE", `/sandboxes/${first}`);
+    assert.equal(killed.status, 204);
+    assert.equal((await queued).status, 201);
+  });
+
+  it("refuses at once when the queue is full", async () => {
+    const c = await cluster({
+      nodes: 1,
+      maxSandboxes: 1,
+      gateway: { queueWaitMs: 2000, maxQueued: 1 },
+    });
+    await createdId(c);
+    const waiting = create(c);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const started = Date.now();
+    const refused = await create(c);
+    assert.equal(refused.status, 429);
+    assert.ok(Date.now() - started < 1500, "the second waiter was not queued");
+    assert.equal((await waiting).status, 429);
+  });
+
+  it("avoids draining and down nodes; no node up is a 503", async () => {
+    const c = await cluster({ nodes: 2 });
+    const drained = await c.call("POST", "/nodes/node0/drain");
+    assert.equal(drained.status, 204);
+    for (let i = 0; i < 3; i++) assert.equal(holder(c, await createdId(c)), "node1");
+    await c.cluster.setNodeState("node1", "down");
+    await c.gateway.directory.refresh();
+    const res = await create(c);
+    assert.equal(res.status, 503);
+    assert.equal(((await res.json()) as { reason: string }).reason, "no_nodes");
+    const nodes = (await (await c.call("GET", "/nodes")).json()) as {
+      nodeID: string;
+      state: string;
+    }[];
+    assert.deepEqual(
+      nodes.map((n) => [n.nodeID, n.state]),
+      [
+        ["node0", "draining"],
+        ["node1", "down"],
+      ],
+    );
+  });
+
+  it("a node silent past downAfterMs is marked down and avoided", async () => {
+    const c = await cluster({ nodes: 2, gateway: { downAfterMs: 300 } });
+    const stale = c.cluster.nodes.get("node0");
+    assert.ok(stale);
+    stale.lastHeartbeat = new Date(Date.now() - 10_000).toISOString();
+    await c.gateway.directory.refresh();
+    assert.equal(c.cluster.nodes.get("node0")?.state, "down");
+    assert.equal(holder(c, await createdId(c)), "node1");
+  });
+});
+
+describe("gateway: routing", () => {
+  it("relays every call about a sandbox to its node", async () => {
+    const c = await cluster({ nodes: 3 });
+    const ids = [await createdId(c), await createdId(c), await createdId(c)];
+    for (const id of ids) {
+      const res = await c.call("GET", `/sandboxes/${id}`);
+      assert.equal(res.status, 200);
+      assert.equal(((await res.json()) as { sandboxID: string }).sandboxID, id);
+      assert.equal((await c.call("POST", `/sandboxes/${id}/pause`)).status, 204);
+      const node = c.nodes.find((n) => n.id === holder(c, id));
+      assert.equal(node?.service.sandboxes.get(id)?.state, "paused");
+      assert.equal(
+        (await c.call("POST", `/sandboxes/${id}/connect`, { body: { timeout: 60 } })).status,
+        201,
+      );
+    }
+  });
+
+  it("answers E2B's 404 for unknown sandboxes and lost ones", async () => {
+    const c = await cluster({ nodes: 1 });
+    const unknown = await c.call("GET", "/sandboxes/nosuchsandbox");
+    assert.equal(unknown.status, 404);
+    assert.equal(((await unknown.json()) as { reason: string }).reason, "sandbox_not_found");
+    const id = await createdId(c);
+    c.cluster.lost.add(id);
+    const lost = await c.call("GET", `/sandboxes/${id}`);
+    assert.equal(lost.status, 404);
+    const body = (await lost.json()) as { code: number; reason: string; message: string };
+    assert.equal(body.code, 404);
+    assert.equal(body.reason, "sandbox_lost");
+    const proxied = await fetch(`${c.gateway.url}/`, { headers: { "e2b-sandbox-id": id } });
+    assert.equal(proxied.status, 502);
+    assert.deepEqual(await proxied.json(), {
+      sandboxId: id,
+      message: "The sandbox was not found",
+      code: 502,
+    });
+  });
+
+  it("a node that does not answer is a 503 node_unreachable", async () => {
+    const c = await cluster({ nodes: 2 });
+    const id = await createdId(c);
+    const node = c.nodes.find((n) => n.id === holder(c, id));
+    await node?.stop();
+    const res = await c.call("GET", `/sandboxes/${id}`);
+    assert.equal(res.status, 503);
+    assert.equal(res.headers.get("retry-after"), "5");
+    assert.equal(((await res.json()) as { reason: string }).reason, "node_unreachable");
+  });
+
+  it("relays sandbox traffic by header and by Host, streaming, and upgrades", async () => {
+    const c = await cluster({ nodes: 2 });
+    const id = await createdId(c);
+    const node = holder(c, id);
+    const byHeader = await fetch(`${c.gateway.url}/files?path=/x`, {
+      method: "POST",
+      headers: { "e2b-sandbox-id": id, "e2b-sandbox-port": "49983" },
+      body: "payload",
+    });
+    const echoed = (await byHeader.json()) as Record<string, unknown>;
+    assert.equal(echoed.node, node);
+    assert.equal(echoed.body, "payload");
+    assert.equal(echoed.sandboxId, id, "routing headers reach the node");
+    // fetch() sets Host itself: a plain request names another.
+    const byHost = await new Promise<string>((resolve, reject) => {
+      request(`${c.gateway.url}/hello`, { headers: { host: `3000-${id}.localhost` } }, (res) => {
+        let text = "";
+        res.on("data", (chunk) => {
+          text += chunk;
+        });
+        res.on("end", () => resolve(text));
+      })
+        .on("error", reject)
+        .end();
+    });
+    assert.equal((JSON.parse(byHost) as Record<string, unknown>).host, `3000-${id}.localhost`);
+
+    // Chunks arrive as the node sends them, not all at the end.
+    const stream = await fetch(`${c.gateway.url}/stream`, { headers: { "e2b-sandbox-id": id } });
+    const reader = stream.body?.getReader();
+    assert.ok(reader);
+    const started = Date.now();
+    const first = await reader.read();
+    assert.match(new TextDecoder().decode(first.value), /^chunk 0/);
+    assert.ok(Date.now() - started < 350, "the first chunk came before the last was sent");
+    while (!(await reader.read()).done) {}
+
+    const gateway = new URL(c.gateway.url);
+    const socket = connect(Number(gateway.port), gateway.hostname);
+    socket.write(
+      `GET /ws HTTP/1.1\r\nhost: 49983-${id}.localhost\r\nconnection: upgrade\r\nupgrade: echo\r\n\r\nping`,
+    );
+    let received = "";
+    for await (const chunk of socket) {
+      received += String(chunk);
+      if (received.includes("ping")) break;
+    }
+    socket.destroy();
+    assert.match(received, /^HTTP\/1.1 101/);
+    assert.match(received, /ping$/);
+  });
+
+  it("needs the API key for the API, not for sandbox traffic", async () => {
+    const c = await cluster({ nodes: 1 });
+    const res = await c.call("GET", "/v2/sandboxes", { apiKey: null });
+    assert.equal(res.status, 401);
+    assert.equal(((await res.json()) as { code: number }).code, 401);
+    assert.equal((await c.call("POST", "/sandboxes", { apiKey: "wrong", body: {} })).status, 401);
+    assert.equal((await c.call("GET", "/nodes", { apiKey: null })).status, 401);
+    const id = await createdId(c);
+    const traffic = await fetch(`${c.gateway.url}/`, { headers: { "e2b-sandbox-id": id } });
+    assert.equal(traffic.status, 200);
+  });
+
+  it("keeps routing across a gateway restart (it holds no state)", async () => {
+    const c = await cluster({ nodes: 3 });
+    const ids = [await createdId(c), await createdId(c), await createdId(c)];
+    await c.restartGateway();
+    for (const id of ids) assert.equal((await c.call("GET", `/sandboxes/${id}`)).status, 200);
+  });
+});
+
+describe("gateway: lists", () => {
+  it("merges v2 pages from every node in E2B's order, tokens walking all of them", async () => {
+    const c = await cluster({ nodes: 3 });
+    for (const node of c.nodes) for (let i = 0; i < 4; i++) node.service.seed();
+    const expected = c.nodes
+      .flatMap((node) => [...node.service.sandboxes.values()])
+      .sort(
+        (a, b) =>
+          a.startedAt.getTime() - b.startedAt.getTime() || (a.sandboxId < b.sandboxId ? -1 : 1),
+      )
+      .map((s) => s.sandboxId);
+    for (const order of ["asc", "desc"] as const) {
+      const walked: string[] = [];
+      let token: string | null = null;
+      let pages = 0;
+      do {
+        const query: string = `limit=5&order=${order}${token ? `&nextToken=${token}` : ""}`;
+        const res = await c.call("GET", `/v2/sandboxes?${query}`);
+        assert.equal(res.status, 200);
+        assert.equal(res.headers.get("x-total-running"), "12");
+        walked.push(...((await res.json()) as { sandboxID: string }[]).map((s) => s.sandboxID));
+        token = res.headers.get("x-next-token");
+        pages += 1;
+      } while (token && pages < 10);
+      assert.equal(pages, 3);
+      assert.deepEqual(walked, order === "asc" ? expected : [...expected].reverse());
+    }
+    const v1 = await c.call("GET", "/sandboxes");
+    assert.deepEqual(
+      ((await v1.json()) as { sandboxID: string }[]).map((s) => s.sandboxID),
+      expected,
+    );
+  });
+
+  it("a bad query is the nodes' 400, as one node would answer", async () => {
+    const c = await cluster({ nodes: 2 });
+    const res = await c.call("GET", "/v2/sandboxes?limit=0");
+    assert.equal(res.status, 400);
+    assert.match(((await res.json()) as { message: string }).message, /limit/);
+  });
+});

@@ -1,0 +1,179 @@
+/**
+ * A cluster on loopback for the gateway's tests: stand-in nodes, each the real node API
+ * (createApi) over the in-memory sandbox service, sharing its port with a stand-in sandbox
+ * proxy (it answers who it is and what it got, streams on `/stream`, echoes after an
+ * Upgrade), behind a real gateway reading an in-memory cluster catalog.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Duplex } from "node:stream";
+import { createApi } from "../../../src/api/index.js";
+import { type Gateway, type GatewayOptions, startGateway } from "../../../src/gateway/gateway.js";
+import { isProxyRequest } from "../../../src/gateway/routes.js";
+import { InMemoryCluster } from "../../fakes/in-memory-cluster.js";
+import { InMemorySandboxService } from "../api/in-memory-sandbox-service.js";
+
+export const API_KEY = "e2b_0123456789abcdef";
+
+export interface StandInNode {
+  readonly id: string;
+  readonly url: string;
+  readonly service: InMemorySandboxService;
+  /** Requests its proxy got, as `METHOD path`. */
+  readonly proxied: string[];
+  stop(): Promise<void>;
+}
+
+export interface TestCluster {
+  readonly gateway: Gateway;
+  readonly cluster: InMemoryCluster;
+  readonly nodes: StandInNode[];
+  /** Starts another gateway on the same cluster (they are stateless). */
+  restartGateway(): Promise<Gateway>;
+  call(
+    method: string,
+    path: string,
+    init?: { body?: unknown; headers?: Record<string, string>; apiKey?: string | null },
+  ): Promise<Response>;
+  close(): Promise<void>;
+}
+
+export async function startTestCluster(options: {
+  nodes: number;
+  maxSandboxes?: number;
+  gateway?: Partial<GatewayOptions>;
+}): Promise<TestCluster> {
+  const nodes: StandInNode[] = [];
+  const cluster = new InMemoryCluster(
+    (sandboxId) => nodes.find((node) => node.service.sandboxes.has(sandboxId))?.id,
+  );
+  for (let i = 0; i < options.nodes; i++) {
+    const node = await startStandInNode(`node${i}`, options.maxSandboxes);
+    nodes.push(node);
+    cluster.addNode({
+      id: node.id,
+      url: node.url,
+      capacity: { vcpus: 64, memoryMiB: 65536, maxSandboxes: options.maxSandboxes ?? 100 },
+    });
+  }
+  const start = () =>
+    startGateway({
+      cluster,
+      apiKeys: () => new Set([API_KEY]),
+      host: "127.0.0.1",
+      port: 0,
+      refreshMs: 50,
+      ...options.gateway,
+    });
+  // Nodes report their load as real ones do (the gateway's reservations end with a report).
+  const heartbeats = setInterval(() => {
+    for (const node of nodes) {
+      const running = [...node.service.sandboxes.values()].filter((s) => s.state === "running");
+      const current = cluster.nodes.get(node.id);
+      if (!current || current.state === "down") continue;
+      cluster.heartbeat(node.id, {
+        sandboxes: running.length,
+        vcpusUsed: running.reduce((sum, s) => sum + s.cpuCount, 0),
+        memoryMiBUsed: running.reduce((sum, s) => sum + s.memoryMiB, 0),
+        warmTemplates: current.load?.warmTemplates ?? [],
+        draining: false,
+      });
+    }
+  }, 100);
+  let gateway = await start();
+  return {
+    get gateway() {
+      return gateway;
+    },
+    cluster,
+    nodes,
+    async restartGateway() {
+      await gateway.close();
+      gateway = await start();
+      return gateway;
+    },
+    call(method, path, init = {}) {
+      const apiKey = init.apiKey === undefined ? API_KEY : init.apiKey;
+      return fetch(`${gateway.url}${path}`, {
+        method,
+        headers: {
+          ...(apiKey === null ? {} : { "x-api-key": apiKey }),
+          ...(init.body === undefined ? {} : { "content-type": "application/json" }),
+          ...init.headers,
+        },
+        ...(init.body === undefined ? {} : { body: JSON.stringify(init.body) }),
+      });
+    },
+    async close() {
+      clearInterval(heartbeats);
+      await gateway.close();
+      for (const node of nodes) await node.stop();
+    },
+  };
+}
+
+async function startStandInNode(id: string, maxSandboxes?: number): Promise<StandInNode> {
+  const service = new InMemorySandboxService({ idPrefix: id, maxSandboxes });
+  const proxied: string[] = [];
+  let server: Server | undefined;
+  const api = createApi({
+    service,
+    apiKeys: () => new Set([API_KEY]),
+    serverFactory: (handler) => {
+      server = createServer((req, res) => {
+        if (isProxyRequest(req, undefined)) standInProxy(id, req, res, proxied);
+        else handler(req, res);
+      });
+      server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+        proxied.push(`UPGRADE ${req.url}`);
+        socket.write(
+          "HTTP/1.1 101 Switching Protocols\r\nupgrade: echo\r\nconnection: upgrade\r\n\r\n",
+        );
+        if (head.length > 0) socket.write(head);
+        socket.pipe(socket);
+      });
+      return server;
+    },
+  });
+  await api.listen({ host: "127.0.0.1", port: 0 });
+  if (!server) throw new Error("the API did not make its server");
+  const port = (server.address() as AddressInfo).port;
+  return {
+    id,
+    url: `http://127.0.0.1:${port}`,
+    service,
+    proxied,
+    async stop() {
+      server?.closeAllConnections();
+      await api.close();
+    },
+  };
+}
+
+function standInProxy(node: string, req: IncomingMessage, res: ServerResponse, seen: string[]) {
+  seen.push(`${req.method} ${req.url}`);
+  if (req.url === "/stream") {
+    res.writeHead(200, { "content-type": "text/plain" });
+    let n = 0;
+    const timer = setInterval(() => {
+      res.write(`chunk ${n}\n`);
+      if (++n === 5) {
+        clearInterval(timer);
+        res.end();
+      }
+    }, 100);
+    return;
+  }
+  const chunks: Buffer[] = [];
+  req.on("data", (chunk: Buffer) => chunks.push(chunk));
+  req.on("end", () => {
+    const body = JSON.stringify({
+      node,
+      host: req.headers.host,
+      sandboxId: req.headers["e2b-sandbox-id"],
+      path: req.url,
+      body: Buffer.concat(chunks).toString("utf8"),
+    });
+    res.writeHead(200, { "content-type": "application/json" }).end(body);
+  });
+}
