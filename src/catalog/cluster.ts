@@ -106,10 +106,11 @@ export interface ClusterCatalog {
   /** Every registered node, by id. */
   listNodes(): Promise<NodeRow[]>;
   /**
-   * Sets a node's state (an operator draining or retiring a node); touches no sandbox, so
-   * a node set "down" keeps its sandboxes' rows as they were. False when no such node.
+   * Sets a node's state (an operator draining or retiring a node, a node leaving on a
+   * graceful stop); touches no sandbox, so a node set "down" keeps its sandboxes' rows as
+   * they were. An unknown id changes nothing (no error).
    */
-  setNodeState(id: string, state: NodeState): Promise<boolean>;
+  setNodeState(id: string, state: NodeState): Promise<void>;
   /**
    * Marks "down" every node not already down whose lastHeartbeat is more than `olderThanMs`
    * ago, and turns its sandboxes lost (see DownNode), in one transaction; returns those

@@ -42,7 +42,7 @@ const SQL = {
   heartbeat: `
     UPDATE nodes SET load = $2::jsonb, last_heartbeat = now() WHERE id = $1 RETURNING state`,
   listNodes: `SELECT ${NODE_COLUMNS} FROM nodes ORDER BY id`,
-  setNodeState: "UPDATE nodes SET state = $2 WHERE id = $1 RETURNING id",
+  setNodeState: "UPDATE nodes SET state = $2 WHERE id = $1",
   // A row another gateway is marking waits for it, then fails `state <> 'down'`: one winner.
   markNodesDown: `
     UPDATE nodes SET state = 'down'
@@ -115,12 +115,12 @@ export class PostgresCluster implements ClusterCatalog {
     return (await this.#db.query<NodeRecord>("list nodes", SQL.listNodes)).map(toNodeRow);
   }
 
-  async setNodeState(id: string, state: NodeState): Promise<boolean> {
+  async setNodeState(id: string, state: NodeState): Promise<void> {
     const context = `set node ${id} ${state}`;
     if (!NODE_STATES.has(state)) {
       throw new WarrenError("invalid_argument", `${context}: state must be up, draining or down`);
     }
-    return (await this.#db.query(context, SQL.setNodeState, [id, state])).length > 0;
+    await this.#db.query(context, SQL.setNodeState, [id, state]);
   }
 
   markDownStale(olderThanMs: number): Promise<DownNode[]> {
