@@ -67,8 +67,8 @@ export interface SnapshotMeta {
   /** The guest kernel's command line at boot, carried through every capture since. */
   readonly kernelCommandLine?: string;
   readonly shape: MachineShape;
-  /** Absolute path of the full memory image the guest's RAM is mapped from (maybe another snapshot's). */
-  readonly memoryImage: string;
+  /** The full memory image the guest's RAM is mapped from: the snapshot's own or a sibling's. */
+  readonly memoryImage: SnapshotFileRef;
   /** Pages that differ from `memoryImage` (file in the snapshot directory), written in at restore. */
   readonly memoryDiff?: string;
   readonly diffPages: number;
@@ -83,13 +83,27 @@ export interface SnapshotMeta {
   readonly createdAt: string;
 }
 
-/** A disk's backing image: another snapshot's frozen disk (with its directory) or a base image. */
-export interface DiskBacking {
+/**
+ * A file of a snapshot named without a path: the referencing snapshot's own (no `snapshot`),
+ * or one of a sibling snapshot's, by the sibling's directory name. Snapshots that stand on
+ * each other lie side by side in one directory, wherever that is: a snapshot copied to
+ * another node with its ancestors beside it resolves to the same files there.
+ */
+export interface SnapshotFileRef {
+  /** The directory name of the snapshot holding the file, beside the referencing one. */
+  readonly snapshot?: string;
+  /** A file name in that directory. */
   readonly file: string;
-  readonly format: "qcow2" | "raw";
-  /** Set when `file` is a snapshot's disk: its meta.json names the next image down. */
-  readonly snapshotDir?: string;
 }
+
+/**
+ * A disk's backing image: a sibling snapshot's frozen disk (whose meta.json names the next
+ * image down), or an image outside every snapshot (the base rootfs), by absolute path: the
+ * guest images have the same path on every node, and their fingerprint is checked.
+ */
+export type DiskBacking =
+  | { readonly snapshot: string; readonly file: string; readonly format: "qcow2" }
+  | { readonly image: string; readonly format: "qcow2" | "raw" };
 
 /** A flatten done aside: `files` are the snapshot's files once `commit()` puts it in place. */
 export interface FlattenPlan {

@@ -7,6 +7,7 @@ export type {
   MachineShape,
   PreparedRestore,
   SnapshotFile,
+  SnapshotFileRef,
   SnapshotMeta,
   SnapshotTiming,
   Vm,

@@ -6,6 +6,8 @@ import {
   SqliteCatalog,
   type TemplateRow,
 } from "../../src/catalog/index.js";
+import type { SnapshotFileRef } from "../../src/vmm/index.js";
+import { resolveFile } from "../../src/vmm/qemu/snapshot-chain.js";
 import { findLeftovers } from "./leak-check.js";
 import { runEnv } from "./run-env.js";
 
@@ -205,8 +207,12 @@ async function snapshotFiles(state: ServerState): Promise<string[]> {
     }
     const meta = await readJson(join(snapshot.dir, "meta.json"));
     if (!meta) continue;
-    if (typeof meta.memoryImage !== "string" || !(await exists(meta.memoryImage))) {
-      problems.push(`${what}'s memory image ${String(meta.memoryImage)} is missing`);
+    // Another snapshot's image is named by that snapshot's directory, beside this one.
+    const image = await resolveFile(snapshot.dir, meta.memoryImage as SnapshotFileRef, "memory")
+      .then((file) => file.path)
+      .catch(() => undefined);
+    if (!image || !(await exists(image))) {
+      problems.push(`${what}'s memory image ${JSON.stringify(meta.memoryImage)} is missing`);
     }
     if (typeof meta.memoryDiff === "string" && !files.includes(meta.memoryDiff)) {
       problems.push(`${what} lacks its memory diff ${meta.memoryDiff}`);

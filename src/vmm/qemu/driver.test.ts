@@ -1,9 +1,10 @@
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
+import { access, mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import type { SnapshotMeta, VmSpec } from "../driver.js";
+import { SnapshotTamperedError } from "../errors.js";
 import { QemuDriver } from "./driver.js";
 import { SNAPSHOT_FORMAT_VERSION, writeSnapshotMeta } from "./snapshot-meta.js";
 
@@ -33,11 +34,11 @@ const meta = (kernelCommandLine?: string): SnapshotMeta => ({
   images: "f",
   kernelCommandLine,
   shape: spec.shape,
-  memoryImage: "/m",
+  memoryImage: { file: "memory.img" },
   diffPages: 0,
   deviceStateFile: "devstate.bin",
   diskFile: "disk.qcow2",
-  diskBacking: { file: "/base.ext4", format: "raw" },
+  diskBacking: { image: "/base.ext4", format: "raw" },
   createdAt: new Date(0).toISOString(),
 });
 
@@ -80,5 +81,30 @@ describe("QemuDriver.bootDrift", () => {
 
   it("counts a snapshot without a recorded command line as drifted", async () => {
     assert.match((await driver().bootDrift(await snapshotWith(), spec)) ?? "", /not recorded/);
+  });
+});
+
+describe("QemuDriver.restore of a snapshot moved without its ancestors", () => {
+  it("refuses it, naming the missing one, before it makes or spawns anything", async () => {
+    const root = await mkdtemp(join(tmpdir(), "warren-moved-"));
+    try {
+      const pause = join(root, "snapshots", "pause");
+      await mkdir(pause, { recursive: true });
+      await writeSnapshotMeta(pause, {
+        ...meta(),
+        memoryImage: { snapshot: "tpl", file: "memory.img" },
+        diskBacking: { snapshot: "tpl", file: "disk.qcow2", format: "qcow2" },
+      });
+      const driver = new QemuDriver({ accel: "tcg", qemuVersion: "q", tscKhz: 1_000_000 });
+      const runtimeDir = join(root, "run", "t");
+      await assert.rejects(driver.restore(pause, { ...spec, runtimeDir }), (err: unknown) => {
+        assert.ok(err instanceof SnapshotTamperedError);
+        assert.match(err.message, /stands on tpl \(its memory image\), which is not beside it/);
+        return true;
+      });
+      await assert.rejects(access(runtimeDir), /ENOENT/, "no runtime dir made");
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
   });
 });

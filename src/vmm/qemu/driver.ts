@@ -4,7 +4,6 @@ import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import type {
   Accelerator,
-  DiskBacking,
   FlattenPlan,
   PreparedRestore,
   SnapshotFile,
@@ -23,11 +22,10 @@ import { killOrphanVmms } from "./orphans.js";
 import { createOverlay, imageFormat, virtualSize } from "./qcow2-overlay.js";
 import { QEMU_BINARY } from "./qemu-process.js";
 import { checksumSnapshot, SnapshotVerifier } from "./sealed-files.js";
+import { type ChainLayer, diskOf, headerName, readChain, resolveFile } from "./snapshot-chain.js";
 import {
   checkRestorable,
   DEVICE_STATE_FILE,
-  DISK_FILE,
-  diskChain,
   type RestoreHost,
   readSnapshotMeta,
 } from "./snapshot-meta.js";
@@ -164,7 +162,7 @@ export class QemuDriver implements VmmDriver {
     memory: VmMemory,
     { proc, qmp }: Awaited<ReturnType<typeof launch>>,
     kernelCommandLine: string | undefined,
-    backing: DiskBacking,
+    backing: ChainLayer,
     identity: VmmIdentity | undefined,
   ): QemuVm {
     return new QemuVm({
@@ -229,7 +227,7 @@ export class QemuDriver implements VmmDriver {
 
   async boot(spec: VmSpec): Promise<Vm> {
     const paths = runtimePaths(spec);
-    const base: DiskBacking = { file: spec.baseDisk, format: imageFormat(spec.baseDisk) };
+    const base: ChainLayer = { file: spec.baseDisk, format: imageFormat(spec.baseDisk) };
     const { identity, prepared: growRoot } = await this.#setUp(spec, async (owner) => {
       const wanted = BigInt(spec.shape.diskSizeMiB ?? 0) * 1024n * 1024n;
       const size = await createOverlay(paths.overlay, base.file, base.format, {
@@ -238,7 +236,7 @@ export class QemuDriver implements VmmDriver {
       });
       return size > (await virtualSize(spec.baseDisk));
     });
-    const memory = { file: paths.memory, shared: true };
+    const memory: VmMemory = { file: paths.memory, shared: true };
     const commandLine = this.#kernelCommandLine(spec, growRoot);
     const launched = await this.#launch(spec, {
       memory,
@@ -262,22 +260,10 @@ export class QemuDriver implements VmmDriver {
     return finishFlatten(snapshotDir, recordedMetaSha256);
   }
 
-  /** Checks a snapshot and those it stands on against their seals (sealedFiles). */
-  async #verify(snapshotDir: string): Promise<void> {
+  /** Checks a snapshot and those it stands on (`dirs`, from readChain) against their seals. */
+  async #verify(dirs: readonly string[]): Promise<void> {
     const filesOf = this.#o.sealedFiles;
     if (!filesOf) return;
-    const meta = await readSnapshotMeta(snapshotDir);
-    const chain = new Set([snapshotDir]);
-    let below = meta.diskBacking;
-    while (below?.snapshotDir) {
-      if (chain.has(below.snapshotDir))
-        throw new SnapshotTamperedError(
-          `${snapshotDir}: its disk chain loops at ${below.snapshotDir}`,
-        );
-      chain.add(below.snapshotDir);
-      below = (await readSnapshotMeta(below.snapshotDir)).diskBacking;
-    }
-    const dirs = new Set([...chain, dirname(meta.memoryImage)]);
     for (const dir of dirs) {
       const files = await filesOf(dir);
       if (!files) throw new SnapshotTamperedError(`${dir}: no checksums recorded for its files`);
@@ -295,33 +281,38 @@ export class QemuDriver implements VmmDriver {
     spec: VmSpec,
     options: { background?: boolean } = {},
   ): Promise<PreparedRestore> {
-    const meta = await readSnapshotMeta(snapshotDir);
-    const host = this.#hostFor(spec);
-    checkRestorable(meta, host, spec.shape);
-    await this.#verify(snapshotDir);
+    // Every reference resolved where the snapshot lies now, refused if it leaves its siblings.
+    const chain = await readChain(snapshotDir);
+    const { meta } = chain;
+    checkRestorable(meta, this.#hostFor(spec), spec.shape);
+    await this.#verify(chain.dirs);
     const paths = runtimePaths(spec);
-    const chain = await diskChain(snapshotDir);
-    const backing: DiskBacking = {
-      file: join(snapshotDir, DISK_FILE),
-      format: "qcow2",
-      snapshotDir,
-    };
+    const backing = chain.disk[0] as ChainLayer;
     const { identity } = await this.#setUp(spec, (owner) =>
-      createOverlay(paths.overlay, backing.file, "qcow2", { owner }),
+      createOverlay(paths.overlay, backing.file, "qcow2", {
+        owner,
+        backingName: headerName(diskOf(chain.dir)),
+      }),
     );
-    const memory = { file: meta.memoryImage, shared: false };
-    const diff = meta.memoryDiff ? join(snapshotDir, meta.memoryDiff) : undefined;
+    const memory: VmMemory = {
+      file: chain.memoryImage.path,
+      shared: false,
+      snapshotDir: chain.memoryImage.dir,
+    };
+    const diff = meta.memoryDiff
+      ? (await resolveFile(chain.dir, { file: meta.memoryDiff }, "memory diff")).path
+      : undefined;
     // The guest booted long ago; QEMU's device set still wants a command line.
     const launched = await this.#launch(spec, {
       memory,
-      backing: chain,
+      backing: chain.disk,
       kernelCommandLine: this.#kernelCommandLine(spec),
       incoming: true,
       identity,
     });
     const { proc, qmp } = launched;
     if (options.background) proc.setNice(BACKGROUND_NICE);
-    const deviceState = join(snapshotDir, DEVICE_STATE_FILE);
+    const deviceState = join(chain.dir, DEVICE_STATE_FILE);
     const abandon = async () => {
       qmp.close();
       await proc.kill();

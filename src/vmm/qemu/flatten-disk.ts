@@ -1,18 +1,13 @@
 import { execFile } from "node:child_process";
 import { copyFile, readdir, rename, rm } from "node:fs/promises";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import type { FlattenPlan, SnapshotFile } from "../driver.js";
 import { VmmError } from "../errors.js";
 import { headerBacking } from "./qcow2-overlay.js";
 import { type SealedFile, sealFile } from "./sealed-files.js";
-import {
-  DISK_FILE,
-  diskChain,
-  META_FILE,
-  readSnapshotMeta,
-  writeSnapshotMeta,
-} from "./snapshot-meta.js";
+import { backingRecord, headerName, readChain } from "./snapshot-chain.js";
+import { DISK_FILE, META_FILE, writeSnapshotMeta } from "./snapshot-meta.js";
 
 const run = promisify(execFile);
 const NEW = ".flattened";
@@ -25,7 +20,9 @@ const NEW = ".flattened";
  * by `finishFlatten` at the next start) the new one, each matching a record.
  *
  * `qemu-img rebase` (safe mode) does the copy. It follows backing names in qcow2 headers,
- * so first every header in the chain is checked against the chain Warren recorded. Because
+ * so first every header in the chain is checked against the chain Warren recorded: a
+ * sibling snapshot's disk is named `../<sibling>/disk.qcow2` in both, which qemu-img takes
+ * from the image's own directory, and the new backing is named so too. Because
  * `ontoDir`'s disk is in the old chain, it only compares the clusters allocated above it,
  * so the cost is what those layers wrote, not the disk's size. Lowest CPU priority: it is
  * background work.
@@ -36,25 +33,24 @@ export async function prepareFlatten(snapshotDir: string, ontoDir: string): Prom
   const work = `${DISK_FILE}${NEW}`;
   const meta = `${META_FILE}${NEW}`;
   try {
-    const chain = await diskChain(snapshotDir);
-    if (!chain.some((layer) => layer.file === onto))
-      throw new VmmError(`${onto} is not below ${disk}`);
-    for (let i = 0; i + 1 < chain.length; i++) {
-      const layer = chain[i] as { file: string };
-      const recorded = (chain[i + 1] as { file: string }).file;
+    const chain = await readChain(snapshotDir);
+    const target = chain.disk.find((layer, i) => i > 0 && layer.snapshotDir === resolve(ontoDir));
+    if (!target) throw new VmmError(`${onto} is not below ${disk}`);
+    for (let i = 0; i + 1 < chain.disk.length; i++) {
+      const layer = chain.disk[i] as { file: string };
+      const below = chain.disk[i + 1]?.record;
+      const recorded = below && headerName(below);
       const header = await headerBacking(layer.file);
       if (header !== recorded)
         throw new VmmError(`${layer.file} names ${header ?? "no"} backing, recorded ${recorded}`);
     }
+    const backing = backingRecord(chain.dir, target);
     await copyFile(disk, join(snapshotDir, work));
+    // The new backing by its relative name: written as given into the header, and taken by
+    // qemu-img from the image's directory.
     const args = ["-n", "19", "qemu-img", "rebase", "-q", "-f", "qcow2"];
-    await run("nice", [...args, "-b", onto, "-F", "qcow2", join(snapshotDir, work)]);
-    const old = await readSnapshotMeta(snapshotDir);
-    await writeSnapshotMeta(
-      snapshotDir,
-      { ...old, diskBacking: { file: onto, format: "qcow2", snapshotDir: ontoDir } },
-      meta,
-    );
+    await run("nice", [...args, "-b", headerName(backing), "-F", "qcow2", join(snapshotDir, work)]);
+    await writeSnapshotMeta(snapshotDir, { ...chain.meta, diskBacking: backing }, meta);
     const replaced = new Map<string, SealedFile>([
       [DISK_FILE, { ...(await sealFile(snapshotDir, work)), name: DISK_FILE }],
       [META_FILE, { ...(await sealFile(snapshotDir, meta)), name: META_FILE }],

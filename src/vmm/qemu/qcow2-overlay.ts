@@ -34,18 +34,24 @@ export async function virtualSize(path: string): Promise<bigint> {
  * `minSizeBytes` grows the overlay beyond its backing image (never shrinks it). `owner`: the
  * VMM account it is handed to, through the new file's handle (its directory may be the
  * VMM's, where a path could be swapped for a link between creating and chowning).
+ * `backingName`: what the header names (default `backing`); a relative name is taken from
+ * the overlay's own directory by whoever follows it (QEMU is always handed the chain).
  */
 export async function createOverlay(
   path: string,
   backing: string,
   backingFormat: "qcow2" | "raw",
-  options: { minSizeBytes?: bigint; owner?: { uid: number; gid: number } } = {},
+  options: {
+    minSizeBytes?: bigint;
+    owner?: { uid: number; gid: number };
+    backingName?: string;
+  } = {},
 ): Promise<bigint> {
   const minSizeBytes = options.minSizeBytes ?? 0n;
   const backingSize = await virtualSize(backing);
   const size = minSizeBytes > backingSize ? minSizeBytes : backingSize;
   const l1Size = Number((size + BigInt(CLUSTER * L2_ENTRIES) - 1n) / BigInt(CLUSTER * L2_ENTRIES));
-  const backingName = Buffer.from(backing, "utf8");
+  const backingName = Buffer.from(options.backingName ?? backing, "utf8");
   const formatName = Buffer.from(backingFormat, "ascii");
   const extensionsLength = 8 + align8(formatName.length) + 8;
   const backingOffset = HEADER_LENGTH + extensionsLength;

@@ -12,11 +12,11 @@ const meta: SnapshotMeta = {
   kernel: "6.1.0-57-cloud-amd64",
   images: "0123456789abcdef",
   shape: { vcpus: 1, memoryMiB: 512 },
-  memoryImage: "/snap/memory.img",
+  memoryImage: { file: "memory.img" },
   diffPages: 0,
   deviceStateFile: "devstate.bin",
   diskFile: "disk.qcow2",
-  diskBacking: { file: "/base.ext4", format: "raw" },
+  diskBacking: { image: "/base.ext4", format: "raw" },
   createdAt: "2026-11-30T00:00:00Z",
 };
 const host = {

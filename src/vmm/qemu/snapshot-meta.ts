@@ -1,23 +1,21 @@
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import type { DiskBacking, SnapshotMeta } from "../driver.js";
+import type { SnapshotMeta } from "../driver.js";
 import { SnapshotMismatchError, VmmError } from "../errors.js";
-import type { DiskLayer } from "./args.js";
 
 /**
- * Bumped when a capture no longer fits the VMs Warren starts: 3 added the virtio-rng device
- * (a device state saved without it would load into a machine with other transports) and
- * the disk's recorded backing (`diskBacking`), which restores pass QEMU explicitly.
+ * Bumped when a capture no longer fits the VMs Warren starts or the Warren that reads it: 3
+ * added the virtio-rng device (a device state saved without it would load into a machine
+ * with other transports) and the disk's recorded backing (`diskBacking`); 4 records other
+ * snapshots' files by sibling name instead of absolute path (snapshot-chain.ts), so a
+ * snapshot copied to another node with its ancestors beside it restores there.
  */
-export const SNAPSHOT_FORMAT_VERSION = 3;
+export const SNAPSHOT_FORMAT_VERSION = 4;
 export const META_FILE = "meta.json";
 export const MEMORY_FILE = "memory.img";
 export const MEMORY_DIFF_FILE = "memory.diff";
 export const DEVICE_STATE_FILE = "devstate.bin";
 export const DISK_FILE = "disk.qcow2";
-
-/** Chains deeper than this are refused (a loop of records, or flattening that never ran). */
-const MAX_CHAIN = 1000;
 
 export async function writeSnapshotMeta(
   dir: string,
@@ -25,22 +23,6 @@ export async function writeSnapshotMeta(
   file = META_FILE,
 ): Promise<void> {
   await writeFile(join(dir, file), `${JSON.stringify(meta, null, 2)}\n`, { flag: "wx" });
-}
-
-/**
- * The images below a snapshot's disk, nearest first, from the snapshots' own records (each
- * meta.json is root's, sealed and checked): what QEMU is given as the disk's backing chain.
- */
-export async function diskChain(snapshotDir: string): Promise<DiskLayer[]> {
-  const chain: DiskLayer[] = [{ file: join(snapshotDir, DISK_FILE), format: "qcow2" }];
-  let below: DiskBacking | undefined = (await readSnapshotMeta(snapshotDir)).diskBacking;
-  while (below) {
-    if (chain.length > MAX_CHAIN)
-      throw new VmmError(`snapshot ${snapshotDir}: disk chain deeper than ${MAX_CHAIN}`);
-    chain.push({ file: below.file, format: below.format });
-    below = below.snapshotDir ? (await readSnapshotMeta(below.snapshotDir)).diskBacking : undefined;
-  }
-  return chain;
 }
 
 export async function readSnapshotMeta(dir: string): Promise<SnapshotMeta> {

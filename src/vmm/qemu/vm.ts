@@ -1,12 +1,13 @@
 import { link, mkdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import type { DiskBacking, ExitInfo, SnapshotTiming, Vm, VmSpec } from "../driver.js";
+import type { ExitInfo, SnapshotFileRef, SnapshotTiming, Vm, VmSpec } from "../driver.js";
 import { overlayNode } from "./args.js";
 import { copySparse, dirtyPages, findRamMapping, writeMemoryDiff } from "./memory-image.js";
 import { createOverlay } from "./qcow2-overlay.js";
 import type { QemuProcess } from "./qemu-process.js";
 import type { QmpClient } from "./qmp-client.js";
 import { sealSnapshot } from "./sealed-files.js";
+import { backingRecord, type ChainLayer, diskOf, fileRef, headerName } from "./snapshot-chain.js";
 import {
   DEVICE_STATE_FILE,
   DISK_FILE,
@@ -18,12 +19,13 @@ import {
 } from "./snapshot-meta.js";
 import type { VmmIdentity } from "./vmm-ids.js";
 
-export interface VmMemory {
-  /** The file QEMU maps as guest RAM. */
-  readonly file: string;
-  /** Shared: the file is the RAM (boot VMs). Private: a snapshot image mapped copy-on-write. */
-  readonly shared: boolean;
-}
+/**
+ * The file QEMU maps as guest RAM. Shared: the file is the RAM (boot VMs). Private: a
+ * snapshot's image (`snapshotDir`: that snapshot's directory) mapped copy-on-write.
+ */
+export type VmMemory =
+  | { readonly file: string; readonly shared: true }
+  | { readonly file: string; readonly shared: false; readonly snapshotDir: string };
 
 export interface QemuVmParts {
   readonly spec: VmSpec;
@@ -32,7 +34,7 @@ export interface QemuVmParts {
   readonly memory: VmMemory;
   /** The overlay QEMU writes the root disk to, and the image it is stacked on. */
   readonly rootDisk: string;
-  readonly backing: DiskBacking;
+  readonly backing: ChainLayer;
   readonly host: RestoreHost;
   /** The uid QEMU runs as (files handed to it are its), or none when it stays root. */
   readonly identity: VmmIdentity | undefined;
@@ -61,7 +63,7 @@ export class QemuVm implements Vm {
   /** What the guest booted with (a restore carries its snapshot's; older ones lack it). */
   readonly kernelCommandLine: string | undefined;
   private rootDisk: string;
-  private backing: DiskBacking;
+  private backing: ChainLayer;
 
   constructor(parts: QemuVmParts) {
     ({
@@ -91,6 +93,12 @@ export class QemuVm implements Vm {
   }
 
   async snapshot(dir: string, opts: { resume: boolean }): Promise<SnapshotTiming> {
+    // What the capture stands on, by name: refused here, before the guest stops, unless
+    // those snapshots lie beside `dir`.
+    const diskBacking = backingRecord(dir, this.backing);
+    const memoryImage: SnapshotFileRef = this.memory.shared
+      ? { file: MEMORY_FILE }
+      : fileRef(dir, this.memory.snapshotDir, this.memory.file);
     await mkdir(dir, { recursive: true, mode: 0o700 });
     const started = performance.now();
     await this.qmp.execute("stop");
@@ -107,7 +115,6 @@ export class QemuVm implements Vm {
       let memory: { image: string; diffPages: number };
       let memoryMs: number;
       let diskMs: number;
-      const backing = this.backing;
       const timed = async <T>(fn: () => Promise<T>): Promise<[T, number]> => {
         const t = performance.now();
         return [await fn(), performance.now() - t];
@@ -140,12 +147,12 @@ export class QemuVm implements Vm {
         images: this.host.images,
         kernelCommandLine: this.kernelCommandLine,
         shape: this.spec.shape,
-        memoryImage: memory.image,
+        memoryImage,
         memoryDiff: memory.diffPages > 0 ? MEMORY_DIFF_FILE : undefined,
         diffPages: memory.diffPages,
         deviceStateFile: DEVICE_STATE_FILE,
         diskFile: DISK_FILE,
-        diskBacking: backing,
+        diskBacking,
         createdAt: new Date().toISOString(),
       });
       // A fork's frozen disk keeps its second name (the running VMM's old overlay) until
@@ -191,7 +198,10 @@ export class QemuVm implements Vm {
     const next = join(this.spec.runtimeDir, `disk-${++this.#snapshots}.qcow2`);
     const nextNode = `root-${this.#snapshots}`;
     await link(this.rootDisk, frozen);
-    await createOverlay(next, frozen, "qcow2", { owner: this.identity });
+    await createOverlay(next, frozen, "qcow2", {
+      owner: this.identity,
+      backingName: headerName(diskOf(dir)),
+    });
     await this.qmp.execute("blockdev-add", overlayNode(nextNode, next, null));
     await this.qmp.execute("blockdev-snapshot", { node: this.#rootNode, overlay: nextNode });
     this.#rootNode = nextNode;

@@ -20,6 +20,7 @@ import type { DiskBacking, ExitInfo, SnapshotTiming, Vm, VmSpec } from "../../..
 import { QemuDriver } from "../../../src/vmm/qemu/index.js";
 import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";
 import { sealSnapshot } from "../../../src/vmm/qemu/sealed-files.js";
+import { diskOf, headerName } from "../../../src/vmm/qemu/snapshot-chain.js";
 import { SNAPSHOT_FORMAT_VERSION, writeSnapshotMeta } from "../../../src/vmm/qemu/snapshot-meta.js";
 
 const run = promisify(execFile);
@@ -43,7 +44,7 @@ async function writeMeta(dir: string, diskBacking: DiskBacking): Promise<void> {
     kernel: "test",
     images: "test",
     shape: { vcpus: 1, memoryMiB: 256 },
-    memoryImage: join(dir, "memory.img"),
+    memoryImage: { file: "memory.img" },
     diffPages: 0,
     deviceStateFile: "devstate.bin",
     diskFile: "disk.qcow2",
@@ -52,19 +53,24 @@ async function writeMeta(dir: string, diskBacking: DiskBacking): Promise<void> {
   });
 }
 
-/** Stand-in for a VM: each capture freezes an overlay holding one pattern byte at one offset. */
+/**
+ * Stand-in for a VM: each capture freezes an overlay holding one pattern byte at one offset,
+ * its header naming its backing as a capture's does (a sibling's disk by relative name).
+ */
 class ScribeVm {
   generation = 0;
-  constructor(private backing: DiskBacking) {}
+  /** `path`: where the backing lies now; `record`: how a capture names it. */
+  constructor(private backing: { path: string; record: DiskBacking }) {}
 
   async snapshot(dir: string): Promise<SnapshotTiming> {
     await mkdir(dir, { recursive: true });
     const frozen = join(dir, "disk.qcow2");
-    await createOverlay(frozen, this.backing.file, this.backing.format);
+    const { path, record } = this.backing;
+    await createOverlay(frozen, path, record.format, { backingName: headerName(record) });
     this.generation += 1;
     await qemuIo(frozen, `write -P ${this.generation} ${this.generation * MiB} 64k`, false);
-    await writeMeta(dir, this.backing);
-    this.backing = { file: frozen, format: "qcow2", snapshotDir: dir };
+    await writeMeta(dir, record);
+    this.backing = { path: frozen, record: diskOf(dir) };
     await sealSnapshot(dir);
     return { pausedMs: 0, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0 };
   }
@@ -105,7 +111,7 @@ async function fixture(name: string, flattenDepth: number, driver = testDriver()
   const templateDir = join(layout.snapshotsDir, "template");
   await mkdir(templateDir);
   await createOverlay(join(templateDir, "disk.qcow2"), base, "raw");
-  await writeMeta(templateDir, { file: base, format: "raw" });
+  await writeMeta(templateDir, { image: base, format: "raw" });
   await catalog.putSnapshot({
     id: "template",
     dir: templateDir,
@@ -134,11 +140,7 @@ async function fixture(name: string, flattenDepth: number, driver = testDriver()
     logger: pino({ level: "silent" }),
     retireDelayMs: 0,
   });
-  const vm = new ScribeVm({
-    file: join(templateDir, "disk.qcow2"),
-    format: "qcow2",
-    snapshotDir: templateDir,
-  });
+  const vm = new ScribeVm({ path: join(templateDir, "disk.qcow2"), record: diskOf(templateDir) });
   /** Pauses `generations` times, each snapshot on the one before (as a sandbox does). */
   const pauses = async (generations: number, parentId = "template"): Promise<string> => {
     let parent = parentId;
