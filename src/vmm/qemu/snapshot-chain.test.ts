@@ -270,6 +270,10 @@ describe("snapshot references (format 4)", () => {
       () => fileRef(join(work, "cache", "pause"), tpl, join(tpl, "memory.img")),
       /cannot capture into .*\/cache\/pause: it would stand on .*\/tpl, which is not beside it/,
     );
+    assert.throws(
+      () => fileRef(join(root, "my pause"), tpl, join(tpl, "memory.img")),
+      /"my pause" is not a name a snapshot can record/,
+    );
     assert.equal(headerName(diskOf(tpl)), "../tpl/disk.qcow2");
     assert.equal(headerName({ image: BASE, format: "raw" }), BASE);
   });

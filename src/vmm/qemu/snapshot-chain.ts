@@ -168,12 +168,18 @@ export async function readChain(snapshotDir: string): Promise<SnapshotChain> {
 export function fileRef(dir: string, holderDir: string, path: string): SnapshotFileRef {
   const [own, holder] = [resolve(dir), resolve(holderDir)];
   if (dirname(resolve(path)) !== holder) throw new VmmError(`${path} is not in ${holder}`);
-  if (holder === own) return { file: basename(path) };
+  // Names a later restore would refuse are refused now, before anything is captured.
+  const named = (name: string) => {
+    if (PLAIN_NAME.test(name)) return name;
+    throw new VmmError(`cannot capture into ${own}: "${name}" is not a name a snapshot can record`);
+  };
+  named(basename(own));
+  if (holder === own) return { file: named(basename(path)) };
   if (dirname(holder) !== dirname(own))
     throw new VmmError(
       `cannot capture into ${own}: it would stand on ${holder}, which is not beside it (snapshots stand only on snapshots in the same directory)`,
     );
-  return { snapshot: basename(holder), file: basename(path) };
+  return { snapshot: named(basename(holder)), file: named(basename(path)) };
 }
 
 /** The record a capture into `dir` keeps of the image its disk is stacked on. */

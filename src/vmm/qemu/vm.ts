@@ -97,7 +97,7 @@ export class QemuVm implements Vm {
     // those snapshots lie beside `dir`.
     const diskBacking = backingRecord(dir, this.backing);
     const memoryImage: SnapshotFileRef = this.memory.shared
-      ? { file: MEMORY_FILE }
+      ? fileRef(dir, dir, join(dir, MEMORY_FILE))
       : fileRef(dir, this.memory.snapshotDir, this.memory.file);
     await mkdir(dir, { recursive: true, mode: 0o700 });
     const started = performance.now();
