@@ -78,7 +78,7 @@ export const ERROR_REASONS = {
   },
   snapshot_tampered: {
     kind: "internal",
-    doc: "A snapshot's files no longer match the checksums recorded when it was captured (changed or missing on disk, or corrupted in the shared snapshot store): it is never restored. The message or the server's log names the file.",
+    doc: "A snapshot's files no longer match the checksums recorded when it was captured (changed or missing on disk, or corrupted in the shared snapshot store), a snapshot it stands on is not beside it, or its records reach outside the snapshots' directory: it is never restored. The message or the server's log names the file.",
   },
   snapshot_not_found: {
     kind: "not_found",
