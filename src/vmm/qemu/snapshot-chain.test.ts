@@ -208,6 +208,11 @@ describe("snapshot references (format 4)", () => {
       assert.match(err.message, /tpl is a symbolic link/);
       return true;
     });
+    // A snapshot that is not there at all is a failed restore, not a tampered one.
+    await assert.rejects(
+      readChain(join(root, "nothing")),
+      (err: unknown) => err instanceof VmmError && /nothing is missing/.test(err.message),
+    );
     await symlink(join(root, "pause"), join(root, "via-link"));
     await assert.rejects(readChain(join(root, "via-link")), /via-link is a symbolic link/);
   });

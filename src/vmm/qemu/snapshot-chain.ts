@@ -72,9 +72,9 @@ function plainName(dir: string, what: string, name: unknown): string {
  * qcow2 header (`../<sibling>/disk.qcow2`, followed by qemu-img) must reach the same file
  * the records resolve to, and a link could lead anywhere.
  */
-async function realDirectory(path: string, missing: () => string): Promise<void> {
+async function realDirectory(path: string, missing: () => Error): Promise<void> {
   const stat = await lstat(path).catch((err: NodeJS.ErrnoException) => {
-    if (err.code === "ENOENT") throw new SnapshotTamperedError(missing());
+    if (err.code === "ENOENT") throw missing();
     throw new VmmError(`cannot look at ${path}: ${err.message}`, undefined, { cause: err });
   });
   if (stat.isSymbolicLink())
@@ -90,7 +90,9 @@ async function sibling(dir: string, name: unknown, what: string): Promise<string
   await realDirectory(
     path,
     () =>
-      `snapshot ${dir} stands on ${String(name)} (its ${what}), which is not beside it: ${path} is missing (a snapshot is restored with every snapshot it stands on in the same directory)`,
+      new SnapshotTamperedError(
+        `snapshot ${dir} stands on ${String(name)} (its ${what}), which is not beside it: ${path} is missing (a snapshot is restored with every snapshot it stands on in the same directory)`,
+      ),
   );
   return path;
 }
@@ -138,7 +140,7 @@ export async function resolveBacking(dir: string, backing: DiskBacking): Promise
  */
 export async function readChain(snapshotDir: string): Promise<SnapshotChain> {
   const top = resolve(snapshotDir);
-  await realDirectory(top, () => `snapshot ${top} is missing`);
+  await realDirectory(top, () => new VmmError(`snapshot ${top} is missing`));
   const meta = await readSnapshotMeta(top);
   const memoryImage = await resolveFile(top, meta.memoryImage, "memory image");
   const disk: ChainLayer[] = [{ file: join(top, DISK_FILE), format: "qcow2", snapshotDir: top }];
