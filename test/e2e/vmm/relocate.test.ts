@@ -19,7 +19,7 @@ import {
   type Vm,
   VmmError,
 } from "../../../src/vmm/index.js";
-import { QemuDriver } from "../../../src/vmm/qemu/index.js";
+import { QemuDriver, qemuVersion } from "../../../src/vmm/qemu/index.js";
 import { headerBacking } from "../../../src/vmm/qemu/qcow2-overlay.js";
 import { readChain } from "../../../src/vmm/qemu/snapshot-chain.js";
 import {
@@ -72,8 +72,7 @@ describe("snapshots relocated to another directory restore there (real guests)",
     // Every restore checked against the recorded checksums, as the server's driver does.
     driver = new QemuDriver({
       accel: vmm.driver.accel,
-      qemuVersion:
-        (await execFileP("qemu-system-x86_64", ["--version"])).stdout.split("\n")[0] ?? "",
+      qemuVersion: await qemuVersion(),
       identities: vmm.identities,
       cgroups: vmm.cgroups,
       sealedFiles: async (dir) => sealed.get(dir),
@@ -107,7 +106,7 @@ describe("snapshots relocated to another directory restore there (real guests)",
   };
   const capture = async (vm: Vm, dir: string, resume: boolean) => {
     await vm.snapshot(dir, { resume });
-    if (!resume) vms.delete(vm);
+    if (!resume) await destroy(vm);
     sealed.set(dir, await driver.checksumSnapshot(dir));
   };
   const destroy = async (vm: Vm) => {
