@@ -19,6 +19,7 @@ const BENCHES = {
   slots: ["slot-pool.ts", false],
   templates: ["templates.ts", true],
   load: ["load.ts", true],
+  gateway: ["gateway.ts", false],
 };
 
 const name = process.argv[2];

@@ -11,8 +11,8 @@ import fastify, {
 import type { Logger } from "pino";
 import type { TemplateBuilds } from "../builds/index.js";
 import { assertReady, type SandboxService } from "../orchestrator/index.js";
-import type { ApiContext } from "./api-context.js";
 import { authenticate } from "../shared/api-key-auth.js";
+import type { ApiContext } from "./api-context.js";
 import { formatSchemaErrors, handleError, handleFrameworkError, handleNotFound } from "./errors.js";
 import { checkSandboxId } from "./input.js";
 import { registerHealthRoutes } from "./routes/health.js";

@@ -56,7 +56,7 @@ export class Creates {
       }
       const ranked = rankNodes(nodes, request, directory.reserved, {
         heartbeatTimeoutMs: this.#o.heartbeatTimeoutMs,
-        now: Date.now(),
+        sinceReadMs: directory.sinceReadMs,
       });
       for (const node of ranked) {
         const release = directory.reserve(node, request);

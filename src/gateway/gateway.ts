@@ -82,13 +82,20 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   /** The node holding a sandbox, or why it cannot be reached. */
   async function sandboxNode(sandboxId: string): Promise<NodeTarget> {
     const location = await options.cluster.locateSandbox(sandboxId);
-    if (!location || (location.state === "killed" && location.endedReason !== "lost")) {
+    if (!location) throw new WarrenError("sandbox_not_found", `sandbox ${sandboxId} not found`);
+    if (location.state === "killed") {
+      if (location.endedReason?.startsWith("lost")) {
+        throw new WarrenError(
+          "sandbox_lost",
+          `sandbox ${sandboxId} was lost: its node ${location.nodeId} went down while it ran`,
+        );
+      }
       throw new WarrenError("sandbox_not_found", `sandbox ${sandboxId} not found`);
     }
-    if (location.endedReason === "lost" || location.nodeState === "down") {
+    if (location.nodeState === "down") {
       throw new WarrenError(
-        "sandbox_lost",
-        `sandbox ${sandboxId} was lost: its node ${location.nodeId} went down`,
+        "node_unreachable",
+        `sandbox ${sandboxId} is ${location.state} on node ${location.nodeId}, which is down`,
       );
     }
     return { nodeId: location.nodeId, url: location.nodeUrl };

@@ -12,9 +12,12 @@ async function main(): Promise<void> {
   let config: ReturnType<typeof loadConfig>;
   try {
     config = loadConfig();
-    if (!config.databaseUrl) throw new Error("WARREN_DATABASE_URL is required: the gateway reads the cluster catalog");
+    if (!config.databaseUrl)
+      throw new Error("WARREN_DATABASE_URL is required: the gateway reads the cluster catalog");
     if (config.apiKeys.length === 0) {
-      throw new Error("WARREN_API_KEYS is required: the keys clients present, which every node accepts too");
+      throw new Error(
+        "WARREN_API_KEYS is required: the keys clients present, which every node accepts too",
+      );
     }
   } catch (err) {
     process.stderr.write(`warren gateway: ${err instanceof Error ? err.message : String(err)}\n`);

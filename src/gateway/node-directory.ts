@@ -21,6 +21,8 @@ export interface NodeDirectoryOptions {
 export class NodeDirectory {
   readonly #o: NodeDirectoryOptions;
   #nodes: NodeRow[] = [];
+  /** performance.now() when #nodes was read. */
+  #readAt = 0;
   #loaded: Promise<void> | undefined;
   readonly #reserved = new Map<string, Reserved & { heartbeat: string }>();
   #timer: NodeJS.Timeout | undefined;
@@ -51,6 +53,11 @@ export class NodeDirectory {
     return this.#nodes;
   }
 
+  /** Milliseconds since the node list was read. */
+  get sinceReadMs(): number {
+    return performance.now() - this.#readAt;
+  }
+
   get reserved(): ReadonlyMap<string, Reserved> {
     return this.#reserved;
   }
@@ -59,6 +66,7 @@ export class NodeDirectory {
     const down = await this.#o.cluster.markDownStale(this.#o.downAfterMs);
     for (const node of down) this.#o.logger.warn({ nodeId: node.id }, "gateway.node_down");
     this.#nodes = await this.#o.cluster.listNodes();
+    this.#readAt = performance.now();
     for (const node of this.#nodes) {
       // A newer heartbeat's load already counts what was sent before it.
       const reserved = this.#reserved.get(node.id);

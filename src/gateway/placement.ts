@@ -18,8 +18,8 @@ export interface Reserved {
 export interface RankOptions {
   /** A node whose last heartbeat is older than this is not placed on (ms). */
   readonly heartbeatTimeoutMs: number;
-  /** Now, for the heartbeat age (ms since the epoch). */
-  readonly now: number;
+  /** Time since the node list was read (ms): heartbeat ages are the database's, as read. */
+  readonly sinceReadMs: number;
   /** Node ids to leave out (those that just refused this create). */
   readonly exclude?: ReadonlySet<string>;
 }
@@ -49,7 +49,7 @@ export function rankNodes(
   const candidates = nodes.filter((node) => {
     if (node.state !== "up" || node.load?.draining) return false;
     if (options.exclude?.has(node.id)) return false;
-    if (options.now - Date.parse(node.lastHeartbeat) > options.heartbeatTimeoutMs) return false;
+    if (node.heartbeatAgeMs + options.sinceReadMs > options.heartbeatTimeoutMs) return false;
     const room = freeRoom(node, reserved.get(node.id));
     return (
       room.sandboxes >= 1 && room.vcpus >= request.vcpus && room.memoryMiB >= request.memoryMiB

@@ -120,7 +120,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       logger,
       ...options.pool,
     });
-    const vms = (this.#vms = new SandboxVms({
+    const vms = new SandboxVms({
       catalog,
       driver,
       slots,
@@ -129,7 +129,8 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       layout,
       logger,
       envdDeadlineMs: options.envdDeadlineMs ?? 30_000,
-    }));
+    });
+    this.#vms = vms;
     this.#lifecycle = new Lifecycle({
       catalog,
       table: this.#table,

@@ -3,6 +3,7 @@
  * nodes in a map, and where a sandbox lives answered by a locator the test supplies (its
  * stand-in nodes know their sandboxes). Records state changes so tests can check them.
  */
+import type { DownNode } from "../../src/catalog/index.js";
 import type {
   GatewayCluster,
   NodeRow,
@@ -21,8 +22,16 @@ export class InMemoryCluster implements GatewayCluster {
 
   constructor(private readonly locator: (sandboxId: string) => string | undefined) {}
 
-  addNode(node: Omit<NodeRow, "state" | "lastHeartbeat"> & Partial<NodeRow>): void {
-    this.nodes.set(node.id, { state: "up", lastHeartbeat: new Date().toISOString(), ...node });
+  addNode(node: Pick<NodeRow, "id" | "url" | "capacity">): void {
+    const now = new Date().toISOString();
+    this.nodes.set(node.id, {
+      state: "up",
+      labels: {},
+      registeredAt: now,
+      lastHeartbeat: now,
+      heartbeatAgeMs: 0,
+      ...node,
+    });
   }
 
   heartbeat(id: string, load?: NodeRow["load"]): void {
@@ -32,8 +41,17 @@ export class InMemoryCluster implements GatewayCluster {
     if (load) node.load = load;
   }
 
+  /** Makes a node look silent for `ms` (as the database's clock would say). */
+  age(id: string, ms: number): void {
+    const node = this.nodes.get(id);
+    if (node) node.lastHeartbeat = new Date(Date.now() - ms).toISOString();
+  }
+
   async listNodes(): Promise<NodeRow[]> {
-    return [...this.nodes.values()].map((node) => ({ ...node }));
+    return [...this.nodes.values()].map((node) => ({
+      ...node,
+      heartbeatAgeMs: Date.now() - Date.parse(node.lastHeartbeat),
+    }));
   }
 
   async setNodeState(id: string, state: NodeState): Promise<void> {
@@ -41,13 +59,14 @@ export class InMemoryCluster implements GatewayCluster {
     if (node) node.state = state;
   }
 
-  async markDownStale(olderThanMs: number): Promise<{ id: string }[]> {
-    const down: { id: string }[] = [];
+  async markDownStale(olderThanMs: number): Promise<DownNode[]> {
+    const down: DownNode[] = [];
     for (const node of this.nodes.values()) {
       if (node.state === "down") continue;
-      if (Date.now() - Date.parse(node.lastHeartbeat) <= olderThanMs) continue;
+      const heartbeatAgeMs = Date.now() - Date.parse(node.lastHeartbeat);
+      if (heartbeatAgeMs <= olderThanMs) continue;
       node.state = "down";
-      down.push({ id: node.id });
+      down.push({ ...node, heartbeatAgeMs, lost: [] });
     }
     return down;
   }
@@ -65,7 +84,7 @@ export class InMemoryCluster implements GatewayCluster {
     };
   }
 
-  async claimSandbox(id: string, toNodeId: string): Promise<boolean> {
+  async claimSandbox(id: string, toNodeId: string, _fromNodeId?: string): Promise<boolean> {
     this.claimed.set(id, toNodeId);
     return true;
   }

@@ -22,7 +22,10 @@ export interface Leftovers {
 
 const CGROUP_ROOT = "/sys/fs/cgroup";
 
-/** Directories `<prefix>-<what>` the run's servers and drivers made in each cgroup hierarchy. */
+/**
+ * Directories `<prefix>-<what>` the run's servers and drivers made in each cgroup hierarchy,
+ * and `<prefix><x>-<what>` of a cluster test's node servers (their prefixes extend the run's).
+ */
 async function cgroupParents(prefix: string): Promise<string[]> {
   const roots = existsSync(join(CGROUP_ROOT, "cgroup.controllers"))
     ? [CGROUP_ROOT]
@@ -30,7 +33,7 @@ async function cgroupParents(prefix: string): Promise<string[]> {
   const parents: string[] = [];
   for (const root of roots) {
     for (const name of await readdir(root).catch(() => [] as string[])) {
-      if (name.startsWith(`${prefix}-`)) parents.push(join(root, name));
+      if (new RegExp(`^${prefix}[a-z]?-`).test(name)) parents.push(join(root, name));
     }
   }
   return parents;

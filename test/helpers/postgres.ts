@@ -1,5 +1,5 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
-import { chown, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { appendFile, chown, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
@@ -52,8 +52,15 @@ async function binDir(): Promise<string> {
 
 const DATABASE_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
+export interface PostgresOptions {
+  /** Addresses to listen on besides 127.0.0.1 (they must exist when it starts). */
+  readonly listen?: readonly string[];
+  /** Client blocks (CIDR) let in without a password besides loopback, e.g. other namespaces. */
+  readonly trust?: readonly string[];
+}
+
 /** Starts a fresh PostgreSQL server; register `after(() => pg.stop())` on the next line. */
-export async function startPostgres(): Promise<TestPostgres> {
+export async function startPostgres(options: PostgresOptions = {}): Promise<TestPostgres> {
   const bin = await binDir();
   const dir = await mkdtemp(join(tmpdir(), "warren-pg-"));
   const data = join(dir, "data");
@@ -101,6 +108,10 @@ export async function startPostgres(): Promise<TestPostgres> {
       "--locale=C",
       "--no-sync",
     ]);
+    if (options.trust?.length) {
+      const lines = options.trust.map((cidr) => `host all all ${cidr} trust\n`).join("");
+      await appendFile(join(data, "pg_hba.conf"), lines);
+    }
     const port = await freePort();
     const [file, prefix] = command("postgres");
     // Durability is not wanted here; a small server costs the host little.
@@ -114,7 +125,11 @@ export async function startPostgres(): Promise<TestPostgres> {
     ].flatMap((s) => ["-c", s]);
     child = spawn(
       file,
-      [...prefix, "-D", data, "-k", dir, "-h", "127.0.0.1", "-p", String(port), ...settings],
+      [
+        ...prefix,
+        ...["-D", data, "-k", dir, "-h", ["127.0.0.1", ...(options.listen ?? [])].join(",")],
+        ...["-p", String(port), ...settings],
+      ],
       { cwd: dir, stdio: ["ignore", "ignore", "pipe"] },
     );
     let stderr = "";

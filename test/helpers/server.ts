@@ -36,18 +36,24 @@ export interface TestServer {
  * server lives in the run's sandbox (run-env.ts): the run's data dir, the test images, the
  * run's network prefix and block; `env` adds settings (or overrides those).
  */
-export async function startServer(env: Record<string, string> = {}): Promise<TestServer> {
+export async function startServer(
+  env: Record<string, string> = {},
+  options: { wrap?: readonly string[] } = {},
+): Promise<TestServer> {
   const settings: Record<string, string> = { WARREN_PORT: "0", ...runServerEnv(), ...env };
   const dataDir = settings.WARREN_HOME ?? runEnv().dataDir;
-  const child = spawn(
+  // `wrap`: a command that execs the rest in place (a network namespace), same pid.
+  const argv = [
+    ...(options.wrap ?? []),
     process.execPath,
-    ["--enable-source-maps", join(ROOT, "dist", "server", "main.mjs")],
-    {
-      cwd: ROOT,
-      env: { ...process.env, ...settings },
-      stdio: ["ignore", "pipe", "pipe"],
-    },
-  );
+    "--enable-source-maps",
+    join(ROOT, "dist", "server", "main.mjs"),
+  ];
+  const child = spawn(argv[0] ?? process.execPath, argv.slice(1), {
+    cwd: ROOT,
+    env: { ...process.env, ...settings },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   // A test or bench that dies must not leave its server (and its VMs) running.
   const orphanGuard = () => {
     if (child.exitCode === null) child.kill("SIGTERM");

@@ -10,6 +10,7 @@ import type { Duplex } from "node:stream";
 import { createApi } from "../../../src/api/index.js";
 import { type Gateway, type GatewayOptions, startGateway } from "../../../src/gateway/gateway.js";
 import { isProxyRequest } from "../../../src/gateway/routes.js";
+import { Semaphore } from "../../../src/orchestrator/semaphore.js";
 import { InMemoryCluster } from "../../fakes/in-memory-cluster.js";
 import { InMemorySandboxService } from "../api/in-memory-sandbox-service.js";
 
@@ -38,17 +39,24 @@ export interface TestCluster {
   close(): Promise<void>;
 }
 
+/** What a create costs a stand-in node: `ms` each, `concurrent` at once (its cores). */
+export interface CreateCost {
+  readonly ms: number;
+  readonly concurrent: number;
+}
+
 export async function startTestCluster(options: {
   nodes: number;
   maxSandboxes?: number;
   gateway?: Partial<GatewayOptions>;
+  createCost?: CreateCost;
 }): Promise<TestCluster> {
   const nodes: StandInNode[] = [];
   const cluster = new InMemoryCluster(
     (sandboxId) => nodes.find((node) => node.service.sandboxes.has(sandboxId))?.id,
   );
   for (let i = 0; i < options.nodes; i++) {
-    const node = await startStandInNode(`node${i}`, options.maxSandboxes);
+    const node = await startStandInNode(`node${i}`, options.maxSandboxes, options.createCost);
     nodes.push(node);
     cluster.addNode({
       id: node.id,
@@ -112,8 +120,13 @@ export async function startTestCluster(options: {
   };
 }
 
-async function startStandInNode(id: string, maxSandboxes?: number): Promise<StandInNode> {
+async function startStandInNode(
+  id: string,
+  maxSandboxes?: number,
+  cost?: CreateCost,
+): Promise<StandInNode> {
   const service = new InMemorySandboxService({ idPrefix: id, maxSandboxes });
+  if (cost) chargeCreates(service, cost);
   const proxied: string[] = [];
   let server: Server | undefined;
   const api = createApi({
@@ -148,6 +161,17 @@ async function startStandInNode(id: string, maxSandboxes?: number): Promise<Stan
       await api.close();
     },
   };
+}
+
+/** Makes each create wait for one of `concurrent` permits, then `ms`, as VM starts would. */
+function chargeCreates(service: InMemorySandboxService, cost: CreateCost): void {
+  const create = service.create.bind(service);
+  const cores = new Semaphore(cost.concurrent);
+  service.create = (input) =>
+    cores.use(async () => {
+      await new Promise((resolve) => setTimeout(resolve, cost.ms));
+      return create(input);
+    });
 }
 
 function standInProxy(node: string, req: IncomingMessage, res: ServerResponse, seen: string[]) {

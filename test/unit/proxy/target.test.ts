@@ -1,8 +1,12 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import {
+  isSandboxHost,
+  parseTarget,
+  type TargetInput,
+} from "../../../src/protocol/sandbox-target.js";
 import { isInternalEnvdPath, requestPath, tokenMatches } from "../../../src/proxy/access.js";
 import { downstreamResponseHeaders, upstreamRequestHeaders } from "../../../src/proxy/headers.js";
-import { isSandboxHost, parseTarget, type TargetInput } from "../../../src/protocol/sandbox-target.js";
 
 // Pure parts of the proxy: target parsing, internal-path refusal, token compare, headers.
 
