@@ -117,6 +117,11 @@ export interface SnapshotRow {
    * keeps it; putSnapshot ignores it (the flag is markPublished's alone).
    */
   readonly publishedAt?: string;
+  /**
+   * Set on another node's snapshot alone: the node that captured it and holds its files (the
+   * PostgreSQL catalog's getSnapshot returns every node's). putSnapshot ignores it.
+   */
+  readonly nodeId?: string;
 }
 
 /** One sealed file of a snapshot (the VMM driver's SnapshotFile). */

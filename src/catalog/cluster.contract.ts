@@ -148,6 +148,8 @@ export function clusterContract(name: string, open: () => Promise<ClusterHarness
         nodeUrl: node("a").url,
         state: "killed",
         nodeState: "down",
+        vcpus: 2,
+        memoryMiB: 512,
         endedReason: "lost",
       });
       assert.equal((await a.getSandbox("a-paused-published"))?.state, "paused");
@@ -197,6 +199,8 @@ export function clusterContract(name: string, open: () => Promise<ClusterHarness
         nodeUrl: node("b").url,
         state: "paused",
         nodeState: "draining",
+        vcpus: 2,
+        memoryMiB: 512,
       });
       assert.equal(await cluster.locateSandbox("sb-ghost"), undefined);
       const all = await cluster.listSandboxes();
@@ -215,17 +219,22 @@ export function clusterContract(name: string, open: () => Promise<ClusterHarness
       assert.deepEqual(await cluster.listSandboxes({ states: [] }), []);
     });
 
-    it("claims a paused sandbox for another node, and nothing else", async (t) => {
+    it("claims a paused sandbox whose snapshot is published for another node, and nothing else", async (t) => {
       const { cluster, catalog } = await use(t);
       const [a, b] = [await catalog("a"), await catalog("b")];
+      await a.putSnapshot(snapshotRow("s"));
       await a.insertSandbox(sandboxRow({ id: "sb-paused", state: "paused", snapshotId: "s" }));
       await a.insertSandbox(sandboxRow({ id: "sb-running" }));
+      assert.equal(await cluster.claimSandbox("sb-paused", "b", "a"), false, "not published");
+      assert.equal((await a.getSandbox("sb-paused"))?.state, "paused");
+      await cluster.markPublished("s");
       assert.equal(await cluster.claimSandbox("sb-running", "b"), false);
       assert.equal(await cluster.claimSandbox("sb-ghost", "b"), false);
       assert.equal(await cluster.claimSandbox("sb-paused", "b", "c"), false, "not on c");
       assert.equal(await cluster.claimSandbox("sb-paused", "b", "a"), true);
       assert.equal(await a.getSandbox("sb-paused"), undefined);
       assert.equal((await b.getSandbox("sb-paused"))?.snapshotId, "s");
+      assert.equal((await b.getSnapshot("s"))?.nodeId, "a", "the snapshot stays with its node");
       assert.deepEqual(ids(await a.listSandboxes()), ["sb-running"]);
       assert.equal(await cluster.claimSandbox("sb-paused", "b"), true, "already there");
 
@@ -253,6 +262,7 @@ export function clusterContract(name: string, open: () => Promise<ClusterHarness
         ...snapshotRow("snap-1"),
         names: ["n"],
         publishedAt: published,
+        nodeId: "a",
       });
     });
 

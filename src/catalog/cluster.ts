@@ -69,6 +69,9 @@ export interface SandboxLocation {
   /** The sandbox's own state ("killed" rows are history: route nothing to them). */
   readonly state: SandboxState;
   readonly nodeState: NodeState;
+  /** Its shape: what another node needs free to resume it there. */
+  readonly vcpus: number;
+  readonly memoryMiB: number;
   /** Why a killed sandbox ended ("lost": its node was marked down); absent otherwise. */
   readonly endedReason?: string;
 }
@@ -129,13 +132,13 @@ export interface ClusterCatalog {
   }): Promise<ClusterSandboxRow[]>;
   /**
    * Moves a paused sandbox to `toNodeId`, so that node's catalog sees it and can resume it
-   * there; its snapshot row stays with the node holding the files. A compare-and-set: it
-   * moves only if, at that moment, the sandbox is paused and (when `fromNodeId` is given)
-   * still on `fromNodeId`. Two gateways racing to move one sandbox should both pass the node
-   * locateSandbox gave them: exactly one gets true. True when moved (also when it was
-   * already on `toNodeId`); false when the sandbox is gone, not paused, or not on
-   * `fromNodeId`. It does not check that the snapshot is published: check
-   * SnapshotRow.publishedAt (via the target node's Catalog getSnapshot) first.
+   * there (fetching its snapshot from the shared store); its snapshot row stays with the
+   * node that captured it. A compare-and-set: it moves only if, at that moment, the sandbox
+   * is paused, its snapshot is published (markPublished) and (when `fromNodeId` is given)
+   * it is still on `fromNodeId`. Two gateways racing to move one sandbox should both pass
+   * the node locateSandbox gave them: exactly one gets true. True when moved (also when it
+   * was already on `toNodeId`); false when the sandbox is gone, not paused, unpublished or
+   * not on `fromNodeId`.
    */
   claimSandbox(id: string, toNodeId: string, fromNodeId?: string): Promise<boolean>;
 

@@ -8,6 +8,7 @@ import { Creates } from "./creates.js";
 import { forwardRequest, forwardUpgrade, NodeAgents, type NodeTarget } from "./forward.js";
 import { mergeLists } from "./lists.js";
 import { NodeDirectory } from "./node-directory.js";
+import { relocatePaused } from "./relocate.js";
 import { sendApiError, sendJson, sendProxyError, writeSocketProxyError } from "./respond.js";
 import { classify, type GatewayRoute } from "./routes.js";
 
@@ -79,9 +80,22 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     return { nodeId: node.id, url: node.url };
   }
 
-  /** The node holding a sandbox, or why it cannot be reached. */
-  async function sandboxNode(sandboxId: string): Promise<NodeTarget> {
-    const location = await options.cluster.locateSandbox(sandboxId);
+  /**
+   * The node holding a sandbox, or why it cannot be reached. `resuming`: a resume or connect,
+   * which moves a paused sandbox off a node that is down or draining (relocatePaused).
+   */
+  async function sandboxNode(sandboxId: string, resuming = false): Promise<NodeTarget> {
+    let location = await options.cluster.locateSandbox(sandboxId);
+    if (resuming && location?.state === "paused" && location.nodeState !== "up") {
+      const moved = await relocatePaused(sandboxId, location, {
+        cluster: options.cluster,
+        directory,
+        heartbeatTimeoutMs: downAfterMs,
+        logger,
+      });
+      if (moved) return moved;
+      location = await options.cluster.locateSandbox(sandboxId);
+    }
     if (!location) throw new WarrenError("sandbox_not_found", `sandbox ${sandboxId} not found`);
     if (location.state === "killed") {
       if (location.endedReason?.startsWith("lost")) {
@@ -141,8 +155,11 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       }
       case "snapshots":
         return relay(req, res, await templateNode());
-      case "sandbox":
-        return relay(req, res, await sandboxNode(route.sandboxId));
+      case "sandbox": {
+        const resuming =
+          req.method === "POST" && (route.action === "resume" || route.action === "connect");
+        return relay(req, res, await sandboxNode(route.sandboxId, resuming));
+      }
       case "nodes":
         return sendJson(res, 200, (await directory.nodes()).map(nodeJson));
       case "node_action":

@@ -169,6 +169,8 @@ export async function bootTemplate(
       kind: "template",
       names: input.aliases.map((alias) => `${alias}:default`),
       resume: false,
+      // Each node boots its own base; built templates are every node's.
+      publish: input.kind !== "base",
     }));
     crashPoint("base-template.boot.after-capture");
     await rm(vm.spec.runtimeDir, { recursive: true, force: true });

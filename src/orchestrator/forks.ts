@@ -194,6 +194,7 @@ export class Forks {
         parentId: live.row.snapshotId,
         kind,
         resume: true,
+        publish: kind === "named",
       });
       crashPoint("forks.capture.after-capture");
       // Its disk now stands on the capture.

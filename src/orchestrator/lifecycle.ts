@@ -131,6 +131,7 @@ export class Lifecycle {
         parentId: live.row.snapshotId,
         kind: "pause",
         resume: false,
+        publish: true,
       });
     } catch (err) {
       if (await exitsWithin(vm, EXIT_GRACE_MS)) {

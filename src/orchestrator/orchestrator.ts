@@ -17,7 +17,7 @@ import { recoverLeftovers } from "./recovery.js";
 import { type RoutingOptions, routeSandbox } from "./routing.js";
 import { requireState, SandboxTable } from "./sandbox-table.js";
 import { SandboxVms } from "./sandbox-vms.js";
-import { SnapshotStore } from "./snapshot-store.js";
+import { type SharedSnapshots, SnapshotStore } from "./snapshot-store.js";
 import { templateStart } from "./snapshot-templates.js";
 import { sampleMetrics, sandboxLogs } from "./telemetry.js";
 import { findTemplate } from "./templates.js";
@@ -70,6 +70,8 @@ export interface OrchestratorOptions {
   readonly startPermitLeaseMs?: number;
   /** How long the base template's guest settles after boot before its capture. Default 2 s. */
   readonly templateSettleMs?: number;
+  /** The cluster's shared snapshot store: paused sandboxes may then resume on other nodes. */
+  readonly shared?: SharedSnapshots;
 }
 
 /**
@@ -109,6 +111,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       imagesFingerprint: images.fingerprint,
       flattenDepth: options.flattenDepth,
       logger,
+      shared: options.shared,
     });
     this.#pool = new WarmPool({
       driver,
@@ -129,6 +132,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       layout,
       logger,
       envdDeadlineMs: options.envdDeadlineMs ?? 30_000,
+      snapshotDir: (id) => this.#snapshots.localDir(id),
     });
     this.#vms = vms;
     this.#lifecycle = new Lifecycle({
@@ -276,7 +280,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       timeoutMs: input.timeoutMs,
       snapshotId: template.snapshotId,
     });
-    const start = await templateStart(catalog, template);
+    const start = await templateStart(catalog, template, (id) => this.#snapshots.localDir(id));
     // A build VM starts once from its layer: no demand to learn from, no pool to take from.
     return this.#lifecycle.launch(row, start.presentToken, input.internal ? undefined : start.pool);
   }
@@ -329,6 +333,62 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
     return changed;
   }
 
+  /**
+   * In a cluster, once per heartbeat: drops the paused sandboxes a gateway moved to another
+   * node (ClusterCatalog.claimSandbox) and takes in those moved here. Returns how many moved.
+   */
+  async syncPaused(): Promise<number> {
+    const held = await this.#o.catalog.listSandboxes(["paused"]);
+    const heldIds = new Set(held.map((row) => row.id));
+    let moved = 0;
+    for (const row of held) if (await this.#adopt(row.id)) moved += 1;
+    for (const live of this.#table.values()) {
+      const id = live.row.id;
+      if (live.row.state !== "paused" || heldIds.has(id)) continue;
+      await this.#table.serial(id, async () => {
+        if (!this.#table.has(id) || live.row.state !== "paused") return;
+        if (await this.#o.catalog.getSandbox(id)) return;
+        this.#table.remove(id);
+        moved += 1;
+        this.#log.info({ sandboxId: id }, "sandbox.moved_away");
+      });
+    }
+    return moved;
+  }
+
+  /**
+   * Drain: pauses every running sandbox and publishes every paused one's snapshot, so that
+   * gateways resume them on other nodes (they place nothing new on a draining node).
+   */
+  async drain(): Promise<void> {
+    for (const live of this.#table.values()) {
+      if (live.row.state !== "running") continue;
+      await this.pause(live.row.id).catch((err: unknown) =>
+        this.#log.warn({ sandboxId: live.row.id, err }, "sandbox.drain_pause_failed"),
+      );
+    }
+    for (const live of this.#table.values()) {
+      const snapshotId = live.row.state === "paused" ? live.row.snapshotId : undefined;
+      if (snapshotId) await this.#snapshots.publish(snapshotId).catch(() => {});
+    }
+  }
+
+  /**
+   * A paused sandbox moved here joins the table, on its first call or the next sync; read
+   * again under its lock (a kill may have just ended it).
+   */
+  async #adopt(sandboxId: string): Promise<boolean> {
+    if (this.#table.has(sandboxId)) return false;
+    return this.#table.serial(sandboxId, async () => {
+      if (this.#table.has(sandboxId)) return false;
+      const row = await this.#o.catalog.getSandbox(sandboxId);
+      if (row?.state !== "paused") return false;
+      this.#table.add({ row, metrics: [] });
+      this.#log.info({ sandboxId }, "sandbox.moved_here");
+      return true;
+    });
+  }
+
   async pause(sandboxId: string): Promise<void> {
     return this.#table.locked(sandboxId, async (live) => {
       requireState(live, "running", `sandbox ${sandboxId} is already paused`);
@@ -342,6 +402,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
   ): Promise<{ sandbox: SandboxInfo; resumed: boolean }> {
     assertReady(this.#status);
     const ttl = timeoutMs ?? this.#o.defaultTimeoutMs;
+    await this.#adopt(sandboxId);
     return this.#table.locked(sandboxId, async (live) => {
       if (live.row.state === "paused") {
         await this.#lifecycle.resume(live, ttl);
@@ -358,6 +419,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
     autoPause?: boolean,
   ): Promise<SandboxInfo> {
     assertReady(this.#status);
+    await this.#adopt(sandboxId);
     return this.#table.locked(sandboxId, async (live) => {
       requireState(live, "paused");
       if (autoPause !== undefined) {

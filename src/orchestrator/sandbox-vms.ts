@@ -21,6 +21,8 @@ export interface SandboxVmsOptions {
   readonly logger: Logger;
   /** How long a start or resume waits for envd to answer /init. */
   readonly envdDeadlineMs: number;
+  /** Where a snapshot's files are on this node (SnapshotStore.localDir). */
+  readonly snapshotDir: (snapshotId: string) => Promise<string>;
 }
 
 /**
@@ -67,10 +69,7 @@ export class SandboxVms {
     policy: EgressPolicy,
     signal?: AbortSignal,
   ): Promise<Vm> {
-    const snapshot = await this.#o.catalog.getSnapshot(snapshotId);
-    if (!snapshot) {
-      throw new WarrenError("internal", `snapshot ${snapshotId} is missing from the catalog`);
-    }
+    const dir = await this.#o.snapshotDir(snapshotId);
     live.slot = await this.#o.slots.acquire(policy);
     crashPoint("sandbox-vms.restore.after-slot");
     live.guestCalls = new AbortController();
@@ -82,7 +81,7 @@ export class SandboxVms {
       shape: { vcpus: live.row.vcpus, memoryMiB: live.row.memoryMiB },
       runtimeDir: runtimeDir(this.#o.layout, live.row.id),
     });
-    live.vm = await this.#o.driver.restore(snapshot.dir, spec);
+    live.vm = await this.#o.driver.restore(dir, spec);
     return live.vm;
   }
 

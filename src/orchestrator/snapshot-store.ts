@@ -1,8 +1,8 @@
-import { readdir, rm } from "node:fs/promises";
+import { access, readdir, rm } from "node:fs/promises";
 import { basename, join } from "node:path";
 import type { Catalog, SnapshotFileRecord, SnapshotRow } from "../catalog/index.js";
 import { crashPoint } from "../shared/crash-point.js";
-import type { Logger } from "../shared/index.js";
+import { type Logger, WarrenError } from "../shared/index.js";
 import type { SnapshotTiming, Vm, VmmDriver } from "../vmm/index.js";
 import { newId } from "./ids.js";
 import { type StateLayout, snapshotDir } from "./layout.js";
@@ -25,6 +25,20 @@ export interface SnapshotStoreOptions {
    * just before it was replaced still opens the layers below it by path.
    */
   readonly retireDelayMs?: number;
+  /** The cluster's shared snapshot store, when nodes share one (resume on another node). */
+  readonly shared?: SharedSnapshots;
+}
+
+/**
+ * The cluster's shared snapshot store as snapshots use it (the store component's SharedStore
+ * by shape), and the catalog flag that tells other nodes a snapshot is there.
+ */
+export interface SharedSnapshots {
+  publish(id: string, dir: string, files: readonly SnapshotFileRecord[]): Promise<unknown>;
+  fetch(id: string, intoDir: string): Promise<unknown>;
+  delete(id: string): Promise<void>;
+  /** ClusterCatalog.markPublished. */
+  markPublished(id: string): Promise<unknown>;
 }
 
 export interface CaptureInput {
@@ -38,6 +52,11 @@ export interface CaptureInput {
   readonly names?: readonly string[];
   /** Keep the VM running (fork, named snapshot) or let its VMM go (pause, template). */
   readonly resume: boolean;
+  /**
+   * Publish it (and what it stands on) to the shared store in the background, so another
+   * node can restore it: pauses, templates and persistent snapshots, not fork points.
+   */
+  readonly publish?: boolean;
 }
 
 /** A snapshot kind that ends a chain: templates are long-lived, so disks are flattened onto them. */
@@ -63,6 +82,10 @@ export class SnapshotStore {
   readonly #retirements = new Set<Promise<unknown>>();
   /** Checksums being computed, by snapshot id: a restore or flatten of one waits for it. */
   readonly #checksums = new Map<string, Promise<void>>();
+  /** Publishes run one at a time, each after the flattens queued before it. */
+  #publishes: Promise<void> = Promise.resolve();
+  /** Other nodes' snapshots being fetched into this node's snapshots directory, by id. */
+  readonly #fetches = new Map<string, Promise<void>>();
 
   constructor(options: SnapshotStoreOptions) {
     this.#o = options;
@@ -92,7 +115,115 @@ export class SnapshotStore {
     });
     this.#checksum(id, dir);
     this.#queueFlatten(id);
+    if (input.publish) this.publish(id).catch(() => {});
     return { id, timing };
+  }
+
+  /**
+   * Where a snapshot's files are on this node: its own directory, or, for another node's
+   * snapshot, a copy fetched from the shared store with every snapshot it stands on (into
+   * this node's snapshots directory, where a relocatable chain resolves).
+   */
+  async localDir(snapshotId: string): Promise<string> {
+    const { catalog, layout } = this.#o;
+    const top = await catalog.getSnapshot(snapshotId);
+    if (!top)
+      throw new WarrenError("internal", `snapshot ${snapshotId} is missing from the catalog`);
+    if (!top.nodeId) return top.dir;
+    for (let row: SnapshotRow | undefined = top; row; ) {
+      if (row.nodeId) await this.#fetch(row);
+      row = row.parentId ? await catalog.getSnapshot(row.parentId) : undefined;
+    }
+    return snapshotDir(layout, snapshotId);
+  }
+
+  /** Fetches another node's snapshot once, however many restores want it at once. */
+  #fetch(row: SnapshotRow): Promise<void> {
+    let fetching = this.#fetches.get(row.id);
+    if (!fetching) {
+      fetching = this.#fetchOnce(row).finally(() => this.#fetches.delete(row.id));
+      this.#fetches.set(row.id, fetching);
+    }
+    return fetching;
+  }
+
+  async #fetchOnce(row: SnapshotRow): Promise<void> {
+    const dir = snapshotDir(this.#o.layout, row.id);
+    if (
+      await access(join(dir, "meta.json")).then(
+        () => true,
+        () => false,
+      )
+    )
+      return;
+    const { shared } = this.#o;
+    if (!shared || !row.publishedAt) {
+      throw new WarrenError(
+        "snapshot_not_found",
+        `snapshot ${row.id} is on node ${row.nodeId} and not in the shared snapshot store`,
+      );
+    }
+    const started = performance.now();
+    await shared.fetch(row.id, dir);
+    this.#o.logger.info(
+      { snapshotId: row.id, from: row.nodeId, durationMs: Math.round(performance.now() - started) },
+      "snapshot.fetched",
+    );
+  }
+
+  /**
+   * Publishes a snapshot of this node, and the ones it stands on first, to the shared store,
+   * then marks each published in the catalog (so gateways may move a sandbox paused on it
+   * to another node). Runs after the flattens queued so far: a capture's files change only
+   * in its flatten, right after it, and a published id's files never change.
+   */
+  publish(snapshotId: string): Promise<void> {
+    const { shared, logger } = this.#o;
+    if (!shared) return Promise.resolve();
+    const flattened = this.#flattens;
+    const run = this.#publishes.then(async () => {
+      await flattened;
+      await this.#publishChain(shared, snapshotId);
+    });
+    this.#publishes = run.catch((err: unknown) =>
+      logger.warn({ snapshotId, err }, "snapshot.publish_failed"),
+    );
+    return run;
+  }
+
+  async #publishChain(shared: SharedSnapshots, snapshotId: string): Promise<void> {
+    const { catalog, logger } = this.#o;
+    const chain: string[] = [];
+    for (let row = await catalog.getSnapshot(snapshotId); row; ) {
+      // Another node's snapshot was fetched from the store, and a published one's ancestors
+      // were published before it.
+      if (row.nodeId || row.publishedAt) break;
+      chain.unshift(row.id);
+      row = row.parentId ? await catalog.getSnapshot(row.parentId) : undefined;
+    }
+    for (const id of chain) {
+      await this.#checksums.get(id);
+      const row = await catalog.getSnapshot(id);
+      if (!row) return; // released meanwhile
+      if (!row.files) throw new WarrenError("internal", `snapshot ${id} has no checksums`);
+      const started = performance.now();
+      await shared.publish(id, row.dir, row.files);
+      // Released while it uploaded: its release may have unpublished it before the upload
+      // finished, so it is unpublished again here.
+      const kept = await this.#graph.run("graph", async () => {
+        if (!(await catalog.getSnapshot(id))) return false;
+        await shared.markPublished(id);
+        return true;
+      });
+      if (!kept) {
+        await shared.delete(id).catch(() => {});
+        return;
+      }
+      logger.info(
+        { snapshotId: id, durationMs: Math.round(performance.now() - started) },
+        "snapshot.published",
+      );
+    }
   }
 
   /**
@@ -103,7 +234,10 @@ export class SnapshotStore {
     const id = basename(dir);
     await this.#checksums.get(id);
     const row = await this.#o.catalog.getSnapshot(id);
-    return row?.dir === dir ? row.files : undefined;
+    if (!row) return undefined;
+    // Another node's snapshot is restored from the copy localDir fetched.
+    const local = row.nodeId ? snapshotDir(this.#o.layout, id) : row.dir;
+    return local === dir ? row.files : undefined;
   }
 
   /**
@@ -161,10 +295,21 @@ export class SnapshotStore {
           this.#releaseAfterFlatten = true;
           break;
         }
+        if (snapshot.nodeId) {
+          // Another node's: only this node's copy goes (its owner keeps its row and files).
+          await rm(snapshotDir(this.#o.layout, id), { recursive: true, force: true });
+          id = snapshot.parentId;
+          continue;
+        }
         await rm(snapshot.dir, { recursive: true, force: true });
         crashPoint("snapshot-store.release.after-rm");
         await catalog.deleteSnapshot(id);
         crashPoint("snapshot-store.release.after-delete");
+        // Unpublished too (nothing on any node uses it: snapshotUsers is cluster-wide).
+        const unpublished = id;
+        await this.#o.shared
+          ?.delete(unpublished)
+          .catch((err: unknown) => this.#unpublishFailed(unpublished, err));
         deleted.push(id);
         id = snapshot.parentId;
       }
@@ -215,10 +360,17 @@ export class SnapshotStore {
     return finished;
   }
 
-  /** Waits for the flatten in progress and deletes the layers waiting to be retired. */
+  #unpublishFailed(id: string, err: unknown): void {
+    if (err instanceof WarrenError && err.reason === "snapshot_not_found") return;
+    this.#o.logger.warn({ snapshotId: id, err }, "snapshot.unpublish_failed");
+  }
+
+  /** Waits for the flatten and publish in progress and deletes the layers waiting to be retired. */
   async close(): Promise<void> {
     await Promise.all(this.#checksums.values());
     await this.#flattens;
+    await this.#publishes;
+    await Promise.allSettled(this.#fetches.values());
     const retiring = [...this.#retiring];
     this.#retiring.clear();
     for (const [timer, id] of retiring) {
@@ -243,11 +395,12 @@ export class SnapshotStore {
     if (!snapshot?.parentId) return;
     let layers = 1;
     let anchor = await catalog.getSnapshot(snapshot.parentId);
-    while (anchor && !isAnchor(anchor) && anchor.parentId) {
+    while (anchor && !isAnchor(anchor) && anchor.parentId && !anchor.nodeId) {
       layers += 1;
       anchor = await catalog.getSnapshot(anchor.parentId);
     }
-    if (!anchor || !isAnchor(anchor) || layers <= this.#o.flattenDepth) return;
+    // A chain through another node's snapshots stays as it is: their files are copies.
+    if (!anchor || !isAnchor(anchor) || anchor.nodeId || layers <= this.#o.flattenDepth) return;
 
     const started = performance.now();
     this.#flattening = id;

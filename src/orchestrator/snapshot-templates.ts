@@ -41,10 +41,11 @@ export async function listSnapshotTemplates(
 export async function templateStart(
   catalog: Catalog,
   template: TemplateRow,
+  localDir: (snapshotId: string) => Promise<string>,
 ): Promise<{ presentToken?: string; pool?: PoolTemplate }> {
   const snapshot = await catalog.getSnapshot(template.snapshotId);
   if (!snapshot) return {};
-  const pool = { snapshotId: snapshot.id, dir: snapshot.dir, shape: template };
+  const pool = { snapshotId: snapshot.id, dir: await localDir(snapshot.id), shape: template };
   if (!snapshot.sandboxId) return { pool };
   const token = (await catalog.getSandbox(snapshot.sandboxId))?.envdAccessToken;
   return { presentToken: token, pool: { ...pool, ...(token && { token }) } };

@@ -18,6 +18,8 @@ import {
 } from "../orchestrator/index.js";
 import { SandboxProxy } from "../proxy/index.js";
 import { type Config, hostResources } from "../shared/config.js";
+import { WarrenError } from "../shared/index.js";
+import { openSharedStore, type SharedStore } from "../store/index.js";
 import {
   chooseAccelerator,
   enableKsm,
@@ -105,8 +107,15 @@ export async function startNodeServer(
   let watchdog: ReturnType<typeof startVmmWatchdog> | undefined;
   let killedPurge: KilledPurge | undefined;
   let cluster: PostgresCluster | undefined;
+  let store: SharedStore | undefined;
   let membership: Membership | undefined;
   const ready = (async () => {
+    if (config.sharedStore && !config.databaseUrl) {
+      throw new WarrenError(
+        "invalid_argument",
+        "WARREN_SHARED_STORE is a cluster setting: set WARREN_DATABASE_URL too, or unset it",
+      );
+    }
     const images = await ensureHostSetup({ dataDir: config.dataDir, imagesDir: config.imagesDir });
     status = { phase: "starting", message: "choosing the accelerator" };
     const version = await qemuVersion();
@@ -136,6 +145,11 @@ export async function startNodeServer(
     const catalog: Catalog = config.databaseUrl
       ? await PostgresCatalog.open({ connectionString: config.databaseUrl, nodeId: config.nodeId })
       : await SqliteCatalog.open(layout.catalog);
+    if (config.databaseUrl) {
+      cluster = await PostgresCluster.open({ connectionString: config.databaseUrl });
+    }
+    const shared = cluster && config.sharedStore ? sharedSnapshots(config, cluster) : undefined;
+    store = shared?.store;
     const driver = new QemuDriver({
       accel: accel.accel,
       qemuVersion: version,
@@ -182,6 +196,7 @@ export async function startNodeServer(
       },
       accelerator: { accel: accel.accel, reason: accel.reason },
       logger: root.child({ component: "orchestrator" }),
+      shared,
     });
     status = { phase: "starting", message: "preparing the base template" };
     await orchestrator.start();
@@ -208,10 +223,9 @@ export async function startNodeServer(
     await templateBuilds.start();
     builds = templateBuilds;
     late.bind(orchestrator);
-    if (config.databaseUrl) {
+    if (cluster) {
       // Registered once recovery is done and the API serves: gateways may route here now.
       const member = orchestrator;
-      cluster = await PostgresCluster.open({ connectionString: config.databaseUrl });
       let draining = false;
       membership = await startMembership({
         cluster,
@@ -224,7 +238,10 @@ export async function startNodeServer(
             maxSandboxes: limits.maxSandboxes,
           },
         },
-        load: async () => ({ ...(await member.load()), draining }),
+        load: async () => {
+          await member.syncPaused();
+          return { ...(await member.load()), draining };
+        },
         intervalMs: config.heartbeatMs,
         logger: root.child({ component: "cluster" }),
         onMarkedDown: async () => {
@@ -232,6 +249,9 @@ export async function startNodeServer(
         },
         onState: (state) => {
           draining = state === "draining";
+          if (draining) {
+            member.drain().catch((err: unknown) => log.warn({ err }, "cluster.drain_failed"));
+          }
         },
       });
     }
@@ -267,10 +287,26 @@ export async function startNodeServer(
           .catch((err: unknown) => log.warn({ err }, "cluster.leave_failed"));
         await cluster.close();
       }
+      await store?.close();
       watchdog?.stop();
       await api.close();
       apiKeys.close();
       log.info("server.closed");
     },
+  };
+}
+
+/** The shared store of WARREN_SHARED_STORE, as snapshots publish to and fetch from it. */
+function sharedSnapshots(config: Readonly<Config>, cluster: PostgresCluster) {
+  const store = openSharedStore(config.sharedStore as string, {
+    region: config.s3Region,
+    ...(config.s3Endpoint && { endpoint: config.s3Endpoint, forcePathStyle: true }),
+  });
+  return {
+    store,
+    publish: store.publish.bind(store),
+    fetch: store.fetch.bind(store),
+    delete: store.delete.bind(store),
+    markPublished: (id: string) => cluster.markPublished(id),
   };
 }

@@ -369,6 +369,28 @@ const SETTINGS = {
     parse: int(100),
     expects: "milliseconds ≥ 100",
   },
+  sharedStore: {
+    env: "WARREN_SHARED_STORE",
+    doc: "Cluster: where nodes publish paused sandboxes' and templates' snapshots so another node can resume them: a path every node mounts (/mnt/warren-store or file:///…) or s3://bucket/prefix. Unset: a paused sandbox resumes only on its own node.",
+    default: (): string | undefined => undefined,
+    parse: (text: string) =>
+      /^(?:\/|file:\/\/\/|s3:\/\/[^/\s]+)\S*$/.test(text.trim()) ? text.trim() : undefined,
+    expects: "an absolute path, a file:/// URL or an s3://bucket/prefix URL",
+  },
+  s3Endpoint: {
+    env: "WARREN_S3_ENDPOINT",
+    doc: "Cluster: the S3-compatible server of an s3:// shared store (MinIO, Ceph…; path-style requests). Unset: AWS. Credentials come from the AWS SDK's default chain (AWS_ACCESS_KEY_ID, …).",
+    default: (): string | undefined => undefined,
+    parse: (text: string) => (/^https?:\/\/\S+$/.test(text.trim()) ? text.trim() : undefined),
+    expects: "an http(s):// URL",
+  },
+  s3Region: {
+    env: "WARREN_S3_REGION",
+    doc: "Cluster: the region of an s3:// shared store.",
+    default: () => "us-east-1",
+    parse: (text: string) => (/^[a-z0-9-]+$/.test(text.trim()) ? text.trim() : undefined),
+    expects: "a region name such as us-east-1",
+  },
   nodeDownAfterMs: {
     env: "WARREN_NODE_DOWN_AFTER_MS",
     doc: "Gateway: a node silent this long is marked down and its running sandboxes reported lost.",

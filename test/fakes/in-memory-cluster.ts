@@ -17,6 +17,8 @@ export class InMemoryCluster implements GatewayCluster {
   readonly nodes = new Map<string, Mutable<NodeRow>>();
   /** Sandboxes the cluster reports lost (a node marked down held them). */
   readonly lost = new Set<string>();
+  /** Sandboxes reported paused, with a published snapshot (claimSandbox may move them). */
+  readonly paused = new Set<string>();
   /** Sandboxes moved by claimSandbox, to the node now holding them. */
   readonly claimed = new Map<string, string>();
 
@@ -78,13 +80,17 @@ export class InMemoryCluster implements GatewayCluster {
     return {
       nodeId: node.id,
       nodeUrl: node.url,
-      state: this.lost.has(id) ? "killed" : "running",
+      state: this.lost.has(id) ? "killed" : this.paused.has(id) ? "paused" : "running",
       nodeState: node.state,
+      vcpus: 1,
+      memoryMiB: 256,
       ...(this.lost.has(id) ? { endedReason: "lost" } : {}),
     };
   }
 
-  async claimSandbox(id: string, toNodeId: string, _fromNodeId?: string): Promise<boolean> {
+  async claimSandbox(id: string, toNodeId: string, fromNodeId?: string): Promise<boolean> {
+    const at = this.claimed.get(id) ?? this.locator(id);
+    if (!this.paused.has(id) || (fromNodeId !== undefined && at !== fromNodeId)) return false;
     this.claimed.set(id, toNodeId);
     return true;
   }

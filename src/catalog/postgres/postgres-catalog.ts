@@ -250,7 +250,7 @@ export class PostgresCatalog implements Catalog {
     const [record] = await this.#db.query<SnapshotRecord>(`get snapshot ${id}`, SQL.getSnapshot, [
       id,
     ]);
-    return record && toSnapshotRow(record);
+    return record && toSnapshotRow(record, this.#node);
   }
 
   async listSnapshots(filter: { sandboxId?: string; name?: string } = {}): Promise<SnapshotRow[]> {
@@ -259,7 +259,7 @@ export class PostgresCatalog implements Catalog {
       filter.sandboxId ?? null,
       filter.name ?? null,
     ]);
-    return records.map(toSnapshotRow);
+    return records.map((record) => toSnapshotRow(record, this.#node));
   }
 
   async deleteSnapshot(id: string): Promise<void> {

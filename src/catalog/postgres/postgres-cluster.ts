@@ -62,7 +62,8 @@ const SQL = {
     FROM lost WHERE s.id = lost.id
     RETURNING s.id, s.node_id, lost.state AS was`,
   locateSandbox: `
-    SELECT s.node_id, n.url AS node_url, s.state, n.state AS node_state, s.ended_reason
+    SELECT s.node_id, n.url AS node_url, s.state, n.state AS node_state, s.ended_reason,
+      s.vcpus, s.memory_mib
     FROM sandboxes s JOIN nodes n ON n.id = s.node_id WHERE s.id = $1`,
   listSandboxes: `
     SELECT * FROM sandboxes
@@ -71,6 +72,8 @@ const SQL = {
   claimSandbox: `
     UPDATE sandboxes SET node_id = $2, updated_at = now()
     WHERE id = $1 AND state = 'paused' AND ($3::text IS NULL OR node_id = $3)
+      AND EXISTS (SELECT 1 FROM snapshots p
+        WHERE p.id = sandboxes.snapshot_id AND p.published_at IS NOT NULL)
     RETURNING id`,
   markPublished: `
     UPDATE snapshots SET published_at = COALESCE(published_at, now()) WHERE id = $1
@@ -159,6 +162,8 @@ export class PostgresCluster implements ClusterCatalog {
       state: SandboxState;
       node_state: NodeState;
       ended_reason: string | null;
+      vcpus: number;
+      memory_mib: number;
     }>(`locate sandbox ${id}`, SQL.locateSandbox, [id]);
     if (!row) return undefined;
     return {
@@ -166,6 +171,8 @@ export class PostgresCluster implements ClusterCatalog {
       nodeUrl: row.node_url,
       state: row.state,
       nodeState: row.node_state,
+      vcpus: row.vcpus,
+      memoryMiB: row.memory_mib,
       ...(row.ended_reason !== null && { endedReason: row.ended_reason }),
     };
   }

@@ -200,7 +200,8 @@ export function toTagRow(r: TagRecord): TagRow {
   };
 }
 
-export function toSnapshotRow(r: SnapshotRecord): SnapshotRow {
+/** `ownNode`: the reading catalog's node; another node's snapshot carries its nodeId. */
+export function toSnapshotRow(r: SnapshotRecord, ownNode: string): SnapshotRow {
   return {
     id: r.id,
     dir: r.dir,
@@ -212,6 +213,7 @@ export function toSnapshotRow(r: SnapshotRecord): SnapshotRow {
     createdAt: r.created_at.toISOString(),
     ...(r.files !== null && { files: r.files }),
     ...optional("publishedAt", r.published_at?.toISOString() ?? null),
+    ...(r.node_id !== ownNode && { nodeId: r.node_id }),
   };
 }
 

@@ -191,7 +191,8 @@ describe("PostgresCatalog", () => {
         createdAt: T0,
       };
       await a.putSnapshot(snap);
-      assert.deepEqual(await b.getSnapshot("snap-a"), snap);
+      assert.deepEqual(await a.getSnapshot("snap-a"), snap, "its own node's: no nodeId");
+      assert.deepEqual(await b.getSnapshot("snap-a"), { ...snap, nodeId: "node-a" });
       assert.deepEqual(await b.listSnapshots(), []);
       assert.deepEqual(await b.listSnapshots({ name: "n" }), []);
       assert.deepEqual(ids(await a.listSnapshots({ name: "n" })), ["snap-a"]);

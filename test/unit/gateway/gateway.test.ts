@@ -183,6 +183,45 @@ describe("gateway: routing", () => {
     assert.equal(((await res.json()) as { reason: string }).reason, "node_unreachable");
   });
 
+  it("moves a paused sandbox off a down or draining node on resume, not on other calls", async () => {
+    const c = await cluster({ nodes: 3 });
+    const id = await createdId(c);
+    const from = c.nodes.find((n) => n.id === holder(c, id));
+    assert.ok(from);
+    assert.equal((await c.call("POST", `/sandboxes/${id}/pause`)).status, 204);
+    await c.cluster.setNodeState(from.id, "down");
+    assert.equal((await c.call("GET", `/sandboxes/${id}`)).status, 503, "not moved by a get");
+    assert.equal(c.cluster.claimed.size, 0);
+    // Unpublished (the fake's claim refuses what is not in `paused`): it stays.
+    assert.equal((await c.call("POST", `/sandboxes/${id}/connect`, { body: {} })).status, 503);
+
+    c.cluster.paused.add(id);
+    const connected = await c.call("POST", `/sandboxes/${id}/connect`, { body: { timeout: 60 } });
+    const target = c.cluster.claimed.get(id);
+    assert.ok(target && target !== from.id, `claimed for ${target}`);
+    // The stand-in target never had it: its 404 shows the call went there.
+    assert.equal(connected.status, 404);
+    const moved = c.nodes.find((n) => n.id === target);
+    assert.deepEqual(
+      moved?.service.callsOf("connect").map((args) => args[0]),
+      [id],
+    );
+    assert.equal(from.service.callsOf("connect").length, 0);
+
+    // A draining node, still up, gives its paused sandboxes away the same way.
+    await c.cluster.setNodeState(from.id, "up");
+    await c.gateway.directory.refresh();
+    const other = await createdId(c);
+    const holding = c.nodes.find((n) => n.id === holder(c, other));
+    assert.ok(holding);
+    assert.equal((await c.call("POST", `/sandboxes/${other}/pause`)).status, 204);
+    c.cluster.paused.add(other);
+    await c.cluster.setNodeState(holding.id, "draining");
+    await c.call("POST", `/sandboxes/${other}/resume`, { body: {} });
+    const drainedTo = c.cluster.claimed.get(other);
+    assert.ok(drainedTo && drainedTo !== holding.id, `claimed for ${drainedTo}`);
+  });
+
   it("relays sandbox traffic by header and by Host, streaming, and upgrades", async () => {
     const c = await cluster({ nodes: 2 });
     const id = await createdId(c);

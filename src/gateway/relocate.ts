@@ -1,0 +1,44 @@
+import type { Logger } from "../shared/index.js";
+import type { GatewayCluster, SandboxLocation } from "./cluster.js";
+import type { NodeTarget } from "./forward.js";
+import type { NodeDirectory } from "./node-directory.js";
+import { rankNodes } from "./placement.js";
+
+export interface RelocateOptions {
+  readonly cluster: GatewayCluster;
+  readonly directory: NodeDirectory;
+  readonly heartbeatTimeoutMs: number;
+  readonly logger: Logger;
+}
+
+/**
+ * Where a paused sandbox resumes when its node cannot take it (down or draining): the best
+ * up node with room for its shape, claimed in the catalog (claimSandbox, a compare-and-set),
+ * so that racing gateways agree. The new node fetches the snapshot from the shared store.
+ * Undefined when it stays: no node has room, or the claim lost (its snapshot is not
+ * published, or another gateway moved it first: the caller locates it again).
+ */
+export async function relocatePaused(
+  sandboxId: string,
+  location: SandboxLocation,
+  options: RelocateOptions,
+): Promise<NodeTarget | undefined> {
+  const { directory } = options;
+  const [best] = rankNodes(
+    await directory.nodes(),
+    { templateId: "", vcpus: location.vcpus, memoryMiB: location.memoryMiB },
+    directory.reserved,
+    {
+      heartbeatTimeoutMs: options.heartbeatTimeoutMs,
+      sinceReadMs: directory.sinceReadMs,
+      exclude: new Set([location.nodeId]),
+    },
+  );
+  if (!best) return undefined;
+  if (!(await options.cluster.claimSandbox(sandboxId, best.id, location.nodeId))) return undefined;
+  options.logger.info(
+    { sandboxId, from: location.nodeId, to: best.id, fromState: location.nodeState },
+    "gateway.sandbox_moved",
+  );
+  return { nodeId: best.id, url: best.url };
+}
