@@ -161,6 +161,12 @@ export interface Catalog {
   /** Applies the patch and sets updatedAt; returns the new row, undefined when the id is unknown. */
   updateSandbox(id: string, patch: SandboxPatch): Promise<SandboxRow | undefined>;
   getSandbox(id: string): Promise<SandboxRow | undefined>;
+  /**
+   * The envd access token of a sandbox on any node (PostgreSQL: not scoped to this node's):
+   * a snapshot's guest holds its source sandbox's, and a node starting a sandbox from
+   * another node's snapshot presents it.
+   */
+  envdTokenOf(sandboxId: string): Promise<string | undefined>;
   /** Sandboxes in the given states (all when absent), ordered by startedAt then id. */
   listSandboxes(states?: readonly SandboxState[]): Promise<SandboxRow[]>;
   deleteSandbox(id: string): Promise<void>;

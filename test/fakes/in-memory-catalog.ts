@@ -94,6 +94,10 @@ export class InMemoryCatalog implements Catalog {
     return row && copy(row);
   }
 
+  async envdTokenOf(sandboxId: string): Promise<string | undefined> {
+    return this.#data().sandboxes.get(sandboxId)?.envdAccessToken;
+  }
+
   async listSandboxes(states?: readonly SandboxState[]): Promise<SandboxRow[]> {
     return [...this.#data().sandboxes.values()]
       .filter((row) => !states || states.includes(row.state))

@@ -17,6 +17,7 @@ import { createInterface } from "node:readline";
 import { runCommand } from "../../src/network/index.js";
 import { type PostgresOptions, startPostgres, type TestPostgres } from "./postgres.js";
 import { RUN_VMM_UID_COUNT, runEnv, runVmmUidBase } from "./run-env.js";
+import { S3RVER_CREDENTIALS, type S3TestServer, startS3Server } from "./s3-server.js";
 import { startServer, type TestServer } from "./server.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
@@ -48,6 +49,8 @@ export interface TestCluster {
   readonly hostDatabaseUrl: string;
   readonly apiKey: string;
   readonly nodes: ClusterNode[];
+  /** The S3 server of `store: "s3"`. */
+  readonly s3?: S3TestServer;
   gateway: TestGateway;
   /** Starts the gateway again on the same port (the SDK's URLs stay valid). */
   restartGateway(): Promise<TestGateway>;
@@ -61,6 +64,12 @@ export interface ClusterOptions {
   readonly nodeEnv?: Record<string, string>;
   /** Settings for the gateway. */
   readonly gatewayEnv?: Record<string, string>;
+  /**
+   * The nodes' shared snapshot store: an S3-compatible server the test starts (s3rver, on
+   * the first link's host address, routed to from every node) or a directory of the run's.
+   * None when absent.
+   */
+  readonly store?: "s3" | "dir";
 }
 
 /** The run block's second and third octets' base, e.g. 10.205.0.0/16 → "10.205". */
@@ -115,6 +124,27 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
     const dbPort = new URL(hostDatabaseUrl).port;
     const nodeDatabaseUrl = (host: string) => `postgres://warren@${host}:${dbPort}/warren_cluster`;
 
+    const storeEnv: Record<string, string> = {};
+    let s3: S3TestServer | undefined;
+    const first = links[0];
+    if (options.store === "s3" && first) {
+      const server = await startS3Server(first.host);
+      s3 = server;
+      cleanups.push(() => server.close());
+      for (const link of links.slice(1)) {
+        await ip("-n", link.netns, "route", "add", `${first.host}/32`, "via", link.host);
+      }
+      Object.assign(storeEnv, {
+        WARREN_SHARED_STORE: `s3://${await server.createBucket()}/warren`,
+        WARREN_S3_ENDPOINT: server.endpoint,
+        WARREN_S3_REGION: server.region,
+        AWS_ACCESS_KEY_ID: S3RVER_CREDENTIALS.accessKeyId,
+        AWS_SECRET_ACCESS_KEY: S3RVER_CREDENTIALS.secretAccessKey,
+      });
+    } else if (options.store === "dir") {
+      storeEnv.WARREN_SHARED_STORE = join(run.dataDir, "shared-store");
+    }
+
     const uidsPerNode = Math.floor(RUN_VMM_UID_COUNT / options.nodes);
     const nodes: ClusterNode[] = links.map((link, i) => {
       const id = `node${i}`;
@@ -138,6 +168,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
           WARREN_NODE_ID: id,
           WARREN_API_KEYS: apiKey,
           WARREN_HEARTBEAT_MS: "500",
+          ...storeEnv,
           ...options.nodeEnv,
         },
       };
@@ -173,6 +204,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
       hostDatabaseUrl,
       apiKey,
       nodes,
+      s3,
       gateway,
       async restartGateway() {
         await gateway.stop();

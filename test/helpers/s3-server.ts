@@ -1,5 +1,5 @@
-// A real S3-compatible server (s3rver, in-process) for the unit tier: each test file starts
-// one on a free port over a temporary directory and removes both when it is done.
+// A real S3-compatible server (s3rver, in-process) for the unit tier and the cluster e2e: each
+// test file starts one on a free port over a temporary directory and removes both when done.
 
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -24,10 +24,11 @@ export interface S3TestServer {
   close(): Promise<void>;
 }
 
-export async function startS3Server(): Promise<S3TestServer> {
+/** `address`: where it listens (default loopback; a cluster's nodes reach it on a link's). */
+export async function startS3Server(address = "127.0.0.1"): Promise<S3TestServer> {
   const directory = await mkdtemp(join(tmpdir(), "warren-s3rver-"));
   const server = new S3rver({
-    address: "127.0.0.1",
+    address,
     port: 0,
     silent: true,
     directory,
@@ -39,7 +40,7 @@ export async function startS3Server(): Promise<S3TestServer> {
     for (const record of event.Records) events.push(record.eventName);
   });
   const { port } = await server.run();
-  const endpoint = `http://127.0.0.1:${port}`;
+  const endpoint = `http://${address}:${port}`;
   const region = "us-east-1";
   const client = new S3Client({
     endpoint,

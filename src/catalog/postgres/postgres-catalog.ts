@@ -105,6 +105,15 @@ export class PostgresCatalog implements Catalog {
     return record && toSandboxRow(record);
   }
 
+  async envdTokenOf(sandboxId: string): Promise<string | undefined> {
+    const [record] = await this.#db.query<{ envd_access_token: string | null }>(
+      `get the envd token of sandbox ${sandboxId}`,
+      SQL.envdTokenOf,
+      [sandboxId],
+    );
+    return record?.envd_access_token ?? undefined;
+  }
+
   async listSandboxes(states?: readonly SandboxState[]): Promise<SandboxRow[]> {
     const records = await this.#db.query<SandboxRecord>("list sandboxes", SQL.listSandboxes, [
       this.#node,

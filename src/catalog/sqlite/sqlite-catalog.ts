@@ -111,6 +111,10 @@ export class SqliteCatalog implements Catalog {
     });
   }
 
+  async envdTokenOf(sandboxId: string): Promise<string | undefined> {
+    return (await this.getSandbox(sandboxId))?.envdAccessToken;
+  }
+
   listSandboxes(states?: readonly SandboxState[]): Promise<SandboxRow[]> {
     return this.#run("list sandboxes", () => {
       const records = states

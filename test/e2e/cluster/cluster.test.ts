@@ -1,9 +1,12 @@
 // Many machines on one: a real PostgreSQL, three node servers each in a network namespace
-// of its own (as separate hosts), and the gateway in front; the real e2b SDK pointed at the
-// gateway alone (E2B_API_URL / E2B_SANDBOX_URL), as a user of a cluster would.
+// of its own (as separate hosts), a shared snapshot store (an S3-compatible server the test
+// starts, or with WARREN_TEST_CLUSTER_STORE=dir a shared directory), and the gateway in
+// front; the real e2b SDK pointed at the gateway alone (E2B_API_URL / E2B_SANDBOX_URL), as a
+// user of a cluster would.
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Sandbox, SandboxNotFoundError } from "e2b";
+import pg from "pg";
 import { PostgresCluster } from "../../../src/catalog/index.js";
 import { startCluster, type TestCluster } from "../../helpers/cluster.js";
 import { leakCheck } from "../../helpers/leak-check.js";
@@ -12,21 +15,29 @@ import { waitFor } from "../../helpers/server.js";
 const NODES = 3;
 const SANDBOXES = 30;
 
+const STORE = process.env.WARREN_TEST_CLUSTER_STORE === "dir" ? "dir" : "s3";
+
 let cluster: TestCluster;
 let catalog: PostgresCluster;
+let db: pg.Client;
 const sandboxes: Sandbox[] = [];
 
 before(async () => {
+  console.log(`# shared snapshot store: ${STORE} (WARREN_TEST_CLUSTER_STORE=s3|dir)`);
   cluster = await startCluster({
     nodes: NODES,
+    store: STORE,
     // No warm pools: thirty VMs of three nodes are enough for two cores.
     nodeEnv: { WARREN_POOL_SIZE: "0", WARREN_POOL_MAX_PER_TEMPLATE: "0" },
   });
   catalog = await PostgresCluster.open({ connectionString: cluster.hostDatabaseUrl });
+  db = new pg.Client({ connectionString: cluster.hostDatabaseUrl });
+  await db.connect();
 });
 
 after(async () => {
   await Promise.allSettled(sandboxes.map((s) => s.kill()));
+  await db?.end();
   await catalog?.close();
   await cluster?.stop();
   assert.deepEqual(await leakCheck(), [], "nothing of the cluster is left on the host");
@@ -34,6 +45,36 @@ after(async () => {
 
 async function nodeOf(sandboxId: string): Promise<string | undefined> {
   return (await catalog.locateSandbox(sandboxId))?.nodeId;
+}
+
+/** Whether a sandbox is paused on a snapshot published to the shared store. */
+async function pausedAndPublished(sandboxId: string): Promise<boolean> {
+  const { rows } = await db.query<{ published_at: Date | null }>(
+    `SELECT p.published_at FROM sandboxes s JOIN snapshots p ON p.id = s.snapshot_id
+     WHERE s.id = $1 AND s.state = 'paused'`,
+    [sandboxId],
+  );
+  return rows[0]?.published_at != null;
+}
+
+async function onNode(nodeId: string): Promise<Sandbox[]> {
+  const held: Sandbox[] = [];
+  for (const sandbox of sandboxes) {
+    if ((await nodeOf(sandbox.sandboxId)) === nodeId) held.push(sandbox);
+  }
+  return held;
+}
+
+/** Leaves a file and a background process in the sandbox, to find both after a move. */
+async function leaveTraces(sandbox: Sandbox): Promise<void> {
+  await sandbox.files.write("/tmp/trace.txt", `kept by ${sandbox.sandboxId}`);
+  await sandbox.commands.run("sleep 3600", { background: true, timeoutMs: 0 });
+}
+
+async function assertTraces(sandbox: Sandbox): Promise<void> {
+  assert.equal(await sandbox.files.read("/tmp/trace.txt"), `kept by ${sandbox.sandboxId}`);
+  const ps = await sandbox.commands.run("pgrep -x sleep || true");
+  assert.match(ps.stdout, /^\d+/m, "the background process survived the move");
 }
 
 async function gatewayJson(path: string): Promise<unknown> {
@@ -80,6 +121,87 @@ describe("a cluster of three nodes behind a gateway", () => {
     for (const sandbox of sandboxes) assert.ok(ids.has(sandbox.sandboxId), "listed");
   });
 
+  it("a drained node pauses and publishes its sandboxes; they resume on the other nodes", async () => {
+    const drained = cluster.nodes[0];
+    assert.ok(drained);
+    const held = await onNode(drained.id);
+    const traced = held.slice(0, 2);
+    for (const sandbox of traced) await leaveTraces(sandbox);
+
+    const res = await fetch(`${cluster.gateway.url}/nodes/${drained.id}/drain`, {
+      method: "POST",
+      headers: { "x-api-key": cluster.apiKey },
+    });
+    assert.equal(res.status, 204);
+    await waitFor(
+      `${held.length} sandboxes of ${drained.id} paused and published`,
+      async () => {
+        for (const sandbox of held) {
+          if (!(await pausedAndPublished(sandbox.sandboxId))) return false;
+        }
+        return true;
+      },
+      180_000,
+    );
+    const fresh = await Sandbox.create();
+    sandboxes.push(fresh);
+    assert.notEqual(await nodeOf(fresh.sandboxId), drained.id, "no creates on a draining node");
+
+    // Resumed through the gateway: each lands on another node, fetched from the store.
+    await Promise.all(held.map((sandbox) => Sandbox.connect(sandbox.sandboxId)));
+    for (const sandbox of held) {
+      const node = await nodeOf(sandbox.sandboxId);
+      assert.ok(node && node !== drained.id, `${sandbox.sandboxId} moved to ${node}`);
+      assert.equal((await Sandbox.getInfo(sandbox.sandboxId)).state, "running");
+    }
+    for (const sandbox of traced) await assertTraces(sandbox);
+    assert.deepEqual(await catalog.listSandboxes({ nodeId: drained.id }), [], "none left on it");
+
+    const undrain = await fetch(`${cluster.gateway.url}/nodes/${drained.id}/undrain`, {
+      method: "POST",
+      headers: { "x-api-key": cluster.apiKey },
+    });
+    assert.equal(undrain.status, 204);
+  });
+
+  it("a persistent snapshot taken on one node starts sandboxes on the others", async () => {
+    const source = sandboxes[sandboxes.length - 1];
+    assert.ok(source);
+    await leaveTraces(source);
+    const name = `cluster${Date.now()}`;
+    const snapshot = await source.createSnapshot({ name });
+    const origin = await nodeOf(source.sandboxId);
+    await waitFor(
+      `${snapshot.snapshotId} published`,
+      async () => {
+        const { rows } = await db.query<{ published_at: Date | null }>(
+          `SELECT p.published_at FROM template_aliases a
+           JOIN templates t ON t.scope = a.scope AND t.id = a.template_id
+           JOIN snapshots p ON p.id = t.snapshot_id WHERE a.alias = $1`,
+          [name],
+        );
+        return rows[0]?.published_at != null;
+      },
+      120_000,
+    );
+    const children = await Promise.all(
+      Array.from({ length: 4 }, () => Sandbox.create(snapshot.snapshotId)),
+    );
+    try {
+      const nodes = new Set(await Promise.all(children.map((c) => nodeOf(c.sandboxId))));
+      assert.ok(
+        [...nodes].some((node) => node !== origin),
+        `started beside ${origin} only: ${[...nodes]}`,
+      );
+      for (const child of children) {
+        assert.equal(await child.files.read("/tmp/trace.txt"), `kept by ${source.sandboxId}`);
+      }
+    } finally {
+      await Promise.allSettled(children.map((child) => child.kill()));
+    }
+    assert.equal(await Sandbox.deleteSnapshot(snapshot.snapshotId), true);
+  });
+
   it("survives a gateway restart: sandboxes keep answering through the new one", async () => {
     await cluster.restartGateway();
     for (const sandbox of sandboxes.slice(0, 6)) {
@@ -92,11 +214,13 @@ describe("a cluster of three nodes behind a gateway", () => {
   it("a node killed outright: its sandboxes are reported lost, new creates avoid it", async () => {
     const victim = cluster.nodes[NODES - 1];
     assert.ok(victim?.server);
-    const doomed: Sandbox[] = [];
-    for (const sandbox of sandboxes) {
-      if ((await nodeOf(sandbox.sandboxId)) === victim.id) doomed.push(sandbox);
-    }
-    assert.ok(doomed.length > 0);
+    const doomed = await onNode(victim.id);
+    // One is paused (and published) before: it outlives its node.
+    const kept = doomed.pop();
+    assert.ok(kept && doomed.length > 0);
+    await leaveTraces(kept);
+    await kept.pause();
+    await waitFor(`${kept.sandboxId} published`, () => pausedAndPublished(kept.sandboxId), 120_000);
     victim.server.process.kill("SIGKILL");
     await waitFor(
       `${victim.id} marked down`,
@@ -119,9 +243,16 @@ describe("a cluster of three nodes behind a gateway", () => {
       assert.equal((await sandbox.commands.run("echo ok")).stdout, "ok\n");
     }
     // The survivors are untouched.
-    const survivor = sandboxes.find((s) => !doomed.includes(s));
+    const survivor = sandboxes.find((s) => !doomed.includes(s) && s !== kept);
     assert.ok(survivor);
     assert.equal((await survivor.commands.run("echo alive")).stdout, "alive\n");
+
+    // The paused one was not lost: its resume lands on a live node, everything in place.
+    assert.equal((await catalog.locateSandbox(kept.sandboxId))?.state, "paused");
+    await Sandbox.connect(kept.sandboxId);
+    const now = await nodeOf(kept.sandboxId);
+    assert.ok(now && now !== victim.id, `resumed on ${now}`);
+    await assertTraces(kept);
   });
 
   it("the killed node comes back, reconciles and takes sandboxes again", async () => {
