@@ -20,6 +20,7 @@ const BENCHES = {
   templates: ["templates.ts", true],
   load: ["load.ts", true],
   gateway: ["gateway.ts", false],
+  "cross-node": ["cross-node.ts", true],
 };
 
 const name = process.argv[2];

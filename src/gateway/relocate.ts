@@ -24,9 +24,10 @@ export async function relocatePaused(
   options: RelocateOptions,
 ): Promise<NodeTarget | undefined> {
   const { directory } = options;
+  const shape = { vcpus: location.vcpus, memoryMiB: location.memoryMiB };
   const [best] = rankNodes(
     await directory.nodes(),
-    { templateId: "", vcpus: location.vcpus, memoryMiB: location.memoryMiB },
+    { templateId: "", ...shape },
     directory.reserved,
     {
       heartbeatTimeoutMs: options.heartbeatTimeoutMs,
@@ -35,7 +36,12 @@ export async function relocatePaused(
     },
   );
   if (!best) return undefined;
-  if (!(await options.cluster.claimSandbox(sandboxId, best.id, location.nodeId))) return undefined;
+  // Counted at once, as a create's is: resumes moved together spread over the nodes.
+  const release = directory.reserve(best, shape);
+  if (!(await options.cluster.claimSandbox(sandboxId, best.id, location.nodeId))) {
+    release();
+    return undefined;
+  }
   options.logger.info(
     { sandboxId, from: location.nodeId, to: best.id, fromState: location.nodeState },
     "gateway.sandbox_moved",
