@@ -1,8 +1,9 @@
 /**
  * SnapshotStore against the real catalog (SQLite file), real qcow2 files and the QEMU driver's
- * real `flattenDisk` (qemu-img). The VM being captured is a stand-in (`ScribeVm`): it writes
- * a recognisable pattern into a fresh overlay per generation, as a guest writing its disk
- * between pauses would. Real VMs run through the same store in test/e2e/flatten.test.ts.
+ * real `flattenDisk` (qemu-img). The VM being captured is a stand-in (`ScribeVm`,
+ * test/helpers/scribe-vm.ts): it writes a recognisable pattern into a fresh overlay per
+ * generation, as a guest writing its disk between pauses would. Real VMs run through the same
+ * store in test/e2e/flatten.test.ts.
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -16,15 +17,12 @@ import pino from "pino";
 import { type SandboxRow, SqliteCatalog } from "../../../src/catalog/index.js";
 import { stateLayout } from "../../../src/orchestrator/layout.js";
 import { SnapshotStore } from "../../../src/orchestrator/snapshot-store.js";
-import type { DiskBacking, ExitInfo, SnapshotTiming, Vm, VmSpec } from "../../../src/vmm/index.js";
 import { QemuDriver } from "../../../src/vmm/qemu/index.js";
 import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";
-import { sealSnapshot } from "../../../src/vmm/qemu/sealed-files.js";
-import { diskOf, headerName } from "../../../src/vmm/qemu/snapshot-chain.js";
-import { SNAPSHOT_FORMAT_VERSION, writeSnapshotMeta } from "../../../src/vmm/qemu/snapshot-meta.js";
+import { diskOf } from "../../../src/vmm/qemu/snapshot-chain.js";
+import { chainLength, MiB, qemuIo, ScribeVm, writeMeta } from "../../helpers/scribe-vm.js";
 
 const run = promisify(execFile);
-const MiB = 1024 * 1024;
 
 let root: string;
 before(async () => {
@@ -33,72 +31,6 @@ before(async () => {
 after(async () => {
   await rm(root, { recursive: true, force: true });
 });
-
-/** The record a capture writes: only the disk's backing matters to flattening. */
-async function writeMeta(dir: string, diskBacking: DiskBacking): Promise<void> {
-  await writeSnapshotMeta(dir, {
-    formatVersion: SNAPSHOT_FORMAT_VERSION,
-    accel: "tcg",
-    cpuModel: "max",
-    qemuVersion: "test",
-    kernel: "test",
-    images: "test",
-    shape: { vcpus: 1, memoryMiB: 256 },
-    memoryImage: { file: "memory.img" },
-    diffPages: 0,
-    deviceStateFile: "devstate.bin",
-    diskFile: "disk.qcow2",
-    diskBacking,
-    createdAt: new Date().toISOString(),
-  });
-}
-
-/**
- * Stand-in for a VM: each capture freezes an overlay holding one pattern byte at one offset,
- * its header naming its backing as a capture's does (a sibling's disk by relative name).
- */
-class ScribeVm {
-  generation = 0;
-  /** `path`: where the backing lies now; `record`: how a capture names it. */
-  constructor(private backing: { path: string; record: DiskBacking }) {}
-
-  async snapshot(dir: string): Promise<SnapshotTiming> {
-    await mkdir(dir, { recursive: true });
-    const frozen = join(dir, "disk.qcow2");
-    const { path, record } = this.backing;
-    await createOverlay(frozen, path, record.format, { backingName: headerName(record) });
-    this.generation += 1;
-    await qemuIo(frozen, `write -P ${this.generation} ${this.generation * MiB} 64k`, false);
-    await writeMeta(dir, record);
-    this.backing = { path: frozen, record: diskOf(dir) };
-    await sealSnapshot(dir);
-    return { pausedMs: 0, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0 };
-  }
-
-  asVm(): Vm {
-    return {
-      id: "scribe",
-      pid: 0,
-      spec: {} as VmSpec,
-      consoleTail: () => "",
-      exited: new Promise<ExitInfo>(() => {}),
-      snapshot: (dir) => this.snapshot(dir),
-      destroy: async () => {},
-    };
-  }
-}
-
-async function qemuIo(image: string, command: string, readOnly = true): Promise<string> {
-  const args = [...(readOnly ? ["-r"] : []), "-f", "qcow2", "-c", command, image];
-  const { stdout } = await run("qemu-io", args);
-  if (/fail|error|mismatch/i.test(stdout)) throw new Error(`qemu-io ${command}: ${stdout}`);
-  return stdout;
-}
-
-async function chainLength(image: string): Promise<number> {
-  const { stdout } = await run("qemu-img", ["info", "--backing-chain", "--output=json", image]);
-  return (JSON.parse(stdout) as unknown[]).length;
-}
 
 /** A data dir with a raw base disk and a template (its snapshot stacked on that disk). */
 async function fixture(name: string, flattenDepth: number, driver = testDriver()) {

@@ -1,0 +1,183 @@
+/**
+ * SnapshotStore across two nodes: the real PostgreSQL catalog (each node's PostgresCatalog,
+ * and the cluster's markPublished), a real shared store on a directory (FsSharedStore), real
+ * qcow2 chains (ScribeVm, test/helpers/scribe-vm.ts). Node a publishes; node b fetches a
+ * chain into its own snapshots directory, where it resolves; releases respect ownership.
+ */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { access, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, it } from "node:test";
+import { promisify } from "node:util";
+import pino from "pino";
+import { PostgresCatalog, PostgresCluster } from "../../../src/catalog/index.js";
+import { stateLayout } from "../../../src/orchestrator/layout.js";
+import { SnapshotStore } from "../../../src/orchestrator/snapshot-store.js";
+import { FsSharedStore } from "../../../src/store/index.js";
+import { QemuDriver } from "../../../src/vmm/qemu/index.js";
+import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";
+import { sealSnapshot } from "../../../src/vmm/qemu/sealed-files.js";
+import { diskOf } from "../../../src/vmm/qemu/snapshot-chain.js";
+import { startPostgres, type TestPostgres } from "../../helpers/postgres.js";
+import { chainLength, MiB, qemuIo, ScribeVm, writeMeta } from "../../helpers/scribe-vm.js";
+
+const run = promisify(execFile);
+const exists = (path: string) =>
+  access(path).then(
+    () => true,
+    () => false,
+  );
+
+let root: string;
+let pg: TestPostgres;
+let databases = 0;
+before(async () => {
+  root = await mkdtemp(join(tmpdir(), "warren-snapshot-sharing-"));
+  pg = await startPostgres();
+});
+after(async () => {
+  await pg?.stop();
+  await rm(root, { recursive: true, force: true });
+});
+
+/** Two nodes on one catalog and one shared store; node a holds a template on a raw base. */
+async function twoNodes(name: string) {
+  const url = await pg.createDatabase(`sharing_${++databases}`);
+  const cluster = await PostgresCluster.open({ connectionString: url });
+  const shared = new FsSharedStore(join(root, name, "shared"));
+  const base = join(root, name, "base.raw");
+  await mkdir(join(root, name), { recursive: true });
+  await writeFile(base, Buffer.alloc(0));
+  await run("truncate", ["-s", "64M", base]);
+  const node = async (id: string) => {
+    const layout = stateLayout(join(root, name, id));
+    await mkdir(layout.snapshotsDir, { recursive: true });
+    const catalog = await PostgresCatalog.open({ connectionString: url, nodeId: id });
+    const store = new SnapshotStore({
+      catalog,
+      driver: new QemuDriver({ accel: "tcg", qemuVersion: "test" }),
+      layout,
+      imagesFingerprint: "test",
+      flattenDepth: 0,
+      logger: pino({ level: "silent" }),
+      shared: {
+        publish: shared.publish.bind(shared),
+        fetch: shared.fetch.bind(shared),
+        delete: shared.delete.bind(shared),
+        markPublished: (snapshotId) => cluster.markPublished(snapshotId),
+      },
+    });
+    return { id, layout, catalog, store };
+  };
+  const a = await node("a");
+  const b = await node("b");
+  const templateDir = join(a.layout.snapshotsDir, "template");
+  await mkdir(templateDir);
+  await createOverlay(join(templateDir, "disk.qcow2"), base, "raw");
+  await writeMeta(templateDir, { image: base, format: "raw" });
+  await sealSnapshot(templateDir);
+  await a.catalog.putSnapshot({
+    id: "template",
+    dir: templateDir,
+    kind: "template",
+    names: [],
+    imagesFingerprint: "test",
+    createdAt: new Date().toISOString(),
+  });
+  // The template row keeps its capture, as the base template's does.
+  await a.catalog.putTemplate({
+    id: "tpl",
+    aliases: ["base"],
+    kind: "base",
+    snapshotId: "template",
+    vcpus: 1,
+    memoryMiB: 256,
+    diskSizeMiB: 64,
+    createdAt: new Date().toISOString(),
+  });
+  await a.store.checksumUnrecorded();
+  const vm = new ScribeVm({ path: join(templateDir, "disk.qcow2"), record: diskOf(templateDir) });
+  const pause = async (parentId: string, publish: boolean) =>
+    (
+      await a.store.capture(vm.asVm(), {
+        sandboxId: "sbx",
+        parentId,
+        kind: "pause",
+        resume: false,
+        publish,
+      })
+    ).id;
+  const close = async () => {
+    for (const n of [a, b]) {
+      await n.store.close();
+      await n.catalog.close();
+    }
+    await cluster.close();
+    await shared.close();
+  };
+  return { a, b, shared, pause, close };
+}
+
+it("publishes a pause with what it stands on; another node fetches the chain and it resolves there", async () => {
+  const { a, b, shared, pause, close } = await twoNodes("fetch");
+  try {
+    const first = await pause("template", false);
+    const second = await pause(first, true);
+    await a.store.publish(second); // the capture's own publish is in flight: this one follows it
+    assert.deepEqual((await shared.list()).sort(), [first, second, "template"].sort());
+    for (const id of [first, second, "template"]) {
+      const row = await b.catalog.getSnapshot(id);
+      assert.ok(row?.publishedAt, `${id} marked published`);
+      assert.equal(row.nodeId, "a", `${id} is a's, as b sees it`);
+    }
+
+    const dir = await b.store.localDir(second);
+    assert.equal(dir, join(b.layout.snapshotsDir, second));
+    for (const id of [first, "template"]) assert.ok(await exists(join(b.layout.snapshotsDir, id)));
+    // The copy stands on the copies beside it, not on a's files: all three layers, both writes.
+    assert.equal(await chainLength(join(dir, "disk.qcow2")), 4);
+    assert.match(await qemuIo(join(dir, "disk.qcow2"), `read -P 2 ${2 * MiB} 64k`), /read/);
+    await rm(join(a.layout.snapshotsDir, first), { recursive: true, force: true });
+    assert.match(await qemuIo(join(dir, "disk.qcow2"), `read -P 1 ${1 * MiB} 64k`), /read/);
+    // Restores on b check the copy against the catalog's record of a's capture.
+    assert.deepEqual(await b.store.sealedFiles(dir), (await a.catalog.getSnapshot(second))?.files);
+    assert.equal(await b.store.sealedFiles(join(a.layout.snapshotsDir, second)), undefined);
+    assert.equal(await b.store.localDir(second), dir, "fetched once");
+  } finally {
+    await close();
+  }
+});
+
+it("refuses to restore another node's snapshot that is not published", async () => {
+  const { a, b, pause, close } = await twoNodes("unpublished");
+  try {
+    const id = await pause("template", false);
+    await assert.rejects(b.store.localDir(id), { reason: "snapshot_not_found" });
+    assert.equal(await exists(join(b.layout.snapshotsDir, id)), false);
+    assert.equal(await a.store.localDir(id), join(a.layout.snapshotsDir, id), "its own: in place");
+  } finally {
+    await close();
+  }
+});
+
+it("a release on another node drops its copy only; the owner's deletes and unpublishes", async () => {
+  const { a, b, shared, pause, close } = await twoNodes("release");
+  try {
+    const id = await pause("template", true);
+    await a.store.publish(id);
+    const copy = await b.store.localDir(id);
+    assert.deepEqual(await b.store.release(id), [], "b deletes no row of a's");
+    assert.equal(await exists(copy), false, "b's copy is gone");
+    assert.ok(await exists(join(b.layout.snapshotsDir, "template")), "the template is in use");
+    assert.ok(await a.catalog.getSnapshot(id), "a's row stays");
+    assert.ok(await shared.manifest(id), "still published");
+
+    assert.deepEqual(await a.store.release(id), [id]);
+    assert.equal(await shared.manifest(id), undefined, "unpublished with its row");
+    assert.equal(await b.catalog.getSnapshot(id), undefined);
+  } finally {
+    await close();
+  }
+});
