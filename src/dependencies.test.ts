@@ -31,6 +31,7 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "network",
     "images",
     "catalog",
+    "store",
     "protocol",
     "shared",
   ],

@@ -232,11 +232,17 @@ export interface ForkBody {
   count?: number;
   timeout?: number;
   metadata?: Record<string, string>;
+  /** Cluster, from the gateway: children to start on this node (ForkInput.local). */
+  local?: number;
+  /** Cluster, from the gateway: the fork capture to start children from (ForkInput.fromSnapshot). */
+  fromSnapshot?: string;
 }
 
 export const forkSchema = optionalBody({
   properties: {
     count: { type: "integer", minimum: 1 },
+    local: { type: "integer", minimum: 0 },
+    fromSnapshot: { type: "string", minLength: 1, maxLength: 128 },
     timeout: seconds,
     metadata: { type: "object", additionalProperties: { type: "string" } },
   },

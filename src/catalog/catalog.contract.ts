@@ -118,8 +118,8 @@ export function catalogContract(name: string, open: () => Promise<CatalogHarness
         });
         await catalog.insertSandbox(row);
         assert.deepEqual(await catalog.getSandbox("sb-full"), row);
-        assert.equal(await catalog.envdTokenOf("sb-full"), "envd-token");
-        assert.equal(await catalog.envdTokenOf("sb-ghost"), undefined);
+        assert.deepEqual(await catalog.findSandbox("sb-full"), row);
+        assert.equal(await catalog.findSandbox("sb-ghost"), undefined);
       });
 
       it("refuses a second insert with the same id as already_exists", async (t) => {

@@ -162,11 +162,11 @@ export interface Catalog {
   updateSandbox(id: string, patch: SandboxPatch): Promise<SandboxRow | undefined>;
   getSandbox(id: string): Promise<SandboxRow | undefined>;
   /**
-   * The envd access token of a sandbox on any node (PostgreSQL: not scoped to this node's):
-   * a snapshot's guest holds its source sandbox's, and a node starting a sandbox from
-   * another node's snapshot presents it.
+   * A sandbox on any node (PostgreSQL: not scoped to this node's, as getSandbox is): the
+   * source of another node's snapshot, whose envd token that snapshot's guest holds and
+   * whose settings the children of a fork spilled here take.
    */
-  envdTokenOf(sandboxId: string): Promise<string | undefined>;
+  findSandbox(id: string): Promise<SandboxRow | undefined>;
   /** Sandboxes in the given states (all when absent), ordered by startedAt then id. */
   listSandboxes(states?: readonly SandboxState[]): Promise<SandboxRow[]>;
   deleteSandbox(id: string): Promise<void>;

@@ -3,8 +3,9 @@ import type { AddressInfo } from "node:net";
 import type { Duplex } from "node:stream";
 import { authenticate } from "../shared/api-key-auth.js";
 import { type Logger, silentLogger, WarrenError } from "../shared/index.js";
-import type { GatewayCluster, NodeRow } from "./cluster.js";
+import type { GatewayCluster, NodeRow, SandboxLocation } from "./cluster.js";
 import { Creates } from "./creates.js";
+import { forkAcrossNodes } from "./forks.js";
 import { forwardRequest, forwardUpgrade, NodeAgents, type NodeTarget } from "./forward.js";
 import { mergeLists } from "./lists.js";
 import { NodeDirectory } from "./node-directory.js";
@@ -40,6 +41,7 @@ export interface Gateway {
 }
 
 const MAX_CREATE_BODY = 1024 * 1024;
+const MAX_FORK_BODY = 1024 * 1024;
 
 /**
  * The cluster's front: the E2B API and the sandbox proxy, as a node server serves them, over
@@ -80,11 +82,19 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     return { nodeId: node.id, url: node.url };
   }
 
-  /**
-   * The node holding a sandbox, or why it cannot be reached. `resuming`: a resume or connect,
-   * which moves a paused sandbox off a node that is down or draining (relocatePaused).
-   */
+  /** The node holding a sandbox, or why it cannot be reached. */
   async function sandboxNode(sandboxId: string, resuming = false): Promise<NodeTarget> {
+    return (await locate(sandboxId, resuming)).target;
+  }
+
+  /**
+   * Where a sandbox is, or why it cannot be reached. `resuming`: a resume or connect, which
+   * moves a paused sandbox off a node that is down or draining (relocatePaused).
+   */
+  async function locate(
+    sandboxId: string,
+    resuming: boolean,
+  ): Promise<{ target: NodeTarget; location: SandboxLocation }> {
     let location = await options.cluster.locateSandbox(sandboxId);
     if (resuming && location?.state === "paused" && location.nodeState !== "up") {
       const moved = await relocatePaused(sandboxId, location, {
@@ -93,7 +103,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         heartbeatTimeoutMs: downAfterMs,
         logger,
       });
-      if (moved) return moved;
+      if (moved) return { target: moved, location };
       location = await options.cluster.locateSandbox(sandboxId);
     }
     if (!location) throw new WarrenError("sandbox_not_found", `sandbox ${sandboxId} not found`);
@@ -112,7 +122,23 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         `sandbox ${sandboxId} is ${location.state} on node ${location.nodeId}, which is down`,
       );
     }
-    return { nodeId: location.nodeId, url: location.nodeUrl };
+    return { target: { nodeId: location.nodeId, url: location.nodeUrl }, location };
+  }
+
+  /** A fork: relayed to the source's node, or spread over nodes when it lacks room. */
+  async function fork(req: IncomingMessage, res: ServerResponse, sandboxId: string) {
+    const { target, location } = await locate(sandboxId, false);
+    const body = await readBody(req, MAX_FORK_BODY);
+    const spread = await forkAcrossNodes(req, res, body, sandboxId, location, {
+      directory,
+      agents,
+      heartbeatTimeoutMs: downAfterMs,
+      timeoutMs: idleTimeoutMs,
+      logger,
+    });
+    if (spread) return;
+    const outcome = await forwardRequest(req, res, target, { agents, body, idleTimeoutMs });
+    if (outcome.kind === "unreachable") throw outcome.error;
   }
 
   async function handle(req: IncomingMessage, res: ServerResponse, route: GatewayRoute) {
@@ -156,6 +182,9 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       case "snapshots":
         return relay(req, res, await templateNode());
       case "sandbox": {
+        if (req.method === "POST" && route.action === "fork") {
+          return fork(req, res, route.sandboxId);
+        }
         const resuming =
           req.method === "POST" && (route.action === "resume" || route.action === "connect");
         return relay(req, res, await sandboxNode(route.sandboxId, resuming));

@@ -1,13 +1,13 @@
-import { type IncomingMessage, request } from "node:http";
+import type { IncomingMessage } from "node:http";
 import {
   compareAscending,
   encodeNextToken,
   type ListOrder,
   type ListPosition,
 } from "../protocol/index.js";
-import { WarrenError } from "../shared/index.js";
 import type { NodeRow } from "./cluster.js";
-import { type NodeAgents, relayedRequestHeaders } from "./forward.js";
+import type { NodeAgents } from "./forward.js";
+import { callNode } from "./node-call.js";
 
 /** A listed sandbox as E2B's `ListedSandbox` (only what the merge reads is typed). */
 interface Listed {
@@ -84,54 +84,29 @@ type PageAnswer =
   | { readonly status: 200; readonly page: NodePage }
   | { readonly status: number; readonly json: unknown };
 
-function fetchPage(
+async function fetchPage(
   req: IncomingMessage,
   node: NodeRow,
   agents: NodeAgents,
   timeoutMs: number,
 ): Promise<PageAnswer> {
-  return new Promise((resolve, reject) => {
-    const upstream = request(new URL(req.url ?? "/", node.url), {
-      method: "GET",
-      headers: relayedRequestHeaders(req, { upgrade: false }),
-      agent: agents.for({ nodeId: node.id, url: node.url }),
-      timeout: timeoutMs,
-    });
-    upstream.on("timeout", () => upstream.destroy(new Error("timed out")));
-    upstream.on("error", reject);
-    upstream.on("response", (answer) => {
-      const chunks: Buffer[] = [];
-      let bytes = 0;
-      answer.on("data", (chunk: Buffer) => {
-        bytes += chunk.length;
-        if (bytes > MAX_LIST_BYTES) upstream.destroy(new Error("list answer too large"));
-        else chunks.push(chunk);
-      });
-      answer.on("error", reject);
-      answer.on("end", () => {
-        let json: unknown;
-        try {
-          json = JSON.parse(Buffer.concat(chunks).toString("utf8"));
-        } catch {
-          reject(new WarrenError("internal", `node ${node.id} sent a list that is not JSON`));
-          return;
-        }
-        const status = answer.statusCode ?? 502;
-        if (status !== 200 || !Array.isArray(json)) {
-          resolve({ status: status === 200 ? 502 : status, json });
-          return;
-        }
-        const next = answer.headers["x-next-token"];
-        resolve({
-          status: 200,
-          page: {
-            items: json as Listed[],
-            nextToken: typeof next === "string" ? next : undefined,
-            totalRunning: Number(answer.headers["x-total-running"] ?? 0) || 0,
-          },
-        });
-      });
-    });
-    upstream.end();
+  const answer = await callNode(req, { nodeId: node.id, url: node.url }, agents, {
+    method: "GET",
+    path: req.url ?? "/",
+    timeoutMs,
+    maxBytes: MAX_LIST_BYTES,
   });
+  const { status, json, headers } = answer;
+  if (status !== 200 || !Array.isArray(json)) {
+    return { status: status === 200 ? 502 : status, json };
+  }
+  const next = headers["x-next-token"];
+  return {
+    status: 200,
+    page: {
+      items: json as Listed[],
+      nextToken: typeof next === "string" ? next : undefined,
+      totalRunning: Number(headers["x-total-running"] ?? 0) || 0,
+    },
+  };
 }

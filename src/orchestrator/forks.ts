@@ -1,4 +1,4 @@
-import type { Catalog, TemplateRow } from "../catalog/index.js";
+import type { Catalog, SandboxRow, TemplateRow } from "../catalog/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, toWarrenError, WarrenError } from "../shared/index.js";
 import { newId } from "./ids.js";
@@ -26,6 +26,9 @@ export interface ForksOptions {
 
 const SNAPSHOT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
+/** How long a spilled fork's capture waits for other nodes' children to stand on it. */
+const SPILL_HOLD_MS = 10 * 60_000;
+
 /**
  * Fork and persistent snapshots: both start from one capture of a sandbox. A running source
  * is stopped only while its state is written and continues on a fresh overlay stacked on the
@@ -38,21 +41,94 @@ export class Forks {
     this.#o = options;
   }
 
-  /** `count` children from one capture; each child's failure is reported in its result. */
+  /**
+   * `count` children from one capture; each child's failure is reported in its result. In a
+   * cluster, `local` leaves some to other nodes (spilled) and `fromSnapshot` starts those.
+   */
   async fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
     const { maxForkCount, lifecycle, snapshots } = this.#o;
-    const source = this.#o.table.get(sandboxId);
     if (!Number.isInteger(input.count) || input.count < 1 || input.count > maxForkCount) {
       throw new WarrenError(
         "invalid_argument",
         `count must be an integer from 1 to ${maxForkCount}, got ${input.count}`,
       );
     }
+    if (input.fromSnapshot !== undefined) return this.#forkSpilled(sandboxId, input);
+    const source = this.#o.table.get(sandboxId);
     const snapshotId = await this.#capture(source, "fork");
-    const row = source.row;
     const started = performance.now();
-    const results = await Promise.all(
-      Array.from({ length: input.count }, async (): Promise<ForkResult> => {
+    const here = Math.min(input.count, input.local ?? input.count);
+    const spilled = input.count - here;
+    const results = await this.#children(source.row, snapshotId, input, here);
+    if (spilled > 0) results.push(...(await this.#spill(snapshotId, spilled)));
+    crashPoint("forks.fork.after-children");
+    const startedCount = results.filter((r) => "sandbox" in r).length;
+    const durationMs = Math.round(performance.now() - started);
+    this.#o.logger.info(
+      { sandboxId, snapshotId, count: input.count, started: startedCount, spilled, durationMs },
+      "sandbox.forked",
+    );
+    await lifecycle.event(sandboxId, "sandbox.forked", {
+      snapshotId,
+      count: input.count,
+      started: startedCount,
+      ...(spilled > 0 && { spilled }),
+    });
+    // A fork whose every child failed leaves a capture nobody uses. A spilled one's is kept a
+    // while for the other nodes' children (who then stand on it), then released the same way.
+    if (spilled > 0 && results.some((r) => "spilled" in r)) {
+      snapshots.releaseLater(snapshotId, SPILL_HOLD_MS);
+    } else await snapshots.release(snapshotId);
+    return results;
+  }
+
+  /** Publishes the capture for the children other nodes start; their results say where. */
+  async #spill(snapshotId: string, count: number): Promise<ForkResult[]> {
+    let result: ForkResult = { spilled: { snapshotId } };
+    try {
+      await this.#o.snapshots.publish(snapshotId);
+      if (!(await this.#o.catalog.getSnapshot(snapshotId))?.publishedAt) {
+        throw new WarrenError("store_unavailable", "the fork's capture was not published");
+      }
+    } catch (err) {
+      const error = toWarrenError(err);
+      result = { error: { reason: error.reason, message: error.message } };
+    }
+    return Array.from({ length: count }, () => result);
+  }
+
+  /** Children of a fork another node spilled here: from its published capture. */
+  async #forkSpilled(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
+    const { catalog, snapshots } = this.#o;
+    const snapshotId = input.fromSnapshot as string;
+    const capture = await catalog.getSnapshot(snapshotId);
+    // A paused source forks from its pause snapshot.
+    const forkable = capture?.kind === "fork" || capture?.kind === "pause";
+    if (!forkable || capture.sandboxId !== sandboxId) {
+      throw new WarrenError(
+        "invalid_argument",
+        `fromSnapshot ${snapshotId} is not a fork capture of sandbox ${sandboxId}`,
+      );
+    }
+    const source = await catalog.findSandbox(sandboxId);
+    if (!source) throw new WarrenError("sandbox_not_found", `sandbox ${sandboxId} not found`);
+    const results = await this.#children(source, snapshotId, input, input.count);
+    this.#o.logger.info(
+      { sandboxId, snapshotId, count: input.count, from: capture.nodeId },
+      "sandbox.fork_spill_started",
+    );
+    await snapshots.release(snapshotId); // this node's copy, if no child of it started
+    return results;
+  }
+
+  #children(
+    row: SandboxRow,
+    snapshotId: string,
+    input: ForkInput,
+    count: number,
+  ): Promise<ForkResult[]> {
+    return Promise.all(
+      Array.from({ length: count }, async (): Promise<ForkResult> => {
         try {
           const child = newRow({
             templateId: row.templateId,
@@ -64,28 +140,13 @@ export class Forks {
             timeoutMs: input.timeoutMs ?? this.#o.defaultTimeoutMs,
             snapshotId,
           });
-          return { sandbox: await lifecycle.launch(child, row.envdAccessToken) };
+          return { sandbox: await this.#o.lifecycle.launch(child, row.envdAccessToken) };
         } catch (err) {
           const error = toWarrenError(err);
           return { error: { reason: error.reason, message: error.message } };
         }
       }),
     );
-    crashPoint("forks.fork.after-children");
-    const startedCount = results.filter((r) => "sandbox" in r).length;
-    const durationMs = Math.round(performance.now() - started);
-    this.#o.logger.info(
-      { sandboxId, snapshotId, count: input.count, started: startedCount, durationMs },
-      "sandbox.forked",
-    );
-    await lifecycle.event(sandboxId, "sandbox.forked", {
-      snapshotId,
-      count: input.count,
-      started: startedCount,
-    });
-    // A fork whose every child failed leaves a capture nobody uses.
-    await snapshots.release(snapshotId);
-    return results;
   }
 
   /** A persistent snapshot of the sandbox: a template pointing at a capture of it. */

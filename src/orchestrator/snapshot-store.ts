@@ -440,12 +440,20 @@ export class SnapshotStore {
     }
   }
 
+  /**
+   * Releases a snapshot after `delayMs` (or at close, or at the next start's sweep): a spilled
+   * fork's capture, which other nodes' children are about to stand on.
+   */
+  releaseLater(snapshotId: string, delayMs: number): void {
+    this.#retire(snapshotId, delayMs);
+  }
+
   /** Releases the layers a flatten made redundant, after the grace period. */
-  #retire(id: string): void {
+  #retire(id: string, delayMs = this.#o.retireDelayMs ?? 10_000): void {
     const timer = setTimeout(() => {
       this.#retiring.delete(timer);
       this.#releaseRetired(id);
-    }, this.#o.retireDelayMs ?? 10_000);
+    }, delayMs);
     timer.unref();
     this.#retiring.set(timer, id);
   }

@@ -47,6 +47,6 @@ export async function templateStart(
   if (!snapshot) return {};
   const pool = { snapshotId: snapshot.id, dir: await localDir(snapshot.id), shape: template };
   if (!snapshot.sandboxId) return { pool };
-  const token = await catalog.envdTokenOf(snapshot.sandboxId);
+  const token = (await catalog.findSandbox(snapshot.sandboxId))?.envdAccessToken;
   return { presentToken: token, pool: { ...pool, ...(token && { token }) } };
 }

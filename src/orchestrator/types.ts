@@ -107,12 +107,26 @@ export interface ForkInput {
   readonly timeoutMs?: number;
   /** Merged over the source's metadata for every child. */
   readonly metadata?: Readonly<Record<string, string>>;
+  /**
+   * Cluster (set by the gateway): start at most this many children here; the others are
+   * `spilled`, their capture published for other nodes to start them from (`fromSnapshot`).
+   */
+  readonly local?: number;
+  /**
+   * Cluster (set by the gateway): the sandbox is on another node, which spilled this fork:
+   * start the children from that fork capture of it, fetched from the shared store.
+   */
+  readonly fromSnapshot?: string;
 }
 
-/** One child of a fork: started, or why not (the API turns it into E2B's SandboxForkResult). */
+/**
+ * One child of a fork: started, or why not (the API turns it into E2B's SandboxForkResult),
+ * or left to another node (`local`), which starts it from the published capture.
+ */
 export type ForkResult =
   | { readonly sandbox: SandboxInfo }
-  | { readonly error: { readonly reason: ErrorReason; readonly message: string } };
+  | { readonly error: { readonly reason: ErrorReason; readonly message: string } }
+  | { readonly spilled: { readonly snapshotId: string } };
 
 /** A persistent snapshot: a template made from a sandbox's captured state. */
 export interface SnapshotInfo {

@@ -94,8 +94,8 @@ export class InMemoryCatalog implements Catalog {
     return row && copy(row);
   }
 
-  async envdTokenOf(sandboxId: string): Promise<string | undefined> {
-    return this.#data().sandboxes.get(sandboxId)?.envdAccessToken;
+  findSandbox(id: string): Promise<SandboxRow | undefined> {
+    return this.getSandbox(id);
   }
 
   async listSandboxes(states?: readonly SandboxState[]): Promise<SandboxRow[]> {

@@ -31,16 +31,16 @@ export function registerSnapshotRoutes(app: FastifyInstance, context: ApiContext
         count: body.count ?? 1,
         timeoutMs: optionalSecondsToMs("body/timeout", body.timeout, maxTimeoutMs),
         metadata: body.metadata,
+        ...(body.local !== undefined && { local: body.local }),
+        ...(body.fromSnapshot !== undefined && { fromSnapshot: body.fromSnapshot }),
       });
-      return reply
-        .code(201)
-        .send(
-          results.map((result) =>
-            "sandbox" in result
-              ? { sandbox: toSandboxJson(result.sandbox, domain) }
-              : { error: forkErrorJson(result.error) },
-          ),
-        );
+      return reply.code(201).send(
+        results.map((result) => {
+          if ("sandbox" in result) return { sandbox: toSandboxJson(result.sandbox, domain) };
+          if ("error" in result) return { error: forkErrorJson(result.error) };
+          return { spilled: { snapshotID: result.spilled.snapshotId } };
+        }),
+      );
     },
   );
 

@@ -105,13 +105,11 @@ export class PostgresCatalog implements Catalog {
     return record && toSandboxRow(record);
   }
 
-  async envdTokenOf(sandboxId: string): Promise<string | undefined> {
-    const [record] = await this.#db.query<{ envd_access_token: string | null }>(
-      `get the envd token of sandbox ${sandboxId}`,
-      SQL.envdTokenOf,
-      [sandboxId],
-    );
-    return record?.envd_access_token ?? undefined;
+  async findSandbox(id: string): Promise<SandboxRow | undefined> {
+    const [record] = await this.#db.query<SandboxRecord>(`find sandbox ${id}`, SQL.findSandbox, [
+      id,
+    ]);
+    return record && toSandboxRow(record);
   }
 
   async listSandboxes(states?: readonly SandboxState[]): Promise<SandboxRow[]> {

@@ -27,7 +27,7 @@ export const SQL = {
     UPDATE sandboxes SET ${SANDBOX_COLUMNS.map((c, i) => `${c} = ${sandboxValues[i]}`).join(", ")}
     WHERE node_id = $1 AND id = $2 RETURNING *`,
   getSandbox: "SELECT * FROM sandboxes WHERE node_id = $1 AND id = $2",
-  envdTokenOf: "SELECT envd_access_token FROM sandboxes WHERE id = $1",
+  findSandbox: "SELECT * FROM sandboxes WHERE id = $1",
   lockSandbox: "SELECT * FROM sandboxes WHERE node_id = $1 AND id = $2 FOR UPDATE",
   listSandboxes: `
     SELECT * FROM sandboxes WHERE node_id = $1 AND ($2::text[] IS NULL OR state = ANY ($2))

@@ -111,8 +111,8 @@ export class SqliteCatalog implements Catalog {
     });
   }
 
-  async envdTokenOf(sandboxId: string): Promise<string | undefined> {
-    return (await this.getSandbox(sandboxId))?.envdAccessToken;
+  findSandbox(id: string): Promise<SandboxRow | undefined> {
+    return this.getSandbox(id);
   }
 
   listSandboxes(states?: readonly SandboxState[]): Promise<SandboxRow[]> {

@@ -260,14 +260,30 @@ export class InMemorySandboxService implements SandboxService {
 
   async fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
     this.record("fork", sandboxId, input);
-    const source = this.find(sandboxId);
     if (!Number.isInteger(input.count) || input.count < 1 || input.count > this.maxForkCount) {
       throw new WarrenError(
         "invalid_argument",
         `count must be an integer from 1 to ${this.maxForkCount}, got ${input.count}`,
       );
     }
-    return Array.from({ length: input.count }, (): ForkResult => {
+    // A spilled fork's children (the gateway's fromSnapshot): the source is another node's,
+    // so they start as its stand-in, from `base`.
+    const source: Pick<
+      SandboxInfo,
+      "templateId" | "alias" | "metadata" | "network" | "allowInternetAccess" | "lifecycle"
+    > = input.fromSnapshot
+      ? {
+          templateId: "base",
+          alias: "base",
+          metadata: {},
+          network: { allowOut: [], denyOut: [], allowPublicTraffic: true },
+          allowInternetAccess: true,
+          lifecycle: { onTimeout: "kill", autoResume: false },
+        }
+      : this.find(sandboxId);
+    const here = Math.min(input.count, input.local ?? input.count);
+    return Array.from({ length: input.count }, (_, i): ForkResult => {
+      if (i >= here) return { spilled: { snapshotId: `fork-of-${sandboxId}` } };
       try {
         this.reserve();
         return {

@@ -294,6 +294,64 @@ describe("gateway: routing", () => {
   });
 });
 
+describe("gateway: fork", () => {
+  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+  type Child = { sandbox?: { sandboxID: string }; error?: { reason: string } };
+
+  it("relays a fork its source's node has room for as it is", async () => {
+    const c = await cluster({ nodes: 2, maxSandboxes: 6 });
+    const id = await createdId(c);
+    await sleep(250); // a heartbeat reports it
+    const res = await c.call("POST", `/sandboxes/${id}/fork`, { body: { count: 3 } });
+    assert.equal(res.status, 201);
+    assert.equal(((await res.json()) as Child[]).filter((r) => r.sandbox).length, 3);
+    const source = c.nodes.find((n) => n.id === holder(c, id));
+    assert.deepEqual(
+      source?.service.callsOf("fork").map((args) => (args[1] as { local?: number }).local),
+      [undefined],
+    );
+  });
+
+  it("spills the children its source's node has no room for to the other nodes", async () => {
+    const c = await cluster({ nodes: 3, maxSandboxes: 6 });
+    const id = await createdId(c);
+    await sleep(250);
+    const res = await c.call("POST", `/sandboxes/${id}/fork`, {
+      body: { count: 12, metadata: { run: "r1" } },
+    });
+    assert.equal(res.status, 201);
+    const results = (await res.json()) as Child[];
+    assert.equal(results.length, 12);
+    assert.deepEqual(
+      results.filter((r) => !r.sandbox),
+      [],
+      "every child started",
+    );
+    const source = c.nodes.find((n) => n.id === holder(c, id));
+    assert.ok(source);
+    const [sourceCall] = source.service.callsOf("fork");
+    assert.equal((sourceCall?.[1] as { local?: number }).local, 5, "what fits beside the source");
+    const children = results.map((r) => r.sandbox?.sandboxID as string);
+    assert.equal(children.filter((child) => holder(c, child) === source.id).length, 5);
+    for (const node of c.nodes.filter((n) => n !== source)) {
+      for (const [sourceId, input] of node.service.callsOf("fork")) {
+        assert.equal(sourceId, id);
+        assert.equal((input as { fromSnapshot?: string }).fromSnapshot, `fork-of-${id}`);
+        assert.deepEqual((input as { metadata?: unknown }).metadata, { run: "r1" });
+      }
+    }
+    assert.equal(new Set(children).size, 12);
+
+    // More than the cluster holds: what no node has room for is a cluster_full child.
+    await sleep(250);
+    const over = await c.call("POST", `/sandboxes/${id}/fork`, { body: { count: 8 } });
+    const reasons = ((await over.json()) as Child[]).map((r) => r.error?.reason ?? "started");
+    assert.equal(reasons.length, 8);
+    assert.equal(reasons.filter((r) => r === "started").length, 5, reasons.join());
+    assert.equal(reasons.filter((r) => r === "cluster_full").length, 3, reasons.join());
+  });
+});
+
 describe("gateway: lists", () => {
   it("merges v2 pages from every node in E2B's order, tokens walking all of them", async () => {
     const c = await cluster({ nodes: 3 });

@@ -1,0 +1,71 @@
+import { type IncomingHttpHeaders, type IncomingMessage, request } from "node:http";
+import { WarrenError } from "../shared/index.js";
+import { type NodeAgents, type NodeTarget, relayedRequestHeaders } from "./forward.js";
+
+/** A node's JSON answer to a call the gateway makes itself (a list page, a spilled fork). */
+export interface NodeAnswer {
+  readonly status: number;
+  readonly headers: IncomingHttpHeaders;
+  readonly json: unknown;
+}
+
+export interface NodeCall {
+  readonly method: "GET" | "POST";
+  /** Path and query on the node, e.g. `/sandboxes?state=running`. */
+  readonly path: string;
+  /** Sent as JSON (POST). */
+  readonly body?: unknown;
+  readonly timeoutMs: number;
+  /** Answers larger than this are refused. */
+  readonly maxBytes: number;
+}
+
+/**
+ * Calls a node on the client's behalf (its credentials and forwarding headers relayed, the
+ * body the gateway's own) and reads the JSON answer whole. Rejects when the node cannot be
+ * reached or answers something that is not JSON; any status resolves.
+ */
+export function callNode(
+  req: IncomingMessage,
+  target: NodeTarget,
+  agents: NodeAgents,
+  call: NodeCall,
+): Promise<NodeAnswer> {
+  return new Promise((resolve, reject) => {
+    const headers = relayedRequestHeaders(req, { upgrade: false });
+    delete headers["transfer-encoding"];
+    delete headers["content-length"];
+    const payload = call.body === undefined ? undefined : Buffer.from(JSON.stringify(call.body));
+    if (payload) {
+      headers["content-type"] = "application/json";
+      headers["content-length"] = String(payload.length);
+    }
+    const upstream = request(new URL(call.path, target.url), {
+      method: call.method,
+      headers,
+      agent: agents.for(target),
+      timeout: call.timeoutMs,
+    });
+    upstream.on("timeout", () => upstream.destroy(new Error("timed out")));
+    upstream.on("error", reject);
+    upstream.on("response", (answer) => {
+      const chunks: Buffer[] = [];
+      let bytes = 0;
+      answer.on("data", (chunk: Buffer) => {
+        bytes += chunk.length;
+        if (bytes > call.maxBytes) upstream.destroy(new Error("answer too large"));
+        else chunks.push(chunk);
+      });
+      answer.on("error", reject);
+      answer.on("end", () => {
+        try {
+          const json: unknown = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+          resolve({ status: answer.statusCode ?? 502, headers: answer.headers, json });
+        } catch {
+          reject(new WarrenError("internal", `node ${target.nodeId} answered with no JSON`));
+        }
+      });
+    });
+    upstream.end(payload);
+  });
+}
