@@ -112,6 +112,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       flattenDepth: options.flattenDepth,
       logger,
       shared: options.shared,
+      warmSnapshots: () => this.#pool.readyBySnapshot().keys(),
     });
     this.#pool = new WarmPool({
       driver,

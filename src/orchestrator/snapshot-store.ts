@@ -1,4 +1,4 @@
-import { access, readdir, rm } from "node:fs/promises";
+import { readdir, rm, stat } from "node:fs/promises";
 import { basename, join } from "node:path";
 import type { Catalog, SnapshotFileRecord, SnapshotRow } from "../catalog/index.js";
 import { crashPoint } from "../shared/crash-point.js";
@@ -7,6 +7,7 @@ import type { SnapshotTiming, Vm, VmmDriver } from "../vmm/index.js";
 import { newId } from "./ids.js";
 import { type StateLayout, snapshotDir } from "./layout.js";
 import { SerialLock } from "./serial-lock.js";
+import { SnapshotCopies } from "./snapshot-copies.js";
 
 export interface SnapshotStoreOptions {
   readonly catalog: Catalog;
@@ -27,6 +28,8 @@ export interface SnapshotStoreOptions {
   readonly retireDelayMs?: number;
   /** The cluster's shared snapshot store, when nodes share one (resume on another node). */
   readonly shared?: SharedSnapshots;
+  /** Snapshots this node's warm pool restores from (their copies stay while it does). */
+  readonly warmSnapshots?: () => Iterable<string>;
 }
 
 /**
@@ -39,6 +42,10 @@ export interface SharedSnapshots {
   delete(id: string): Promise<void>;
   /** ClusterCatalog.markPublished. */
   markPublished(id: string): Promise<unknown>;
+  /** Bytes this node's copies of other nodes' snapshots may take (SnapshotCopies). */
+  readonly copiesMaxBytes: number;
+  /** How long a copy just used is kept whatever stands on it (SnapshotCopies; default 2 min). */
+  readonly copiesGraceMs?: number;
 }
 
 export interface CaptureInput {
@@ -57,6 +64,13 @@ export interface CaptureInput {
    * node can restore it: pauses, templates and persistent snapshots, not fork points.
    */
   readonly publish?: boolean;
+}
+
+/** Sandboxes that stand on a snapshot (killed ones stand on nothing). */
+const LIVE_STATES = ["creating", "running", "pausing", "paused", "resuming", "killing"] as const;
+
+function bytesOf(files: readonly SnapshotFileRecord[]): number {
+  return files.reduce((sum, file) => sum + file.bytes, 0);
 }
 
 /** A snapshot kind that ends a chain: templates are long-lived, so disks are flattened onto them. */
@@ -84,11 +98,22 @@ export class SnapshotStore {
   readonly #checksums = new Map<string, Promise<void>>();
   /** Publishes run one at a time, each after the flattens queued before it. */
   #publishes: Promise<void> = Promise.resolve();
-  /** Other nodes' snapshots being fetched into this node's snapshots directory, by id. */
-  readonly #fetches = new Map<string, Promise<void>>();
+  /** Other nodes' snapshots fetched into this node's snapshots directory. */
+  readonly #copies: SnapshotCopies | undefined;
 
   constructor(options: SnapshotStoreOptions) {
     this.#o = options;
+    const { shared } = options;
+    this.#copies =
+      shared &&
+      new SnapshotCopies({
+        dir: options.layout.snapshotsDir,
+        maxBytes: shared.copiesMaxBytes,
+        graceMs: shared.copiesGraceMs,
+        fetch: (id, intoDir) => shared.fetch(id, intoDir),
+        retained: () => this.#copiesInUse(),
+        logger: options.logger,
+      });
   }
 
   /** Captures a VM into a new snapshot and records it; its chain may then be flattened. */
@@ -131,44 +156,56 @@ export class SnapshotStore {
       throw new WarrenError("internal", `snapshot ${snapshotId} is missing from the catalog`);
     if (!top.nodeId) return top.dir;
     for (let row: SnapshotRow | undefined = top; row; ) {
-      if (row.nodeId) await this.#fetch(row);
+      if (row.nodeId) await this.#ensureCopy(row);
       row = row.parentId ? await catalog.getSnapshot(row.parentId) : undefined;
     }
     return snapshotDir(layout, snapshotId);
   }
 
-  /** Fetches another node's snapshot once, however many restores want it at once. */
-  #fetch(row: SnapshotRow): Promise<void> {
-    let fetching = this.#fetches.get(row.id);
-    if (!fetching) {
-      fetching = this.#fetchOnce(row).finally(() => this.#fetches.delete(row.id));
-      this.#fetches.set(row.id, fetching);
-    }
-    return fetching;
-  }
-
-  async #fetchOnce(row: SnapshotRow): Promise<void> {
-    const dir = snapshotDir(this.#o.layout, row.id);
-    if (
-      await access(join(dir, "meta.json")).then(
-        () => true,
-        () => false,
-      )
-    )
-      return;
-    const { shared } = this.#o;
-    if (!shared || !row.publishedAt) {
+  /** This node's copy of another node's snapshot, fetched unless one is kept already. */
+  async #ensureCopy(row: SnapshotRow): Promise<void> {
+    const copies = this.#copies;
+    if (!copies || !row.publishedAt || !row.files) {
       throw new WarrenError(
         "snapshot_not_found",
         `snapshot ${row.id} is on node ${row.nodeId} and not in the shared snapshot store`,
       );
     }
+    const fetched = !copies.has(row.id);
     const started = performance.now();
-    await shared.fetch(row.id, dir);
-    this.#o.logger.info(
-      { snapshotId: row.id, from: row.nodeId, durationMs: Math.round(performance.now() - started) },
-      "snapshot.fetched",
-    );
+    await copies.ensure(row.id, bytesOf(row.files));
+    if (fetched)
+      this.#o.logger.info(
+        {
+          snapshotId: row.id,
+          from: row.nodeId,
+          durationMs: Math.round(performance.now() - started),
+        },
+        "snapshot.fetched",
+      );
+  }
+
+  /**
+   * The copies of other nodes' snapshots this node stands on: under its sandboxes (running
+   * or paused), its own snapshots and its warm pool, all the way down their chains.
+   */
+  async #copiesInUse(): Promise<Set<string>> {
+    const { catalog } = this.#o;
+    const tops = [...(this.#o.warmSnapshots?.() ?? [])];
+    for (const row of await catalog.listSandboxes(LIVE_STATES))
+      if (row.snapshotId) tops.push(row.snapshotId);
+    for (const row of await catalog.listSnapshots()) if (row.parentId) tops.push(row.parentId);
+    const seen = new Set<string>();
+    const inUse = new Set<string>();
+    for (const top of tops) {
+      for (let id: string | undefined = top; id && !seen.has(id); ) {
+        seen.add(id);
+        const row: SnapshotRow | undefined = await catalog.getSnapshot(id);
+        if (row?.nodeId) inUse.add(id);
+        id = row?.parentId;
+      }
+    }
+    return inUse;
   }
 
   /**
@@ -297,7 +334,7 @@ export class SnapshotStore {
         }
         if (snapshot.nodeId) {
           // Another node's: only this node's copy goes (its owner keeps its row and files).
-          await rm(snapshotDir(this.#o.layout, id), { recursive: true, force: true });
+          await this.#copies?.drop(id);
           id = snapshot.parentId;
           continue;
         }
@@ -331,8 +368,10 @@ export class SnapshotStore {
 
   /**
    * Removes snapshot directories no catalog row names: a capture the server died in wrote its
-   * directory but never its row, so nothing can use it. Only at start: a capture in progress
-   * looks the same. Returns how many were removed.
+   * directory but never its row, so nothing can use it. Copies of other nodes' published
+   * snapshots are kept (recency: their mtime), then the copies are brought within their
+   * budget. Only at start: a capture or fetch in progress looks the same. Returns how many
+   * were removed.
    */
   async removeUnrecorded(): Promise<number> {
     const { catalog, layout } = this.#o;
@@ -340,11 +379,23 @@ export class SnapshotStore {
     let removed = 0;
     for (const entry of await readdir(layout.snapshotsDir).catch(() => [] as string[])) {
       const dir = join(layout.snapshotsDir, entry);
-      if (recorded.has(dir)) continue;
+      if (recorded.has(dir) || (await this.#adoptCopy(entry, dir))) continue;
       await rm(dir, { recursive: true, force: true });
       removed += 1;
     }
+    await this.#copies?.evict();
     return removed;
+  }
+
+  /** Indexes a copy a previous run fetched, if it is one of a snapshot still published. */
+  async #adoptCopy(entry: string, dir: string): Promise<boolean> {
+    if (!this.#copies || entry.startsWith(".")) return false;
+    const row = await this.#o.catalog.getSnapshot(entry);
+    if (!row?.nodeId || !row.publishedAt || !row.files) return false;
+    const meta = await stat(join(dir, "meta.json")).catch(() => undefined);
+    if (!meta) return false;
+    this.#copies.adopt(entry, bytesOf(row.files), (await stat(dir)).mtimeMs);
+    return true;
   }
 
   /**
@@ -370,7 +421,7 @@ export class SnapshotStore {
     await Promise.all(this.#checksums.values());
     await this.#flattens;
     await this.#publishes;
-    await Promise.allSettled(this.#fetches.values());
+    await this.#copies?.close();
     const retiring = [...this.#retiring];
     this.#retiring.clear();
     for (const [timer, id] of retiring) {

@@ -308,5 +308,6 @@ function sharedSnapshots(config: Readonly<Config>, cluster: PostgresCluster) {
     fetch: store.fetch.bind(store),
     delete: store.delete.bind(store),
     markPublished: (id: string) => cluster.markPublished(id),
+    copiesMaxBytes: config.storeCacheMiB * 1024 * 1024,
   };
 }

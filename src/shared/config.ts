@@ -377,6 +377,13 @@ const SETTINGS = {
       /^(?:\/|file:\/\/\/|s3:\/\/[^/\s]+)\S*$/.test(text.trim()) ? text.trim() : undefined,
     expects: "an absolute path, a file:/// URL or an s3://bucket/prefix URL",
   },
+  storeCacheMiB: {
+    env: "WARREN_STORE_CACHE_MIB",
+    doc: "Cluster: disk this node's copies of other nodes' snapshots (fetched from the shared store to resume or start from them) may take; past it, copies nothing on this node stands on go, least recently used first.",
+    default: () => 20_480,
+    parse: int(0),
+    expects: "MiB ≥ 0",
+  },
   s3Endpoint: {
     env: "WARREN_S3_ENDPOINT",
     doc: "Cluster: the S3-compatible server of an s3:// shared store (MinIO, Ceph…; path-style requests). Unset: AWS. Credentials come from the AWS SDK's default chain (AWS_ACCESS_KEY_ID, …).",

@@ -7,9 +7,3 @@ export {
   type SnapshotManifest,
   type StoreFile,
 } from "./shared-store.js";
-export {
-  type CachePin,
-  type EvictionResult,
-  SnapshotCache,
-  type SnapshotCacheOptions,
-} from "./snapshot-cache.js";

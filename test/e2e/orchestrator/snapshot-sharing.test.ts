@@ -6,14 +6,14 @@
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { access, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { access, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
 import { promisify } from "node:util";
 import pino from "pino";
 import { PostgresCatalog, PostgresCluster } from "../../../src/catalog/index.js";
-import { stateLayout } from "../../../src/orchestrator/layout.js";
+import { type StateLayout, stateLayout } from "../../../src/orchestrator/layout.js";
 import { SnapshotStore } from "../../../src/orchestrator/snapshot-store.js";
 import { FsSharedStore } from "../../../src/store/index.js";
 import { QemuDriver } from "../../../src/vmm/qemu/index.js";
@@ -42,7 +42,10 @@ after(async () => {
   await rm(root, { recursive: true, force: true });
 });
 
-/** Two nodes on one catalog and one shared store; node a holds a template on a raw base. */
+/**
+ * Two nodes on one catalog and one shared store; node a holds a template on a raw base.
+ * `fetches` counts the snapshots b fetched; `storeOf` makes a node's SnapshotStore again.
+ */
 async function twoNodes(name: string) {
   const url = await pg.createDatabase(`sharing_${++databases}`);
   const cluster = await PostgresCluster.open({ connectionString: url });
@@ -51,11 +54,14 @@ async function twoNodes(name: string) {
   await mkdir(join(root, name), { recursive: true });
   await writeFile(base, Buffer.alloc(0));
   await run("truncate", ["-s", "64M", base]);
-  const node = async (id: string) => {
-    const layout = stateLayout(join(root, name, id));
-    await mkdir(layout.snapshotsDir, { recursive: true });
-    const catalog = await PostgresCatalog.open({ connectionString: url, nodeId: id });
-    const store = new SnapshotStore({
+  const fetches: string[] = [];
+  const storeOf = (
+    id: string,
+    catalog: PostgresCatalog,
+    layout: StateLayout,
+    copiesMaxBytes = 1 << 30,
+  ) =>
+    new SnapshotStore({
       catalog,
       driver: new QemuDriver({ accel: "tcg", qemuVersion: "test" }),
       layout,
@@ -64,12 +70,21 @@ async function twoNodes(name: string) {
       logger: pino({ level: "silent" }),
       shared: {
         publish: shared.publish.bind(shared),
-        fetch: shared.fetch.bind(shared),
+        fetch: (snapshotId, intoDir) => {
+          if (id === "b") fetches.push(snapshotId);
+          return shared.fetch(snapshotId, intoDir);
+        },
         delete: shared.delete.bind(shared),
         markPublished: (snapshotId) => cluster.markPublished(snapshotId),
+        copiesMaxBytes,
+        copiesGraceMs: 0,
       },
     });
-    return { id, layout, catalog, store };
+  const node = async (id: string) => {
+    const layout = stateLayout(join(root, name, id));
+    await mkdir(layout.snapshotsDir, { recursive: true });
+    const catalog = await PostgresCatalog.open({ connectionString: url, nodeId: id });
+    return { id, layout, catalog, store: storeOf(id, catalog, layout) };
   };
   const a = await node("a");
   const b = await node("b");
@@ -117,7 +132,7 @@ async function twoNodes(name: string) {
     await cluster.close();
     await shared.close();
   };
-  return { a, b, shared, pause, close };
+  return { a, b, shared, pause, close, fetches, storeOf };
 }
 
 it("publishes a pause with what it stands on; another node fetches the chain and it resolves there", async () => {
@@ -177,6 +192,69 @@ it("a release on another node drops its copy only; the owner's deletes and unpub
     assert.deepEqual(await a.store.release(id), [id]);
     assert.equal(await shared.manifest(id), undefined, "unpublished with its row");
     assert.equal(await b.catalog.getSnapshot(id), undefined);
+  } finally {
+    await close();
+  }
+});
+
+it("keeps copies within b's budget: what b stands on stays, the least recently used goes; a restart keeps them", async () => {
+  const { a, b, pause, close, fetches, storeOf } = await twoNodes("copies");
+  try {
+    const p1 = await pause("template", true);
+    const p2 = await pause("template", true);
+    const p3 = await pause("template", true);
+    await a.store.publish(p3);
+    const sizeOf = async (id: string) =>
+      ((await a.catalog.getSnapshot(id))?.files ?? []).reduce((n, f) => n + f.bytes, 0);
+    const [template, s1, s2, s3] = (await Promise.all(["template", p1, p2, p3].map(sizeOf))) as [
+      number,
+      number,
+      number,
+      number,
+    ];
+    // Room for the template and two pauses, not three (pauses of one VM are about one size).
+    const budget = template + s1 + s3 + Math.floor(Math.min(s1, s2, s3) / 2);
+    await b.store.close();
+    b.store = storeOf("b", b.catalog, b.layout, budget);
+    const now = new Date().toISOString();
+    // A sandbox paused on b on p1 (moved there): p1 and the template stay while it does.
+    await b.catalog.insertSandbox({
+      id: "moved",
+      templateId: "tpl",
+      state: "paused",
+      clientId: "c",
+      vcpus: 1,
+      memoryMiB: 256,
+      diskSizeMiB: 64,
+      metadata: {},
+      envVars: {},
+      config: {},
+      startedAt: now,
+      endAt: new Date(Date.now() + 3_600_000).toISOString(),
+      snapshotId: p1,
+      updatedAt: now,
+    });
+    const copies = async () =>
+      (await readdir(b.layout.snapshotsDir)).filter((name) => !name.startsWith(".")).sort();
+    await b.store.localDir(p1);
+    await b.store.localDir(p2);
+    await b.store.localDir(p3); // no room for three pauses: p2, unused and least recent, goes
+    assert.deepEqual(await copies(), [p1, p3, "template"].sort());
+    assert.deepEqual([...fetches].sort(), [p1, p2, p3, "template"].sort());
+
+    await b.catalog.updateSandbox("moved", { state: "killed", snapshotId: undefined });
+    await b.store.localDir(p2); // p1 is stood on no more, and least recent
+    assert.deepEqual(await copies(), [p2, p3, "template"].sort());
+    assert.equal(fetches.filter((id) => id === p2).length, 2, "an evicted copy is fetched again");
+
+    // A restart adopts the copies; the next restore fetches nothing.
+    await b.store.close();
+    b.store = storeOf("b", b.catalog, b.layout, budget);
+    assert.equal(await b.store.removeUnrecorded(), 0, "the copies are kept");
+    assert.deepEqual(await copies(), [p2, p3, "template"].sort());
+    const fetched = fetches.length;
+    assert.equal(await b.store.localDir(p3), join(b.layout.snapshotsDir, p3));
+    assert.equal(fetches.length, fetched, "kept copies are not fetched again");
   } finally {
     await close();
   }
