@@ -176,7 +176,11 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
     const startNode = async (node: ClusterNode) => {
       await mkdir(node.env.WARREN_HOME as string, { recursive: true, mode: 0o711 });
       const stash = join(run.dataDir, `${node.id}-cgroup`);
-      node.server = await startServer(node.env, { wrap: [WRAPPER, node.netns, stash] });
+      // The SDK keeps talking to the gateway, also when a node is restarted.
+      node.server = await startServer(node.env, {
+        wrap: [WRAPPER, node.netns, stash],
+        sdkEnv: false,
+      });
     };
     cleanups.push(async () => {
       for (const node of nodes) await node.server?.stop();

@@ -34,11 +34,12 @@ export interface TestServer {
  * an ephemeral port, waits until it is ready, and points the e2b SDK at it through the same
  * environment variables a user sets: E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY. The
  * server lives in the run's sandbox (run-env.ts): the run's data dir, the test images, the
- * run's network prefix and block; `env` adds settings (or overrides those).
+ * run's network prefix and block; `env` adds settings (or overrides those). `sdkEnv: false`
+ * leaves the SDK's variables alone (a cluster's node: the SDK talks to the gateway).
  */
 export async function startServer(
   env: Record<string, string> = {},
-  options: { wrap?: readonly string[] } = {},
+  options: { wrap?: readonly string[]; sdkEnv?: boolean } = {},
 ): Promise<TestServer> {
   const settings: Record<string, string> = { WARREN_PORT: "0", ...runServerEnv(), ...env };
   const dataDir = settings.WARREN_HOME ?? runEnv().dataDir;
@@ -99,10 +100,12 @@ export async function startServer(
     });
   });
   const apiKey = (await readFile(join(dataDir, "secrets", "api-key"), "utf8")).split("\n")[0] ?? "";
-  process.env.E2B_API_URL = url;
-  process.env.E2B_SANDBOX_URL = url;
-  process.env.E2B_API_KEY = apiKey;
-  delete process.env.E2B_DEBUG;
+  if (options.sdkEnv !== false) {
+    process.env.E2B_API_URL = url;
+    process.env.E2B_SANDBOX_URL = url;
+    process.env.E2B_API_KEY = apiKey;
+    delete process.env.E2B_DEBUG;
+  }
   return {
     url,
     apiKey,

@@ -14,6 +14,9 @@ import { waitFor } from "../../helpers/server.js";
 
 const NODES = 3;
 const SANDBOXES = 30;
+/** Per node: thirty sandboxes fit; a fork ×32 does not fit beside its source. */
+const NODE_MAX_SANDBOXES = 20;
+const FORK_COUNT = 32;
 
 const STORE = process.env.WARREN_TEST_CLUSTER_STORE === "dir" ? "dir" : "s3";
 
@@ -28,7 +31,12 @@ before(async () => {
     nodes: NODES,
     store: STORE,
     // No warm pools: thirty VMs of three nodes are enough for two cores.
-    nodeEnv: { WARREN_POOL_SIZE: "0", WARREN_POOL_MAX_PER_TEMPLATE: "0" },
+    nodeEnv: {
+      WARREN_POOL_SIZE: "0",
+      WARREN_POOL_MAX_PER_TEMPLATE: "0",
+      WARREN_MAX_SANDBOXES: String(NODE_MAX_SANDBOXES),
+      WARREN_MAX_FORK_COUNT: String(FORK_COUNT),
+    },
   });
   catalog = await PostgresCluster.open({ connectionString: cluster.hostDatabaseUrl });
   db = new pg.Client({ connectionString: cluster.hostDatabaseUrl });
@@ -71,8 +79,9 @@ async function leaveTraces(sandbox: Sandbox): Promise<void> {
   await sandbox.commands.run("sleep 3600", { background: true, timeoutMs: 0 });
 }
 
-async function assertTraces(sandbox: Sandbox): Promise<void> {
-  assert.equal(await sandbox.files.read("/tmp/trace.txt"), `kept by ${sandbox.sandboxId}`);
+/** The traces `keptBy` left (a fork child has its source's). */
+async function assertTraces(sandbox: Sandbox, keptBy = sandbox.sandboxId): Promise<void> {
+  assert.equal(await sandbox.files.read("/tmp/trace.txt"), `kept by ${keptBy}`);
   const ps = await sandbox.commands.run("pgrep -x sleep || true");
   assert.match(ps.stdout, /^\d+/m, "the background process survived the move");
 }
@@ -266,5 +275,41 @@ describe("a cluster of three nodes behind a gateway", () => {
     // Its lost sandboxes stay lost: the restart reported nothing it did not have.
     const lost = await catalog.listSandboxes({ nodeId: victim.id, states: ["running"] });
     assert.deepEqual(lost, []);
+  });
+
+  it(`forks one ×${FORK_COUNT} across the nodes, every child from the one capture`, async () => {
+    await Promise.allSettled(sandboxes.splice(0).map((s) => s.kill()));
+    const source = await Sandbox.create();
+    sandboxes.push(source);
+    await leaveTraces(source);
+    await waitFor("the nodes' loads show the kills", async () => {
+      const nodes = (await gatewayJson("/nodes")) as { load?: { sandboxes: number } }[];
+      return nodes.reduce((sum, n) => sum + (n.load?.sandboxes ?? 0), 0) <= 1;
+    });
+    const results = await source.fork({ count: FORK_COUNT, requestTimeoutMs: 600_000 });
+    const children = results.filter((r): r is Sandbox => r instanceof Sandbox);
+    sandboxes.push(...children);
+    assert.deepEqual(
+      results.filter((r) => r instanceof Error).map(String),
+      [],
+      "every child started",
+    );
+    assert.equal(children.length, FORK_COUNT);
+    const perNode = new Map<string, number>();
+    for (const child of children) {
+      const node = (await nodeOf(child.sandboxId)) ?? "none";
+      perNode.set(node, (perNode.get(node) ?? 0) + 1);
+    }
+    const sourceNode = await nodeOf(source.sandboxId);
+    assert.ok(perNode.size >= 2, `children per node: ${JSON.stringify([...perNode])}`);
+    assert.ok((perNode.get(sourceNode ?? "") ?? 0) <= NODE_MAX_SANDBOXES - 1, "within its room");
+    // One capture: every child stands on it, with the source's file and its process.
+    const { rows } = await db.query<{ snapshot_id: string }>(
+      "SELECT DISTINCT snapshot_id FROM sandboxes WHERE id = ANY ($1)",
+      [children.map((c) => c.sandboxId)],
+    );
+    assert.equal(rows.length, 1, `captures: ${rows.map((r) => r.snapshot_id)}`);
+    for (const child of children) await assertTraces(child, source.sandboxId);
+    assert.equal((await source.commands.run("echo source")).stdout, "source\n");
   });
 });
