@@ -1,6 +1,7 @@
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { EventType } from "../../protocol/gen/filesystem/filesystem_pb.js";
+import { WarrenError } from "../../shared/index.js";
 import { IN, type InotifyHandle, inotify, type RawInotifyEvent } from "../native/inotify.js";
 
 export interface WatchEvent {
@@ -9,6 +10,13 @@ export interface WatchEvent {
   readonly type: EventType;
   readonly path: string;
 }
+
+/**
+ * Most directories one recursive watch follows. The walk is synchronous (events must not be
+ * missed between listing and watching), so a watch of `/` (with /proc) would stall envd for
+ * many seconds; and inotify watches are a per-user kernel budget.
+ */
+const MAX_WATCHED_DIRS = 10_000;
 
 const WATCH_MASK =
   IN.CREATE |
@@ -48,6 +56,7 @@ export class DirWatcher {
   /** wd → directory path relative to the root ("" for the root). */
   readonly #dirs = new Map<number, string>();
   #closed = false;
+  #starting = true;
 
   constructor(root: string, recursive: boolean, onEvent: (event: WatchEvent) => void) {
     this.#root = root;
@@ -59,6 +68,8 @@ export class DirWatcher {
     } catch (err) {
       this.close();
       throw err;
+    } finally {
+      this.#starting = false;
     }
   }
 
@@ -75,6 +86,16 @@ export class DirWatcher {
   }
 
   #watchTree(dir: string, announce: boolean): void {
+    if (this.#dirs.size >= MAX_WATCHED_DIRS) {
+      // At start the caller hears why; a tree that grows past it later stops being followed.
+      if (this.#starting) {
+        throw new WarrenError(
+          "resource_exhausted",
+          `a recursive watch of ${this.#root} would watch more than ${MAX_WATCHED_DIRS} directories: watch a smaller tree`,
+        );
+      }
+      return;
+    }
     let wd: number;
     try {
       wd = inotify().addWatch(this.#handle, join(this.#root, dir), WATCH_MASK);

@@ -900,7 +900,7 @@ test("fuzz: envd answers bad RPCs and HTTP requests as documented, stays up, and
   );
 });
 
-test("envd fuzz finds, fixed: cut-short forms and bad gzip are 400s (not a crash), /proc reads keep their framing, NULs are refused", {
+test("envd fuzz finds, fixed: cut-short forms and bad gzip are 400s (not a crash), /proc reads keep their framing, NULs are refused, a watch of / is bounded", {
   skip: SKIP,
 }, async (t) => {
   const { envd, ask } = await startNobodyEnvd(t);
@@ -974,5 +974,17 @@ test("envd fuzz finds, fixed: cut-short forms and bad gzip are 400s (not a crash
     });
   assert.match((await start(["a\u0000b"])).body.toString(), /"invalid_argument"/);
   assert.match((await start(["ok"])).body.toString(), /"stdout":"b2sK"/, "echo ok still runs");
+  // A recursive watch of / walked the whole tree (/proc, /sys) synchronously: envd answered
+  // nothing for many seconds. Past 10 000 directories it is refused at once.
+  const started = Date.now();
+  const watch = await ask({
+    kind: "unary",
+    method: "POST",
+    path: `${FILESYSTEM}CreateWatcher`,
+    headers: { "x-access-token": TOKEN, "content-type": "application/json" },
+    body: Buffer.from(JSON.stringify({ path: "/", recursive: true })),
+  });
+  assert.equal(JSON.parse(watch.body.toString()).code, "resource_exhausted", watch.body.toString());
+  assert.ok(Date.now() - started < 5_000, `refused in ${Date.now() - started} ms`);
   assert.equal(envd.exitCode, null);
 });
