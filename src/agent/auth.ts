@@ -1,4 +1,5 @@
-import { createHash, timingSafeEqual } from "node:crypto";
+import { timingSafeEqual } from "node:crypto";
+import { type FileOperation, fileSignature } from "../shared/file-signature.js";
 import { WarrenError } from "../shared/index.js";
 import type { AgentState } from "./state.js";
 
@@ -36,19 +37,7 @@ export function userFromBasicAuth(header: string | null | undefined): string | u
   return name || undefined;
 }
 
-export type FileOperation = "read" | "write";
-
-/** `v1_` + unpadded base64 of sha256("<path>:<op>:<user>:<token>[:<expiration>]"), as the SDK signs. */
-export function fileSignature(
-  path: string,
-  operation: FileOperation,
-  username: string,
-  token: string,
-  expiration?: number,
-): string {
-  const raw = `${path}:${operation}:${username}:${token}${expiration === undefined ? "" : `:${expiration}`}`;
-  return `v1_${createHash("sha256").update(raw).digest("base64").replace(/=+$/, "")}`;
-}
+export { type FileOperation, fileSignature } from "../shared/file-signature.js";
 
 export interface FileAuthRequest {
   readonly token: string | null | undefined;

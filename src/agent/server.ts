@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { Duplex } from "node:stream";
 import type { Interceptor } from "@connectrpc/connect";
 import { type ConnectNodeAdapterOptions, connectNodeAdapter } from "@connectrpc/connect-node";
 import { Filesystem } from "../protocol/gen/filesystem/filesystem_pb.js";
@@ -10,6 +11,7 @@ import { applyCors } from "./cors.js";
 import type { EntropySeeder } from "./entropy.js";
 import { createFilesystemService } from "./filesystem/filesystem-service.js";
 import { WatchRegistry } from "./filesystem/watch-registry.js";
+import { handleLoopbackTunnel } from "./http/loopback-tunnel.js";
 import { MetricsReader } from "./http/metrics.js";
 import { createRestHandler } from "./http/rest-router.js";
 import { ProcessRegistry } from "./process/process-registry.js";
@@ -60,6 +62,11 @@ export function createAgent(options: AgentOptions = {}): Agent {
     if (applyCors(req, res)) return;
     rpc(req, res);
   });
+  // Upgrades: only the proxy's tunnel to a server on the guest's loopback.
+  const tunnels = new Set<Duplex>();
+  server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) =>
+    handleLoopbackTunnel(state, tunnels, req, socket, head),
+  );
   // Long-lived streams (process output, watches) rely on keepalive events, not socket timeouts.
   server.requestTimeout = 0;
   server.keepAliveTimeout = 640_000;
@@ -70,6 +77,7 @@ export function createAgent(options: AgentOptions = {}): Agent {
       processes.killAll();
       watchers.closeAll();
       server.closeAllConnections();
+      for (const tunnel of tunnels) tunnel.destroy();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };

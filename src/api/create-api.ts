@@ -13,6 +13,7 @@ import type { TemplateBuilds } from "../builds/index.js";
 import { assertReady, type SandboxService } from "../orchestrator/index.js";
 import { authenticate } from "../shared/api-key-auth.js";
 import type { ApiContext } from "./api-context.js";
+import { registerCors } from "./cors.js";
 import { formatSchemaErrors, handleError, handleFrameworkError, handleNotFound } from "./errors.js";
 import { checkSandboxId } from "./input.js";
 import { registerHealthRoutes } from "./routes/health.js";
@@ -70,6 +71,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
     frameworkErrors: handleFrameworkError,
   });
 
+  registerCors(app);
   acceptJsonOnly(app);
   app.addHook("onResponse", async (request, reply) => {
     const fields = {

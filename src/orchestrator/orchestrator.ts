@@ -568,4 +568,12 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
   onSandboxStopped(listener: (sandboxId: string) => void): () => void {
     return this.#lifecycle.onStopped(listener);
   }
+
+  sandboxWithToken(matches: (envdAccessToken: string) => boolean): string | undefined {
+    for (const live of this.#table.values()) {
+      const token = live.row.envdAccessToken;
+      if (token !== undefined && matches(token)) return live.row.id;
+    }
+    return undefined;
+  }
 }

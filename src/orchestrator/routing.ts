@@ -52,6 +52,7 @@ export async function routeSandbox(
       trafficAccessToken: live.row.trafficAccessToken,
       allowPublicTraffic: config.network.allowPublicTraffic || port === ENVD_PORT,
       maskRequestHost: config.network.maskRequestHost,
+      envdAccessToken: live.row.envdAccessToken,
     },
   };
 }

@@ -258,6 +258,8 @@ export interface ProxyRoute {
   readonly trafficAccessToken?: string;
   readonly allowPublicTraffic: boolean;
   readonly maskRequestHost?: string;
+  /** The token envd wants: the proxy's loopback tunnel through envd presents it. */
+  readonly envdAccessToken?: string;
 }
 
 export type RouteResult =
@@ -275,4 +277,9 @@ export interface SandboxRouter {
    * cuts its open streams and drops its connection pool. Returns an unsubscribe function.
    */
   onSandboxStopped(listener: (sandboxId: string) => void): () => void;
+  /**
+   * The live sandbox whose envd access token satisfies `matches` (a signed file URL that
+   * names no sandbox is checked against each), or undefined.
+   */
+  sandboxWithToken(matches: (envdAccessToken: string) => boolean): string | undefined;
 }

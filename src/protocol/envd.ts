@@ -9,6 +9,14 @@ export const ENVD_VERSION = "0.6.4";
 /** Port envd listens on inside every sandbox. */
 export const ENVD_PORT = 49983;
 
+/**
+ * Warren's own internal envd route: an Upgrade (`Upgrade: warren-tunnel`) to
+ * `<path>/<port>` connects the node's proxy to a server bound to the guest's loopback
+ * (127.0.0.1, then ::1), which the guest's own address does not reach. Token required.
+ */
+export const LOOPBACK_TUNNEL_PATH = "/_warren/loopback";
+export const LOOPBACK_TUNNEL_PROTOCOL = "warren-tunnel";
+
 /** Paths only the orchestrator may call; the sandbox proxy refuses them from outside. */
 export const ENVD_INTERNAL_PATHS = [
   "/init",
@@ -18,6 +26,7 @@ export const ENVD_INTERNAL_PATHS = [
   "/fsthaw",
   "/collapse",
   "/upgrade",
+  LOOPBACK_TUNNEL_PATH,
 ] as const;
 
 /** Body of envd's `POST /init`, as E2B's orchestrator sends it. */

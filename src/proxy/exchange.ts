@@ -23,6 +23,11 @@ export interface Exchange {
   readonly started: number;
   /** Registers what to do when the sandbox stops; returns the unregistration. */
   track(cut: () => void): () => void;
+  /**
+   * A connection to the port on the guest's loopback, through envd (app ports only): tried
+   * when nothing listens on the port at the guest's address.
+   */
+  readonly loopback?: () => Promise<Socket>;
 }
 
 /** Connection-level failures: nothing listens on the port, or the address is gone. */
@@ -77,6 +82,14 @@ export function upstreamErrorBody(exchange: Exchange, err: unknown, connected: b
     message: `The sandbox's server on port ${port} closed the connection without answering (${code ?? "unknown error"})`,
     code: 502,
   };
+}
+
+/** Calls `fn` once the request's socket is connected (at once for a reused one). */
+export function onConnected(req: ClientRequest, fn: () => void): void {
+  req.once("socket", (socket: Socket) => {
+    if (socket.connecting) socket.once("connect", fn);
+    else fn();
+  });
 }
 
 /** Tracks whether a request's socket got connected (a reused one is). */

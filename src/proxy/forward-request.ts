@@ -1,10 +1,12 @@
 import { type ClientRequest, type IncomingMessage, request, type ServerResponse } from "node:http";
+import type { Socket } from "node:net";
 import {
   durationMs,
   type Exchange,
   errorCode,
   idleTimeoutError,
   limitHeadTime,
+  onConnected,
   trackConnected,
   upstreamErrorBody,
 } from "./exchange.js";
@@ -55,14 +57,15 @@ export function forwardRequest(
     upstream?.destroy();
   });
 
-  const attempt = (retries: number): void => {
+  /** `tunnel`: a connection to the port on the guest's loopback (openLoopbackTunnel). */
+  const attempt = (retries: number, tunnel?: Socket): void => {
     const proxyReq = request({
       host: exchange.route.host,
       port: exchange.route.port,
       method: req.method,
       path: exchange.path,
       headers: exchange.headers,
-      agent: exchange.agent,
+      ...(tunnel ? { createConnection: () => tunnel } : { agent: exchange.agent }),
       maxHeaderSize: exchange.maxResponseHeadBytes,
     });
     upstream = proxyReq;
@@ -107,30 +110,48 @@ export function forwardRequest(
         attempt(retries - 1);
         return;
       }
-      const status = res.headersSent ? res.statusCode : undefined;
-      logger.warn(
-        {
-          sandboxId,
-          port,
-          method: req.method,
-          status,
-          code: errorCode(err),
-          err: err.message,
-          durationMs: durationMs(exchange.started),
-        },
-        "proxy.upstream_error",
-      );
-      if (res.headersSent) {
-        settle("upstream_error", status);
-        res.destroy();
+      const { loopback } = exchange;
+      if (!tunnel && loopback && !connected() && errorCode(err) === "ECONNREFUSED") {
+        // Nothing on the guest's address (and no body read yet): perhaps on its loopback.
+        loopback().then(
+          (socket) => {
+            if (settled) socket.destroy();
+            else attempt(0, socket);
+          },
+          () => fail(err, false),
+        );
         return;
       }
-      const body = upstreamErrorBody(exchange, err, connected());
-      settle("upstream_error", body.code);
-      sendError(res, body);
+      fail(err, connected());
     });
-    if (hasBody) req.pipe(proxyReq);
-    else proxyReq.end();
+    if (!hasBody) proxyReq.end();
+    // The body flows once connected: a refused connection has consumed none of it.
+    else onConnected(proxyReq, () => req.pipe(proxyReq));
+  };
+
+  const fail = (err: Error, connected: boolean): void => {
+    if (settled) return;
+    const status = res.headersSent ? res.statusCode : undefined;
+    logger.warn(
+      {
+        sandboxId,
+        port,
+        method: req.method,
+        status,
+        code: errorCode(err),
+        err: err.message,
+        durationMs: durationMs(exchange.started),
+      },
+      "proxy.upstream_error",
+    );
+    if (res.headersSent) {
+      settle("upstream_error", status);
+      res.destroy();
+      return;
+    }
+    const body = upstreamErrorBody(exchange, err, connected);
+    settle("upstream_error", body.code);
+    sendError(res, body);
   };
   attempt(1);
 }

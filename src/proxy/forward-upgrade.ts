@@ -1,4 +1,4 @@
-import { type IncomingMessage, request } from "node:http";
+import { type ClientRequest, type IncomingMessage, request } from "node:http";
 import { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import {
@@ -30,13 +30,14 @@ export function forwardUpgrade(
   /** The upstream's answer when it declined to switch protocols. */
   let refusal: IncomingMessage | undefined;
   let settled = false;
+  let proxyReq: ClientRequest | undefined;
 
   const settle = (outcome: string, status: number | undefined, graceful: boolean): void => {
     if (settled) return;
     settled = true;
     untrack();
     // After a 101 the upstream socket belongs to us, no longer to the request.
-    if (!upstream && !refusal) proxyReq.destroy();
+    if (!upstream && !refusal) proxyReq?.destroy();
     if (graceful) {
       closeGracefully(client);
       if (upstream) closeGracefully(upstream);
@@ -53,74 +54,96 @@ export function forwardUpgrade(
   client.on("error", () => settle("client_error", undefined, false));
   client.once("close", () => settle("client_closed", undefined, false));
 
-  const proxyReq = request({
-    host: exchange.route.host,
-    port: exchange.route.port,
-    method: req.method,
-    path: exchange.path,
-    headers: exchange.headers,
-    agent: exchange.agent,
-    maxHeaderSize: exchange.maxResponseHeadBytes,
-  });
-  const connected = trackConnected(proxyReq);
-  proxyReq.setTimeout(exchange.idleTimeoutMs, () => proxyReq.destroy(idleTimeoutError()));
-  limitHeadTime(proxyReq, exchange.headTimeoutMs);
-
-  proxyReq.on("upgrade", (proxyRes, socket, upstreamHead) => {
-    upstream = socket;
-    // From here the sockets' own idle timeouts apply, not the request's.
-    proxyReq.setTimeout(0);
-    socket.on("error", () => settle("upstream_error", 101, false));
-    if (settled) {
-      socket.destroy();
-      return;
-    }
-    socket.once("close", () => {
-      // Give the client what the upstream sent before it closed, then close.
-      if (!settled) setImmediate(() => settle("upstream_closed", 101, true));
+  /** `tunnel`: a connection to the port on the guest's loopback (openLoopbackTunnel). */
+  const attempt = (tunnel?: Socket): void => {
+    const sent = request({
+      host: exchange.route.host,
+      port: exchange.route.port,
+      method: req.method,
+      path: exchange.path,
+      headers: exchange.headers,
+      ...(tunnel ? { createConnection: () => tunnel } : { agent: exchange.agent }),
+      maxHeaderSize: exchange.maxResponseHeadBytes,
     });
-    client.write(rawResponseHead(101, proxyRes.statusMessage, proxyRes.rawHeaders));
-    if (upstreamHead.length > 0) client.write(upstreamHead);
-    if (head.length > 0) socket.write(head);
-    for (const side of [client, socket]) {
-      if (side instanceof Socket) {
-        side.setNoDelay(true);
-        side.setTimeout(exchange.idleTimeoutMs, () => settle("idle_timeout", 101, false));
+    proxyReq = sent;
+    const connected = trackConnected(sent);
+    sent.setTimeout(exchange.idleTimeoutMs, () => sent.destroy(idleTimeoutError()));
+    limitHeadTime(sent, exchange.headTimeoutMs);
+
+    sent.on("upgrade", (proxyRes, socket, upstreamHead) => {
+      upstream = socket;
+      // From here the sockets' own idle timeouts apply, not the request's.
+      sent.setTimeout(0);
+      socket.on("error", () => settle("upstream_error", 101, false));
+      if (settled) {
+        socket.destroy();
+        return;
       }
-    }
-    socket.pipe(client);
-    client.pipe(socket);
-    logger.debug(
-      { sandboxId, port, upgrade: req.headers.upgrade, durationMs: durationMs(exchange.started) },
-      "proxy.upgraded",
-    );
-  });
-
-  proxyReq.on("response", (proxyRes) => {
-    // The upstream declined to switch: relay its answer, delimited by closing the socket.
-    if (settled) {
-      proxyRes.destroy();
-      return;
-    }
-    refusal = proxyRes;
-    const headers = downstreamResponseHeaders(proxyRes.rawHeaders);
-    headers.push("connection", "close");
-    client.write(rawResponseHead(proxyRes.statusCode ?? 502, proxyRes.statusMessage, headers));
-    proxyRes.on("error", () => settle("upstream_error", proxyRes.statusCode, false));
-    proxyRes.once("close", () => {
-      if (!proxyRes.complete) settle("upstream_error", proxyRes.statusCode, false);
+      socket.once("close", () => {
+        // Give the client what the upstream sent before it closed, then close.
+        if (!settled) setImmediate(() => settle("upstream_closed", 101, true));
+      });
+      client.write(rawResponseHead(101, proxyRes.statusMessage, proxyRes.rawHeaders));
+      if (upstreamHead.length > 0) client.write(upstreamHead);
+      if (head.length > 0) socket.write(head);
+      for (const side of [client, socket]) {
+        if (side instanceof Socket) {
+          side.setNoDelay(true);
+          side.setTimeout(exchange.idleTimeoutMs, () => settle("idle_timeout", 101, false));
+        }
+      }
+      socket.pipe(client);
+      client.pipe(socket);
+      logger.debug(
+        { sandboxId, port, upgrade: req.headers.upgrade, durationMs: durationMs(exchange.started) },
+        "proxy.upgraded",
+      );
     });
-    proxyRes.once("end", () => settle("refused_upgrade", proxyRes.statusCode, true));
-    proxyRes.pipe(client, { end: false });
-  });
 
-  proxyReq.on("error", (err) => {
+    sent.on("response", (proxyRes) => {
+      // The upstream declined to switch: relay its answer, delimited by closing the socket.
+      if (settled) {
+        proxyRes.destroy();
+        return;
+      }
+      refusal = proxyRes;
+      const headers = downstreamResponseHeaders(proxyRes.rawHeaders);
+      headers.push("connection", "close");
+      client.write(rawResponseHead(proxyRes.statusCode ?? 502, proxyRes.statusMessage, headers));
+      proxyRes.on("error", () => settle("upstream_error", proxyRes.statusCode, false));
+      proxyRes.once("close", () => {
+        if (!proxyRes.complete) settle("upstream_error", proxyRes.statusCode, false);
+      });
+      proxyRes.once("end", () => settle("refused_upgrade", proxyRes.statusCode, true));
+      proxyRes.pipe(client, { end: false });
+    });
+
+    sent.on("error", (err) => {
+      if (settled) return;
+      // Once an answer started, the client gets no second one: just close.
+      if (upstream || refusal) {
+        settle("upstream_error", refusal?.statusCode ?? 101, false);
+        return;
+      }
+      const { loopback } = exchange;
+      if (!tunnel && loopback && !connected() && errorCode(err) === "ECONNREFUSED") {
+        // Nothing on the guest's address: perhaps on its loopback.
+        loopback().then(
+          (socket) => {
+            if (settled) socket.destroy();
+            else attempt(socket);
+          },
+          () => fail(err, false),
+        );
+        return;
+      }
+      fail(err, connected());
+    });
+    sent.end();
+  };
+
+  const fail = (err: Error, connected: boolean): void => {
     if (settled) return;
-    // Once an answer started, the client gets no second one: just close.
-    if (upstream || refusal) {
-      settle("upstream_error", refusal?.statusCode ?? 101, false);
-      return;
-    }
     logger.warn(
       {
         sandboxId,
@@ -132,12 +155,12 @@ export function forwardUpgrade(
       },
       "proxy.upstream_error",
     );
-    const body = upstreamErrorBody(exchange, err, connected());
+    const body = upstreamErrorBody(exchange, err, connected);
     settled = true;
     untrack();
     writeSocketError(client, body);
-  });
-  proxyReq.end();
+  };
+  attempt();
 }
 
 /** Ends our side, then releases the socket once what was written has gone out. */

@@ -11,7 +11,11 @@ export interface ProxyErrorBody {
   readonly code: number;
 }
 
-/** Answers with the JSON error body, or destroys the response when headers already went. */
+/**
+ * Answers with the JSON error body, or destroys the response when headers already went.
+ * Readable from any origin: the SDK in a web page then sees why ("port not open", "not
+ * found") rather than an opaque CORS failure; the body holds nothing but the refusal.
+ */
 export function sendError(res: ServerResponse, body: ProxyErrorBody): void {
   if (res.headersSent || res.destroyed) {
     res.destroy();
@@ -21,6 +25,7 @@ export function sendError(res: ServerResponse, body: ProxyErrorBody): void {
   res.writeHead(body.code, {
     "content-type": "application/json",
     "content-length": Buffer.byteLength(json),
+    "access-control-allow-origin": "*",
   });
   res.end(json);
 }

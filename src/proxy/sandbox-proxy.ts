@@ -9,7 +9,9 @@ import { durationMs, type Exchange } from "./exchange.js";
 import { forwardRequest } from "./forward-request.js";
 import { forwardUpgrade } from "./forward-upgrade.js";
 import { upstreamRequestHeaders } from "./headers.js";
+import { openLoopbackTunnel } from "./loopback-tunnel.js";
 import { type ProxyErrorBody, sendError, writeSocketError } from "./respond.js";
+import { signedFileRequest, signedWith } from "./signed-file.js";
 
 export interface SandboxProxyOptions {
   /** Where each sandbox's ports are; tells the proxy when a sandbox stops. */
@@ -34,6 +36,8 @@ export interface SandboxProxyOptions {
   readonly headTimeoutMs?: number;
   /** Largest response head taken from a sandbox's server: 502 past it. Default 64 KiB. */
   readonly maxResponseHeadBytes?: number;
+  /** Where envd listens at a sandbox's address (its loopback tunnel). Default 49983; tests move it. */
+  readonly envdPort?: number;
 }
 
 const DEFAULT_IDLE_TIMEOUT_MS = 620_000;
@@ -42,6 +46,9 @@ const DEFAULT_IDLE_TIMEOUT_MS = 620_000;
  * the head is held in memory until whole, so it is bounded all the same.
  */
 const DEFAULT_MAX_RESPONSE_HEAD_BYTES = 64 * 1024;
+
+/** Longest envd may take to reach a port on the guest's loopback. */
+const LOOPBACK_TUNNEL_TIMEOUT_MS = 10_000;
 
 /** The traffic access token header, required on app ports of private sandboxes. */
 const TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token";
@@ -73,6 +80,7 @@ export class SandboxProxy {
   readonly #idleTimeoutMs: number;
   readonly #headTimeoutMs: number;
   readonly #maxResponseHeadBytes: number;
+  readonly #envdPort: number;
   readonly #sandboxes = new Map<string, SandboxConnections>();
   readonly #unsubscribe: () => void;
   #closed = false;
@@ -85,14 +93,23 @@ export class SandboxProxy {
       options.maxResponseHeadBytes,
       DEFAULT_MAX_RESPONSE_HEAD_BYTES,
     );
+    this.#envdPort = options.envdPort ?? ENVD_PORT;
     this.#router = options.router;
     this.#domain = options.domain;
     this.#logger = options.logger ?? silentLogger;
     this.#unsubscribe = this.#router.onSandboxStopped((sandboxId) => this.#stopped(sandboxId));
   }
 
-  /** True when the request is for a sandbox: an `e2b-sandbox-id` header or a `<port>-<id>` Host. */
+  /**
+   * True when the request is for a sandbox: an `e2b-sandbox-id` header, a `<port>-<id>`
+   * Host, or a signed file URL (plain mode: its signature says whose it is).
+   */
   matches(req: IncomingMessage): boolean {
+    return this.#routed(req) || signedFileRequest(req) !== undefined;
+  }
+
+  /** Whether the request names its sandbox (header or Host). */
+  #routed(req: IncomingMessage): boolean {
     return (
       req.headers["e2b-sandbox-id"] !== undefined || isSandboxHost(req.headers.host, this.#domain)
     );
@@ -149,13 +166,8 @@ export class SandboxProxy {
     if (this.#closed) {
       return { ok: false, body: { message: "The proxy is shutting down", code: 503 } };
     }
-    const parsed = parseTarget({
-      host: req.headers.host,
-      sandboxId: single(req.headers["e2b-sandbox-id"]),
-      sandboxPort: single(req.headers["e2b-sandbox-port"]),
-      domain: this.#domain,
-    });
-    if (!parsed.ok) return { ok: false, body: { message: parsed.message, code: 400 } };
+    const parsed = this.#target(req);
+    if (!parsed.ok) return { ok: false, body: parsed.body };
     const { sandboxId, port } = parsed.target;
     const path = requestPath(req.url);
     if (path === undefined) {
@@ -219,8 +231,39 @@ export class SandboxProxy {
         connections.open.add(cut);
         return () => connections.open.delete(cut);
       },
+      ...(port !== ENVD_PORT && {
+        loopback: () =>
+          openLoopbackTunnel(route, port, {
+            envdPort: this.#envdPort,
+            timeoutMs: Math.min(this.#headTimeoutMs, LOOPBACK_TUNNEL_TIMEOUT_MS),
+          }),
+      }),
     };
     return { ok: true, exchange };
+  }
+
+  /** The sandbox and port a request is for: named by it, or found by its URL's signature. */
+  #target(
+    req: IncomingMessage,
+  ):
+    | { readonly ok: true; readonly target: { sandboxId: string; port: number } }
+    | { readonly ok: false; readonly body: ProxyErrorBody } {
+    const signed = this.#routed(req) ? undefined : signedFileRequest(req);
+    if (signed) {
+      const sandboxId = this.#router.sandboxWithToken((token) => signedWith(signed, token));
+      if (sandboxId === undefined) {
+        // envd's answer to a bad signature (no sandbox's token signed it).
+        return { ok: false, body: { message: "invalid signature", code: 401 } };
+      }
+      return { ok: true, target: { sandboxId, port: ENVD_PORT } };
+    }
+    const parsed = parseTarget({
+      host: req.headers.host,
+      sandboxId: single(req.headers["e2b-sandbox-id"]),
+      sandboxPort: single(req.headers["e2b-sandbox-port"]),
+      domain: this.#domain,
+    });
+    return parsed.ok ? parsed : { ok: false, body: { message: parsed.message, code: 400 } };
   }
 
   #connections(sandboxId: string, host: string): SandboxConnections {

@@ -99,6 +99,9 @@ export class LateBound implements Target {
   route(id: string, port: number): Promise<RouteResult> {
     return this.#target ? this.#target.route(id, port) : Promise.resolve({ kind: "not_found" });
   }
+  sandboxWithToken(matches: (envdAccessToken: string) => boolean): string | undefined {
+    return this.#target?.sandboxWithToken(matches);
+  }
   onSandboxStopped(listener: (id: string) => void): () => void {
     if (this.#target) return this.#target.onSandboxStopped(listener);
     this.#pending.add(listener);

@@ -33,6 +33,7 @@ import { LiveApiKeys, loadApiKeys } from "./api-keys.js";
 import { type Membership, startMembership } from "./cluster-membership.js";
 import { type KilledPurge, startKilledPurge } from "./killed-purge.js";
 import { LateBound } from "./late-bound.js";
+import { listenTls, type TlsListener } from "./tls-listener.js";
 
 export interface NodeServer {
   /** Where it listens, e.g. http://127.0.0.1:3000. */
@@ -77,6 +78,16 @@ export async function startNodeServer(
     logger: root.child({ component: "proxy" }),
   });
   let http: Server | undefined;
+  let handleApi: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
+  // One port for both: a request with sandbox routing goes to the proxy, the rest to the API.
+  const onRequest = (req: IncomingMessage, res: ServerResponse) => {
+    if (proxy.matches(req)) proxy.handleRequest(req, res);
+    else handleApi?.(req, res);
+  };
+  const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (proxy.matches(req)) proxy.handleUpgrade(req, socket, head);
+    else socket.destroy();
+  };
   let builds: TemplateBuilds | undefined;
   const api = createApi({
     service: late,
@@ -87,20 +98,22 @@ export async function startNodeServer(
     maxTimeoutMs: config.maxTimeoutMs,
     logger: root.child({ component: "api" }),
     serverFactory: (handler) => {
-      http = createServer((req: IncomingMessage, res: ServerResponse) => {
-        if (proxy.matches(req)) proxy.handleRequest(req, res);
-        else handler(req, res);
-      });
-      http.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-        if (proxy.matches(req)) proxy.handleUpgrade(req, socket, head);
-        else socket.destroy();
-      });
+      handleApi = handler;
+      http = createServer(onRequest);
+      http.on("upgrade", onUpgrade);
       return http;
     },
   });
   await api.listen({ host: config.host, port: config.port });
   const address = http?.address() as AddressInfo;
   const url = `http://${config.host}:${address.port}`;
+  let tls: TlsListener | undefined;
+  try {
+    tls = config.domain ? await listenTls(config, onRequest, onUpgrade, log) : undefined;
+  } catch (err) {
+    await api.close();
+    throw err;
+  }
   log.info({ url, dataDir: config.dataDir }, "server.listening");
 
   let orchestrator: Orchestrator | undefined;
@@ -289,6 +302,7 @@ export async function startNodeServer(
       }
       await store?.close();
       watchdog?.stop();
+      await tls?.close();
       await api.close();
       apiKeys.close();
       log.info("server.closed");

@@ -37,6 +37,10 @@ const ipv4Block = (text: string) => {
   const [octets, prefix] = [match.slice(1, 5).map(Number), Number(match[5])];
   return octets.every((o) => o <= 255) && prefix >= 8 && prefix <= 30 ? text.trim() : undefined;
 };
+const absolutePath = (text: string) => (text.trim().startsWith("/") ? text.trim() : undefined);
+/** A DNS name of two labels or more (letters, digits, hyphens). */
+const DOMAIN =
+  /^(?=.{1,253}$)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
 const list = (text: string) =>
   text
     .split(",")
@@ -108,10 +112,34 @@ const SETTINGS = {
   },
   domain: {
     env: "WARREN_DOMAIN",
-    doc: "Domain of sandbox host names (<port>-<id>.<domain>); returned to clients when set.",
+    doc: "Domain mode (docs/domains.md): the SDK's E2B_DOMAIN. Warren then also serves HTTPS on WARREN_TLS_PORT for api.<domain> (the API) and <port>-<id>.<domain> (sandbox ports), and create/connect answers carry it as `domain`.",
     default: (): string | undefined => undefined,
-    parse: str,
-    expects: "a domain name",
+    parse: (text: string) => {
+      const domain = text.trim().toLowerCase().replace(/\.$/, "");
+      return DOMAIN.test(domain) ? domain : undefined;
+    },
+    expects: "a domain name such as sandbox.example.com",
+  },
+  tlsPort: {
+    env: "WARREN_TLS_PORT",
+    doc: "Domain mode: the HTTPS port (0: any free port), or off when TLS is terminated in front of Warren (which then gets plain HTTP on WARREN_PORT with the same Host names).",
+    default: (): number | "off" => 443,
+    parse: (text: string) => (text.trim() === "off" ? ("off" as const) : int(0, 65_535)(text)),
+    expects: "a port from 0 to 65535, or off",
+  },
+  tlsCert: {
+    env: "WARREN_TLS_CERT",
+    doc: "Domain mode: the operator's certificate (PEM, chain included) covering *.<domain>, with WARREN_TLS_KEY; reloaded when the files change. Unset: Warren's own local CA (<data dir>/tls/ca.crt) issues one and renews it.",
+    default: (): string | undefined => undefined,
+    parse: absolutePath,
+    expects: "an absolute path",
+  },
+  tlsKey: {
+    env: "WARREN_TLS_KEY",
+    doc: "Domain mode: the private key (PEM) of WARREN_TLS_CERT.",
+    default: (): string | undefined => undefined,
+    parse: absolutePath,
+    expects: "an absolute path",
   },
   proxyIdleTimeoutMs: {
     env: "WARREN_PROXY_IDLE_TIMEOUT_MS",

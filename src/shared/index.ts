@@ -9,6 +9,7 @@ export {
   toWarrenError,
   WarrenError,
 } from "./errors.js";
+export { type FileOperation, fileSignature } from "./file-signature.js";
 export {
   GUEST_HEAD_MAX_BYTES,
   type GuestReply,

@@ -11,24 +11,30 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { runCommand } from "../../src/network/index.js";
+import {
+  addNetnsHost,
+  type NetnsHost,
+  netnsServerEnv,
+  runBlockBase,
+  startServerIn,
+} from "./netns-host.js";
 import { type PostgresOptions, startPostgres, type TestPostgres } from "./postgres.js";
-import { RUN_VMM_UID_COUNT, runEnv, runVmmUidBase } from "./run-env.js";
+import { runEnv } from "./run-env.js";
 import { S3RVER_CREDENTIALS, type S3TestServer, startS3Server } from "./s3-server.js";
-import { startServer, type TestServer } from "./server.js";
+import type { TestServer } from "./server.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
-const WRAPPER = join(import.meta.dirname, "in-netns.sh");
 const NODE_PORT = 3000;
 
 export interface ClusterNode {
   readonly id: string;
   readonly address: string;
   readonly url: string;
-  readonly netns: string;
+  /** Its network namespace and link (netns-host.ts). */
+  readonly host: NetnsHost;
   /** Its running server (absent before the first start). */
   server?: TestServer;
   /** The settings it was started with (restart it with the same). */
@@ -72,50 +78,27 @@ export interface ClusterOptions {
   readonly store?: "s3" | "dir";
 }
 
-/** The run block's second and third octets' base, e.g. 10.205.0.0/16 → "10.205". */
-function blockBase(): string {
-  const [a, b] = runEnv().networkCidr.split(".");
-  return `${a}.${b}`;
-}
-
 async function ip(...args: string[]): Promise<void> {
   await runCommand("ip", args);
 }
 
 export async function startCluster(options: ClusterOptions): Promise<TestCluster> {
   const run = runEnv();
-  const base = blockBase();
+  const base = runBlockBase();
   const apiKey = `e2b_${randomBytes(20).toString("hex")}`;
-  const links: { host: string; node: string; netns: string; hostLink: string }[] = [];
+  const hosts: NetnsHost[] = [];
   const cleanups: (() => Promise<void>)[] = [];
   const cleanup = async () => {
     for (const step of cleanups.splice(0).reverse()) await step().catch(() => {});
   };
   try {
     for (let i = 0; i < options.nodes; i++) {
-      const netns = `${run.networkPrefix}-node${i}`;
-      const hostLink = `${run.networkPrefix}h${i}`;
-      const nodeLink = `${run.networkPrefix}g${i}`;
-      const link = {
-        host: `${base}.255.${4 * i + 1}`,
-        node: `${base}.255.${4 * i + 2}`,
-        netns,
-        hostLink,
-      };
-      await ip("netns", "add", netns);
-      cleanups.push(() => ip("netns", "del", netns));
-      await ip("link", "add", hostLink, "type", "veth", "peer", "name", nodeLink);
-      cleanups.push(() => ip("link", "del", hostLink));
-      await ip("link", "set", nodeLink, "netns", netns);
-      await ip("addr", "add", `${link.host}/30`, "dev", hostLink);
-      await ip("link", "set", hostLink, "up");
-      await ip("-n", netns, "addr", "add", `${link.node}/30`, "dev", nodeLink);
-      await ip("-n", netns, "link", "set", nodeLink, "up");
-      await ip("-n", netns, "link", "set", "lo", "up");
-      links.push(link);
+      const host = await addNetnsHost(i);
+      cleanups.push(() => host.remove());
+      hosts.push(host);
     }
     const pgOptions: PostgresOptions = {
-      listen: links.map((l) => l.host),
+      listen: hosts.map((h) => h.hostAddress),
       trust: [`${base}.255.0/24`],
     };
     const pg = await startPostgres(pgOptions);
@@ -126,13 +109,21 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
 
     const storeEnv: Record<string, string> = {};
     let s3: S3TestServer | undefined;
-    const first = links[0];
+    const first = hosts[0];
     if (options.store === "s3" && first) {
-      const server = await startS3Server(first.host);
+      const server = await startS3Server(first.hostAddress);
       s3 = server;
       cleanups.push(() => server.close());
-      for (const link of links.slice(1)) {
-        await ip("-n", link.netns, "route", "add", `${first.host}/32`, "via", link.host);
+      for (const host of hosts.slice(1)) {
+        await ip(
+          "-n",
+          host.netns,
+          "route",
+          "add",
+          `${first.hostAddress}/32`,
+          "via",
+          host.hostAddress,
+        );
       }
       Object.assign(storeEnv, {
         WARREN_SHARED_STORE: `s3://${await server.createBucket()}/warren`,
@@ -145,26 +136,16 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
       storeEnv.WARREN_SHARED_STORE = join(run.dataDir, "shared-store");
     }
 
-    const uidsPerNode = Math.floor(RUN_VMM_UID_COUNT / options.nodes);
-    const nodes: ClusterNode[] = links.map((link, i) => {
+    const nodes: ClusterNode[] = hosts.map((host, i) => {
       const id = `node${i}`;
-      // Letters after the run prefix: a node's names never read as the run's own slots.
-      const prefix = `${run.networkPrefix}${"xyzw"[i] ?? "q"}`;
       return {
         id,
-        address: link.node,
-        url: `http://${link.node}:${NODE_PORT}`,
-        netns: link.netns,
+        address: host.address,
+        url: `http://${host.address}:${NODE_PORT}`,
+        host,
         env: {
-          WARREN_HOME: join(run.dataDir, id),
-          WARREN_IMAGES_DIR: run.imagesDir,
-          WARREN_HOST: link.node,
-          WARREN_PORT: String(NODE_PORT),
-          WARREN_NETWORK_PREFIX: prefix,
-          WARREN_NETWORK_CIDR: `${base}.${i * 64}.0/18`,
-          WARREN_VMM_UID_BASE: String(runVmmUidBase() + i * uidsPerNode),
-          WARREN_VMM_UID_COUNT: String(uidsPerNode),
-          WARREN_DATABASE_URL: nodeDatabaseUrl(link.host),
+          ...netnsServerEnv(host, options.nodes, id, NODE_PORT),
+          WARREN_DATABASE_URL: nodeDatabaseUrl(host.hostAddress),
           WARREN_NODE_ID: id,
           WARREN_API_KEYS: apiKey,
           WARREN_HEARTBEAT_MS: "500",
@@ -174,13 +155,8 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
       };
     });
     const startNode = async (node: ClusterNode) => {
-      await mkdir(node.env.WARREN_HOME as string, { recursive: true, mode: 0o711 });
-      const stash = join(run.dataDir, `${node.id}-cgroup`);
       // The SDK keeps talking to the gateway, also when a node is restarted.
-      node.server = await startServer(node.env, {
-        wrap: [WRAPPER, node.netns, stash],
-        sdkEnv: false,
-      });
+      node.server = await startServerIn(node.host, node.env);
     };
     cleanups.push(async () => {
       for (const node of nodes) await node.server?.stop();
@@ -204,7 +180,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
     process.env.E2B_API_KEY = apiKey;
     const cluster: TestCluster = {
       pg,
-      databaseUrl: nodeDatabaseUrl(links[0]?.host ?? "127.0.0.1"),
+      databaseUrl: nodeDatabaseUrl(hosts[0]?.hostAddress ?? "127.0.0.1"),
       hostDatabaseUrl,
       apiKey,
       nodes,

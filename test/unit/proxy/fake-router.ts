@@ -8,6 +8,7 @@ export interface FakeSandbox {
   readonly allowPublicTraffic?: boolean;
   readonly trafficAccessToken?: string;
   readonly maskRequestHost?: string;
+  readonly envdAccessToken?: string;
   /** Set: route() answers conflict with this message (a sandbox mid-transition). */
   readonly conflict?: string;
 }
@@ -48,8 +49,16 @@ export class FakeRouter implements SandboxRouter {
         trafficAccessToken: sandbox.trafficAccessToken,
       }),
       ...(sandbox.maskRequestHost !== undefined && { maskRequestHost: sandbox.maskRequestHost }),
+      ...(sandbox.envdAccessToken !== undefined && { envdAccessToken: sandbox.envdAccessToken }),
     };
     return { kind: "ok", route };
+  }
+
+  sandboxWithToken(matches: (envdAccessToken: string) => boolean): string | undefined {
+    for (const [id, sandbox] of this.sandboxes) {
+      if (sandbox.envdAccessToken !== undefined && matches(sandbox.envdAccessToken)) return id;
+    }
+    return undefined;
   }
 
   onSandboxStopped(listener: (sandboxId: string) => void): () => void {

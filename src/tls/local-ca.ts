@@ -1,0 +1,216 @@
+import "reflect-metadata"; // @peculiar/x509's dependency injection needs it, once, first
+import {
+  createPrivateKey,
+  type KeyObject,
+  randomBytes,
+  webcrypto,
+  X509Certificate,
+} from "node:crypto";
+import { chmod, mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { hostname } from "node:os";
+import { join } from "node:path";
+import * as x509 from "@peculiar/x509";
+import type { TlsIdentity } from "./tls-identity.js";
+
+// Node's WebCrypto, typed as Node's (the DOM's Crypto type is not in this project's libs).
+x509.cryptoProvider.set(webcrypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
+
+type CryptoKey = webcrypto.CryptoKey;
+
+const ALGORITHM = { name: "ECDSA", namedCurve: "P-256", hash: "SHA-256" } as const;
+const DAY_MS = 86_400_000;
+const CA_VALIDITY_DAYS = 3650;
+/** Browsers refuse server certificates valid for more than 398 days; 90 is what ACME issues. */
+const LEAF_VALIDITY_DAYS = 90;
+const RENEW_BEFORE_DAYS = 30;
+
+export interface LocalCaOptions {
+  /** Directory of the CA and the certificate it issued (`<data dir>/tls`). */
+  readonly dir: string;
+  /** The wildcard certificate covers `*.<domain>` and `<domain>`. */
+  readonly domain: string;
+  /** Clock (tests move it). */
+  readonly now?: () => Date;
+}
+
+/** What `ensureLocalCertificate` found or made. */
+export interface LocalCertificate extends TlsIdentity {
+  readonly caFile: string;
+  /** A new certificate was issued (first start, another domain, or its expiry was near). */
+  readonly issued: boolean;
+}
+
+/** Files in the directory: the CA's key and the server key are root's alone (0600). */
+const FILES = {
+  caCert: "ca.crt",
+  caKey: "ca.key",
+  cert: "server.crt",
+  key: "server.key",
+} as const;
+
+/**
+ * A local certificate authority, made once in `dir` (`ca.crt`, which clients trust, and its
+ * key), and a wildcard server certificate for the domain signed by it, issued again when it
+ * is within 30 days of expiry, for another domain, or not the CA's. ECDSA P-256 keys.
+ */
+export async function ensureLocalCertificate(options: LocalCaOptions): Promise<LocalCertificate> {
+  const now = options.now?.() ?? new Date();
+  const { dir, domain } = options;
+  await mkdir(dir, { recursive: true, mode: 0o755 });
+  const ca = (await loadCa(dir)) ?? (await createCa(dir, now));
+  const path = (name: keyof typeof FILES) => join(dir, FILES[name]);
+  const current = await readPair(path("cert"), path("key"));
+  if (current && stillGood(current.certificate, ca.certificate, domain, now)) {
+    return { ...current.identity, caFile: path("caCert"), issued: false };
+  }
+  const leafKeys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
+  const leaf = await x509.X509CertificateGenerator.create({
+    serialNumber: serial(),
+    subject: `CN=*.${domain}`,
+    // The issuer exactly as the CA certificate encodes its subject.
+    issuer: new x509.X509Certificate(ca.pem).subject,
+    notBefore: new Date(now.getTime() - 60_000),
+    notAfter: new Date(now.getTime() + LEAF_VALIDITY_DAYS * DAY_MS),
+    signingKey: ca.signingKey,
+    publicKey: leafKeys.publicKey,
+    signingAlgorithm: ALGORITHM,
+    extensions: [
+      new x509.BasicConstraintsExtension(false, undefined, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
+      new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
+      new x509.SubjectAlternativeNameExtension([
+        { type: "dns", value: `*.${domain}` },
+        { type: "dns", value: domain },
+      ]),
+      await x509.AuthorityKeyIdentifierExtension.create(ca.publicKey),
+    ],
+  });
+  // The chain: the server certificate, then the CA's.
+  const cert = `${leaf.toString("pem")}\n${ca.pem}`;
+  const key = await pkcs8Pem(leafKeys.privateKey);
+  await writeAtomically(path("key"), key, 0o600);
+  await writeAtomically(path("cert"), cert, 0o644);
+  return {
+    cert,
+    key,
+    notAfter: new Date(leaf.notAfter),
+    caFile: path("caCert"),
+    issued: true,
+  };
+}
+
+/** When a certificate ending at `notAfter` should be replaced. */
+export function renewalDue(notAfter: Date): Date {
+  return new Date(notAfter.getTime() - RENEW_BEFORE_DAYS * DAY_MS);
+}
+
+interface LoadedCa {
+  readonly pem: string;
+  readonly certificate: X509Certificate;
+  readonly publicKey: CryptoKey;
+  readonly signingKey: CryptoKey;
+}
+
+async function loadCa(dir: string): Promise<LoadedCa | undefined> {
+  const pair = await readPair(join(dir, FILES.caCert), join(dir, FILES.caKey));
+  if (!pair) return undefined;
+  const keyDer = pair.keyObject.export({ type: "pkcs8", format: "der" });
+  return {
+    pem: pair.identity.cert.trim(),
+    certificate: pair.certificate,
+    publicKey: await webcrypto.subtle.importKey(
+      "spki",
+      pair.certificate.publicKey.export({ type: "spki", format: "der" }),
+      ALGORITHM,
+      true,
+      ["verify"],
+    ),
+    signingKey: await webcrypto.subtle.importKey("pkcs8", keyDer, ALGORITHM, false, ["sign"]),
+  };
+}
+
+async function createCa(dir: string, now: Date): Promise<LoadedCa> {
+  const keys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
+  const ca = await x509.X509CertificateGenerator.createSelfSigned({
+    serialNumber: serial(),
+    name: `CN=Warren local CA (${hostname()}), O=Warren`,
+    notBefore: new Date(now.getTime() - 60_000),
+    notAfter: new Date(now.getTime() + CA_VALIDITY_DAYS * DAY_MS),
+    keys,
+    signingAlgorithm: ALGORITHM,
+    extensions: [
+      new x509.BasicConstraintsExtension(true, 0, true),
+      new x509.KeyUsagesExtension(
+        x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign,
+        true,
+      ),
+      await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
+    ],
+  });
+  const pem = ca.toString("pem");
+  // The key first: a CA certificate without its key would be made again, orphaning trust.
+  await writeAtomically(join(dir, FILES.caKey), await pkcs8Pem(keys.privateKey), 0o600);
+  await writeAtomically(join(dir, FILES.caCert), `${pem}\n`, 0o644);
+  return {
+    pem,
+    certificate: new X509Certificate(pem),
+    publicKey: keys.publicKey,
+    signingKey: keys.privateKey,
+  };
+}
+
+function stillGood(leaf: X509Certificate, ca: X509Certificate, domain: string, now: Date): boolean {
+  return (
+    leaf.checkIssued(ca) &&
+    leaf.verify(ca.publicKey) &&
+    leaf.checkHost(`api.${domain}`) !== undefined &&
+    renewalDue(new Date(leaf.validTo)).getTime() > now.getTime()
+  );
+}
+
+interface Pair {
+  readonly identity: TlsIdentity;
+  readonly certificate: X509Certificate;
+  readonly keyObject: KeyObject;
+}
+
+/** A certificate file and its key, or undefined when either is missing or they do not match. */
+async function readPair(certFile: string, keyFile: string): Promise<Pair | undefined> {
+  const [cert, key] = await Promise.all([
+    readFile(certFile, "utf8").catch(() => undefined),
+    readFile(keyFile, "utf8").catch(() => undefined),
+  ]);
+  if (cert === undefined || key === undefined) return undefined;
+  try {
+    const certificate = new X509Certificate(cert);
+    const keyObject = createPrivateKey(key);
+    if (!certificate.checkPrivateKey(keyObject)) return undefined;
+    return {
+      identity: { cert, key, notAfter: new Date(certificate.validTo) },
+      certificate,
+      keyObject,
+    };
+  } catch {
+    return undefined; // unreadable: made again
+  }
+}
+
+function serial(): string {
+  const bytes = randomBytes(16);
+  bytes[0] = (bytes[0] as number) & 0x7f; // positive
+  return bytes.toString("hex");
+}
+
+async function pkcs8Pem(key: CryptoKey): Promise<string> {
+  const der = Buffer.from(await webcrypto.subtle.exportKey("pkcs8", key));
+  return createPrivateKey({ key: der, format: "der", type: "pkcs8" })
+    .export({ type: "pkcs8", format: "pem" })
+    .toString();
+}
+
+async function writeAtomically(path: string, text: string, mode: number): Promise<void> {
+  const temp = `${path}.${randomBytes(4).toString("hex")}.tmp`;
+  await writeFile(temp, text, { mode });
+  await chmod(temp, mode); // whatever the umask
+  await rename(temp, path);
+}
