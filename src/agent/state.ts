@@ -1,3 +1,4 @@
+import { AgentLog } from "./agent-log.js";
 import { userExists } from "./users.js";
 
 /** What `/init` configures: shared by every request the agent serves. */
@@ -7,6 +8,8 @@ export class AgentState {
   defaultWorkdir: string | undefined;
   /** Timestamp (ms) of the newest /init applied; an older /init is stale and ignored. */
   lastInitMs: number | undefined;
+  /** What envd did, for the sandbox's /logs (AgentLog). */
+  readonly log = new AgentLog();
   #defaultUser: string;
 
   constructor(defaultUser = "user") {

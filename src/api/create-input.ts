@@ -23,6 +23,14 @@ export function toCreateInput(
   if (autoResume && onTimeout !== "pause") {
     throw invalid("body/autoResume", "needs autoPause: true (only a paused sandbox resumes)");
   }
+  // A timeout pause without memory must be resumed by connect (a reboot), never by traffic.
+  const keepMemory = body.autoPauseMemory !== false;
+  if (!keepMemory && autoResume) {
+    throw invalid(
+      "body/autoPauseMemory",
+      "false cannot be combined with autoResume: a filesystem-only pause is resumed by connect",
+    );
+  }
   const network = toNetwork(body.network);
   if (!network.allowPublicTraffic && !secure) {
     throw invalid("body/network/allowPublicTraffic", "false requires secure: true");
@@ -35,7 +43,7 @@ export function toCreateInput(
         : secondsToMs("body/timeout", body.timeout, context.maxTimeoutMs),
     metadata: { ...body.metadata },
     envVars: { ...body.envVars },
-    lifecycle: { onTimeout, autoResume },
+    lifecycle: { onTimeout, autoResume, ...(!keepMemory && { keepMemory }) },
     network,
     allowInternetAccess: body.allow_internet_access ?? true,
     secure,
@@ -64,7 +72,6 @@ function rejectUnsupported(body: NewSandboxBody): void {
   if (body.iam?.tokens !== undefined && Object.keys(body.iam.tokens).length > 0) {
     throw unsupported("body/iam/tokens");
   }
-  if (body.autoPauseMemory === false) throw unsupported("body/autoPauseMemory false");
   const network = body.network;
   if (network?.rules !== undefined && Object.keys(network.rules).length > 0) {
     throw unsupported("body/network/rules");

@@ -5,6 +5,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { Filesystem } from "../protocol/gen/filesystem/filesystem_pb.js";
 import { Process } from "../protocol/gen/process/process_pb.js";
 import {
+  ENVD_LOGS_PATH,
   ENVD_PORT,
   type EnvdInitRequest,
   type EnvdMetrics,
@@ -16,7 +17,7 @@ import {
   guestRequest,
   WarrenError,
 } from "../shared/index.js";
-import type { GuestAgent, InitOptions } from "./guest-agent.js";
+import type { EnvdLogLine, GuestAgent, InitOptions } from "./guest-agent.js";
 
 // Every call below goes to a guest whose root user may have replaced envd with anything:
 // each is bounded in size and in total time, and aborts with its caller's signal.
@@ -196,6 +197,41 @@ export function parseMetrics(body: Buffer): EnvdMetrics {
   return metrics as EnvdMetrics;
 }
 
+/** envd's own log lines after `after` (its internal route), checked line by line. */
+async function readEnvdLogs(
+  host: string,
+  token: string | undefined,
+  after: number,
+  signal?: AbortSignal,
+): Promise<EnvdLogLine[]> {
+  const reply = await exchange(host, "GET", `${ENVD_LOGS_PATH}?after=${after}`, {
+    token,
+    timeoutMs: METRICS_TIMEOUT_MS,
+    signal,
+  });
+  if (reply.status !== 200) {
+    throw new WarrenError("internal", `envd logs answered ${reply.status}: ${excerpt(reply)}`);
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(reply.body.toString("utf8"));
+  } catch {
+    throw new WarrenError("guest_reply_invalid", "envd logs: the reply is not JSON");
+  }
+  if (!Array.isArray(value)) throw new WarrenError("guest_reply_invalid", "envd logs: not a list");
+  // The guest's root may write anything there: lines that are not envd's shape are dropped.
+  return value.filter(
+    (line): line is EnvdLogLine =>
+      typeof line === "object" &&
+      line !== null &&
+      Number.isSafeInteger(line.seq) &&
+      Number.isFinite(line.timestamp) &&
+      ["info", "warn", "error"].includes(line.level) &&
+      typeof line.message === "string" &&
+      line.message.length <= 2_000,
+  );
+}
+
 /**
  * Polls GET /health until envd answers 204 (a cold boot); fails early if the VMM exits, and
  * at once when the signal aborts. Each poll is whole within 2 s and within the deadline.
@@ -283,11 +319,68 @@ async function exerciseEnvd(host: string, token?: string, signal?: AbortSignal):
         `envd ${method} /files answered ${reply.status}: ${excerpt(reply)}`,
       );
   }
-  // The walk's own connections: none outlives it, none is shared with another VM's.
+  try {
+    await withEnvdRpc(host, token, async ({ transport, headers }) => {
+      await createClient(Filesystem, transport).listDir(
+        { path: "/tmp", depth: 1 },
+        { headers, signal: walk },
+      );
+      await runToEnd(transport, headers, walk, {
+        // bash as the SDK runs commands, where the image has it (an Alpine image may not).
+        cmd: "/bin/sh",
+        args: [
+          "-c",
+          'if [ -x /bin/bash ]; then exec /bin/bash -l -c "$0"; fi; exec /bin/sh -c "$0"',
+          `rm -f ${EXERCISE_FILE}; sync`,
+        ],
+      });
+    });
+  } catch (err) {
+    signal?.throwIfAborted();
+    if (budget.aborted) {
+      throw new WarrenError(
+        "guest_unavailable",
+        `envd's warm-up walk did not finish within ${EXERCISE_TIMEOUT_MS} ms`,
+      );
+    }
+    throw err;
+  }
+}
+
+/** Longest a guest's `sync` may take before a filesystem-only pause goes on without it. */
+const SYNC_TIMEOUT_MS = 15_000;
+
+/** Runs `sync` in the guest as root, bounded by SYNC_TIMEOUT_MS (and `signal`). */
+async function syncGuest(host: string, token?: string, signal?: AbortSignal): Promise<void> {
+  const budget = AbortSignal.timeout(SYNC_TIMEOUT_MS);
+  const bounded = signal ? AbortSignal.any([signal, budget]) : budget;
+  await withEnvdRpc(host, token, ({ transport, headers }) =>
+    runToEnd(transport, { ...headers, authorization: BASIC_ROOT }, bounded, {
+      cmd: "/bin/sh",
+      args: ["-c", "sync"],
+    }),
+  );
+}
+
+const BASIC_ROOT = `Basic ${Buffer.from("root:").toString("base64")}`;
+
+interface EnvdRpc {
+  readonly transport: ReturnType<typeof createConnectTransport>;
+  readonly headers: Record<string, string>;
+}
+
+/**
+ * Connect calls to envd as the e2b SDK makes them (JSON messages, keepalive pings asked
+ * for, as `user`), on connections of their own that none outlives; nothing compressed (a
+ * guest's gzip could inflate past any limit), every message bounded.
+ */
+async function withEnvdRpc<T>(
+  host: string,
+  token: string | undefined,
+  calls: (rpc: EnvdRpc) => Promise<T>,
+): Promise<T> {
   const agent = new Agent({ keepAlive: true });
   try {
-    // As the e2b SDK calls: JSON messages, keepalive pings asked for. Nothing compressed
-    // (a guest's gzip could inflate past any limit), every message bounded.
     const transport = createConnectTransport({
       baseUrl: `http://${host}:${ENVD_PORT}`,
       httpVersion: "1.1",
@@ -301,39 +394,25 @@ async function exerciseEnvd(host: string, token?: string, signal?: AbortSignal):
       "keepalive-ping-interval": "50",
       ...(token && { "x-access-token": token }),
     };
-    await createClient(Filesystem, transport).listDir(
-      { path: "/tmp", depth: 1 },
-      { headers, signal: walk },
-    );
-    const stream = createClient(Process, transport).start(
-      {
-        // bash as the SDK runs commands, where the image has it (an Alpine image may not).
-        process: {
-          cmd: "/bin/sh",
-          args: [
-            "-c",
-            'if [ -x /bin/bash ]; then exec /bin/bash -l -c "$0"; fi; exec /bin/sh -c "$0"',
-            `rm -f ${EXERCISE_FILE}; sync`,
-          ],
-        },
-        stdin: false,
-      },
-      { headers, signal: walk },
-    );
-    for await (const _event of stream) {
-      // Drained until the process ends (or the walk's time is up).
-    }
-  } catch (err) {
-    signal?.throwIfAborted();
-    if (budget.aborted) {
-      throw new WarrenError(
-        "guest_unavailable",
-        `envd's warm-up walk did not finish within ${EXERCISE_TIMEOUT_MS} ms`,
-      );
-    }
-    throw err;
+    return await calls({ transport, headers });
   } finally {
     agent.destroy();
+  }
+}
+
+/** Starts a process through envd and drains its events until it ends. */
+async function runToEnd(
+  transport: EnvdRpc["transport"],
+  headers: Record<string, string>,
+  signal: AbortSignal,
+  process: { cmd: string; args: string[] },
+): Promise<void> {
+  const stream = createClient(Process, transport).start(
+    { process, stdin: false },
+    { headers, signal },
+  );
+  for await (const _event of stream) {
+    // Drained until the process ends (or the time is up).
   }
 }
 
@@ -353,5 +432,11 @@ export class EnvdClient implements GuestAgent {
   }
   metrics(host: string, token?: string, signal?: AbortSignal): Promise<EnvdMetrics> {
     return readEnvdMetrics(host, token, signal);
+  }
+  sync(host: string, token?: string, signal?: AbortSignal): Promise<void> {
+    return syncGuest(host, token, signal);
+  }
+  logs(host: string, token: string | undefined, after: number, signal?: AbortSignal) {
+    return readEnvdLogs(host, token, after, signal);
   }
 }

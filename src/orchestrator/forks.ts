@@ -247,6 +247,13 @@ export class Forks {
   #capture(live: LiveSandbox, kind: "fork" | "named"): Promise<string> {
     const { table, snapshots, lifecycle } = this.#o;
     return table.locked(live.row.id, async () => {
+      if (live.row.state === "paused" && configOf(live.row).pausedWithoutMemory) {
+        // Its capture holds memory the pause dropped: children would run what is gone.
+        throw new WarrenError(
+          "sandbox_paused",
+          `sandbox ${live.row.id} was paused without its memory: resume it (a reboot from its disk) first`,
+        );
+      }
       if (live.row.state === "paused" && live.row.snapshotId) return live.row.snapshotId;
       requireState(live, "running");
       if (!live.vm) throw new WarrenError("sandbox_busy", `sandbox ${live.row.id} has no VM`);

@@ -27,6 +27,23 @@ export interface GuestAgent {
   exercise(host: string, token?: string, signal?: AbortSignal): Promise<void>;
   /** One sample of envd's /metrics. */
   metrics(host: string, token?: string, signal?: AbortSignal): Promise<EnvdMetrics>;
+  /** `sync` in the guest as root: its page cache written to its disk (bounded in time). */
+  sync(host: string, token?: string, signal?: AbortSignal): Promise<void>;
+  /** envd's own log lines after `after` (a seq), oldest first; the newest when many. */
+  logs(
+    host: string,
+    token: string | undefined,
+    after: number,
+    signal?: AbortSignal,
+  ): Promise<EnvdLogLine[]>;
+}
+
+/** One line of envd's log (the agent's AgentLogEntry, as the guest claims it). */
+export interface EnvdLogLine {
+  readonly seq: number;
+  readonly timestamp: number;
+  readonly level: "info" | "warn" | "error";
+  readonly message: string;
 }
 
 export interface InitOptions {

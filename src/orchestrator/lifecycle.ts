@@ -12,7 +12,7 @@ import type { SandboxVms } from "./sandbox-vms.js";
 import { type Permit, Semaphore } from "./semaphore.js";
 import type { SnapshotStore } from "./snapshot-store.js";
 import { TtlTimers } from "./ttl-timers.js";
-import type { SandboxInfo } from "./types.js";
+import type { PauseOptions, ResumeOptions, SandboxInfo } from "./types.js";
 import type { PoolTemplate, WarmPool, WarmVm } from "./warm-pool.js";
 
 export interface LifecycleOptions {
@@ -51,10 +51,12 @@ export class Lifecycle {
     this.ttl = new TtlTimers({
       table: options.table,
       logger: options.logger,
-      onExpired: (live) =>
-        configOf(live.row).lifecycle.onTimeout === "pause"
-          ? this.pause(live)
-          : this.teardown(live, "timeout"),
+      onExpired: (live) => {
+        const { lifecycle } = configOf(live.row);
+        return lifecycle.onTimeout === "pause"
+          ? this.pause(live, { keepMemory: lifecycle.keepMemory !== false })
+          : this.teardown(live, "timeout");
+      },
     });
   }
 
@@ -117,13 +119,19 @@ export class Lifecycle {
     return sandboxInfo(live.row);
   }
 
-  /** Under the lock, running: capture to a new snapshot and let the VMM go. */
-  async pause(live: LiveSandbox): Promise<void> {
+  /**
+   * Under the lock, running: capture to a new snapshot and let the VMM go. Without memory
+   * (filesystem only), the guest's page cache is written out first and the next resume
+   * cold-boots from the disk; the capture is the same (its memory is never restored).
+   */
+  async pause(live: LiveSandbox, options: PauseOptions = {}): Promise<void> {
     const vm = live.vm;
     if (!vm) throw new WarrenError("sandbox_busy", `sandbox ${live.row.id} is not running`);
+    const keepMemory = options.keepMemory !== false;
     this.ttl.clear(live.row.id);
     await this.update(live, { state: "pausing" });
     crashPoint("lifecycle.pause.after-pausing");
+    if (!keepMemory) await this.#o.vms.syncGuest(live);
     let captured: Awaited<ReturnType<SnapshotStore["capture"]>>;
     try {
       captured = await this.#o.snapshots.capture(vm, {
@@ -146,16 +154,28 @@ export class Lifecycle {
     const { id: snapshotId, timing } = captured;
     live.vm = undefined;
     this.#stopped.emit("stopped", live.row.id);
-    await this.update(live, { state: "paused", snapshotId });
+    await this.update(live, {
+      state: "paused",
+      snapshotId,
+      config: withPausedMemory(live.row, keepMemory),
+    });
     crashPoint("lifecycle.pause.after-paused");
     await this.#o.vms.release(live);
     crashPoint("lifecycle.pause.after-release");
-    this.#log.info({ sandboxId: live.row.id, ...timing }, "sandbox.paused");
-    await this.event(live.row.id, "sandbox.paused", { ...timing });
+    this.#log.info({ sandboxId: live.row.id, keepMemory, ...timing }, "sandbox.paused");
+    await this.event(live.row.id, "sandbox.paused", {
+      ...timing,
+      ...(!keepMemory && { keepMemory }),
+    });
   }
 
-  /** Under the lock, paused: restore from its snapshot and /init again; its TTL restarts. */
-  async resume(live: LiveSandbox, timeoutMs: number): Promise<void> {
+  /**
+   * Under the lock, paused: restore from its snapshot (or cold-boot from its disk, when it
+   * was paused without memory or `reboot` asks) and /init again; its TTL restarts.
+   */
+  async resume(live: LiveSandbox, timeoutMs: number, options: ResumeOptions = {}): Promise<void> {
+    const memoryKept = configOf(live.row).pausedWithoutMemory !== true;
+    const reboot = options.reboot === true || !memoryKept;
     const snapshotId = live.row.snapshotId;
     if (!snapshotId) {
       throw new WarrenError("internal", `paused sandbox ${live.row.id} has no snapshot`);
@@ -166,7 +186,8 @@ export class Lifecycle {
     await this.update(live, { state: "resuming" });
     crashPoint("lifecycle.resume.after-resuming");
     try {
-      await this.#startVm(live, snapshotId);
+      const from = reboot && memoryKept ? await this.#flushedDisk(live, snapshotId) : snapshotId;
+      await this.#startVm(live, from, undefined, undefined, reboot);
     } catch (err) {
       const killed = live.abort.signal.aborted;
       live.abort = undefined;
@@ -185,12 +206,37 @@ export class Lifecycle {
     await this.update(live, {
       state: "running",
       endAt: new Date(Date.now() + timeoutMs).toISOString(),
+      config: withPausedMemory(live.row, true),
     });
     crashPoint("lifecycle.resume.after-running");
     this.ttl.arm(live);
     const durationMs = Math.round(performance.now() - started);
-    this.#log.info({ sandboxId: live.row.id, durationMs }, "sandbox.resumed");
-    await this.event(live.row.id, "sandbox.resumed", { durationMs });
+    this.#log.info({ sandboxId: live.row.id, durationMs, reboot }, "sandbox.resumed");
+    await this.event(live.row.id, "sandbox.resumed", { durationMs, ...(reboot && { reboot }) });
+  }
+
+  /**
+   * A reboot of a sandbox paused with its memory: its disk lags what the guest still held in
+   * its page cache, so the snapshot is restored once, `sync`ed and captured again, and the
+   * reboot stands on that capture. The capacity reserved for the resume stays reserved.
+   */
+  async #flushedDisk(live: LiveSandbox, snapshotId: string): Promise<string> {
+    await this.#startVm(live, snapshotId);
+    await this.#o.vms.syncGuest(live);
+    const vm = live.vm;
+    if (!vm) throw new WarrenError("internal", `sandbox ${live.row.id} has no VM to flush`);
+    const { id } = await this.#o.snapshots.capture(vm, {
+      sandboxId: live.row.id,
+      parentId: snapshotId,
+      kind: "pause",
+      resume: false,
+    });
+    const capacity = live.releaseCapacity;
+    live.releaseCapacity = undefined;
+    await this.#o.vms.release(live);
+    live.releaseCapacity = capacity;
+    await this.update(live, { snapshotId: id });
+    return id;
   }
 
   /** Under the lock, running: the deadline becomes now + `ttlMs` (setTimeout: may shorten). */
@@ -253,27 +299,28 @@ export class Lifecycle {
     snapshotId: string,
     presentToken?: string,
     warm?: WarmVm,
+    reboot = false,
   ): Promise<void> {
     // A pooled VMM only continues: it does not queue behind restores.
-    if (warm) return this.#bringUp(live, snapshotId, presentToken, warm);
+    if (warm) return this.#bringUp(live, snapshotId, { presentToken, warm });
     return this.#starts.use((permit) =>
-      this.#bringUp(live, snapshotId, presentToken, undefined, permit),
+      this.#bringUp(live, snapshotId, { presentToken, permit, reboot }),
     );
   }
 
   async #bringUp(
     live: LiveSandbox,
     snapshotId: string,
-    presentToken?: string,
-    warm?: WarmVm,
-    permit?: Permit,
+    how: { presentToken?: string; warm?: WarmVm; permit?: Permit; reboot?: boolean },
   ): Promise<void> {
     const { vms } = this.#o;
+    const { presentToken, warm, permit } = how;
     const config = configOf(live.row);
     const policy = validateEgressPolicy(egressPolicyOf(config.network, config.allowInternetAccess));
     const signal = live.abort?.signal;
     const started = performance.now();
     if (warm) await vms.startWarm(live, warm, policy, signal);
+    else if (how.reboot) await vms.reboot(live, snapshotId, policy, signal);
     else await vms.restore(live, snapshotId, policy, signal);
     crashPoint("lifecycle.start.after-vm");
     const vmMs = Math.round(performance.now() - started);
@@ -328,4 +375,10 @@ function exitsWithin(vm: Vm, ms: number): Promise<boolean> {
       resolve(true);
     });
   });
+}
+
+/** The row's config recording whether its pause kept the memory (absent: it did). */
+function withPausedMemory(row: SandboxRow, kept: boolean): Record<string, unknown> {
+  const { pausedWithoutMemory: _, ...config } = configOf(row);
+  return { ...config, ...(!kept && { pausedWithoutMemory: true }) };
 }

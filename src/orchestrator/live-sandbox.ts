@@ -7,6 +7,7 @@ import type {
   PublicState,
   SandboxInfo,
   SandboxLifecycle,
+  SandboxLogEntry,
   SandboxMetric,
   SandboxNetwork,
 } from "./types.js";
@@ -19,6 +20,8 @@ export interface SandboxConfig {
   readonly secure: boolean;
   /** Warren's own VM (a template build's): never listed. */
   readonly internal?: boolean;
+  /** Paused without memory: its resume cold-boots from the disk, traffic never resumes it. */
+  readonly pausedWithoutMemory?: boolean;
 }
 
 /** A sandbox the orchestrator tracks: its catalog row and, while running, its VM and slot. */
@@ -35,6 +38,8 @@ export interface LiveSandbox {
    */
   guestCalls?: AbortController;
   readonly metrics: SandboxMetric[];
+  /** envd's log lines fetched so far (the last 1 000) and the newest one's seq. */
+  envdLog?: { seq: number; readonly entries: SandboxLogEntry[] };
 }
 
 export function configOf(row: SandboxRow): SandboxConfig {

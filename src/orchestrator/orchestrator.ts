@@ -11,6 +11,7 @@ import { ensureLayout, type StateLayout } from "./layout.js";
 import { Lifecycle } from "./lifecycle.js";
 import { byStart, matchesFilter } from "./list-filter.js";
 import { configOf, newRow, type SandboxConfig, sandboxInfo } from "./live-sandbox.js";
+import { MetricsSampler } from "./metrics-sampler.js";
 import { egressPolicyOf, withNetworkUpdate } from "./network-config.js";
 import { assertReady } from "./readiness.js";
 import { recoverLeftovers } from "./recovery.js";
@@ -19,7 +20,7 @@ import { requireState, SandboxTable } from "./sandbox-table.js";
 import { SandboxVms } from "./sandbox-vms.js";
 import { type SharedSnapshots, SnapshotStore } from "./snapshot-store.js";
 import { templateStart } from "./snapshot-templates.js";
-import { sampleMetrics, sandboxLogs } from "./telemetry.js";
+import { metricsWithin, sandboxLogs, takeMetricsSample } from "./telemetry.js";
 import { findTemplate } from "./templates.js";
 import type {
   BootTemplateInput,
@@ -29,6 +30,8 @@ import type {
   ListFilter,
   NetworkUpdate,
   NodeLoad,
+  PauseOptions,
+  ResumeOptions,
   RouteResult,
   SandboxInfo,
   SandboxLogEntry,
@@ -72,6 +75,8 @@ export interface OrchestratorOptions {
   readonly templateSettleMs?: number;
   /** The cluster's shared snapshot store: paused sandboxes may then resume on other nodes. */
   readonly shared?: SharedSnapshots;
+  /** Background metrics sampling of running sandboxes (MetricsSampler); 0 or unset: off. */
+  readonly metricsIntervalMs?: number;
 }
 
 /**
@@ -95,6 +100,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
   readonly #lifecycle: Lifecycle;
   readonly #forks: Forks;
   readonly #vms: SandboxVms;
+  readonly #sampler: MetricsSampler;
   /** What routing asks of the orchestrator, built once: `route` runs on every proxied request. */
   readonly #routing: RoutingOptions;
   #status: ServerStatus;
@@ -136,6 +142,12 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       snapshotDir: (id) => this.#snapshots.localDir(id),
     });
     this.#vms = vms;
+    this.#sampler = new MetricsSampler({
+      table: this.#table,
+      agent,
+      intervalMs: options.metricsIntervalMs ?? 0,
+      logger,
+    });
     this.#lifecycle = new Lifecycle({
       catalog,
       table: this.#table,
@@ -197,6 +209,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
         this.#pool.keepWarm(pooled, this.#o.pool.baseFloor);
       }
       this.#status = { ...this.#status, phase: "ready" };
+      this.#sampler.start();
       this.#log.info({ paused: this.#table.values().length }, "orchestrator.ready");
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
@@ -212,6 +225,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
   async close(): Promise<void> {
     this.#status = { ...this.#status, phase: "stopping" };
     this.#lifecycle.ttl.close();
+    await this.#sampler.stop();
     for (const live of this.#table.values().filter((l) => l.row.state === "running")) {
       await this.pause(live.row.id).catch(async (err: unknown) => {
         this.#log.warn({ sandboxId: live.row.id, err }, "sandbox.pause_on_shutdown_failed");
@@ -390,23 +404,24 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
     });
   }
 
-  async pause(sandboxId: string): Promise<void> {
+  async pause(sandboxId: string, options: PauseOptions = {}): Promise<void> {
     return this.#table.locked(sandboxId, async (live) => {
       requireState(live, "running", `sandbox ${sandboxId} is already paused`);
-      await this.#lifecycle.pause(live);
+      await this.#lifecycle.pause(live, options);
     });
   }
 
   async connect(
     sandboxId: string,
     timeoutMs: number | undefined,
+    options: ResumeOptions = {},
   ): Promise<{ sandbox: SandboxInfo; resumed: boolean }> {
     assertReady(this.#status);
     const ttl = timeoutMs ?? this.#o.defaultTimeoutMs;
     await this.#adopt(sandboxId);
     return this.#table.locked(sandboxId, async (live) => {
       if (live.row.state === "paused") {
-        await this.#lifecycle.resume(live, ttl);
+        await this.#lifecycle.resume(live, ttl, options);
         return { sandbox: sandboxInfo(live.row), resumed: true };
       }
       await this.#lifecycle.extendDeadline(live, ttl);
@@ -418,6 +433,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
     sandboxId: string,
     timeoutMs: number | undefined,
     autoPause?: boolean,
+    options: ResumeOptions = {},
   ): Promise<SandboxInfo> {
     assertReady(this.#status);
     await this.#adopt(sandboxId);
@@ -428,7 +444,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
         const lifecycle = { ...config.lifecycle, onTimeout: autoPause ? "pause" : "kill" } as const;
         await this.#lifecycle.update(live, { config: { ...config, lifecycle } });
       }
-      await this.#lifecycle.resume(live, timeoutMs ?? this.#o.defaultTimeoutMs);
+      await this.#lifecycle.resume(live, timeoutMs ?? this.#o.defaultTimeoutMs, options);
       return sandboxInfo(live.row);
     });
   }
@@ -449,20 +465,24 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
 
   async metrics(sandboxId: string, window: { start?: Date; end?: Date }): Promise<SandboxMetric[]> {
     const live = this.#table.get(sandboxId);
-    return sampleMetrics(this.#o.agent, live, window).catch((err: unknown) => {
-      this.#log.warn({ sandboxId, err }, "sandbox.metrics_failed");
-      throw new WarrenError(
-        "guest_unavailable",
-        `metrics of sandbox ${sandboxId} could not be read`,
-      );
-    });
+    // A window reaching now gets a sample of now too (the background ones may be seconds old).
+    if (!window.end || window.end.getTime() >= Date.now()) {
+      await takeMetricsSample(this.#o.agent, live).catch((err: unknown) => {
+        this.#log.warn({ sandboxId, err }, "sandbox.metrics_failed");
+        throw new WarrenError(
+          "guest_unavailable",
+          `metrics of sandbox ${sandboxId} could not be read`,
+        );
+      });
+    }
+    return metricsWithin(live, window);
   }
 
   async logs(
     sandboxId: string,
     options: { start?: Date; limit?: number },
   ): Promise<SandboxLogEntry[]> {
-    return sandboxLogs(this.#o.catalog, this.#table.get(sandboxId), options);
+    return sandboxLogs(this.#o.catalog, this.#o.agent, this.#table.get(sandboxId), options);
   }
 
   async updateNetwork(sandboxId: string, update: NetworkUpdate): Promise<void> {

@@ -26,7 +26,10 @@ export async function routeSandbox(
   const live = table.find(sandboxId);
   if (!live) return { kind: "not_found" };
   if (live.row.state === "paused" || live.row.state === "pausing") {
-    if (!configOf(live.row).lifecycle.autoResume || !options.ready()) return { kind: "not_found" };
+    const config = configOf(live.row);
+    // A filesystem-only pause is resumed by connect alone (a reboot), as in E2B.
+    const wakes = config.lifecycle.autoResume && !config.pausedWithoutMemory;
+    if (!wakes || !options.ready()) return { kind: "not_found" };
     try {
       await options.resume(sandboxId);
     } catch (err) {
@@ -36,7 +39,10 @@ export async function routeSandbox(
   } else if (live.row.state === "creating" || live.row.state === "resuming") {
     await table.serial(sandboxId, async () => {});
   }
-  if (live.row.state === "killing" || live.row.state === "pausing") {
+  // Being killed is as good as gone: the SDK's health probe after a cut stream must read
+  // it as not found (502), as E2B's proxy answers once the sandbox is off its catalog.
+  if (live.row.state === "killing") return { kind: "not_found" };
+  if (live.row.state === "pausing") {
     return { kind: "conflict", message: `sandbox ${sandboxId} is ${live.row.state}` };
   }
   if (live.row.state !== "running" || !live.slot || !table.has(sandboxId)) {

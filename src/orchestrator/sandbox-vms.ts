@@ -1,14 +1,18 @@
 import { rm } from "node:fs/promises";
-import type { Catalog } from "../catalog/index.js";
+import type { Catalog, SandboxRow } from "../catalog/index.js";
 import type { GuestArtifacts } from "../images/index.js";
-import { type EgressPolicy, type SlotPool, sameEgressPolicy } from "../network/index.js";
+import { type EgressPolicy, type Slot, type SlotPool, sameEgressPolicy } from "../network/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, WarrenError } from "../shared/index.js";
-import type { Vm, VmmDriver } from "../vmm/index.js";
+import type { Vm, VmmDriver, VmSpec } from "../vmm/index.js";
 import type { GuestAgent } from "./guest-agent.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
 import type { LiveSandbox } from "./live-sandbox.js";
 import { guestSpec } from "./vm-spec.js";
+
+/** A cold boot's envd answering, from QEMU's start: ~3.5 s idle under TCG, far more under load. */
+const BOOT_DEADLINE_MS = 180_000;
+
 import type { WarmVm } from "./warm-pool.js";
 
 export interface SandboxVmsOptions {
@@ -63,11 +67,46 @@ export class SandboxVms {
   }
 
   /** A new VMM in a new slot, restored from the snapshot. */
-  async restore(
+  restore(
     live: LiveSandbox,
     snapshotId: string,
     policy: EgressPolicy,
     signal?: AbortSignal,
+  ): Promise<Vm> {
+    return this.#start(live, snapshotId, policy, signal, (dir, spec) =>
+      this.#o.driver.restore(dir, spec),
+    );
+  }
+
+  /**
+   * A new VMM in a new slot, cold-booted on the snapshot's disk (a filesystem-only resume):
+   * ready once its fresh envd answers, which then takes /init like a restored one.
+   */
+  async reboot(
+    live: LiveSandbox,
+    snapshotId: string,
+    policy: EgressPolicy,
+    signal?: AbortSignal,
+  ): Promise<Vm> {
+    const vm = await this.#start(live, snapshotId, policy, signal, (dir, spec) =>
+      this.#o.driver.bootFromSnapshot(dir, spec),
+    );
+    // A fresh envd numbers its log lines from 1 again.
+    if (live.envdLog) live.envdLog.seq = 0;
+    await this.#o.agent.waitForHealth((live.slot as Slot).hostAddress, {
+      deadlineMs: BOOT_DEADLINE_MS,
+      exited: vm.exited,
+      signal,
+    });
+    return vm;
+  }
+
+  async #start(
+    live: LiveSandbox,
+    snapshotId: string,
+    policy: EgressPolicy,
+    signal: AbortSignal | undefined,
+    start: (dir: string, spec: VmSpec) => Promise<Vm>,
   ): Promise<Vm> {
     const dir = await this.#o.snapshotDir(snapshotId);
     live.slot = await this.#o.slots.acquire(policy);
@@ -81,8 +120,22 @@ export class SandboxVms {
       shape: { vcpus: live.row.vcpus, memoryMiB: live.row.memoryMiB },
       runtimeDir: runtimeDir(this.#o.layout, live.row.id),
     });
-    live.vm = await this.#o.driver.restore(dir, spec);
+    live.vm = await start(dir, spec);
     return live.vm;
+  }
+
+  /**
+   * Writes what the guest holds in its page cache to its disk (a filesystem-only pause is
+   * about to keep the disk alone). Best effort: a guest that does not answer keeps what its
+   * own flusher wrote.
+   */
+  async syncGuest(live: LiveSandbox): Promise<void> {
+    if (!live.slot) return;
+    await this.#o.agent
+      .sync(live.slot.hostAddress, live.row.envdAccessToken, live.guestCalls?.signal)
+      .catch((err: unknown) =>
+        this.#o.logger.warn({ sandboxId: live.row.id, err }, "sandbox.sync_failed"),
+      );
   }
 
   /**
@@ -93,7 +146,7 @@ export class SandboxVms {
     if (!live.slot) throw new WarrenError("internal", `sandbox ${live.row.id} has no slot`);
     await this.#o.agent.init(
       live.slot.hostAddress,
-      { envVars: { ...live.row.envVars }, accessToken: live.row.envdAccessToken ?? "" },
+      { envVars: guestEnvVars(live.row), accessToken: live.row.envdAccessToken ?? "" },
       {
         token: presentToken ?? live.row.envdAccessToken,
         deadlineMs: this.#o.envdDeadlineMs,
@@ -123,4 +176,13 @@ export class SandboxVms {
     live.releaseCapacity?.();
     live.releaseCapacity = undefined;
   }
+}
+
+/**
+ * The env vars every process in the guest sees: the create's, then E2B's own (which they
+ * cannot override): the sandbox's id (a fork child's own) and its template's. envd adds
+ * `E2B_SANDBOX=true`.
+ */
+function guestEnvVars(row: SandboxRow): Record<string, string> {
+  return { ...row.envVars, E2B_SANDBOX_ID: row.id, E2B_TEMPLATE_ID: row.templateId };
 }

@@ -26,6 +26,24 @@ export interface SandboxLifecycle {
   readonly onTimeout: "kill" | "pause";
   /** Traffic through the proxy to a paused sandbox resumes it. */
   readonly autoResume: boolean;
+  /**
+   * What a timeout pause keeps: the memory too (default), or the filesystem only (E2B's
+   * `autoPauseMemory: false`), in which case connect cold-boots it from its disk.
+   */
+  readonly keepMemory?: boolean;
+}
+
+export interface PauseOptions {
+  /** false: filesystem only, the next resume cold-boots from the disk. Default true. */
+  readonly keepMemory?: boolean;
+}
+
+export interface ResumeOptions {
+  /**
+   * Cold-boot from the sandbox's disk even when its memory was kept (E2B's `onResume:
+   * 'reboot'`). A sandbox paused without memory always reboots.
+   */
+  readonly reboot?: boolean;
 }
 
 export interface CreateSandboxInput {
@@ -89,8 +107,11 @@ export interface SandboxLogEntry {
   readonly timestamp: Date;
   readonly level: "debug" | "info" | "warn" | "error";
   readonly message: string;
-  /** Where the line comes from: "lifecycle" (orchestrator events) or "console" (guest serial). */
-  readonly source: "lifecycle" | "console";
+  /**
+   * Where the line comes from: "lifecycle" (orchestrator events), "envd" (the agent's own
+   * log) or "console" (the guest's serial console).
+   */
+  readonly source: "lifecycle" | "envd" | "console";
 }
 
 /** PUT /sandboxes/{id}/network: replace-all for the fields given. */
@@ -172,7 +193,7 @@ export interface SandboxService {
   list(filter: ListFilter): SandboxInfo[];
   kill(sandboxId: string): Promise<void>;
   /** conflict when already paused. */
-  pause(sandboxId: string): Promise<void>;
+  pause(sandboxId: string, options?: PauseOptions): Promise<void>;
   /**
    * Resumes a paused sandbox (resumed: true) or extends a running one's TTL, never
    * shortening it. `timeoutMs` absent: the default TTL.
@@ -180,12 +201,14 @@ export interface SandboxService {
   connect(
     sandboxId: string,
     timeoutMs: number | undefined,
+    options?: ResumeOptions,
   ): Promise<{ sandbox: SandboxInfo; resumed: boolean }>;
   /** Deprecated route: conflict when the sandbox is running. */
   resume(
     sandboxId: string,
     timeoutMs: number | undefined,
     autoPause?: boolean,
+    options?: ResumeOptions,
   ): Promise<SandboxInfo>;
   /** Replaces the deadline with now + timeoutMs (may shorten). */
   setTimeout(sandboxId: string, timeoutMs: number): Promise<void>;

@@ -9,12 +9,18 @@ export const ENVD_VERSION = "0.6.4";
 /** Port envd listens on inside every sandbox. */
 export const ENVD_PORT = 49983;
 
+/** Where Warren's own internal envd routes live (refused from outside, as E2B's are). */
+export const ENVD_WARREN_PREFIX = "/_warren";
+
 /**
- * Warren's own internal envd route: an Upgrade (`Upgrade: warren-tunnel`) to
- * `<path>/<port>` connects the node's proxy to a server bound to the guest's loopback
- * (127.0.0.1, then ::1), which the guest's own address does not reach. Token required.
+ * An Upgrade (`Upgrade: warren-tunnel`) to `<path>/<port>` connects the node's proxy to a
+ * server bound to the guest's loopback (127.0.0.1, then ::1), which the guest's own address
+ * does not reach. Token required.
  */
-export const LOOPBACK_TUNNEL_PATH = "/_warren/loopback";
+export const LOOPBACK_TUNNEL_PATH = `${ENVD_WARREN_PREFIX}/loopback`;
+
+/** `GET <path>?after=<seq>`: envd's own log lines after `seq` (JSON, at most 1 000). Token required. */
+export const ENVD_LOGS_PATH = `${ENVD_WARREN_PREFIX}/logs`;
 export const LOOPBACK_TUNNEL_PROTOCOL = "warren-tunnel";
 
 /** Paths only the orchestrator may call; the sandbox proxy refuses them from outside. */
@@ -26,7 +32,7 @@ export const ENVD_INTERNAL_PATHS = [
   "/fsthaw",
   "/collapse",
   "/upgrade",
-  LOOPBACK_TUNNEL_PATH,
+  ENVD_WARREN_PREFIX,
 ] as const;
 
 /** Body of envd's `POST /init`, as E2B's orchestrator sends it. */

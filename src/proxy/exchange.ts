@@ -1,4 +1,4 @@
-import type { Agent, ClientRequest, OutgoingHttpHeaders } from "node:http";
+import { type Agent, type ClientRequest, type OutgoingHttpHeaders, request } from "node:http";
 import type { Socket } from "node:net";
 import type { ProxyRoute } from "../orchestrator/types.js";
 import type { Logger } from "../shared/index.js";
@@ -82,6 +82,51 @@ export function upstreamErrorBody(exchange: Exchange, err: unknown, connected: b
     message: `The sandbox's server on port ${port} closed the connection without answering (${code ?? "unknown error"})`,
     code: 502,
   };
+}
+
+/**
+ * The request to the sandbox's port for an exchange, bounded in idle time and in time to
+ * its response head; over `tunnel` when given (a loopback tunnel through envd, not pooled),
+ * else from the sandbox's pool. `connected()`: whether its TCP connection got up.
+ */
+export function upstreamRequest(
+  exchange: Exchange,
+  method: string | undefined,
+  tunnel?: Socket,
+): { request: ClientRequest; connected: () => boolean } {
+  const sent = request({
+    host: exchange.route.host,
+    port: exchange.route.port,
+    method,
+    path: exchange.path,
+    headers: exchange.headers,
+    ...(tunnel ? { createConnection: () => tunnel } : { agent: exchange.agent }),
+    maxHeaderSize: exchange.maxResponseHeadBytes,
+  });
+  const connected = trackConnected(sent);
+  sent.setTimeout(exchange.idleTimeoutMs, () => sent.destroy(idleTimeoutError()));
+  limitHeadTime(sent, exchange.headTimeoutMs);
+  return { request: sent, connected };
+}
+
+/**
+ * When nothing listens on an app port at the guest's address (a refused connection), tries
+ * its loopback through envd: `retry` gets the tunnel, `fail` runs when envd found nothing
+ * there either. False (nothing started) for any other failure, or on envd's own port.
+ */
+export function viaLoopback(
+  exchange: Exchange,
+  err: unknown,
+  connected: boolean,
+  then: { settled: () => boolean; retry: (tunnel: Socket) => void; fail: () => void },
+): boolean {
+  const { loopback } = exchange;
+  if (!loopback || connected || errorCode(err) !== "ECONNREFUSED") return false;
+  loopback().then((tunnel) => {
+    if (then.settled()) tunnel.destroy();
+    else then.retry(tunnel);
+  }, then.fail);
+  return true;
 }
 
 /** Calls `fn` once the request's socket is connected (at once for a reused one). */

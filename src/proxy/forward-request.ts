@@ -1,14 +1,13 @@
-import { type ClientRequest, type IncomingMessage, request, type ServerResponse } from "node:http";
+import type { ClientRequest, IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import {
   durationMs,
   type Exchange,
   errorCode,
-  idleTimeoutError,
-  limitHeadTime,
   onConnected,
-  trackConnected,
   upstreamErrorBody,
+  upstreamRequest,
+  viaLoopback,
 } from "./exchange.js";
 import { downstreamResponseHeaders } from "./headers.js";
 import { sendError } from "./respond.js";
@@ -59,20 +58,9 @@ export function forwardRequest(
 
   /** `tunnel`: a connection to the port on the guest's loopback (openLoopbackTunnel). */
   const attempt = (retries: number, tunnel?: Socket): void => {
-    const proxyReq = request({
-      host: exchange.route.host,
-      port: exchange.route.port,
-      method: req.method,
-      path: exchange.path,
-      headers: exchange.headers,
-      ...(tunnel ? { createConnection: () => tunnel } : { agent: exchange.agent }),
-      maxHeaderSize: exchange.maxResponseHeadBytes,
-    });
+    const { request: proxyReq, connected } = upstreamRequest(exchange, req.method, tunnel);
     upstream = proxyReq;
-    const connected = trackConnected(proxyReq);
     let answered = false;
-    proxyReq.setTimeout(exchange.idleTimeoutMs, () => proxyReq.destroy(idleTimeoutError()));
-    limitHeadTime(proxyReq, exchange.headTimeoutMs);
     proxyReq.on("response", (proxyRes) => {
       answered = true;
       if (settled) {
@@ -110,18 +98,15 @@ export function forwardRequest(
         attempt(retries - 1);
         return;
       }
-      const { loopback } = exchange;
-      if (!tunnel && loopback && !connected() && errorCode(err) === "ECONNREFUSED") {
-        // Nothing on the guest's address (and no body read yet): perhaps on its loopback.
-        loopback().then(
-          (socket) => {
-            if (settled) socket.destroy();
-            else attempt(0, socket);
-          },
-          () => fail(err, false),
-        );
-        return;
-      }
+      // (No body was read yet: it flows once connected.)
+      const retried =
+        !tunnel &&
+        viaLoopback(exchange, err, connected(), {
+          settled: () => settled,
+          retry: (socket) => attempt(0, socket),
+          fail: () => fail(err, false),
+        });
+      if (retried) return;
       fail(err, connected());
     });
     if (!hasBody) proxyReq.end();

@@ -1,14 +1,13 @@
-import { type ClientRequest, type IncomingMessage, request } from "node:http";
+import type { ClientRequest, IncomingMessage } from "node:http";
 import { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import {
   durationMs,
   type Exchange,
   errorCode,
-  idleTimeoutError,
-  limitHeadTime,
-  trackConnected,
   upstreamErrorBody,
+  upstreamRequest,
+  viaLoopback,
 } from "./exchange.js";
 import { downstreamResponseHeaders } from "./headers.js";
 import { rawResponseHead, writeSocketError } from "./respond.js";
@@ -56,19 +55,8 @@ export function forwardUpgrade(
 
   /** `tunnel`: a connection to the port on the guest's loopback (openLoopbackTunnel). */
   const attempt = (tunnel?: Socket): void => {
-    const sent = request({
-      host: exchange.route.host,
-      port: exchange.route.port,
-      method: req.method,
-      path: exchange.path,
-      headers: exchange.headers,
-      ...(tunnel ? { createConnection: () => tunnel } : { agent: exchange.agent }),
-      maxHeaderSize: exchange.maxResponseHeadBytes,
-    });
+    const { request: sent, connected } = upstreamRequest(exchange, req.method, tunnel);
     proxyReq = sent;
-    const connected = trackConnected(sent);
-    sent.setTimeout(exchange.idleTimeoutMs, () => sent.destroy(idleTimeoutError()));
-    limitHeadTime(sent, exchange.headTimeoutMs);
 
     sent.on("upgrade", (proxyRes, socket, upstreamHead) => {
       upstream = socket;
@@ -125,18 +113,14 @@ export function forwardUpgrade(
         settle("upstream_error", refusal?.statusCode ?? 101, false);
         return;
       }
-      const { loopback } = exchange;
-      if (!tunnel && loopback && !connected() && errorCode(err) === "ECONNREFUSED") {
-        // Nothing on the guest's address: perhaps on its loopback.
-        loopback().then(
-          (socket) => {
-            if (settled) socket.destroy();
-            else attempt(socket);
-          },
-          () => fail(err, false),
-        );
-        return;
-      }
+      const retried =
+        !tunnel &&
+        viaLoopback(exchange, err, connected(), {
+          settled: () => settled,
+          retry: attempt,
+          fail: () => fail(err, false),
+        });
+      if (retried) return;
       fail(err, connected());
     });
     sent.end();

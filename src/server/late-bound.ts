@@ -4,6 +4,8 @@ import type {
   ForkResult,
   ListFilter,
   NetworkUpdate,
+  PauseOptions,
+  ResumeOptions,
   RouteResult,
   SandboxInfo,
   SandboxLogEntry,
@@ -56,18 +58,19 @@ export class LateBound implements Target {
   async kill(id: string): Promise<void> {
     return this.#real.kill(id);
   }
-  async pause(id: string): Promise<void> {
-    return this.#real.pause(id);
+  async pause(id: string, options?: PauseOptions): Promise<void> {
+    return this.#real.pause(id, options);
   }
-  async connect(id: string, timeoutMs: number | undefined) {
-    return this.#real.connect(id, timeoutMs);
+  async connect(id: string, timeoutMs: number | undefined, options?: ResumeOptions) {
+    return this.#real.connect(id, timeoutMs, options);
   }
   async resume(
     id: string,
     timeoutMs: number | undefined,
     autoPause?: boolean,
+    options?: ResumeOptions,
   ): Promise<SandboxInfo> {
-    return this.#real.resume(id, timeoutMs, autoPause);
+    return this.#real.resume(id, timeoutMs, autoPause, options);
   }
   async setTimeout(id: string, timeoutMs: number): Promise<void> {
     return this.#real.setTimeout(id, timeoutMs);

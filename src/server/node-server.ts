@@ -210,6 +210,7 @@ export async function startNodeServer(
       accelerator: { accel: accel.accel, reason: accel.reason },
       logger: root.child({ component: "orchestrator" }),
       shared,
+      metricsIntervalMs: config.metricsIntervalMs,
     });
     status = { phase: "starting", message: "preparing the base template" };
     await orchestrator.start();

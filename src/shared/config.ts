@@ -141,6 +141,13 @@ const SETTINGS = {
     parse: absolutePath,
     expects: "an absolute path",
   },
+  metricsIntervalMs: {
+    env: "WARREN_METRICS_INTERVAL_MS",
+    doc: "How often every running sandbox's metrics are sampled in the background (kept per sandbox, the last 1000), so getMetrics over a past window has data; 0: only when asked. Each sample is one envd request: under TCG it wakes an idle guest that often.",
+    default: () => 10_000,
+    parse: int(0),
+    expects: "milliseconds ≥ 0",
+  },
   proxyIdleTimeoutMs: {
     env: "WARREN_PROXY_IDLE_TIMEOUT_MS",
     doc: "Sandbox proxy: an exchange with a sandbox's port with no bytes either way for this long is cut (504 before a response), and idle pooled connections are closed.",

@@ -174,6 +174,12 @@ export interface VmmDriver {
   /** Cold boot: kernel + initramfs + an overlay of the base disk + the agent drive. */
   boot(spec: VmSpec): Promise<Vm>;
   /**
+   * Cold boot on a snapshot's disk: its memory and devices left aside, the guest starts
+   * afresh from what the disk held (a filesystem-only resume, `onResume: 'reboot'`). The
+   * snapshot must have been taken here (same checks and seals as a restore).
+   */
+  bootFromSnapshot(snapshotDir: string, spec: VmSpec): Promise<Vm>;
+  /**
    * Starts a VM from a snapshot directory; the guest continues where it was captured. The
    * snapshot's files, and those of every snapshot it stands on, are checked against their
    * seals first (SnapshotTamperedError naming the first that differs).

@@ -100,6 +100,29 @@ export class FakeGuestAgent implements GuestAgent {
     };
   }
 
+  /** The guest's envd log lines are its `memory.log` (one per line), numbered from 1. */
+  async logs(host: string, token: string | undefined, after: number, signal?: AbortSignal) {
+    const vm = await this.#reach(host, 1_000, signal);
+    if (vm.guest.envdToken !== undefined && token !== vm.guest.envdToken) {
+      throw new WarrenError("internal", "envd logs answered 401");
+    }
+    const lines = (vm.guest.memory.log ?? "").split("\n").filter((line) => line !== "");
+    return lines
+      .map((message, i) => ({ seq: i + 1, timestamp: Date.now(), level: "info" as const, message }))
+      .filter((line) => line.seq > after);
+  }
+
+  /** `sync`s the guest asked for, by sandbox VM id. */
+  readonly syncs: string[] = [];
+
+  async sync(host: string, token?: string, signal?: AbortSignal): Promise<void> {
+    const vm = await this.#reach(host, 1_000, signal);
+    if (vm.guest.envdToken !== undefined && token !== vm.guest.envdToken) {
+      throw new WarrenError("internal", "envd refused the process: 401");
+    }
+    this.syncs.push(vm.id);
+  }
+
   /** The running guest at `host`, waited for as a client retries a refused connection. */
   async #reach(host: string, deadlineMs: number, signal?: AbortSignal): Promise<FakeVm> {
     const deadline = Date.now() + deadlineMs;

@@ -57,6 +57,7 @@ export type FakeNodeSettings = Partial<
     | "maxConcurrentStarts"
     | "envdDeadlineMs"
     | "startPermitLeaseMs"
+    | "metricsIntervalMs"
   >
 > & {
   readonly maxSandboxes?: number;
@@ -225,6 +226,7 @@ export class FakeNode {
       logger: this.logger,
       envdDeadlineMs: s.envdDeadlineMs ?? 2_000,
       startPermitLeaseMs: s.startPermitLeaseMs,
+      metricsIntervalMs: s.metricsIntervalMs,
       templateSettleMs: 0,
     });
     await this.orchestrator.start();

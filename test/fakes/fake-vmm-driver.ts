@@ -30,6 +30,8 @@ export interface FakeGuest {
   memory: Record<string, string>;
   /** /init calls this guest answered since it was booted (carried by snapshots). */
   inits: number;
+  /** What a test puts "on the guest's disk": survives a reboot too (bootFromSnapshot). */
+  disk?: Record<string, string>;
 }
 
 const GUEST_FILE = "fake-guest.json";
@@ -140,6 +142,16 @@ export class FakeVmmDriver implements VmmDriver {
     this.boots += 1;
     await makeRuntimeDir(spec);
     const vm = new FakeVm(this, spec, { envVars: {}, memory: {}, inits: 0 });
+    vm.running = true;
+    return vm;
+  }
+
+  async bootFromSnapshot(snapshotDir: string, spec: VmSpec): Promise<Vm> {
+    const captured = JSON.parse(await readFile(join(snapshotDir, GUEST_FILE), "utf8")) as FakeGuest;
+    this.boots += 1;
+    await makeRuntimeDir(spec);
+    // A fresh guest on the captured disk: no envd token, no env, nothing in memory.
+    const vm = new FakeVm(this, spec, { envVars: {}, memory: {}, inits: 0, disk: captured.disk });
     vm.running = true;
     return vm;
   }

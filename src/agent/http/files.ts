@@ -355,6 +355,7 @@ export async function uploadFiles(
         },
         write,
       );
+      logUpload(state, files);
       sendJson(res, 200, files);
     } else if (contentType.startsWith("application/octet-stream")) {
       if (!rawPath)
@@ -362,7 +363,9 @@ export async function uploadFiles(
           "invalid_argument",
           "the path query parameter is required for octet-stream uploads",
         );
-      sendJson(res, 200, [await write(resolve(rawPath), body)]);
+      const written = [await write(resolve(rawPath), body)];
+      logUpload(state, written);
+      sendJson(res, 200, written);
     } else {
       throw new WarrenError(
         "invalid_argument",
@@ -373,4 +376,8 @@ export async function uploadFiles(
     req.resume();
     sendError(res, err);
   }
+}
+
+function logUpload(state: AgentState, files: readonly { path: string }[]): void {
+  state.log.record("info", `upload: ${files.map((file) => file.path).join(", ")}`);
 }

@@ -123,7 +123,11 @@ export async function handleInit(
   if (accessToken !== undefined) state.accessToken = accessToken || undefined;
   if (defaultUser) state.defaultUser = defaultUser;
   if (defaultWorkdir) state.defaultWorkdir = defaultWorkdir;
-  if (hostMs !== undefined && hooks.setClock && clockNeedsSetting(hostMs, Date.now()))
-    hooks.setClock(hostMs);
+  const clock = hostMs !== undefined && hooks.setClock && clockNeedsSetting(hostMs, Date.now());
+  if (clock) hooks.setClock?.(hostMs as number);
+  state.log.record(
+    "info",
+    `init: ${Object.keys(envVars ?? {}).length} env vars${accessToken !== undefined ? ", access token set" : ""}${clock ? ", clock set" : ""}`,
+  );
   sendEmpty(res, 204, { "X-Envd-Version": ENVD_VERSION });
 }

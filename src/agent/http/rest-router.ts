@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { ENVD_LOGS_PATH } from "../../protocol/index.js";
 import { WarrenError } from "../../shared/index.js";
 import { ACCESS_TOKEN_HEADER, requireAccessToken } from "../auth.js";
 import type { AgentState } from "../state.js";
@@ -37,8 +38,15 @@ export function createRestHandler(ctx: RestContext) {
       case "GET /metrics":
         requireToken(req);
         return sendJson(res, 200, await ctx.metrics.read());
+      case `GET ${ENVD_LOGS_PATH}`: {
+        requireToken(req);
+        const after = Number(url.searchParams.get("after") ?? 0);
+        return sendJson(res, 200, state.log.after(Number.isSafeInteger(after) ? after : 0));
+      }
     }
-    const known = ["/health", "/files", "/init", "/envs", "/metrics"].includes(url.pathname);
+    const known = ["/health", "/files", "/init", "/envs", "/metrics", ENVD_LOGS_PATH].includes(
+      url.pathname,
+    );
     if (known)
       throw new WarrenError(
         "method_not_allowed",

@@ -94,6 +94,11 @@ export class ManagedProcess {
     return this.#end !== undefined;
   }
 
+  /** How it ended, in envd's words (`exit status 1`, `signal: killed`); undefined while it runs. */
+  get endStatus(): string | undefined {
+    return this.#end?.kind === "end" ? this.#end.status : undefined;
+  }
+
   get isPty(): boolean {
     return this.#terminal !== undefined;
   }

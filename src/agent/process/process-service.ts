@@ -110,6 +110,9 @@ export function createProcessService(
       stdin: req.stdin ?? true,
     });
     registry.add(proc);
+    const command = [config.cmd, ...config.args].join(" ");
+    state.log.record("info", `process ${proc.pid} started as ${user.name}: ${command}`);
+    proc.onEnd(() => state.log.record("info", `process ${proc.pid} ended: ${proc.endStatus}`));
     // Connect-Timeout-Ms on Start bounds the process's lifetime, as in E2B's envd.
     const lifetimeMs = ctx.timeoutMs();
     if (lifetimeMs !== undefined) {

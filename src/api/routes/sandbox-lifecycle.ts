@@ -4,7 +4,7 @@
  */
 import type { FastifyInstance } from "fastify";
 import type { ApiContext } from "../api-context.js";
-import { invalid, optionalSecondsToMs, secondsToMs } from "../input.js";
+import { optionalSecondsToMs, secondsToMs } from "../input.js";
 import { toSandboxJson } from "../responses.js";
 import {
   type ConnectBody,
@@ -28,9 +28,9 @@ export function registerLifecycleRoutes(app: FastifyInstance, context: ApiContex
     "/sandboxes/:sandboxID/pause",
     { schema: { body: pauseSchema } },
     async (request, reply) => {
-      rejectMemoryless(request.body?.memory);
       // conflict (409) when already paused: the SDK's pause() then returns false.
-      await service.pause(request.params.sandboxID);
+      const memoryless = request.body?.memory === false;
+      await service.pause(request.params.sandboxID, memoryless ? { keepMemory: false } : undefined);
       return reply.code(204).send();
     },
   );
@@ -40,18 +40,26 @@ export function registerLifecycleRoutes(app: FastifyInstance, context: ApiContex
     { schema: { body: resumeSchema } },
     async (request, reply) => {
       const body = request.body ?? {};
-      rejectMemoryless(body.memory);
       const timeoutMs = optionalSecondsToMs("body/timeout", body.timeout, maxTimeoutMs);
-      const info = await service.resume(request.params.sandboxID, timeoutMs, body.autoPause);
+      const info = await service.resume(
+        request.params.sandboxID,
+        timeoutMs,
+        body.autoPause,
+        ...rebootOf(body.memory),
+      );
       return reply.code(201).send(toSandboxJson(info, domain));
     },
   );
 
   // 200: it was running (TTL only ever extended); 201: it was paused and has been resumed.
+  // `memory: false` (the SDK's `onResume: 'reboot'`): a paused sandbox cold-boots from its disk.
   const connect = async (sandboxId: string, body: ConnectBody) => {
-    rejectMemoryless(body.memory);
     const timeoutMs = optionalSecondsToMs("body/timeout", body.timeout, maxTimeoutMs);
-    const { sandbox, resumed } = await service.connect(sandboxId, timeoutMs);
+    const { sandbox, resumed } = await service.connect(
+      sandboxId,
+      timeoutMs,
+      ...rebootOf(body.memory),
+    );
     return { status: resumed ? 201 : 200, body: toSandboxJson(sandbox, domain) };
   };
 
@@ -96,7 +104,7 @@ export function registerLifecycleRoutes(app: FastifyInstance, context: ApiContex
   );
 }
 
-/** `memory: false` (filesystem-only pause / cold-boot resume) is an E2B feature Warren lacks. */
-function rejectMemoryless(memory: boolean | undefined): void {
-  if (memory === false) throw invalid("body/memory", "false is not supported by Warren");
+/** `memory: false` on a resume: cold-boot from the disk (passed only when asked). */
+function rebootOf(memory: boolean | undefined): [] | [{ reboot: true }] {
+  return memory === false ? [{ reboot: true }] : [];
 }

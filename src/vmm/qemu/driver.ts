@@ -248,6 +248,41 @@ export class QemuDriver implements VmmDriver {
     return this.#vm(spec, memory, launched, commandLine, base, identity);
   }
 
+  async bootFromSnapshot(snapshotDir: string, spec: VmSpec): Promise<Vm> {
+    const { chain, paths, backing, identity } = await this.#onSnapshot(snapshotDir, spec);
+    // A fresh RAM file, as a boot's: nothing of the snapshot's memory is mapped.
+    const memory: VmMemory = { file: paths.memory, shared: true };
+    const commandLine = this.#kernelCommandLine(spec);
+    const launched = await this.#launch(spec, {
+      memory,
+      backing: chain.disk,
+      kernelCommandLine: commandLine,
+      incoming: false,
+      identity,
+    });
+    return this.#vm(spec, memory, launched, commandLine, backing, identity);
+  }
+
+  /**
+   * A VM's runtime directory with its overlay stacked on a snapshot's frozen disk, once the
+   * snapshot is known restorable here and its seals hold. Every reference is resolved where
+   * the snapshot lies now, refused if it leaves its siblings.
+   */
+  async #onSnapshot(snapshotDir: string, spec: VmSpec) {
+    const chain = await readChain(snapshotDir);
+    checkRestorable(chain.meta, this.#hostFor(spec), spec.shape);
+    await this.#verify(chain.dirs);
+    const paths = runtimePaths(spec);
+    const backing = chain.disk[0] as ChainLayer;
+    const { identity } = await this.#setUp(spec, (owner) =>
+      createOverlay(paths.overlay, backing.file, "qcow2", {
+        owner,
+        backingName: headerName(diskOf(chain.dir)),
+      }),
+    );
+    return { chain, paths, backing, identity };
+  }
+
   flattenDisk(snapshotDir: string, ontoDir: string): Promise<FlattenPlan> {
     return prepareFlatten(snapshotDir, ontoDir);
   }
@@ -281,19 +316,8 @@ export class QemuDriver implements VmmDriver {
     spec: VmSpec,
     options: { background?: boolean } = {},
   ): Promise<PreparedRestore> {
-    // Every reference resolved where the snapshot lies now, refused if it leaves its siblings.
-    const chain = await readChain(snapshotDir);
+    const { chain, paths, backing, identity } = await this.#onSnapshot(snapshotDir, spec);
     const { meta } = chain;
-    checkRestorable(meta, this.#hostFor(spec), spec.shape);
-    await this.#verify(chain.dirs);
-    const paths = runtimePaths(spec);
-    const backing = chain.disk[0] as ChainLayer;
-    const { identity } = await this.#setUp(spec, (owner) =>
-      createOverlay(paths.overlay, backing.file, "qcow2", {
-        owner,
-        backingName: headerName(diskOf(chain.dir)),
-      }),
-    );
     const memory: VmMemory = {
       file: chain.memoryImage.path,
       shared: false,

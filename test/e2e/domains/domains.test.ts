@@ -25,7 +25,7 @@ const ROOT = join(import.meta.dirname, "..", "..", "..");
 const DOMAIN = `${runEnv().networkPrefix}.warren.test`;
 const PLAIN_PORT = 3000;
 /** The flows sdk-flows.ts runs: all must pass (a child that ran none exits 0 too). */
-const FLOWS = 7;
+const FLOWS = 9;
 
 let host: NetnsHost;
 let server: TestServer;
@@ -132,7 +132,7 @@ describe("domain mode", () => {
     assert.equal(status, 200);
   });
 
-  it("the SDK configured by E2B_DOMAIN alone: commands, ports, WebSocket, signed URLs, tokens, auto-resume", async () => {
+  it("the SDK configured by E2B_DOMAIN alone: commands, ports, WebSocket, signed URLs, tokens, auto-resume, filesystem-only pause", async () => {
     await runFlows("domain", { E2B_DOMAIN: DOMAIN, NODE_EXTRA_CA_CERTS: caFile });
   });
 

@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
-import { Sandbox, type SandboxOpts } from "e2b";
+import { Sandbox, type SandboxOpts, TimeoutError } from "e2b";
 import WebSocket from "ws";
 
 const MODE = process.env.WARREN_FLOWS_MODE === "plain" ? "plain" : "domain";
@@ -64,9 +64,23 @@ async function untilServing(sandbox: Sandbox, port: number, headers?: Record<str
 }
 
 describe(`the e2b SDK in ${MODE} mode`, () => {
-  it("creates a sandbox and runs a command; answers carry Warren's domain", async () => {
+  it("creates a sandbox and runs a command, which sees E2B's variables; answers carry Warren's domain", async () => {
     const sandbox = await create();
     assert.equal((await sandbox.commands.run("echo hello")).stdout, "hello\n");
+    const seen = await sandbox.commands.run('echo "$E2B_SANDBOX $E2B_SANDBOX_ID $E2B_TEMPLATE_ID"');
+    const { templateId } = await sandbox.getInfo();
+    assert.equal(seen.stdout, `true ${sandbox.sandboxId} ${templateId}\n`);
+    // The sandbox's logs (the API the CLI reads) carry envd's own lines.
+    const api = MODE === "domain" ? `https://api.${DOMAIN}` : (process.env.E2B_API_URL as string);
+    const logs = (await (
+      await fetch(`${api}/sandboxes/${sandbox.sandboxId}/logs`, {
+        headers: { "x-api-key": process.env.E2B_API_KEY as string },
+      })
+    ).json()) as { logEntries: { message: string; fields: { source: string } }[] };
+    assert.ok(
+      logs.logEntries.some((e) => e.fields.source === "envd" && e.message.includes("echo hello")),
+      JSON.stringify(logs.logEntries.slice(-5)),
+    );
     assert.equal(sandbox.sandboxDomain, DOMAIN);
     if (MODE === "domain")
       assert.equal(sandbox.getHost(8000), `8000-${sandbox.sandboxId}.${DOMAIN}`);
@@ -160,6 +174,46 @@ describe(`the e2b SDK in ${MODE} mode`, () => {
       headers: { "e2b-traffic-access-token": "nope" },
     });
     assert.equal(wrong.status, 403);
+  });
+
+  it("a command whose sandbox is killed mid-stream ends with the SDK's TimeoutError", async () => {
+    const sandbox = await create();
+    // Its outcome taken at once: it settles while the kill is still being answered.
+    const outcome = sandbox.commands.run("echo started; sleep 120", { timeoutMs: 0 }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    await Sandbox.kill(sandbox.sandboxId);
+    const err = await outcome;
+    assert.ok(err instanceof TimeoutError, `${(err as Error)?.constructor?.name}: ${String(err)}`);
+    assert.match(String(err), /killed|not found|timeout/i);
+  });
+
+  it("a filesystem-only pause keeps the disk and drops the processes; resume reboots", async () => {
+    const sandbox = await create();
+    const sleeping = async () =>
+      (
+        await sandbox.commands.run("pgrep -x sleep >/dev/null && echo yes || echo no")
+      ).stdout.trim();
+    await sandbox.files.write("/home/user/kept.txt", "on disk");
+    await sandbox.commands.run("sleep 3600", { background: true, timeoutMs: 0 });
+    await sandbox.pause({ keepMemory: false });
+    assert.equal((await Sandbox.getInfo(sandbox.sandboxId)).state, "paused");
+    await sandbox.connect();
+    assert.equal(await sandbox.files.read("/home/user/kept.txt"), "on disk");
+    assert.equal(await sleeping(), "no", "its processes did not survive");
+    // A pause with memory, resumed with onResume: 'reboot', boots afresh too.
+    await sandbox.commands.run("sleep 3600", { background: true, timeoutMs: 0 });
+    await sandbox.files.write("/home/user/second.txt", "also on disk");
+    await sandbox.pause();
+    const rebooted = await Sandbox.connect(sandbox.sandboxId, { onResume: "reboot" });
+    assert.equal(await rebooted.files.read("/home/user/second.txt"), "also on disk");
+    assert.equal(await sleeping(), "no");
+    assert.equal(
+      (await rebooted.commands.run("echo $E2B_SANDBOX_ID")).stdout.trim(),
+      sandbox.sandboxId,
+    );
   });
 
   it("an HTTP request resumes a paused sandbox with autoResume", async () => {

@@ -200,7 +200,11 @@ test("bad combinations and features Warren lacks are 400s", async () => {
       /egressProxy is not supported/,
     ],
     ["/v2/sandboxes", { iam: { tokens: { t: { audience: "a", tokenType: "b" } } } }, /iam\/tokens/],
-    ["/v2/sandboxes", { autoPause: true, autoPauseMemory: false }, /autoPauseMemory false/],
+    [
+      "/v2/sandboxes",
+      { autoPause: true, autoPauseMemory: false, autoResume: { enabled: true } },
+      /autoPauseMemory false cannot be combined with autoResume/,
+    ],
   ];
   for (const [url, body, message] of cases) {
     const res = await call("POST", url, { body });

@@ -15,7 +15,9 @@ import type {
   ForkResult,
   ListFilter,
   NetworkUpdate,
+  PauseOptions,
   PublicState,
+  ResumeOptions,
   SandboxInfo,
   SandboxLogEntry,
   SandboxMetric,
@@ -160,8 +162,8 @@ export class InMemorySandboxService implements SandboxService {
     this.remove(sandboxId);
   }
 
-  async pause(sandboxId: string): Promise<void> {
-    this.record("pause", sandboxId);
+  async pause(sandboxId: string, options?: PauseOptions): Promise<void> {
+    this.record("pause", sandboxId, ...(options ? [options] : []));
     const sandbox = this.find(sandboxId);
     if (sandbox.state === "paused") {
       throw new WarrenError("sandbox_paused", `sandbox ${sandboxId} is already paused`);
@@ -172,8 +174,9 @@ export class InMemorySandboxService implements SandboxService {
   async connect(
     sandboxId: string,
     timeoutMs: number | undefined,
+    options?: ResumeOptions,
   ): Promise<{ sandbox: SandboxInfo; resumed: boolean }> {
-    this.record("connect", sandboxId, timeoutMs);
+    this.record("connect", sandboxId, timeoutMs, ...(options ? [options] : []));
     const sandbox = this.find(sandboxId);
     const ttl = timeoutMs ?? 300_000;
     if (sandbox.state === "paused") {

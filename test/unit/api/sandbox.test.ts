@@ -92,10 +92,15 @@ test("pause: 204, then 409 when already paused; empty and SDK-style bodies both 
   assert.equal(errorOf(notObject).message, "body must be object or null");
 
   service.seed({ sandboxId: "ghi" });
+  // Filesystem only (the SDK's pause({ keepMemory: false })).
   const memoryless = await call("POST", "/sandboxes/ghi/pause", { body: { memory: false } });
-  assert.equal(memoryless.statusCode, 400);
-  assert.match(errorOf(memoryless).message, /^body\/memory /);
-  assert.deepEqual(service.callsOf("pause"), [["abc"], ["abc"], ["def"]]);
+  assert.equal(memoryless.statusCode, 204);
+  assert.deepEqual(service.callsOf("pause"), [
+    ["abc"],
+    ["abc"],
+    ["def"],
+    ["ghi", { keepMemory: false }],
+  ]);
 });
 
 test("connect: 200 when it was running, 201 when it was resumed; timeout in seconds", async () => {
@@ -115,12 +120,15 @@ test("connect: 200 when it was running, 201 when it was resumed; timeout in seco
   assert.equal(v1.statusCode, 200);
   const v2NoBody = await call("POST", "/v2/sandboxes/abc/connect");
   assert.equal(v2NoBody.statusCode, 200);
+  // The SDK's onResume: 'reboot'.
+  await call("POST", "/v2/sandboxes/abc/connect", { body: { memory: false } });
 
   assert.deepEqual(service.callsOf("connect"), [
     ["abc", 60_000],
     ["abc", undefined],
     ["abc", 10_000],
     ["abc", undefined],
+    ["abc", undefined, { reboot: true }],
   ]);
 
   const v1NoTimeout = await call("POST", "/sandboxes/abc/connect", { body: {} });

@@ -31,15 +31,44 @@ async function eventually(check: () => boolean, what: string): Promise<void> {
 
 describe("Orchestrator (on fakes)", () => {
   describe("guests", () => {
-    it("a create hands the guest its env vars and a fresh access token through /init", async (t) => {
+    it("a create hands the guest its env vars, E2B's and a fresh access token through /init", async (t) => {
       const node = await startNode(t);
       const info = await node.orchestrator.create(
-        createInput("base", { secure: true, envVars: { LANG: "C.UTF-8" } }),
+        createInput("base", {
+          secure: true,
+          envVars: { LANG: "C.UTF-8", E2B_SANDBOX_ID: "spoofed" },
+        }),
       );
       assert.ok(info.envdAccessToken, "a secured sandbox gets a token");
       const guest = vmOf(node, info.sandboxId).guest;
       assert.equal(guest.envdToken, info.envdAccessToken);
-      assert.deepEqual(guest.envVars, { LANG: "C.UTF-8" });
+      assert.deepEqual(guest.envVars, {
+        LANG: "C.UTF-8",
+        E2B_SANDBOX_ID: info.sandboxId,
+        E2B_TEMPLATE_ID: info.templateId,
+      });
+    });
+
+    it("samples running sandboxes' metrics in the background: a past window has data", async (t) => {
+      const node = await startNode(t, { metricsIntervalMs: 40 });
+      const { sandboxId } = await node.orchestrator.create(createInput("base", { secure: true }));
+      const created = new Date();
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const past = await node.orchestrator.metrics(sandboxId, { start: created, end: new Date() });
+      assert.ok(past.length >= 2, `background samples: ${past.length}`);
+      const before = await node.orchestrator.metrics(sandboxId, {
+        start: new Date(created.getTime() - 60_000),
+        end: new Date(created.getTime() - 30_000),
+      });
+      assert.deepEqual(before, [], "nothing before the sandbox existed");
+      await node.orchestrator.pause(sandboxId);
+      const kept = (await node.orchestrator.metrics(sandboxId, { start: created })).length;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.equal(
+        (await node.orchestrator.metrics(sandboxId, { start: created })).length,
+        kept,
+        "a paused sandbox is not sampled",
+      );
     });
 
     it("fork children start from the source's state and prove its token, then get their own", async (t) => {
@@ -113,6 +142,93 @@ describe("Orchestrator (on fakes)", () => {
         .map((l) => l.message.split(" ")[0]);
       assert.deepEqual(lifecycle, ["sandbox.created", "sandbox.paused", "sandbox.resumed"]);
       assert.ok(logs.some((l) => l.source === "console" && l.message.includes("booted")));
+    });
+
+    it("logs carry envd's own lines, fetched while it runs and kept while it is paused", async (t) => {
+      const node = await startNode(t);
+      const info = await node.orchestrator.create(createInput("base", { secure: true }));
+      vmOf(node, info.sandboxId).guest.memory.log = "process 7 started as user: ls\n";
+      const envdLines = async () =>
+        (await node.orchestrator.logs(info.sandboxId, {}))
+          .filter((l) => l.source === "envd")
+          .map((l) => l.message);
+      assert.deepEqual(await envdLines(), ["process 7 started as user: ls"]);
+      vmOf(node, info.sandboxId).guest.memory.log += "process 7 ended: exit status 0\n";
+      assert.deepEqual(
+        await envdLines(),
+        ["process 7 started as user: ls", "process 7 ended: exit status 0"],
+        "each line once",
+      );
+      await node.orchestrator.pause(info.sandboxId);
+      assert.equal((await envdLines()).length, 2, "a paused sandbox shows what it logged");
+    });
+  });
+
+  describe("filesystem-only pause", () => {
+    it("keepMemory: false syncs the guest, and the resume cold-boots on the disk with the same token", async (t) => {
+      const node = await startNode(t);
+      const info = await node.orchestrator.create(
+        createInput("base", { secure: true, envVars: { A: "1" } }),
+      );
+      const before = vmOf(node, info.sandboxId);
+      before.guest.memory.process = "running";
+      before.guest.disk = { "/home/user/notes": "kept" };
+      await node.orchestrator.pause(info.sandboxId, { keepMemory: false });
+      assert.deepEqual(node.agent.syncs, [info.sandboxId], "the page cache went to the disk first");
+      assert.equal(
+        (await node.catalog.getSandbox(info.sandboxId))?.config.pausedWithoutMemory,
+        true,
+      );
+      const route = await node.orchestrator.route(info.sandboxId, 8000);
+      assert.equal(route.kind, "not_found", "traffic never wakes it");
+      await assert.rejects(node.orchestrator.fork(info.sandboxId, { count: 1 }), {
+        reason: "sandbox_paused",
+      });
+
+      const boots = node.driver.boots;
+      const { resumed } = await node.orchestrator.connect(info.sandboxId, undefined);
+      assert.equal(resumed, true);
+      assert.equal(node.driver.boots, boots + 1, "a cold boot, not a restore");
+      const after = vmOf(node, info.sandboxId);
+      assert.deepEqual(after.guest.memory, {}, "its processes are gone");
+      assert.deepEqual(after.guest.disk, { "/home/user/notes": "kept" }, "its disk is not");
+      assert.equal(after.guest.envdToken, info.envdAccessToken, "the SDK's token still works");
+      assert.equal(after.guest.envVars.A, "1");
+      assert.equal(
+        (await node.catalog.getSandbox(info.sandboxId))?.config.pausedWithoutMemory,
+        undefined,
+      );
+      // Paused with memory, it restores: processes and all.
+      after.guest.memory.process = "again";
+      await node.orchestrator.pause(info.sandboxId);
+      await node.orchestrator.connect(info.sandboxId, undefined);
+      assert.equal(vmOf(node, info.sandboxId).guest.memory.process, "again");
+      assert.equal(node.driver.boots, boots + 1);
+    });
+
+    it("reboot: true cold-boots even a sandbox paused with its memory, on its flushed disk", async (t) => {
+      const node = await startNode(t);
+      const { sandboxId } = await node.orchestrator.create(createInput("base"));
+      vmOf(node, sandboxId).guest.memory.process = "running";
+      await node.orchestrator.pause(sandboxId);
+      await node.orchestrator.connect(sandboxId, undefined, { reboot: true });
+      assert.deepEqual(vmOf(node, sandboxId).guest.memory, {});
+      // Its page cache went to the disk first: restored once, synced, captured again.
+      assert.deepEqual(node.agent.syncs, [sandboxId]);
+      await node.orchestrator.kill(sandboxId);
+      assert.deepEqual(await node.leaks(), [], "the flushing VMM and slot went back");
+    });
+
+    it("a timeout pause with keepMemory: false keeps the filesystem only", async (t) => {
+      const node = await startNode(t);
+      const { sandboxId } = await node.orchestrator.create(
+        createInput("base", {
+          timeoutMs: 100,
+          lifecycle: { onTimeout: "pause", autoResume: false, keepMemory: false },
+        }),
+      );
+      await eventually(() => node.orchestrator.get(sandboxId).state === "paused", "paused");
+      assert.equal((await node.catalog.getSandbox(sandboxId))?.config.pausedWithoutMemory, true);
     });
   });
 
