@@ -25,7 +25,7 @@ const ROOT = join(import.meta.dirname, "..", "..", "..");
 const DOMAIN = `${runEnv().networkPrefix}.warren.test`;
 const PLAIN_PORT = 3000;
 /** The flows sdk-flows.ts runs: all must pass (a child that ran none exits 0 too). */
-const FLOWS = 9;
+const FLOWS = 10;
 
 let host: NetnsHost;
 let server: TestServer;
@@ -38,6 +38,8 @@ before(async () => {
     WARREN_DOMAIN: DOMAIN,
     WARREN_TLS_PORT: "443",
     WARREN_POOL_SIZE: "1",
+    // Background metrics every second: a past window of the flows has samples.
+    WARREN_METRICS_INTERVAL_MS: "1000",
   };
   server = await startServerIn(host, env);
   caFile = join(env.WARREN_HOME as string, "tls", "ca.crt");

@@ -216,6 +216,22 @@ describe(`the e2b SDK in ${MODE} mode`, () => {
     );
   });
 
+  it("getMetrics over a past window has the samples taken in the background", async () => {
+    const created = new Date();
+    const sandbox = await create();
+    await new Promise((resolve) => setTimeout(resolve, 4_000));
+    const end = new Date(Date.now() - 1_500);
+    const past = await sandbox.getMetrics({ start: new Date(created.getTime() - 1_000), end });
+    assert.ok(past.length >= 1, `samples in the past window: ${past.length}`);
+    assert.ok(past.every((m) => m.timestamp.getTime() <= end.getTime() + 1_000));
+    assert.ok((past[0]?.memTotal ?? 0) > 0);
+    const before = await sandbox.getMetrics({
+      start: new Date(created.getTime() - 120_000),
+      end: new Date(created.getTime() - 60_000),
+    });
+    assert.deepEqual(before, [], "nothing before the sandbox existed");
+  });
+
   it("an HTTP request resumes a paused sandbox with autoResume", async () => {
     const sandbox = await create({ lifecycle: { onTimeout: "pause", autoResume: true } });
     await sandbox.commands.run("cd /tmp && echo awake > awake && python3 -m http.server 8000", {

@@ -58,10 +58,12 @@ export async function startTestCluster(options: {
   for (let i = 0; i < options.nodes; i++) {
     const node = await startStandInNode(`node${i}`, options.maxSandboxes, options.createCost);
     nodes.push(node);
+    // Room in vCPUs and memory for every sandbox it may hold: the count is what binds.
+    const maxSandboxes = options.maxSandboxes ?? 100;
     cluster.addNode({
       id: node.id,
       url: node.url,
-      capacity: { vcpus: 64, memoryMiB: 65536, maxSandboxes: options.maxSandboxes ?? 100 },
+      capacity: { vcpus: 16 * maxSandboxes, memoryMiB: 16_384 * maxSandboxes, maxSandboxes },
     });
   }
   const start = () =>
