@@ -3,7 +3,7 @@
 // (dist/agent/envd.mjs) with every addon it loads copied beside it in build/Release/, and the
 // server bundle (dist/server/main.mjs) with its own addon likewise.
 import { spawnSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, statSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
@@ -118,3 +118,15 @@ await build({
   packages: "external",
 });
 step(`gateway ready in ${join(root, "dist", "gateway")}`);
+
+step("bundling the warren command");
+const cli = join(root, "dist", "cli", "warren.mjs");
+await build({
+  ...NODE_BUNDLE,
+  entryPoints: [join(root, "src", "cli", "main.ts")],
+  outfile: cli,
+  packages: "external",
+  banner: { js: "#!/usr/bin/env node" },
+});
+chmodSync(cli, 0o755);
+step(`warren command ready: ${cli}`);

@@ -14,7 +14,13 @@ import { assertReady, type SandboxService } from "../orchestrator/index.js";
 import { authenticate } from "../shared/api-key-auth.js";
 import type { ApiContext } from "./api-context.js";
 import { registerCors } from "./cors.js";
-import { formatSchemaErrors, handleError, handleFrameworkError, handleNotFound } from "./errors.js";
+import {
+  formatSchemaErrors,
+  handleError,
+  handleFrameworkError,
+  handleNotFound,
+  reasonOf,
+} from "./errors.js";
 import { checkSandboxId } from "./input.js";
 import { registerHealthRoutes } from "./routes/health.js";
 import { registerLifecycleRoutes } from "./routes/sandbox-lifecycle.js";
@@ -42,6 +48,8 @@ export interface ApiOptions {
   readonly logger?: Logger;
   /** fastify's `serverFactory` (e.g. to share a server with the proxy). */
   readonly serverFactory?: FastifyServerFactory;
+  /** Told of every answer: its status and, for an error, its reason (the node's metrics). */
+  readonly onAnswered?: (status: number, reason: string | undefined) => void;
 }
 
 export const DEFAULT_TIMEOUT_MS = 300_000;
@@ -82,6 +90,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
     };
     if (reply.statusCode >= 500) request.log.warn(fields, "api.request");
     else request.log.debug(fields, "api.request");
+    options.onAnswered?.(reply.statusCode, reasonOf(reply));
   });
   app.setErrorHandler(handleError);
   app.setNotFoundHandler(handleNotFound);

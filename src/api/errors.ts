@@ -83,7 +83,16 @@ function internal(): ErrorJson {
   return { code: 500, message: "internal error", error_code: "internal" };
 }
 
+/** The reason each error answer gave, by its raw response (the response hook reads it). */
+const answeredReasons = new WeakMap<object, string>();
+
+/** The `reason` an answer sent as an error gave, if it was one. */
+export function reasonOf(reply: FastifyReply): string | undefined {
+  return answeredReasons.get(reply.raw);
+}
+
 export function sendError(reply: FastifyReply, body: ErrorJson): FastifyReply {
+  if (body.reason) answeredReasons.set(reply.raw, body.reason);
   const retryAfter = RETRY_AFTER_SECONDS[body.code];
   if (retryAfter !== undefined) reply.header("retry-after", retryAfter);
   return reply.code(body.code).type("application/json; charset=utf-8").send(body);

@@ -409,6 +409,8 @@ export class TemplateBuilds {
       await catalog.putTemplate(templateRow(build, layer));
     }
     for (const tag of build.tags) await this.#pointTag(build, tag, layer);
+    const durationMs = Date.now() - Date.parse(build.createdAt);
+    this.#o.logger.info({ buildId: build.id, name: build.name, durationMs }, "build.ready");
   }
 
   async #pointTag(build: BuildRow, tag: string, layer: TemplateRow): Promise<void> {

@@ -114,7 +114,9 @@ export class Lifecycle {
       }
     });
     const durationMs = Math.round(performance.now() - started);
-    this.#log.info({ sandboxId: row.id, snapshotId, durationMs }, "sandbox.created");
+    // A fork child comes from a one-off capture, a create from a template.
+    const from = template ? "template" : "fork";
+    this.#log.info({ sandboxId: row.id, snapshotId, from, durationMs }, "sandbox.created");
     await this.event(row.id, "sandbox.created", { durationMs, snapshotId });
     return sandboxInfo(live.row);
   }

@@ -30,6 +30,7 @@ import type {
   ListFilter,
   NetworkUpdate,
   NodeLoad,
+  NodeStats,
   PauseOptions,
   ResumeOptions,
   RouteResult,
@@ -96,6 +97,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
   readonly #log: Logger;
   readonly #table = new SandboxTable();
   readonly #pool: WarmPool;
+  readonly #capacity: Capacity;
   readonly #snapshots: SnapshotStore;
   readonly #lifecycle: Lifecycle;
   readonly #forks: Forks;
@@ -110,6 +112,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
     this.#log = options.logger;
     const { catalog, driver, slots, agent, images, layout, logger } = options;
     const capacity = new Capacity(options.limits);
+    this.#capacity = capacity;
     this.#snapshots = new SnapshotStore({
       catalog,
       driver,
@@ -270,6 +273,35 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       .filter((template) => (ready.get(template.snapshotId) ?? 0) > 0)
       .flatMap((template) => [template.id, ...template.aliases]);
     return { sandboxes: live.length, vcpusUsed, memoryMiBUsed, warmTemplates };
+  }
+
+  /** What the node holds now (NodeStats): counted, nothing asked of any guest. */
+  stats(): NodeStats {
+    const sandboxesByState: Record<string, number> = {};
+    const sandboxes: NodeStats["sandboxes"][number][] = [];
+    for (const live of this.#table.values()) {
+      const { row } = live;
+      sandboxesByState[row.state] = (sandboxesByState[row.state] ?? 0) + 1;
+      if (row.state !== "running") continue;
+      const last = live.metrics.at(-1);
+      sandboxes.push({
+        sandboxId: row.id,
+        templateId: row.templateId,
+        ...(last && { cpuUsedPct: last.cpuUsedPct, memUsedBytes: last.memUsed }),
+      });
+    }
+    const { limits, usage } = this.#capacity;
+    return {
+      sandboxesByState,
+      pool: this.#pool.stats,
+      sandboxes,
+      capacity: {
+        maxSandboxes: limits.maxSandboxes,
+        maxVcpus: limits.maxVcpus,
+        maxMemoryMiB: limits.maxMemoryMiB,
+        ...usage,
+      },
+    };
   }
 
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {

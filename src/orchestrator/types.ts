@@ -169,6 +169,30 @@ export interface NodeLoad {
   readonly warmTemplates: readonly string[];
 }
 
+/** What the node holds now, for its Prometheus gauges and the dashboard. */
+export interface NodeStats {
+  /** Sandboxes this node tracks, by catalog state (running, paused, pausing, …). */
+  readonly sandboxesByState: Readonly<Record<string, number>>;
+  /** Warmed VMMs ready, their guest memory, and the templates with a pool. */
+  readonly pool: { readonly ready: number; readonly memoryMiB: number; readonly templates: number };
+  /** Running sandboxes' latest metrics sample (absent until one is taken). */
+  readonly sandboxes: readonly {
+    readonly sandboxId: string;
+    readonly templateId: string;
+    readonly cpuUsedPct?: number;
+    readonly memUsedBytes?: number;
+  }[];
+  /** The node's admission limits and what is reserved of them. */
+  readonly capacity: {
+    readonly maxSandboxes: number;
+    readonly maxVcpus: number;
+    readonly maxMemoryMiB: number;
+    readonly sandboxes: number;
+    readonly vcpus: number;
+    readonly memoryMiB: number;
+  };
+}
+
 export interface ServerStatus {
   /**
    * Only `ready` serves sandboxes; the others answer 503: `starting` (host setup, base

@@ -1,4 +1,5 @@
 import pino from "pino";
+import pretty from "pino-pretty";
 import { loadConfig } from "../shared/config.js";
 import { startNodeServer } from "./node-server.js";
 
@@ -11,7 +12,7 @@ async function main(): Promise<void> {
     process.stderr.write(`warren: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exit(2);
   }
-  const logger = pino({ level: config.logLevel, base: undefined });
+  const logger = pino({ level: config.logLevel, base: undefined }, logOutput(config.logFormat));
   logger.info(
     { config: { ...config, apiKeys: `${config.apiKeys.length} extra` } },
     "server.config",
@@ -33,6 +34,17 @@ async function main(): Promise<void> {
     });
   }
   server.ready.catch(() => process.exit(1));
+}
+
+/**
+ * Where log lines go: stdout, as JSON lines (collectors, journald, the tests), or readable
+ * ones for a person at a terminal (WARREN_LOG_FORMAT, auto: by whether stdout is one).
+ */
+function logOutput(format: "auto" | "pretty" | "json") {
+  const readable = format === "pretty" || (format === "auto" && process.stdout.isTTY === true);
+  return readable
+    ? pretty({ sync: true, colorize: process.stdout.isTTY === true, ignore: "pid,hostname" })
+    : undefined;
 }
 
 void main();

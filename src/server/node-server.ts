@@ -17,6 +17,7 @@ import {
   stateLayout,
 } from "../orchestrator/index.js";
 import { SandboxProxy } from "../proxy/index.js";
+import { authenticate } from "../shared/api-key-auth.js";
 import { type Config, hostResources } from "../shared/config.js";
 import { WarrenError } from "../shared/index.js";
 import { openSharedStore, type SharedStore } from "../store/index.js";
@@ -33,6 +34,7 @@ import { LiveApiKeys, loadApiKeys } from "./api-keys.js";
 import { type Membership, startMembership } from "./cluster-membership.js";
 import { type KilledPurge, startKilledPurge } from "./killed-purge.js";
 import { LateBound } from "./late-bound.js";
+import { NodeMetrics } from "./prometheus.js";
 import { listenTls, type TlsListener } from "./tls-listener.js";
 
 export interface NodeServer {
@@ -79,9 +81,13 @@ export async function startNodeServer(
   });
   let http: Server | undefined;
   let handleApi: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
-  // One port for both: a request with sandbox routing goes to the proxy, the rest to the API.
+  let orchestrator: Orchestrator | undefined;
+  const metrics = new NodeMetrics(() => orchestrator?.stats());
+  // One port for all: a request with sandbox routing goes to the proxy, a scrape to the
+  // metrics, the rest to the API.
   const onRequest = (req: IncomingMessage, res: ServerResponse) => {
     if (proxy.matches(req)) proxy.handleRequest(req, res);
+    else if (isScrape(req)) serveMetrics(req, res, metrics, config, apiKeys.keys);
     else handleApi?.(req, res);
   };
   const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
@@ -97,6 +103,7 @@ export async function startNodeServer(
     defaultTimeoutMs: config.defaultTimeoutMs,
     maxTimeoutMs: config.maxTimeoutMs,
     logger: root.child({ component: "api" }),
+    onAnswered: (status, reason) => metrics.apiAnswered(status, reason),
     serverFactory: (handler) => {
       handleApi = handler;
       http = createServer(onRequest);
@@ -116,7 +123,6 @@ export async function startNodeServer(
   }
   log.info({ url, dataDir: config.dataDir }, "server.listening");
 
-  let orchestrator: Orchestrator | undefined;
   let watchdog: ReturnType<typeof startVmmWatchdog> | undefined;
   let killedPurge: KilledPurge | undefined;
   let cluster: PostgresCluster | undefined;
@@ -208,7 +214,7 @@ export async function startNodeServer(
         minAvailableMiB: config.poolMinAvailableMiB,
       },
       accelerator: { accel: accel.accel, reason: accel.reason },
-      logger: root.child({ component: "orchestrator" }),
+      logger: metrics.observing(root.child({ component: "orchestrator" })),
       shared,
       metricsIntervalMs: config.metricsIntervalMs,
     });
@@ -227,7 +233,7 @@ export async function startNodeServer(
         insecureRegistries: config.insecureRegistries,
       }),
       dir: join(config.dataDir, "builds"),
-      logger: root.child({ component: "builds" }),
+      logger: metrics.observing(root.child({ component: "builds" })),
       uploadLimitBytes: config.buildUploadLimitMiB * 1024 * 1024,
       stepTimeoutMs: config.buildStepTimeoutMs,
       readyTimeoutMs: config.buildReadyTimeoutMs,
@@ -325,4 +331,30 @@ function sharedSnapshots(config: Readonly<Config>, cluster: PostgresCluster) {
     markPublished: (id: string) => cluster.markPublished(id),
     copiesMaxBytes: config.storeCacheMiB * 1024 * 1024,
   };
+}
+
+/** `GET /metrics` of the node itself (a sandbox's own /metrics goes through the proxy). */
+function isScrape(req: IncomingMessage): boolean {
+  return (
+    req.method === "GET" && (req.url === "/metrics" || req.url?.startsWith("/metrics?") === true)
+  );
+}
+
+/** A Prometheus scrape, behind an API key unless WARREN_METRICS_AUTH=none. */
+function serveMetrics(
+  req: IncomingMessage,
+  res: ServerResponse,
+  metrics: NodeMetrics,
+  config: Readonly<Config>,
+  keys: ReadonlySet<string>,
+): void {
+  try {
+    if (config.metricsAuth === "api-key") authenticate(req.headers, keys);
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    res.writeHead(401, { "content-type": "application/json", "www-authenticate": "Bearer" });
+    res.end(JSON.stringify({ code: 401, message }));
+    return;
+  }
+  metrics.handle(req, res).catch(() => res.destroy());
 }

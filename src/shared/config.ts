@@ -454,6 +454,20 @@ const SETTINGS = {
     parse: int(0),
     expects: "an integer ≥ 0",
   },
+  logFormat: {
+    env: "WARREN_LOG_FORMAT",
+    doc: "Log lines: pretty (colored, one readable line per event), json (one JSON object per line, for collectors), or auto: pretty when stdout is a terminal, json otherwise.",
+    default: (): "auto" | "pretty" | "json" => "auto",
+    parse: oneOf("auto", "pretty", "json"),
+    expects: "auto, pretty or json",
+  },
+  metricsAuth: {
+    env: "WARREN_METRICS_AUTH",
+    doc: "Who may scrape GET /metrics (Prometheus): api-key (an API key, as X-API-Key or Authorization: Bearer, which Prometheus' `authorization` sends) or none (anyone who reaches the port).",
+    default: (): "api-key" | "none" => "api-key",
+    parse: oneOf("api-key", "none"),
+    expects: "api-key or none",
+  },
   logLevel: {
     env: "WARREN_LOG_LEVEL",
     doc: "pino log level.",

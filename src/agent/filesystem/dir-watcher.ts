@@ -1,4 +1,4 @@
-import { readdirSync } from "node:fs";
+import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { EventType } from "../../protocol/gen/filesystem/filesystem_pb.js";
 import { WarrenError } from "../../shared/index.js";
@@ -12,11 +12,13 @@ export interface WatchEvent {
 }
 
 /**
- * Most directories one recursive watch follows. The walk is synchronous (events must not be
- * missed between listing and watching), so a watch of `/` (with /proc) would stall envd for
- * many seconds; and inotify watches are a per-user kernel budget.
+ * Most directories one recursive watch follows, and longest its first walk may take. The walk
+ * is synchronous (events must not be missed between listing and watching), so it stalls
+ * envd while it runs: a watch of a large tree on a cold disk would for many seconds. inotify
+ * watches are a per-user kernel budget too.
  */
 const MAX_WATCHED_DIRS = 10_000;
+const MAX_WALK_MS = 3_000;
 
 const WATCH_MASK =
   IN.CREATE |
@@ -57,6 +59,8 @@ export class DirWatcher {
   readonly #dirs = new Map<number, string>();
   #closed = false;
   #starting = true;
+  readonly #started = performance.now();
+  #rootDev: number | undefined;
 
   constructor(root: string, recursive: boolean, onEvent: (event: WatchEvent) => void) {
     this.#root = root;
@@ -86,12 +90,16 @@ export class DirWatcher {
   }
 
   #watchTree(dir: string, announce: boolean): void {
-    if (this.#dirs.size >= MAX_WATCHED_DIRS) {
+    const tooMany = this.#dirs.size >= MAX_WATCHED_DIRS;
+    if (tooMany || (this.#starting && performance.now() - this.#started > MAX_WALK_MS)) {
       // At start the caller hears why; a tree that grows past it later stops being followed.
       if (this.#starting) {
+        const why = tooMany
+          ? `watch more than ${MAX_WATCHED_DIRS} directories`
+          : `take over ${MAX_WALK_MS / 1000} s to set up (${this.#dirs.size} directories so far)`;
         throw new WarrenError(
           "resource_exhausted",
-          `a recursive watch of ${this.#root} would watch more than ${MAX_WATCHED_DIRS} directories: watch a smaller tree`,
+          `a recursive watch of ${this.#root} would ${why}: watch a smaller tree`,
         );
       }
       return;
@@ -116,7 +124,21 @@ export class DirWatcher {
     for (const entry of entries) {
       const child = relativeName(dir, entry.name);
       if (announce) this.#emit(child, EventType.CREATE);
-      if (entry.isDirectory()) this.#watchTree(child, announce);
+      if (entry.isDirectory() && this.#sameFilesystem(child)) this.#watchTree(child, announce);
+    }
+  }
+
+  /**
+   * Whether a subdirectory is on the watched root's filesystem: a recursive watch does not
+   * cross mounts (as `find -xdev`), so a watch of `/` follows the rootfs, not /proc, /sys
+   * or /dev, whose changes inotify does not report anyway.
+   */
+  #sameFilesystem(dir: string): boolean {
+    try {
+      this.#rootDev ??= statSync(this.#root).dev;
+      return statSync(join(this.#root, dir)).dev === this.#rootDev;
+    } catch {
+      return false;
     }
   }
 

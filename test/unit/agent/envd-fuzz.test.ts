@@ -975,7 +975,8 @@ test("envd fuzz finds, fixed: cut-short forms and bad gzip are 400s (not a crash
   assert.match((await start(["a\u0000b"])).body.toString(), /"invalid_argument"/);
   assert.match((await start(["ok"])).body.toString(), /"stdout":"b2sK"/, "echo ok still runs");
   // A recursive watch of / walked the whole tree (/proc, /sys) synchronously: envd answered
-  // nothing for many seconds. Past 10 000 directories it is refused at once.
+  // nothing for many seconds. It stays on the root's filesystem, and past 10 000 directories
+  // (or 3 s of walking, a cold disk) it is refused.
   const started = Date.now();
   const watch = await ask({
     kind: "unary",
@@ -985,6 +986,6 @@ test("envd fuzz finds, fixed: cut-short forms and bad gzip are 400s (not a crash
     body: Buffer.from(JSON.stringify({ path: "/", recursive: true })),
   });
   assert.equal(JSON.parse(watch.body.toString()).code, "resource_exhausted", watch.body.toString());
-  assert.ok(Date.now() - started < 5_000, `refused in ${Date.now() - started} ms`);
+  assert.ok(Date.now() - started < 8_000, `refused in ${Date.now() - started} ms`);
   assert.equal(envd.exitCode, null);
 });

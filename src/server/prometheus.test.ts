@@ -1,0 +1,88 @@
+import assert from "node:assert/strict";
+import { it } from "node:test";
+import type { NodeStats } from "../orchestrator/index.js";
+import { silentLogger } from "../shared/index.js";
+import { NodeMetrics } from "./prometheus.js";
+
+/** `name{labels} value` lines of the text format, by `name{labels}`. */
+function parse(text: string): Map<string, number> {
+  const samples = new Map<string, number>();
+  for (const line of text.split("\n")) {
+    if (line === "" || line.startsWith("#")) continue;
+    const at = line.lastIndexOf(" ");
+    samples.set(line.slice(0, at), Number(line.slice(at + 1)));
+  }
+  return samples;
+}
+
+const STATS: NodeStats = {
+  sandboxesByState: { running: 2, paused: 1 },
+  pool: { ready: 3, memoryMiB: 1536, templates: 1 },
+  sandboxes: [
+    { sandboxId: "abc", templateId: "base", cpuUsedPct: 12.5, memUsedBytes: 64 * 1024 * 1024 },
+    { sandboxId: "def", templateId: "base" },
+  ],
+  capacity: {
+    maxSandboxes: 100,
+    maxVcpus: 32,
+    maxMemoryMiB: 65536,
+    sandboxes: 2,
+    vcpus: 4,
+    memoryMiB: 1024,
+  },
+};
+
+it("counts the operations the orchestrator and builds log, and reads gauges at each scrape", async () => {
+  let stats: NodeStats | undefined;
+  const metrics = new NodeMetrics(() => stats);
+  const log = metrics.observing(silentLogger);
+  log.info({ sandboxId: "abc", from: "template", durationMs: 120 }, "sandbox.created");
+  log.info({ sandboxId: "abc", from: "template", durationMs: 80 }, "sandbox.created");
+  log.info({ sandboxId: "kid", from: "fork", durationMs: 80 }, "sandbox.created");
+  log.info({ sandboxId: "abc", pooled: true }, "sandbox.vm_up");
+  log.info({ sandboxId: "abc", pausedMs: 40 }, "sandbox.paused");
+  log.info({ sandboxId: "abc", count: 4, started: 3, durationMs: 900 }, "sandbox.forked");
+  log.info({ sandboxId: "abc", reason: "lost: the VMM exited (SIGSEGV)" }, "sandbox.killed");
+  log.info({ buildId: "b", durationMs: 42_000 }, "build.ready");
+  log.warn({ buildId: "c" }, "build.failed");
+  log.debug({ sandboxId: "abc", durationMs: 1 }, "sandbox.created"); // debug: not an event
+  metrics.apiAnswered(429, "capacity_exhausted");
+  metrics.apiAnswered(404, "sandbox_not_found");
+  metrics.apiAnswered(200, undefined);
+
+  const empty = parse(await metrics.registry.metrics());
+  assert.equal(empty.get('warren_sandboxes{state="running"}'), undefined, "no orchestrator yet");
+  stats = STATS;
+  const samples = parse(await metrics.registry.metrics());
+  const expect = {
+    'warren_sandbox_operations_total{op="create"}': 2,
+    'warren_sandbox_operations_total{op="pause"}': 1,
+    'warren_sandbox_operations_total{op="fork"}': 1,
+    'warren_sandbox_operations_total{op="kill"}': 1,
+    'warren_sandbox_operation_duration_seconds_count{op="create"}': 2,
+    'warren_sandbox_operation_duration_seconds_sum{op="create"}': 0.2,
+    'warren_sandbox_operation_duration_seconds_bucket{le="0.1",op="create"}': 1,
+    'warren_vm_starts_total{pooled="true"}': 1,
+    'warren_fork_children_total{outcome="started"}': 3,
+    'warren_fork_children_total{outcome="failed"}': 1,
+    'warren_sandbox_ends_total{reason="lost"}': 1,
+    'warren_template_builds_total{status="ready"}': 1,
+    'warren_template_builds_total{status="error"}': 1,
+    warren_template_build_duration_seconds_count: 1,
+    'warren_api_errors_total{status="429",reason="capacity_exhausted"}': 1,
+    'warren_api_errors_total{status="404",reason="sandbox_not_found"}': 1,
+    'warren_sandboxes{state="running"}': 2,
+    'warren_sandboxes{state="paused"}': 1,
+    warren_pool_vms_ready: 3,
+    'warren_capacity{resource="vcpus",kind="limit"}': 32,
+    'warren_sandbox_cpu_used_percent{sandbox_id="abc",template_id="base"}': 12.5,
+    'warren_sandbox_memory_used_bytes{sandbox_id="abc",template_id="base"}': 64 * 1024 * 1024,
+  };
+  for (const [name, value] of Object.entries(expect)) assert.equal(samples.get(name), value, name);
+  assert.equal(
+    samples.get('warren_sandbox_cpu_used_percent{sandbox_id="def",template_id="base"}'),
+    undefined,
+    "no sample yet: no series",
+  );
+  assert.ok(samples.has("warren_process_resident_memory_bytes"), "the server process's own");
+});
