@@ -119,6 +119,31 @@ await build({
 });
 step(`gateway ready in ${join(root, "dist", "gateway")}`);
 
+step("bundling the dashboard");
+const dashboard = join(root, "dist", "dashboard");
+mkdirSync(dashboard, { recursive: true });
+await build({
+  entryPoints: [join(root, "src", "dashboard", "app", "main.ts")],
+  outfile: join(dashboard, "app.js"),
+  bundle: true,
+  platform: "browser",
+  format: "esm",
+  target: "es2022",
+  minify: true,
+  sourcemap: true,
+  legalComments: "none",
+  logLevel: "warning",
+});
+for (const [from, name] of [
+  [join(root, "src", "dashboard", "index.html"), "index.html"],
+  [join(root, "src", "dashboard", "style.css"), "style.css"],
+  [join(root, "node_modules", "@xterm", "xterm", "css", "xterm.css"), "xterm.css"],
+  [join(root, "node_modules", "uplot", "dist", "uPlot.min.css"), "uPlot.min.css"],
+]) {
+  copyFileSync(from, join(dashboard, name));
+}
+step(`dashboard ready in ${dashboard}`);
+
 step("bundling the warren command");
 const cli = join(root, "dist", "cli", "warren.mjs");
 await build({

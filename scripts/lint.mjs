@@ -11,6 +11,7 @@ ensureDeps(root);
 for (const [name, bin, args] of [
   ["biome", "@biomejs/biome/bin/biome", ["check", "."]],
   ["tsc", "typescript/bin/tsc", ["--noEmit"]],
+  ["tsc (dashboard)", "typescript/bin/tsc", ["--noEmit", "-p", "src/dashboard"]],
 ]) {
   process.stderr.write(`lint: ${name}\n`);
   const result = spawnSync(process.execPath, [join(root, "node_modules", bin), ...args], {

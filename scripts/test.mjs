@@ -66,7 +66,8 @@ const testArgs = (files, concurrency) => [
 /**
  * Host tools only the e2e tier uses (a real registry and image tools for the OCI tests;
  * test/helpers/registry.ts checks for them; systemd-analyze and kubectl for the deploy/
- * checks in test/e2e/deploy), installed once from Debian's packages.
+ * checks in test/e2e/deploy; PostgreSQL for the cluster; Chromium for the dashboard),
+ * installed once from Debian's packages.
  * Installing docker-registry does not start its service: policy-rc.d forbids it.
  */
 const E2E_PACKAGES = [
@@ -78,6 +79,9 @@ const E2E_PACKAGES = [
   "systemd",
   "kubernetes-client",
   "postgresql",
+  // The dashboard's browser test (Playwright drives Debian's Chromium), with a font to draw.
+  "chromium",
+  "fonts-liberation",
 ];
 /**
  * Packages whose command may come from another package: a `kubectl` package from another apt

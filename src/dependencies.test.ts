@@ -39,6 +39,8 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   ],
   gateway: ["catalog", "protocol", "shared"],
   cli: ["protocol", "shared"],
+  // Runs in a browser: the generated envd client only.
+  dashboard: ["protocol"],
 };
 
 function sources(dir: string): string[] {

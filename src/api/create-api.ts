@@ -23,6 +23,7 @@ import {
 } from "./errors.js";
 import { checkSandboxId } from "./input.js";
 import { registerHealthRoutes } from "./routes/health.js";
+import { registerNodeRoutes } from "./routes/node.js";
 import { registerLifecycleRoutes } from "./routes/sandbox-lifecycle.js";
 import { registerNetworkRoutes } from "./routes/sandbox-network.js";
 import { registerTelemetryRoutes } from "./routes/sandbox-telemetry.js";
@@ -111,6 +112,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
     registerSnapshotRoutes(api, context);
     registerNetworkRoutes(api, context);
     registerTemplateRoutes(api, context);
+    registerNodeRoutes(api, context);
   });
   return app;
 }

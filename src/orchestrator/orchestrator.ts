@@ -35,6 +35,7 @@ import type {
   ResumeOptions,
   RouteResult,
   SandboxInfo,
+  SandboxLineage,
   SandboxLogEntry,
   SandboxMetric,
   SandboxRouter,
@@ -273,6 +274,44 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       .filter((template) => (ready.get(template.snapshotId) ?? 0) > 0)
       .flatMap((template) => [template.id, ...template.aliases]);
     return { sandboxes: live.length, vcpusUsed, memoryMiBUsed, warmTemplates };
+  }
+
+  /** Where each running or paused sandbox came from, found in the snapshots it stands on. */
+  async lineage(): Promise<SandboxLineage[]> {
+    const { catalog } = this.#o;
+    // Forks of one source share their chains: each snapshot read once per call.
+    const read = new Map<string, ReturnType<typeof catalog.getSnapshot>>();
+    const snapshotOf = (id: string) => {
+      const known = read.get(id);
+      if (known) return known;
+      const row = catalog.getSnapshot(id);
+      read.set(id, row);
+      return row;
+    };
+    const out: SandboxLineage[] = [];
+    for (const live of this.#table.values()) {
+      const { row } = live;
+      if (configOf(row).internal) continue;
+      let found: SandboxLineage = {
+        sandboxId: row.id,
+        templateId: row.templateId,
+        via: "template",
+      };
+      // Its own pauses and fork points first, then what it was started from.
+      let id = row.snapshotId;
+      for (let depth = 0; id && depth < 1_000; depth++) {
+        const snapshot = await snapshotOf(id);
+        if (!snapshot?.sandboxId) break;
+        if (snapshot.sandboxId !== row.id) {
+          const via = snapshot.kind === "fork" || snapshot.kind === "pause" ? "fork" : "snapshot";
+          found = { ...found, parentId: snapshot.sandboxId, via, snapshotId: snapshot.id };
+          break;
+        }
+        id = snapshot.parentId;
+      }
+      out.push(found);
+    }
+    return out;
   }
 
   /** What the node holds now (NodeStats): counted, nothing asked of any guest. */

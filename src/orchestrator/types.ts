@@ -169,6 +169,18 @@ export interface NodeLoad {
   readonly warmTemplates: readonly string[];
 }
 
+/** Where a live sandbox came from (the dashboard's fork trees). */
+export interface SandboxLineage {
+  readonly sandboxId: string;
+  readonly templateId: string;
+  /** The sandbox it was forked from, or whose persistent snapshot it started from. */
+  readonly parentId?: string;
+  /** fork: a child of `parentId`'s fork; snapshot: from its persistent snapshot; template. */
+  readonly via: "fork" | "snapshot" | "template";
+  /** The capture it stands on (a fork's: every child of one fork shares it). */
+  readonly snapshotId?: string;
+}
+
 /** What the node holds now, for its Prometheus gauges and the dashboard. */
 export interface NodeStats {
   /** Sandboxes this node tracks, by catalog state (running, paused, pausing, …). */
@@ -210,6 +222,10 @@ export interface ServerStatus {
 /** Everything the E2B API routes need. */
 export interface SandboxService {
   status(): ServerStatus;
+  /** What the node holds: sandboxes by state, warm pools, capacity (the dashboard's node view). */
+  stats(): NodeStats;
+  /** Where each running or paused sandbox came from (the dashboard's fork trees). */
+  lineage(): Promise<SandboxLineage[]>;
   create(input: CreateSandboxInput): Promise<SandboxInfo>;
   /** Throws not_found for unknown or killed ids. */
   get(sandboxId: string): SandboxInfo;

@@ -28,7 +28,21 @@ export interface Exchange {
    * when nothing listens on the port at the guest's address.
    */
   readonly loopback?: () => Promise<Socket>;
+  /**
+   * Served on the node's own origin (a header- or signature-routed request, not a
+   * `<port>-<id>` Host): the guest's answer must not run as that origin's page, where the
+   * dashboard keeps its API key. Adds `Content-Security-Policy: sandbox` (an opaque origin).
+   */
+  readonly onNodeOrigin: boolean;
 }
+
+/** What a guest's answer served on the node's own origin carries (Exchange.onNodeOrigin). */
+export const NODE_ORIGIN_RESPONSE_HEADERS: readonly string[] = [
+  "Content-Security-Policy",
+  "sandbox",
+  "X-Content-Type-Options",
+  "nosniff",
+];
 
 /** Connection-level failures: nothing listens on the port, or the address is gone. */
 const CONNECT_ERRORS = new Set([

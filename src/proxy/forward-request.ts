@@ -4,6 +4,7 @@ import {
   durationMs,
   type Exchange,
   errorCode,
+  NODE_ORIGIN_RESPONSE_HEADERS,
   onConnected,
   upstreamErrorBody,
   upstreamRequest,
@@ -71,7 +72,9 @@ export function forwardRequest(
         res.writeHead(
           proxyRes.statusCode ?? 502,
           proxyRes.statusMessage,
-          downstreamResponseHeaders(proxyRes.rawHeaders),
+          exchange.onNodeOrigin
+            ? [...downstreamResponseHeaders(proxyRes.rawHeaders), ...NODE_ORIGIN_RESPONSE_HEADERS]
+            : downstreamResponseHeaders(proxyRes.rawHeaders),
         );
       } catch {
         // A head Node refuses to send (a status out of range, say): the sandbox's fault.

@@ -227,6 +227,7 @@ export class SandboxProxy {
       maxResponseHeadBytes: this.#maxResponseHeadBytes,
       logger: this.#logger,
       started,
+      onNodeOrigin: !isSandboxHost(req.headers.host, this.#domain),
       track(cut) {
         connections.open.add(cut);
         return () => connections.open.delete(cut);

@@ -4,10 +4,12 @@ import type {
   ForkResult,
   ListFilter,
   NetworkUpdate,
+  NodeStats,
   PauseOptions,
   ResumeOptions,
   RouteResult,
   SandboxInfo,
+  SandboxLineage,
   SandboxLogEntry,
   SandboxMetric,
   SandboxRouter,
@@ -45,6 +47,12 @@ export class LateBound implements Target {
 
   status(): ServerStatus {
     return this.#target?.status() ?? this.startingStatus();
+  }
+  stats(): NodeStats {
+    return this.#real.stats();
+  }
+  async lineage(): Promise<SandboxLineage[]> {
+    return this.#real.lineage();
   }
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
     return this.#real.create(input);

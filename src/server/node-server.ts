@@ -3,6 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { dirname, join } from "node:path";
 import type { Duplex } from "node:stream";
+import { fileURLToPath } from "node:url";
 import pino, { type Logger } from "pino";
 import { createApi } from "../api/index.js";
 import { registryImages, TemplateBuilds } from "../builds/index.js";
@@ -32,10 +33,14 @@ import {
 } from "../vmm/qemu/index.js";
 import { LiveApiKeys, loadApiKeys } from "./api-keys.js";
 import { type Membership, startMembership } from "./cluster-membership.js";
+import { dashboardFiles } from "./dashboard-files.js";
 import { type KilledPurge, startKilledPurge } from "./killed-purge.js";
 import { LateBound } from "./late-bound.js";
 import { NodeMetrics } from "./prometheus.js";
 import { listenTls, type TlsListener } from "./tls-listener.js";
+
+/** The dashboard's built files (`npm run build`): from the bundle in dist/server or from source. */
+const DASHBOARD_DIR = fileURLToPath(new URL("../../dist/dashboard", import.meta.url));
 
 export interface NodeServer {
   /** Where it listens, e.g. http://127.0.0.1:3000. */
@@ -83,11 +88,13 @@ export async function startNodeServer(
   let handleApi: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
   let orchestrator: Orchestrator | undefined;
   const metrics = new NodeMetrics(() => orchestrator?.stats());
+  const dashboard = config.dashboard === "on" ? dashboardFiles(DASHBOARD_DIR) : undefined;
   // One port for all: a request with sandbox routing goes to the proxy, a scrape to the
-  // metrics, the rest to the API.
+  // metrics, the dashboard's files to it, the rest to the API.
   const onRequest = (req: IncomingMessage, res: ServerResponse) => {
     if (proxy.matches(req)) proxy.handleRequest(req, res);
     else if (isScrape(req)) serveMetrics(req, res, metrics, config, apiKeys.keys);
+    else if (dashboard?.matches(req)) dashboard.serve(req, res).catch(() => res.destroy());
     else handleApi?.(req, res);
   };
   const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {

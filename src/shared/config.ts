@@ -461,6 +461,13 @@ const SETTINGS = {
     parse: oneOf("auto", "pretty", "json"),
     expects: "auto, pretty or json",
   },
+  dashboard: {
+    env: "WARREN_DASHBOARD",
+    doc: "The dashboard at /dashboard/ on WARREN_PORT (its files are public; what it shows needs an API key): on or off.",
+    default: (): "on" | "off" => "on",
+    parse: oneOf("on", "off"),
+    expects: "on or off",
+  },
   metricsAuth: {
     env: "WARREN_METRICS_AUTH",
     doc: "Who may scrape GET /metrics (Prometheus): api-key (an API key, as X-API-Key or Authorization: Bearer, which Prometheus' `authorization` sends) or none (anyone who reaches the port).",

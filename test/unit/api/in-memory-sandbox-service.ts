@@ -15,10 +15,12 @@ import type {
   ForkResult,
   ListFilter,
   NetworkUpdate,
+  NodeStats,
   PauseOptions,
   PublicState,
   ResumeOptions,
   SandboxInfo,
+  SandboxLineage,
   SandboxLogEntry,
   SandboxMetric,
   SandboxService,
@@ -56,6 +58,8 @@ export class InMemorySandboxService implements SandboxService {
   /** Thrown by the next call of that method (then cleared). */
   readonly failures = new Map<keyof SandboxService, Error>();
   readonly maxSandboxes: number;
+  /** Fork children → their source. */
+  readonly forkedFrom = new Map<string, string>();
   readonly maxForkCount: number;
   readonly #idPrefix: string;
   readonly #timers = new Map<string, NodeJS.Timeout>();
@@ -105,6 +109,38 @@ export class InMemorySandboxService implements SandboxService {
 
   status(): ServerStatus {
     return this.serverStatus;
+  }
+
+  stats(): NodeStats {
+    const sandboxesByState: Record<string, number> = {};
+    for (const s of this.sandboxes.values()) {
+      sandboxesByState[s.state] = (sandboxesByState[s.state] ?? 0) + 1;
+    }
+    const running = [...this.sandboxes.values()].filter((s) => s.state === "running");
+    return {
+      sandboxesByState,
+      pool: { ready: 0, memoryMiB: 0, templates: 0 },
+      sandboxes: running.map((s) => ({ sandboxId: s.sandboxId, templateId: s.templateId })),
+      capacity: {
+        maxSandboxes: this.maxSandboxes,
+        maxVcpus: 64,
+        maxMemoryMiB: 65_536,
+        sandboxes: running.length,
+        vcpus: running.reduce((n, s) => n + s.cpuCount, 0),
+        memoryMiB: running.reduce((n, s) => n + s.memoryMiB, 0),
+      },
+    };
+  }
+
+  /** Fork children record their source (`forkedFrom`); the rest came from templates. */
+  async lineage(): Promise<SandboxLineage[]> {
+    return [...this.sandboxes.values()].map((s) => ({
+      sandboxId: s.sandboxId,
+      templateId: s.templateId,
+      ...(this.forkedFrom.has(s.sandboxId)
+        ? { parentId: this.forkedFrom.get(s.sandboxId) as string, via: "fork" as const }
+        : { via: "template" as const }),
+    }));
   }
 
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
@@ -289,17 +325,17 @@ export class InMemorySandboxService implements SandboxService {
       if (i >= here) return { spilled: { snapshotId: `fork-of-${sandboxId}` } };
       try {
         this.reserve();
-        return {
-          sandbox: this.start({
-            templateId: source.templateId,
-            alias: source.alias,
-            metadata: { ...source.metadata, ...input.metadata },
-            timeoutMs: input.timeoutMs ?? 300_000,
-            network: source.network,
-            allowInternetAccess: source.allowInternetAccess,
-            lifecycle: source.lifecycle,
-          }),
-        };
+        const child = this.start({
+          templateId: source.templateId,
+          alias: source.alias,
+          metadata: { ...source.metadata, ...input.metadata },
+          timeoutMs: input.timeoutMs ?? 300_000,
+          network: source.network,
+          allowInternetAccess: source.allowInternetAccess,
+          lifecycle: source.lifecycle,
+        });
+        this.forkedFrom.set(child.sandboxId, sandboxId);
+        return { sandbox: child };
       } catch (err) {
         const error = toWarrenError(err);
         return { error: { reason: error.reason, message: error.message } };

@@ -232,6 +232,67 @@ describe("Orchestrator (on fakes)", () => {
     });
   });
 
+  describe("lineage and stats (the dashboard's fork trees and node view)", () => {
+    it("names each sandbox's source: a fork's parent and capture, a snapshot's sandbox, else its template", async (t) => {
+      const node = await startNode(t, { maxSandboxes: 8 });
+      const { orchestrator } = node;
+      const source = await orchestrator.create(createInput("base"));
+      // The source's own pause and resume do not make it anyone's child.
+      await orchestrator.pause(source.sandboxId);
+      await orchestrator.connect(source.sandboxId, undefined);
+      const children = (await orchestrator.fork(source.sandboxId, { count: 2 })).map((r) =>
+        "sandbox" in r ? r.sandbox : assert.fail("child failed"),
+      );
+      const [first, second] = children as [(typeof children)[0], (typeof children)[0]];
+      const [grandchild] = (await orchestrator.fork(first.sandboxId, { count: 1 })).map((r) =>
+        "sandbox" in r ? r.sandbox : assert.fail("grandchild failed"),
+      );
+      // A child paused after its fork still hangs under its source.
+      await orchestrator.pause(second.sandboxId);
+      const snapshot = await orchestrator.createSnapshot(source.sandboxId, { name: "golden" });
+      const fromSnapshot = await orchestrator.create(createInput("golden"));
+
+      const byId = new Map((await orchestrator.lineage()).map((l) => [l.sandboxId, l]));
+      assert.equal(byId.size, 5, "every sandbox, nothing internal");
+      assert.deepEqual(byId.get(source.sandboxId), {
+        sandboxId: source.sandboxId,
+        templateId: source.templateId,
+        via: "template",
+      });
+      const capture = byId.get(first.sandboxId)?.snapshotId;
+      assert.ok(capture, "a child names its capture");
+      for (const child of [first, second]) {
+        assert.deepEqual(byId.get(child.sandboxId), {
+          sandboxId: child.sandboxId,
+          templateId: child.templateId,
+          via: "fork",
+          parentId: source.sandboxId,
+          snapshotId: capture,
+        });
+      }
+      assert.equal(byId.get(grandchild?.sandboxId ?? "")?.parentId, first.sandboxId);
+      assert.notEqual(byId.get(grandchild?.sandboxId ?? "")?.snapshotId, capture);
+      const { snapshotId: persistent, ...started } = byId.get(fromSnapshot.sandboxId) ?? {};
+      assert.deepEqual(started, {
+        sandboxId: fromSnapshot.sandboxId,
+        templateId: snapshot.templateId,
+        via: "snapshot",
+        parentId: source.sandboxId,
+      });
+      assert.ok(persistent && persistent !== capture, "names the persistent snapshot's capture");
+
+      const stats = orchestrator.stats();
+      assert.deepEqual(stats.sandboxesByState, { running: 4, paused: 1 });
+      assert.deepEqual(
+        stats.sandboxes.map((s) => s.sandboxId).sort(),
+        [source, first, grandchild, fromSnapshot].map((s) => s?.sandboxId).sort(),
+        "the running ones",
+      );
+      assert.equal(stats.capacity.maxSandboxes, 8);
+      assert.ok(stats.capacity.sandboxes >= 4, "the running ones are admitted (and warm VMMs)");
+    });
+  });
+
   describe("VMM crashes", () => {
     it("a VMM dying under a running sandbox loses it, tells the proxy, and frees what it held", async (t) => {
       const node = await startNode(t);

@@ -74,6 +74,23 @@ test("Host routing: <port>-<id>.<domain> reaches that port, path and query kept"
 
   const app = await send(proxyPort, { path: "/", headers: { host: "3000-abc.example.test:80" } });
   assert.equal(app.headers["x-upstream"], "app");
+  assert.equal(app.headers["content-security-policy"], undefined, "the sandbox's own origin");
+});
+
+test("an answer served on the node's own origin (the dashboard's) runs as no origin at all", {
+  timeout: 10_000,
+}, async () => {
+  const res = await send(proxyPort, {
+    path: "/",
+    headers: {
+      host: `localhost:${proxyPort}`,
+      "e2b-sandbox-id": "abc",
+      "e2b-sandbox-port": "3000",
+    },
+  });
+  assert.equal(res.headers["x-upstream"], "app");
+  assert.equal(res.headers["content-security-policy"], "sandbox");
+  assert.equal(res.headers["x-content-type-options"], "nosniff");
 });
 
 test("header routing: e2b-sandbox-id and -port on localhost; routing headers not forwarded", {

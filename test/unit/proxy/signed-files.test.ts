@@ -29,6 +29,8 @@ test("a signed download or upload goes to the sandbox whose token signed it", as
   const got = await send(proxyPort, { path: query(read), headers: { host: "127.0.0.1:3000" } });
   assert.equal(got.status, 200);
   assert.match(got.body, /^beta GET \/files\?path=/);
+  // A guest's file opened from a link must not run as the node's (the dashboard's) page.
+  assert.equal(got.headers["content-security-policy"], "sandbox");
 
   const write = fileSignature("/home/user/a.txt", "write", "root", "token-alpha", 1_900_000_000);
   const put = await send(proxyPort, {
