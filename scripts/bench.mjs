@@ -21,6 +21,7 @@ const BENCHES = {
   load: ["load.ts", true],
   gateway: ["gateway.ts", false],
   "cross-node": ["cross-node.ts", true],
+  observability: ["observability.ts", false],
 };
 
 const name = process.argv[2];

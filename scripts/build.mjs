@@ -131,7 +131,8 @@ await build({
   target: "es2022",
   minify: true,
   sourcemap: true,
-  legalComments: "none",
+  // Served to browsers: the libraries' license notices go with them.
+  legalComments: "eof",
   logLevel: "warning",
 });
 for (const [from, name] of [

@@ -24,9 +24,12 @@ export function parseDuration(text: string): number {
 }
 
 /** `k=v` pairs (repeatable option values) → a record. */
-export function parsePairs(pairs: readonly string[], what: string): Record<string, string> {
+export function parsePairs(
+  pairs: readonly string[] | undefined,
+  what: string,
+): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const pair of pairs) {
+  for (const pair of pairs ?? []) {
     const at = pair.indexOf("=");
     if (at <= 0) throw usage(`${what} ${pair} is not key=value`);
     out[pair.slice(0, at)] = pair.slice(at + 1);

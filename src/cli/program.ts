@@ -1,4 +1,5 @@
 import { Command } from "commander";
+import pkg from "../../package.json" with { type: "json" };
 import { ENVD_VERSION } from "../protocol/index.js";
 import { completionCommand } from "./commands/completion.js";
 import { execCommands } from "./commands/exec.js";
@@ -28,7 +29,7 @@ export function buildProgram(): Program {
   };
   const program = new Command("warren")
     .description("Warren: microVM sandboxes for AI agents, speaking the E2B API")
-    .version(`warren (envd ${ENVD_VERSION})`, "-V, --version")
+    .version(`warren ${pkg.version} (envd ${ENVD_VERSION})`, "-V, --version")
     .option(
       "--url <url>",
       "the server (default: WARREN_URL, else this host's http://127.0.0.1:3000)",

@@ -93,6 +93,11 @@ describe("warren, the command", () => {
       "one word: a command line",
     );
     assert.equal(await ok(["exec", id, "--user", "root", "--", "whoami"]), "root\n");
+    const envs = ["-e", "A=1", "-e", "B=x=y", "--cwd", "/tmp", "--", "echo $A $B $(pwd)"];
+    assert.equal(await ok(["exec", id, ...envs]), "1 x=y /tmp\n", "--env (repeatable), --cwd");
+    const bad = await warren(["exec", id, "-e", "novalue", "--", "true"]);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--env novalue is not key=value/);
   });
 
   it("copies files into and out of a sandbox", async () => {

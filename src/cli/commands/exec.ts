@@ -1,8 +1,9 @@
 import { readFile, writeFile } from "node:fs/promises";
 import type { Command } from "commander";
-import { CommandExitError, Sandbox } from "e2b";
 import { CliError, usage } from "../errors.js";
+import { parsePairs, repeatable } from "../output.js";
 import type { Connect } from "../program.js";
+import { loadSdk } from "../sdk.js";
 
 /** `warren exec`, `warren shell`, `warren cp`: work inside a sandbox. */
 export function execCommands(program: Command, connect: Connect): void {
@@ -10,23 +11,14 @@ export function execCommands(program: Command, connect: Connect): void {
     .command("exec <id> <command...>")
     .description("run a command in a sandbox, streaming its output; exits with its exit code")
     .usage("<id> -- <command...>")
-    .option("-u, --user <name>", "run as this user (default: the sandbox's, user)")
+    .option("-u, --user <name>", "run as this user (default: user, the sandbox's own)")
     .option("-w, --cwd <dir>", "working directory")
-    .option(
-      "-e, --env <key=value>",
-      "environment variable, repeatable",
-      (v: string, p: string[] = []) => [...p, v],
-      [],
-    )
+    .option("-e, --env <key=value>", "environment variable, repeatable", repeatable)
     .action(async (id: string, argv: string[], opts, cmd: Command) => {
       connect(cmd);
+      const { CommandExitError, Sandbox } = await loadSdk();
       const sandbox = await Sandbox.connect(id);
-      const envs: Record<string, string> = {};
-      for (const pair of opts.env as string[]) {
-        const at = pair.indexOf("=");
-        if (at <= 0) throw usage(`--env ${pair} is not key=value`);
-        envs[pair.slice(0, at)] = pair.slice(at + 1);
-      }
+      const envs = parsePairs(opts.env, "--env");
       try {
         // One word is a command line for the shell (`exec id -- "ls | wc -l"`), as with ssh.
         const line = argv.length === 1 ? (argv[0] as string) : shellJoin(argv);
@@ -55,6 +47,7 @@ export function execCommands(program: Command, connect: Connect): void {
     .option("-u, --user <name>", "log in as this user")
     .action(async (id: string, opts, cmd: Command) => {
       connect(cmd);
+      const { CommandExitError, Sandbox } = await loadSdk();
       const sandbox = await Sandbox.connect(id);
       const stdin = process.stdin;
       const size = () => ({ cols: process.stdout.columns || 80, rows: process.stdout.rows || 24 });
@@ -68,8 +61,12 @@ export function execCommands(program: Command, connect: Connect): void {
       });
       const raw = stdin.isTTY === true;
       if (raw) stdin.setRawMode(true);
+      // One write at a time: sent at once, keystrokes can arrive out of order.
+      let sending = Promise.resolve();
       const onInput = (chunk: Buffer) => {
-        void sandbox.pty.sendInput(terminal.pid, new Uint8Array(chunk)).catch(() => {});
+        sending = sending
+          .then(() => sandbox.pty.sendInput(terminal.pid, new Uint8Array(chunk)))
+          .catch(() => {});
       };
       const onResize = () => {
         void sandbox.pty.resize(terminal.pid, size()).catch(() => {});
@@ -95,6 +92,7 @@ export function execCommands(program: Command, connect: Connect): void {
     .description("copy a file into or out of a sandbox: a sandbox path is <id>:<path>")
     .action(async (source: string, destination: string, _opts, cmd: Command) => {
       connect(cmd);
+      const { Sandbox } = await loadSdk();
       const from = remote(source);
       const to = remote(destination);
       if (from && to)

@@ -1,8 +1,8 @@
 import type { Command } from "commander";
-import { Sandbox } from "e2b";
 import { CliError, usage } from "../errors.js";
 import { printJson } from "../output.js";
 import type { Connect } from "../program.js";
+import { loadSdk } from "../sdk.js";
 
 /** `warren fork`, `warren snapshot`. */
 export function forkCommands(program: Command, connect: Connect): void {
@@ -16,6 +16,7 @@ export function forkCommands(program: Command, connect: Connect): void {
       const count = Number(opts.count);
       if (!Number.isInteger(count) || count < 1)
         throw usage(`--count ${opts.count} is not a number ≥ 1`);
+      const { Sandbox } = await loadSdk();
       const source = await Sandbox.connect(id);
       const results = await source.fork({ count });
       const summary = results.map((r) =>
@@ -36,6 +37,7 @@ export function forkCommands(program: Command, connect: Connect): void {
     .option("--json", "print the snapshot as JSON")
     .action(async (id: string, opts, cmd: Command) => {
       connect(cmd);
+      const { Sandbox } = await loadSdk();
       const snapshot = await Sandbox.createSnapshot(id, opts.name ? { name: opts.name } : {});
       if (opts.json) printJson(snapshot);
       else process.stdout.write(`${snapshot.snapshotId}\n`);

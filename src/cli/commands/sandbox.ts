@@ -1,9 +1,10 @@
 import type { Command } from "commander";
-import { Sandbox, type SandboxInfo } from "e2b";
+import type { SandboxInfo } from "e2b";
 import { api, type Connection } from "../context.js";
 import { CliError } from "../errors.js";
 import { age, parseDuration, parsePairs, printJson, printTable, repeatable } from "../output.js";
 import type { Connect } from "../program.js";
+import { loadSdk } from "../sdk.js";
 
 interface LogEntry {
   timestamp: string;
@@ -20,10 +21,11 @@ export function sandboxCommands(program: Command, connect: Connect): void {
     .command("create [template]")
     .description("create a sandbox (template default: base) and print its id")
     .option("-t, --timeout <duration>", "how long it lives without a connect (e.g. 5m, 1h)", "5m")
-    .option("-m, --metadata <key=value>", "metadata, repeatable", repeatable, [])
+    .option("-m, --metadata <key=value>", "metadata, repeatable", repeatable)
     .option("--json", "print the sandbox as JSON")
     .action(async (template: string | undefined, opts, cmd: Command) => {
       connect(cmd);
+      const { Sandbox } = await loadSdk();
       const created = await Sandbox.create(template ?? "base", {
         timeoutMs: parseDuration(opts.timeout),
         metadata: parsePairs(opts.metadata, "--metadata"),
@@ -37,12 +39,7 @@ export function sandboxCommands(program: Command, connect: Connect): void {
     .alias("list")
     .description("list running and paused sandboxes, oldest first")
     .option("-s, --state <states>", "running, paused or both (comma-separated)", "running,paused")
-    .option(
-      "-m, --metadata <key=value>",
-      "only those with this metadata, repeatable",
-      repeatable,
-      [],
-    )
+    .option("-m, --metadata <key=value>", "only those with this metadata, repeatable", repeatable)
     .option("--json", "print them as JSON")
     .action(async (opts, cmd: Command) => {
       connect(cmd);
@@ -70,6 +67,7 @@ export function sandboxCommands(program: Command, connect: Connect): void {
     .option("--json", "print it as JSON")
     .action(async (id: string, opts, cmd: Command) => {
       connect(cmd);
+      const { Sandbox } = await loadSdk();
       const info = await Sandbox.getInfo(id);
       if (opts.json) return printJson(info);
       printTable(
@@ -93,6 +91,7 @@ export function sandboxCommands(program: Command, connect: Connect): void {
     .option("--no-memory", "keep the filesystem only: the resume boots afresh")
     .action(async (id: string, opts, cmd: Command) => {
       connect(cmd);
+      const { Sandbox } = await loadSdk();
       const paused = await Sandbox.pause(id, { keepMemory: opts.memory });
       if (!paused) throw new CliError(`sandbox ${id} is already paused`);
     });
@@ -103,6 +102,7 @@ export function sandboxCommands(program: Command, connect: Connect): void {
     .option("-t, --timeout <duration>", "how long it lives from now", "5m")
     .action(async (id: string, opts, cmd: Command) => {
       connect(cmd);
+      const { Sandbox } = await loadSdk();
       await Sandbox.connect(id, { timeoutMs: parseDuration(opts.timeout) });
     });
 
@@ -112,6 +112,7 @@ export function sandboxCommands(program: Command, connect: Connect): void {
     .description("kill sandboxes (their files and snapshots go)")
     .action(async (ids: string[], _opts, cmd: Command) => {
       connect(cmd);
+      const { Sandbox } = await loadSdk();
       for (const id of ids) {
         if (!(await Sandbox.kill(id))) throw new CliError(`sandbox ${id} not found`);
       }
@@ -152,6 +153,7 @@ export async function listSandboxes(
     if (s !== "running" && s !== "paused")
       throw new CliError(`--state ${s} is neither running nor paused`, 2);
   }
+  const { Sandbox } = await loadSdk();
   const paginator = Sandbox.list({ query: { state, metadata } });
   const all: SandboxInfo[] = [];
   while (paginator.hasNext) all.push(...(await paginator.nextItems()));

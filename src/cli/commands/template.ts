@@ -1,11 +1,11 @@
 import { readFile } from "node:fs/promises";
 import { dirname, resolve } from "node:path";
 import type { Command } from "commander";
-import { Template } from "e2b";
 import { api } from "../context.js";
 import { CliError, usage } from "../errors.js";
 import { age, printJson, printTable, repeatable } from "../output.js";
 import type { Connect } from "../program.js";
+import { loadSdk } from "../sdk.js";
 
 /** What `GET /templates` answers of each template (E2B's Template). */
 interface TemplateSummary {
@@ -32,7 +32,7 @@ export function templateCommands(program: Command, connect: Connect): void {
       "Dockerfile",
     )
     .requiredOption("--name <name>", "the template's name (sandboxes are created from it)")
-    .option("--tag <tag>", "a tag of this build, repeatable (default: default)", repeatable, [])
+    .option("--tag <tag>", "a tag of this build, repeatable (default: default)", repeatable)
     .option("--cpu <n>", "vCPUs of its sandboxes")
     .option("--memory <mib>", "memory of its sandboxes, MiB")
     .option("--no-cache", "run every step again")
@@ -42,12 +42,13 @@ export function templateCommands(program: Command, connect: Connect): void {
       const dockerfile = await readFile(file, "utf8").catch((err: NodeJS.ErrnoException) => {
         throw usage(`cannot read ${opts.file}: ${err.code}`);
       });
+      const { Template } = await loadSdk();
       const started = Date.now();
       const built = await Template.build(
         Template({ fileContextPath: dirname(file) }).fromDockerfile(dockerfile),
         opts.name,
         {
-          ...(opts.tag.length > 0 && { tags: opts.tag }),
+          ...(opts.tag && { tags: opts.tag as string[] }),
           ...(opts.cpu && { cpuCount: Number(opts.cpu) }),
           ...(opts.memory && { memoryMB: Number(opts.memory) }),
           skipCache: opts.cache === false,
