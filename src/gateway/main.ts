@@ -1,7 +1,7 @@
 import pino from "pino";
-import pretty from "pino-pretty";
 import { PostgresCluster } from "../catalog/index.js";
 import { loadConfig } from "../shared/config.js";
+import { logDestination } from "../shared/log-destination.js";
 import { startGateway } from "./gateway.js";
 
 /**
@@ -24,14 +24,9 @@ async function main(): Promise<void> {
     process.stderr.write(`warren gateway: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exit(2);
   }
-  // Readable lines for a person at a terminal, JSON lines otherwise (WARREN_LOG_FORMAT).
-  const readable =
-    config.logFormat === "pretty" || (config.logFormat === "auto" && process.stdout.isTTY);
   const logger = pino(
     { level: config.logLevel, base: undefined },
-    readable
-      ? pretty({ sync: true, colorize: process.stdout.isTTY, ignore: "pid,hostname" })
-      : undefined,
+    logDestination(config.logFormat),
   );
   const cluster = await PostgresCluster.open({ connectionString: config.databaseUrl });
   const keys = new Set(config.apiKeys);

@@ -6,6 +6,7 @@
  */
 
 import type { TemplateRow } from "../catalog/index.js";
+import type { NodeView } from "../protocol/index.js";
 import type { ErrorReason } from "../shared/index.js";
 
 /** The two states the E2B API knows. */
@@ -181,29 +182,11 @@ export interface SandboxLineage {
   readonly snapshotId?: string;
 }
 
-/** What the node holds now, for its Prometheus gauges and the dashboard. */
-export interface NodeStats {
-  /** Sandboxes this node tracks, by catalog state (running, paused, pausing, …). */
-  readonly sandboxesByState: Readonly<Record<string, number>>;
-  /** Warmed VMMs ready, their guest memory, and the templates with a pool. */
-  readonly pool: { readonly ready: number; readonly memoryMiB: number; readonly templates: number };
-  /** Running sandboxes' latest metrics sample (absent until one is taken). */
-  readonly sandboxes: readonly {
-    readonly sandboxId: string;
-    readonly templateId: string;
-    readonly cpuUsedPct?: number;
-    readonly memUsedBytes?: number;
-  }[];
-  /** The node's admission limits and what is reserved of them. */
-  readonly capacity: {
-    readonly maxSandboxes: number;
-    readonly maxVcpus: number;
-    readonly maxMemoryMiB: number;
-    readonly sandboxes: number;
-    readonly vcpus: number;
-    readonly memoryMiB: number;
-  };
-}
+/**
+ * What the node holds now, for its Prometheus gauges, the dashboard and `warren top`: the
+ * body of `GET /node` (protocol's NodeView) but the server's own status.
+ */
+export type NodeStats = Omit<NodeView, "status" | "accelerator">;
 
 export interface ServerStatus {
   /**

@@ -1,6 +1,6 @@
 import pino from "pino";
-import pretty from "pino-pretty";
 import { loadConfig } from "../shared/config.js";
+import { logDestination } from "../shared/log-destination.js";
 import { startNodeServer } from "./node-server.js";
 
 /** `npm start` runs this (bundled as dist/server/main.mjs) once the host is set up. */
@@ -12,7 +12,10 @@ async function main(): Promise<void> {
     process.stderr.write(`warren: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exit(2);
   }
-  const logger = pino({ level: config.logLevel, base: undefined }, logOutput(config.logFormat));
+  const logger = pino(
+    { level: config.logLevel, base: undefined },
+    logDestination(config.logFormat),
+  );
   logger.info(
     { config: { ...config, apiKeys: `${config.apiKeys.length} extra` } },
     "server.config",
@@ -34,17 +37,6 @@ async function main(): Promise<void> {
     });
   }
   server.ready.catch(() => process.exit(1));
-}
-
-/**
- * Where log lines go: stdout, as JSON lines (collectors, journald, the tests), or readable
- * ones for a person at a terminal (WARREN_LOG_FORMAT, auto: by whether stdout is one).
- */
-function logOutput(format: "auto" | "pretty" | "json") {
-  const readable = format === "pretty" || (format === "auto" && process.stdout.isTTY === true);
-  return readable
-    ? pretty({ sync: true, colorize: process.stdout.isTTY === true, ignore: "pid,hostname" })
-    : undefined;
 }
 
 void main();

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from "fastify";
+import type { NodeView } from "../../protocol/index.js";
 import type { ApiContext } from "../api-context.js";
 
 /**
@@ -7,7 +8,7 @@ import type { ApiContext } from "../api-context.js";
  * `GET /lineage`, where each running or paused sandbox came from (fork trees).
  */
 export function registerNodeRoutes(app: FastifyInstance, { service }: ApiContext): void {
-  app.get("/node", async () => {
+  app.get("/node", async (): Promise<NodeView> => {
     const status = service.status();
     return { status: status.phase, accelerator: status.accelerator ?? null, ...service.stats() };
   });

@@ -1,5 +1,6 @@
 import type { Command } from "commander";
-import type { Connection } from "../context.js";
+import type { NodeView } from "../../protocol/index.js";
+import { api, type Connection } from "../context.js";
 import { age, mebibytes, parseDuration, printTable } from "../output.js";
 import type { Connect } from "../program.js";
 import { listSandboxes } from "./sandbox.js";
@@ -47,57 +48,39 @@ export function topCommand(program: Command, connect: Connect): void {
 
 /** Reads everything first, so the screen is redrawn at once (no flicker). */
 async function render(connection: Connection): Promise<() => void> {
-  const [sandboxes, samples] = await Promise.all([
+  const [sandboxes, node] = await Promise.all([
     listSandboxes("running,paused", {}),
-    scrape(connection),
+    // A gateway has no node of its own to show.
+    api<NodeView>(connection, "GET", "/node").catch(() => undefined),
   ]);
-  const gauge = (name: string, labels = "") => samples?.get(labels ? `${name}{${labels}}` : name);
-  const per = (name: string, id: string) =>
-    [...(samples?.entries() ?? [])].find(([k]) => k.startsWith(`${name}{sandbox_id="${id}"`))?.[1];
+  const sampled = new Map(node?.sandboxes.map((s) => [s.sandboxId, s]));
   return () => {
     const now = new Date().toISOString().replace("T", " ").slice(0, 19);
     process.stdout.write(`warren top  ${connection.url}  ${now}  (q to quit)\n`);
-    if (samples) {
-      const used = (r: string) => gauge("warren_capacity", `resource="${r}",kind="used"`) ?? 0;
-      const limit = (r: string) => gauge("warren_capacity", `resource="${r}",kind="limit"`) ?? 0;
+    if (node) {
+      const c = node.capacity;
       process.stdout.write(
-        `node  sandboxes ${used("sandboxes")}/${limit("sandboxes")}  vCPUs ${used("vcpus")}/${limit("vcpus")}  ` +
-          `memory ${used("memory_mib")}/${limit("memory_mib")} MiB  warm VMMs ${gauge("warren_pool_vms_ready") ?? 0}\n\n`,
+        `node  sandboxes ${c.sandboxes}/${c.maxSandboxes}  vCPUs ${c.vcpus}/${c.maxVcpus}  ` +
+          `memory ${c.memoryMiB}/${c.maxMemoryMiB} MiB  warm VMMs ${node.pool.ready}\n\n`,
       );
     } else {
-      process.stdout.write("node  (no /metrics here: a gateway, or WARREN_METRICS_AUTH)\n\n");
+      process.stdout.write("node  (no node totals here: a gateway?)\n\n");
     }
     printTable(
       ["ID", "TEMPLATE", "STATE", "AGE", "CPU%", "MEMORY", "VCPUS", "MEMORY MAX"],
       sandboxes.map((s) => {
-        const cpu = per("warren_sandbox_cpu_used_percent", s.sandboxId);
-        const mem = per("warren_sandbox_memory_used_bytes", s.sandboxId);
+        const sample = sampled.get(s.sandboxId);
         return [
           s.sandboxId,
           s.name ?? s.templateId,
           s.state,
           age(s.startedAt),
-          cpu === undefined ? "-" : cpu.toFixed(1),
-          mebibytes(mem),
+          sample?.cpuUsedPct === undefined ? "-" : sample.cpuUsedPct.toFixed(1),
+          mebibytes(sample?.memUsedBytes),
           String(s.cpuCount),
           `${s.memoryMB}Mi`,
         ];
       }),
     );
   };
-}
-
-/** The node's Prometheus samples (`name{labels}` → value), or undefined when it has none. */
-async function scrape(connection: Connection): Promise<Map<string, number> | undefined> {
-  const res = await fetch(`${connection.url}/metrics`, {
-    headers: { "x-api-key": connection.apiKey },
-  }).catch(() => undefined);
-  if (!res?.ok) return undefined;
-  const samples = new Map<string, number>();
-  for (const line of (await res.text()).split("\n")) {
-    if (line === "" || line.startsWith("#")) continue;
-    const at = line.lastIndexOf(" ");
-    samples.set(line.slice(0, at), Number(line.slice(at + 1)));
-  }
-  return samples;
 }

@@ -115,21 +115,6 @@ export interface Lineage {
   snapshotId?: string;
 }
 
-export interface NodeView {
-  status: string;
-  accelerator: string | null;
-  sandboxesByState: Record<string, number>;
-  pool: { ready: number; memoryMiB: number; templates: number };
-  capacity: {
-    maxSandboxes: number;
-    maxVcpus: number;
-    maxMemoryMiB: number;
-    sandboxes: number;
-    vcpus: number;
-    memoryMiB: number;
-  };
-}
-
 export interface TemplateSummary {
   templateID: string;
   names: string[];

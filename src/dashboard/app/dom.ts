@@ -12,6 +12,20 @@ export function el(
   return node;
 }
 
+/** A table with these column headings over `body` (its rows). */
+export function table(headings: readonly string[], body: HTMLElement): HTMLElement {
+  return el("table", {}, [
+    el("thead", {}, [
+      el(
+        "tr",
+        {},
+        headings.map((h) => el("th", {}, [h])),
+      ),
+    ]),
+    body,
+  ]);
+}
+
 /** An id from the URL, reduced to the characters ids have. */
 export function idFromUrl(text: string): string {
   return text.replace(/[^a-z0-9]/g, "");

@@ -1,3 +1,4 @@
+import type { NodeView } from "../../protocol/node-view.js";
 import {
   ApiError,
   apiKey,
@@ -9,14 +10,13 @@ import {
   type ListedSandbox,
   type LogEntry,
   type Metric,
-  type NodeView,
   type SandboxDetail,
   setApiKey,
   type TemplateDetail,
   type TemplateSummary,
 } from "./api.js";
 import { MetricCharts } from "./charts.js";
-import { el, idFromUrl, since } from "./dom.js";
+import { el, idFromUrl, since, table } from "./dom.js";
 import { openTerminal } from "./terminal.js";
 
 /**
@@ -162,18 +162,7 @@ function sandboxesView(): () => void {
   layout(
     "sandboxes",
     "Sandboxes",
-    el("table", {}, [
-      el("thead", {}, [
-        el(
-          "tr",
-          {},
-          ["ID", "Template", "State", "Age", "vCPUs", "Memory", "Metadata"].map((h) =>
-            el("th", {}, [h]),
-          ),
-        ),
-      ]),
-      body,
-    ]),
+    table(["ID", "Template", "State", "Age", "vCPUs", "Memory", "Metadata"], body),
   );
   return every(async () => {
     const { items: list, more } = await listSandboxes();
@@ -307,15 +296,18 @@ function forksView(): () => void {
     const state = new Map(sandboxes.map((s) => [s.sandboxID, s.state]));
     const children = new Map<string, Lineage[]>();
     const known = new Set(lineage.map((l) => l.sandboxId));
-    const roots: Lineage[] = [];
-    // A parent that is gone still heads its children's tree.
+    const roots = new Map<string, Lineage>();
     for (const l of lineage) {
-      if (!l.parentId) roots.push(l);
-      else {
-        children.set(l.parentId, [...(children.get(l.parentId) ?? []), l]);
-        if (!known.has(l.parentId) && !roots.some((r) => r.sandboxId === l.parentId)) {
-          roots.push({ sandboxId: l.parentId, templateId: l.templateId, via: "template" });
-        }
+      if (!l.parentId) {
+        roots.set(l.sandboxId, l);
+        continue;
+      }
+      const siblings = children.get(l.parentId);
+      if (siblings) siblings.push(l);
+      else children.set(l.parentId, [l]);
+      // A parent that is gone still heads its children's tree.
+      if (!known.has(l.parentId) && !roots.has(l.parentId)) {
+        roots.set(l.parentId, { sandboxId: l.parentId, templateId: l.templateId, via: "template" });
       }
     }
     const tree = (node: Lineage): HTMLElement => {
@@ -338,13 +330,12 @@ function forksView(): () => void {
       ]);
     };
     // Trees with forks first, then lone sandboxes.
-    roots.sort(
-      (a, b) => (children.get(b.sandboxId)?.length ?? 0) - (children.get(a.sandboxId)?.length ?? 0),
-    );
+    const forks = (l: Lineage) => children.get(l.sandboxId)?.length ?? 0;
+    const sorted = [...roots.values()].sort((a, b) => forks(b) - forks(a));
     forest.replaceChildren(
-      roots.length === 0
+      sorted.length === 0
         ? el("p", { class: "muted" }, ["No sandboxes yet."])
-        : el("ul", { class: "tree" }, roots.map(tree)),
+        : el("ul", { class: "tree" }, sorted.map(tree)),
     );
   });
 }
@@ -359,16 +350,7 @@ function templatesView(): () => void {
   layout(
     "templates",
     "Templates",
-    el("table", {}, [
-      el("thead", {}, [
-        el(
-          "tr",
-          {},
-          ["ID", "Names", "Status", "Builds", "Shape", "Created"].map((h) => el("th", {}, [h])),
-        ),
-      ]),
-      body,
-    ]),
+    table(["ID", "Names", "Status", "Builds", "Shape", "Created"], body),
     heading,
     buildList,
     log,
@@ -387,12 +369,12 @@ function templatesView(): () => void {
     if (busy) return;
     busy = true;
     try {
-      await show();
+      await render();
     } finally {
       busy = false;
     }
   };
-  const show = async () => {
+  const render = async () => {
     const templates = await get<TemplateSummary[]>("/templates");
     body.replaceChildren(
       ...templates.map((t) =>
