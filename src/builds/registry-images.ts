@@ -1,4 +1,4 @@
-import { pullImage, type RegistryEndpointOptions } from "../images/index.js";
+import { pullImage, type RegistryEndpointOptions } from "../oci-images/index.js";
 import type { ImageSource, PulledImage } from "./types.js";
 
 /**

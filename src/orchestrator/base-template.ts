@@ -1,7 +1,7 @@
 import { access, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Catalog, TemplateRow } from "../catalog/index.js";
-import type { GuestArtifacts } from "../images/index.js";
+import type { GuestArtifacts } from "../host-setup/index.js";
 import { type SlotPool, TAP_NAME } from "../network/index.js";
 import { GATEWAY_ADDRESS, GUEST_ADDRESS } from "../protocol/index.js";
 import { crashPoint } from "../shared/crash-point.js";

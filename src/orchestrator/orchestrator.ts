@@ -1,5 +1,5 @@
 import type { Catalog, SnapshotFileRecord, TemplateRow } from "../catalog/index.js";
-import type { GuestArtifacts } from "../images/index.js";
+import type { GuestArtifacts } from "../host-setup/index.js";
 import { type SlotPool, validateEgressPolicy } from "../network/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { MachineShape, VmmDriver } from "../vmm/index.js";

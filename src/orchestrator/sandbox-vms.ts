@@ -1,6 +1,6 @@
 import { rm } from "node:fs/promises";
 import type { Catalog, SandboxRow } from "../catalog/index.js";
-import type { GuestArtifacts } from "../images/index.js";
+import type { GuestArtifacts } from "../host-setup/index.js";
 import { type EgressPolicy, type Slot, type SlotPool, sameEgressPolicy } from "../network/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, WarrenError } from "../shared/index.js";

@@ -11,7 +11,7 @@ import { appendFile, open, readdir, readFile, readlink, rmdir, stat } from "node
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
-import type { GuestArtifacts } from "../../../src/images/index.js";
+import type { GuestArtifacts } from "../../../src/host-setup/index.js";
 import { NetnsSlotPool, type NetworkSlot } from "../../../src/network/index.js";
 import {
   type SnapshotFile,

@@ -10,7 +10,7 @@ import { mkdir, readdir, readFile, readlink, rename, stat } from "node:fs/promis
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
-import type { GuestArtifacts } from "../../../src/images/index.js";
+import type { GuestArtifacts } from "../../../src/host-setup/index.js";
 import { NetnsSlotPool, type NetworkSlot } from "../../../src/network/index.js";
 import {
   type SnapshotFile,
