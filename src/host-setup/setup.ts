@@ -6,7 +6,7 @@ import { WarrenError } from "../shared/index.js";
 import { agentDriveSpec } from "./agent-drive.js";
 import { Apt } from "./apt.js";
 import { debianMirrors, hostAptSources } from "./apt-sources.js";
-import { type ArtifactSpec, ArtifactStore } from "./artifact-store.js";
+import { type ArtifactSpec, ArtifactStore } from "./artifact-builds.js";
 import { baseRootfsSpec } from "./base-rootfs.js";
 import { CommandRunner } from "./command.js";
 import { DEBIAN_ARCH, DEBIAN_SUITE, DEBOOTSTRAP_VARIANT, debootstrapSpec } from "./debootstrap.js";

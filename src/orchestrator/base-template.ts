@@ -10,7 +10,7 @@ import { type MachineShape, SnapshotMismatchError, type VmmDriver } from "../vmm
 import type { GuestAgent } from "./guest-agent.js";
 import { newId } from "./ids.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
-import type { SnapshotStore } from "./snapshot-store.js";
+import type { SnapshotStore } from "./snapshots.js";
 import { type GuestSpecInput, guestSpec } from "./vm-spec.js";
 
 export const BASE_TEMPLATE = "base";

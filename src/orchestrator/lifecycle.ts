@@ -10,7 +10,7 @@ import { egressPolicyOf } from "./network-config.js";
 import type { SandboxTable } from "./sandbox-table.js";
 import type { SandboxVms } from "./sandbox-vms.js";
 import { type Permit, Semaphore } from "./semaphore.js";
-import type { SnapshotStore } from "./snapshot-store.js";
+import type { SnapshotStore } from "./snapshots.js";
 import { TtlTimers } from "./ttl-timers.js";
 import type { PauseOptions, ResumeOptions, SandboxInfo } from "./types.js";
 import type { PoolTemplate, WarmPool, WarmVm } from "./warm-pool.js";

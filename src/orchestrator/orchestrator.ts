@@ -18,8 +18,8 @@ import { recoverLeftovers } from "./recovery.js";
 import { type RoutingOptions, routeSandbox } from "./routing.js";
 import { requireState, SandboxTable } from "./sandbox-table.js";
 import { SandboxVms } from "./sandbox-vms.js";
-import { type SharedSnapshots, SnapshotStore } from "./snapshot-store.js";
 import { templateStart } from "./snapshot-templates.js";
+import { type SharedSnapshots, SnapshotStore } from "./snapshots.js";
 import { metricsWithin, sandboxLogs, takeMetricsSample } from "./telemetry.js";
 import { findTemplate } from "./templates.js";
 import type {

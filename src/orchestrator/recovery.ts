@@ -3,7 +3,7 @@ import type { Catalog, SandboxRow } from "../catalog/index.js";
 import type { Logger } from "../shared/index.js";
 import type { VmmDriver } from "../vmm/index.js";
 import type { StateLayout } from "./layout.js";
-import type { SnapshotStore } from "./snapshot-store.js";
+import type { SnapshotStore } from "./snapshots.js";
 
 export interface RecoveryOptions {
   readonly catalog: Catalog;

@@ -14,7 +14,7 @@ import { promisify } from "node:util";
 import pino from "pino";
 import { PostgresCatalog, PostgresCluster } from "../../../src/catalog/index.js";
 import { type StateLayout, stateLayout } from "../../../src/orchestrator/layout.js";
-import { SnapshotStore } from "../../../src/orchestrator/snapshot-store.js";
+import { SnapshotStore } from "../../../src/orchestrator/snapshots.js";
 import { FsSharedStore } from "../../../src/store/index.js";
 import { QemuDriver } from "../../../src/vmm/qemu/index.js";
 import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";

@@ -10,7 +10,7 @@ import {
   EnvdClient,
   METRICS_TIMEOUT_MS,
   parseMetrics,
-} from "../../../src/orchestrator/envd-client.js";
+} from "../../../src/orchestrator/envd-guest-agent.js";
 import { WarrenError } from "../../../src/shared/index.js";
 import { failsWithin, HostileEnvd, type HostileMode } from "../../helpers/hostile-envd.js";
 

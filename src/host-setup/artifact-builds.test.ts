@@ -13,7 +13,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, beforeEach, describe, it } from "node:test";
-import { type ArtifactSpec, ArtifactStore } from "./artifact-store.js";
+import { type ArtifactSpec, ArtifactStore } from "./artifact-builds.js";
 import { CommandRunner } from "./command.js";
 import { FileHashCache } from "./file-hash.js";
 import { imagesLayout } from "./layout.js";

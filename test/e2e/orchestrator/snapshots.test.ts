@@ -16,7 +16,7 @@ import { promisify } from "node:util";
 import pino from "pino";
 import { type SandboxRow, SqliteCatalog } from "../../../src/catalog/index.js";
 import { stateLayout } from "../../../src/orchestrator/layout.js";
-import { SnapshotStore } from "../../../src/orchestrator/snapshot-store.js";
+import { SnapshotStore } from "../../../src/orchestrator/snapshots.js";
 import { QemuDriver } from "../../../src/vmm/qemu/index.js";
 import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";
 import { diskOf } from "../../../src/vmm/qemu/snapshot-chain.js";
