@@ -4,7 +4,7 @@ import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/p
 import { join } from "node:path";
 import { CommandRunner, formatDuration, makeExt4Image } from "../host-setup/index.js";
 import { WarrenError } from "../shared/index.js";
-import { BlobStore } from "./blob-cache.js";
+import { BlobCache } from "./blob-cache.js";
 import { type ImageRunConfig, parseImageConfig } from "./image-config.js";
 import { formatImageReference, manifestSelector, parseImageReference } from "./image-reference.js";
 import { applyLayer } from "./layer-apply.js";
@@ -173,7 +173,7 @@ async function pullOnce(options: PullImageOptions): Promise<PulledImage> {
 
 function cacheLayout(cacheDir: string) {
   return {
-    blobs: new BlobStore(cacheDir),
+    blobs: new BlobCache(cacheDir),
     rootfsDir: join(cacheDir, "rootfs"),
     tmpDir: join(cacheDir, "tmp"),
     recordPath: (digest: string) =>

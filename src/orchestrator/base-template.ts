@@ -10,7 +10,7 @@ import { type MachineShape, SnapshotMismatchError, type VmmDriver } from "../vmm
 import type { GuestAgent } from "./guest-agent.js";
 import { newId } from "./ids.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
-import type { SnapshotStore } from "./snapshots.js";
+import type { Snapshots } from "./snapshots.js";
 import { type GuestSpecInput, guestSpec } from "./vm-spec.js";
 
 export const BASE_TEMPLATE = "base";
@@ -33,7 +33,7 @@ export interface BaseTemplateOptions {
   readonly agent: GuestAgent;
   readonly images: GuestArtifacts;
   readonly layout: StateLayout;
-  readonly snapshots: SnapshotStore;
+  readonly snapshots: Snapshots;
   readonly shape: MachineShape;
   readonly logger: Logger;
   /** How long the booted guest settles before its capture (default 2 s). */

@@ -417,7 +417,7 @@ async function runToEnd(
 }
 
 /** The real guest agent client: envd over HTTP and Connect, every call bounded. */
-export class EnvdClient implements GuestAgent {
+export class EnvdGuestAgent implements GuestAgent {
   init(host: string, body: EnvdInitRequest, options: InitOptions): Promise<void> {
     return initEnvd(host, body, options);
   }

@@ -25,7 +25,7 @@ export interface SandboxVmsOptions {
   readonly logger: Logger;
   /** How long a start or resume waits for envd to answer /init. */
   readonly envdDeadlineMs: number;
-  /** Where a snapshot's files are on this node (SnapshotStore.localDir). */
+  /** Where a snapshot's files are on this node (Snapshots.localDir). */
   readonly snapshotDir: (snapshotId: string) => Promise<string>;
 }
 

@@ -11,7 +11,7 @@ import { type Catalog, PostgresCatalog, PostgresCluster, SqliteCatalog } from ".
 import { ensureHostSetup } from "../host-setup/index.js";
 import { NetnsSlotPool, slotNamesFor } from "../network/index.js";
 import {
-  EnvdClient,
+  EnvdGuestAgent,
   ensureLayout,
   Orchestrator,
   type ServerStatus,
@@ -204,7 +204,7 @@ export async function startNodeServer(
       catalog,
       driver,
       slots,
-      agent: new EnvdClient(),
+      agent: new EnvdGuestAgent(),
       images,
       layout,
       limits,
