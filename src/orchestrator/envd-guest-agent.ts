@@ -1,29 +1,17 @@
 import { randomBytes } from "node:crypto";
-import { Agent } from "node:http";
-import { createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
-import { Filesystem } from "../protocol/gen/filesystem/filesystem_pb.js";
-import { Process } from "../protocol/gen/process/process_pb.js";
 import {
   ENVD_LOGS_PATH,
-  ENVD_PORT,
   type EnvdInitRequest,
   type EnvdMetrics,
   INIT_SEED_BYTES,
 } from "../protocol/index.js";
-import {
-  GUEST_HEAD_MAX_BYTES,
-  type GuestReply,
-  guestRequest,
-  WarrenError,
-} from "../shared/index.js";
+import { type GuestReply, WarrenError } from "../shared/index.js";
+import { EnvdClient, replyExcerpt } from "./envd-client.js";
 import type { EnvdLogLine, GuestAgent, InitOptions } from "./guest-agent.js";
 
 // Every call below goes to a guest whose root user may have replaced envd with anything:
-// each is bounded in size and in total time, and aborts with its caller's signal.
+// each is bounded in size and in total time (EnvdClient), and aborts with its caller's signal.
 
-/** Largest envd reply body read: /init, /health and /files answer a few bytes, /metrics ~300. */
-export const ENVD_REPLY_MAX_BYTES = 64 * 1024;
 /** A /metrics call, whole. */
 export const METRICS_TIMEOUT_MS = 5_000;
 /** One /health poll, whole (the polls go on until the caller's deadline). */
@@ -36,54 +24,21 @@ export const EXERCISE_TIMEOUT_MS = 120_000;
 /** Largest Connect message taken from envd during the walk (ListDir of /tmp, process events). */
 const CONNECT_READ_MAX_BYTES = 8 * 1024 * 1024;
 
-interface Multipart {
-  readonly contentType: string;
-  readonly body: string;
-}
-
 /**
- * One HTTP exchange with envd on a connection of its own (a slot's address is reused by the
- * next sandbox, and a pooled connection to a gone guest would be reset), bounded.
+ * A client of `host`'s envd for one call, closed after it: no connection outlives the call (a
+ * slot's address is reused by the next sandbox).
  */
-function exchange(
+async function withEnvd<T>(
   host: string,
-  method: string,
-  path: string,
-  options: {
-    body?: unknown;
-    form?: Multipart;
-    token?: string;
-    timeoutMs: number;
-    signal?: AbortSignal;
-  },
-): Promise<GuestReply> {
-  const payload =
-    options.form?.body ?? (options.body === undefined ? undefined : JSON.stringify(options.body));
-  return guestRequest({
-    host,
-    port: ENVD_PORT,
-    method,
-    path,
-    label: `envd ${method} ${path.split("?")[0]}`,
-    body: payload,
-    headers: {
-      ...(payload !== undefined && {
-        "content-type": options.form?.contentType ?? "application/json",
-      }),
-      ...(options.token && { "x-access-token": options.token }),
-    },
-    timeoutMs: options.timeoutMs,
-    maxBodyBytes: ENVD_REPLY_MAX_BYTES,
-    signal: options.signal,
-  });
-}
-
-/** A reply's body for an error message: its first bytes, printable. */
-function excerpt(reply: GuestReply): string {
-  return reply.body
-    .subarray(0, 200)
-    .toString("utf8")
-    .replace(/[^\x20-\x7e]/g, "?");
+  token: string | undefined,
+  call: (envd: EnvdClient) => Promise<T>,
+): Promise<T> {
+  const envd = new EnvdClient(host, { token, readMaxBytes: CONNECT_READ_MAX_BYTES });
+  try {
+    return await call(envd);
+  } finally {
+    envd.close();
+  }
 }
 
 /**
@@ -109,7 +64,11 @@ export function initAttempt(body: EnvdInitRequest, stamped: boolean): EnvdInitRe
  * attempt carries a seed of its own (`initAttempt`). The signal (a kill) aborts the exchange
  * in flight, not only the next attempt.
  */
-async function initEnvd(host: string, body: EnvdInitRequest, options: InitOptions): Promise<void> {
+async function initEnvd(
+  envd: EnvdClient,
+  body: EnvdInitRequest,
+  options: Omit<InitOptions, "token">,
+): Promise<void> {
   const { signal } = options;
   const deadline = performance.now() + options.deadlineMs;
   let lastError = "no attempt";
@@ -119,9 +78,8 @@ async function initEnvd(host: string, body: EnvdInitRequest, options: InitOption
     if (remainingMs <= 0) break;
     let reply: GuestReply;
     try {
-      reply = await exchange(host, "POST", "/init", {
-        body: initAttempt(body, options.stamped !== false),
-        token: options.token,
+      reply = await envd.request("POST", "/init", {
+        json: initAttempt(body, options.stamped !== false),
         timeoutMs: remainingMs,
         signal,
       });
@@ -135,7 +93,7 @@ async function initEnvd(host: string, body: EnvdInitRequest, options: InitOption
     }
     if (reply.status === 204) return;
     // An answer other than 204 will not change by retrying (bad token, bad body).
-    throw new WarrenError("internal", `envd refused /init: ${reply.status} ${excerpt(reply)}`);
+    throw new WarrenError("internal", `envd refused /init: ${reply.status} ${replyExcerpt(reply)}`);
   }
   throw new WarrenError(
     "guest_unavailable",
@@ -158,18 +116,16 @@ const METRIC_FIELDS = [
 ] as const satisfies readonly (keyof EnvdMetrics)[];
 
 /** GET /metrics from a running sandbox's envd: a whole exchange within METRICS_TIMEOUT_MS. */
-async function readEnvdMetrics(
-  host: string,
-  token?: string,
-  signal?: AbortSignal,
-): Promise<EnvdMetrics> {
-  const reply = await exchange(host, "GET", "/metrics", {
-    token,
+async function readEnvdMetrics(envd: EnvdClient, signal?: AbortSignal): Promise<EnvdMetrics> {
+  const reply = await envd.request("GET", "/metrics", {
     timeoutMs: METRICS_TIMEOUT_MS,
     signal,
   });
   if (reply.status !== 200) {
-    throw new WarrenError("internal", `envd /metrics answered ${reply.status}: ${excerpt(reply)}`);
+    throw new WarrenError(
+      "internal",
+      `envd /metrics answered ${reply.status}: ${replyExcerpt(reply)}`,
+    );
   }
   return parseMetrics(reply.body);
 }
@@ -199,18 +155,16 @@ export function parseMetrics(body: Buffer): EnvdMetrics {
 
 /** envd's own log lines after `after` (its internal route), checked line by line. */
 async function readEnvdLogs(
-  host: string,
-  token: string | undefined,
+  envd: EnvdClient,
   after: number,
   signal?: AbortSignal,
 ): Promise<EnvdLogLine[]> {
-  const reply = await exchange(host, "GET", `${ENVD_LOGS_PATH}?after=${after}`, {
-    token,
+  const reply = await envd.request("GET", `${ENVD_LOGS_PATH}?after=${after}`, {
     timeoutMs: METRICS_TIMEOUT_MS,
     signal,
   });
   if (reply.status !== 200) {
-    throw new WarrenError("internal", `envd logs answered ${reply.status}: ${excerpt(reply)}`);
+    throw new WarrenError("internal", `envd logs answered ${reply.status}: ${replyExcerpt(reply)}`);
   }
   let value: unknown;
   try {
@@ -237,7 +191,7 @@ async function readEnvdLogs(
  * at once when the signal aborts. Each poll is whole within 2 s and within the deadline.
  */
 async function waitForHealth(
-  host: string,
+  envd: EnvdClient,
   options: { deadlineMs: number; exited?: Promise<unknown>; signal?: AbortSignal },
 ): Promise<void> {
   const { signal } = options;
@@ -251,15 +205,17 @@ async function waitForHealth(
     if (gone) throw new WarrenError("internal", "the VM exited before envd answered");
     const remainingMs = Math.round(deadline - performance.now());
     if (remainingMs <= 0) break;
-    const reply = await exchange(host, "GET", "/health", {
-      timeoutMs: Math.min(HEALTH_POLL_TIMEOUT_MS, remainingMs),
-      signal,
-    }).catch((err: unknown) => {
-      signal?.throwIfAborted();
-      // Polling again would only take the same oversized reply again.
-      if (err instanceof WarrenError && err.reason === "guest_reply_invalid") throw err;
-      return undefined;
-    });
+    const reply = await envd
+      .request("GET", "/health", {
+        timeoutMs: Math.min(HEALTH_POLL_TIMEOUT_MS, remainingMs),
+        signal,
+      })
+      .catch((err: unknown) => {
+        signal?.throwIfAborted();
+        // Polling again would only take the same oversized reply again.
+        if (err instanceof WarrenError && err.reason === "guest_reply_invalid") throw err;
+        return undefined;
+      });
     if (reply?.status === 204) return;
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
@@ -282,16 +238,16 @@ const EXERCISE_BOUNDARY = "warren-exercise";
  * guest's flusher right after a create. The whole walk is bounded by EXERCISE_TIMEOUT_MS,
  * and aborts with `signal`.
  */
-async function exerciseEnvd(host: string, token?: string, signal?: AbortSignal): Promise<void> {
+async function exerciseEnvd(envd: EnvdClient, signal?: AbortSignal): Promise<void> {
   const deadline = performance.now() + EXERCISE_TIMEOUT_MS;
   const left = () => Math.max(1, Math.round(deadline - performance.now()));
   const budget = AbortSignal.timeout(EXERCISE_TIMEOUT_MS);
   const walk = signal ? AbortSignal.any([signal, budget]) : budget;
   // Unstamped: envd would otherwise ignore every /init stamped earlier than this one, and a
   // template lives on while the host clock may be stepped back.
-  await initEnvd(host, {}, { deadlineMs: left(), stamped: false, token, signal });
+  await initEnvd(envd, {}, { deadlineMs: left(), stamped: false, signal });
   const query = `?path=${encodeURIComponent(EXERCISE_FILE)}&username=user`;
-  const form: Multipart = {
+  const form = {
     contentType: `multipart/form-data; boundary=${EXERCISE_BOUNDARY}`,
     body: [
       `--${EXERCISE_BOUNDARY}`,
@@ -304,36 +260,31 @@ async function exerciseEnvd(host: string, token?: string, signal?: AbortSignal):
     ].join("\r\n"),
   };
   for (const [method, options] of [
-    ["POST", { form }],
+    ["POST", form],
     ["GET", {}],
   ] as const) {
-    const reply = await exchange(host, method, `/files${query}`, {
+    const reply = await envd.request(method, `/files${query}`, {
       ...options,
-      token,
       timeoutMs: left(),
       signal,
     });
     if (reply.status >= 300)
       throw new WarrenError(
         "internal",
-        `envd ${method} /files answered ${reply.status}: ${excerpt(reply)}`,
+        `envd ${method} /files answered ${reply.status}: ${replyExcerpt(reply)}`,
       );
   }
   try {
-    await withEnvdRpc(host, token, async ({ transport, headers }) => {
-      await createClient(Filesystem, transport).listDir(
-        { path: "/tmp", depth: 1 },
-        { headers, signal: walk },
-      );
-      await runToEnd(transport, headers, walk, {
-        // bash as the SDK runs commands, where the image has it (an Alpine image may not).
-        cmd: "/bin/sh",
-        args: [
-          "-c",
-          'if [ -x /bin/bash ]; then exec /bin/bash -l -c "$0"; fi; exec /bin/sh -c "$0"',
-          `rm -f ${EXERCISE_FILE}; sync`,
-        ],
-      });
+    const headers = rpcHeaders(envd, "user");
+    await envd.filesystem.listDir({ path: "/tmp", depth: 1 }, { headers, signal: walk });
+    await runToEnd(envd, headers, walk, {
+      // bash as the SDK runs commands, where the image has it (an Alpine image may not).
+      cmd: "/bin/sh",
+      args: [
+        "-c",
+        'if [ -x /bin/bash ]; then exec /bin/bash -l -c "$0"; fi; exec /bin/sh -c "$0"',
+        `rm -f ${EXERCISE_FILE}; sync`,
+      ],
     });
   } catch (err) {
     signal?.throwIfAborted();
@@ -351,92 +302,54 @@ async function exerciseEnvd(host: string, token?: string, signal?: AbortSignal):
 const SYNC_TIMEOUT_MS = 15_000;
 
 /** Runs `sync` in the guest as root, bounded by SYNC_TIMEOUT_MS (and `signal`). */
-async function syncGuest(host: string, token?: string, signal?: AbortSignal): Promise<void> {
+async function syncGuest(envd: EnvdClient, signal?: AbortSignal): Promise<void> {
   const budget = AbortSignal.timeout(SYNC_TIMEOUT_MS);
   const bounded = signal ? AbortSignal.any([signal, budget]) : budget;
-  await withEnvdRpc(host, token, ({ transport, headers }) =>
-    runToEnd(transport, { ...headers, authorization: BASIC_ROOT }, bounded, {
-      cmd: "/bin/sh",
-      args: ["-c", "sync"],
-    }),
-  );
+  await runToEnd(envd, rpcHeaders(envd, "root"), bounded, {
+    cmd: "/bin/sh",
+    args: ["-c", "sync"],
+  });
 }
 
-const BASIC_ROOT = `Basic ${Buffer.from("root:").toString("base64")}`;
-
-interface EnvdRpc {
-  readonly transport: ReturnType<typeof createConnectTransport>;
-  readonly headers: Record<string, string>;
-}
-
-/**
- * Connect calls to envd as the e2b SDK makes them (JSON messages, keepalive pings asked
- * for, as `user`), on connections of their own that none outlives; nothing compressed (a
- * guest's gzip could inflate past any limit), every message bounded.
- */
-async function withEnvdRpc<T>(
-  host: string,
-  token: string | undefined,
-  calls: (rpc: EnvdRpc) => Promise<T>,
-): Promise<T> {
-  const agent = new Agent({ keepAlive: true });
-  try {
-    const transport = createConnectTransport({
-      baseUrl: `http://${host}:${ENVD_PORT}`,
-      httpVersion: "1.1",
-      useBinaryFormat: false,
-      acceptCompression: [],
-      readMaxBytes: CONNECT_READ_MAX_BYTES,
-      nodeOptions: { agent, maxHeaderSize: GUEST_HEAD_MAX_BYTES },
-    });
-    const headers = {
-      authorization: `Basic ${Buffer.from("user:").toString("base64")}`,
-      "keepalive-ping-interval": "50",
-      ...(token && { "x-access-token": token }),
-    };
-    return await calls({ transport, headers });
-  } finally {
-    agent.destroy();
-  }
+/** A Connect call's headers as the e2b SDK sends them: as `user`, keepalive pings asked for. */
+function rpcHeaders(envd: EnvdClient, user: string): Record<string, string> {
+  return { ...envd.headers(user), "keepalive-ping-interval": "50" };
 }
 
 /** Starts a process through envd and drains its events until it ends. */
 async function runToEnd(
-  transport: EnvdRpc["transport"],
+  envd: EnvdClient,
   headers: Record<string, string>,
   signal: AbortSignal,
   process: { cmd: string; args: string[] },
 ): Promise<void> {
-  const stream = createClient(Process, transport).start(
-    { process, stdin: false },
-    { headers, signal },
-  );
+  const stream = envd.process.start({ process, stdin: false }, { headers, signal });
   for await (const _event of stream) {
     // Drained until the process ends (or the time is up).
   }
 }
 
-/** The real guest agent client: envd over HTTP and Connect, every call bounded. */
+/** The real guest agent: envd over HTTP and Connect (EnvdClient), every call bounded. */
 export class EnvdGuestAgent implements GuestAgent {
   init(host: string, body: EnvdInitRequest, options: InitOptions): Promise<void> {
-    return initEnvd(host, body, options);
+    return withEnvd(host, options.token, (envd) => initEnvd(envd, body, options));
   }
   waitForHealth(
     host: string,
     options: { deadlineMs: number; exited?: Promise<unknown>; signal?: AbortSignal },
   ) {
-    return waitForHealth(host, options);
+    return withEnvd(host, undefined, (envd) => waitForHealth(envd, options));
   }
   exercise(host: string, token?: string, signal?: AbortSignal): Promise<void> {
-    return exerciseEnvd(host, token, signal);
+    return withEnvd(host, token, (envd) => exerciseEnvd(envd, signal));
   }
   metrics(host: string, token?: string, signal?: AbortSignal): Promise<EnvdMetrics> {
-    return readEnvdMetrics(host, token, signal);
+    return withEnvd(host, token, (envd) => readEnvdMetrics(envd, signal));
   }
   sync(host: string, token?: string, signal?: AbortSignal): Promise<void> {
-    return syncGuest(host, token, signal);
+    return withEnvd(host, token, (envd) => syncGuest(envd, signal));
   }
   logs(host: string, token: string | undefined, after: number, signal?: AbortSignal) {
-    return readEnvdLogs(host, token, after, signal);
+    return withEnvd(host, token, (envd) => readEnvdLogs(envd, after, signal));
   }
 }

@@ -1,12 +1,13 @@
-// EnvdGuestAgent (the host's envd client) against a hostile envd: a guest's root user may replace
-// envd with a server that streams forever, trickles, sends huge heads or bodies, or never
-// answers. Every call must fail within its bound with a clear error, read no more than its
-// limit, hang up on the guest, and end at once when its signal aborts (a kill).
+// The host's envd client as the orchestrator uses it (EnvdGuestAgent on EnvdClient) against a
+// hostile envd: a guest's root user may replace envd with a server that streams forever,
+// trickles, sends huge heads or bodies, or never answers. Every call must fail within its
+// bound with a clear error, read no more than its limit, hang up on the guest, and end at once
+// when its signal aborts (a kill).
 // No VM: the stand-in listens on a loopback address of its own, on envd's port.
 import assert from "node:assert/strict";
 import { describe, it, type TestContext } from "node:test";
+import { ENVD_REPLY_MAX_BYTES } from "../../../src/orchestrator/envd-client.js";
 import {
-  ENVD_REPLY_MAX_BYTES,
   EnvdGuestAgent,
   METRICS_TIMEOUT_MS,
   parseMetrics,
