@@ -1,4 +1,4 @@
-// Randomness of guests restored from one snapshot (issue 13), on the VMM driver and envd
+// Randomness of guests restored from one snapshot, on the VMM driver and envd
 // alone: what a clone reads before the orchestrator's /init, and after it.
 import assert from "node:assert/strict";
 import { mkdirSync, rmSync } from "node:fs";
