@@ -18,7 +18,7 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   "host-setup": ["protocol", "shared"],
   // The host setup's command runner and ext4 image maker.
   "oci-images": ["host-setup", "shared"],
-  catalog: ["protocol", "shared"],
+  catalog: ["shared"],
   store: ["shared"],
   tls: ["shared"],
   orchestrator: ["vmm", "network", "host-setup", "catalog", "protocol", "shared"],
