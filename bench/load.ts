@@ -1,4 +1,4 @@
-// `npm run bench:load`: issue 13's load, in full — WARREN_TEST_LOAD_CLIENTS × WARREN_TEST_LOAD_CYCLES
+// `npm run bench:load`: the load test in full — WARREN_TEST_LOAD_CLIENTS × WARREN_TEST_LOAD_CYCLES
 // (default 16 × 200) create/command/pause/resume/fork/kill cycles through the SDK at once
 // against one server; reports each step's latency, cycles per minute, the 429s, every other
 // error (there must be none) and what was left behind (nothing).

@@ -1,4 +1,4 @@
-// `npm run bench:observability`: what watching a node costs (issue 16). No VMs:
+// `npm run bench:observability`: what watching a node costs. No VMs:
 //
 //  - a Prometheus scrape (`NodeMetrics`, the real registry and text format) with 0, 100 and
 //    1 000 running sandboxes' per-sandbox gauges, and the size of what it answers;

@@ -2,7 +2,7 @@
 // `npm run setup`: makes this host ready to run Warren's microVMs (as root): Debian packages,
 // then the guest kernel, initramfs, agent drive and base rootfs in the images directory
 // (<data dir>/images/ unless --images-dir or $WARREN_IMAGES_DIR names another).
-// Idempotent: a second run checks everything and does nothing. See src/images/README.md.
+// Idempotent: a second run checks everything and does nothing. See src/host-setup/README.md.
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -61,7 +61,7 @@ function list(value, name, allowed) {
 ensureDeps(root);
 const { register } = await import("tsx/esm/api");
 register();
-const { DEFAULT_DATA_DIR, ensureHostSetup } = await import("../src/images/index.ts");
+const { DEFAULT_DATA_DIR, ensureHostSetup } = await import("../src/host-setup/index.ts");
 const dataDir = args["data-dir"] || process.env.WARREN_HOME || DEFAULT_DATA_DIR;
 const imagesDir = args["images-dir"] || process.env.WARREN_IMAGES_DIR || undefined;
 try {

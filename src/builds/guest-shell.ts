@@ -1,8 +1,5 @@
-import { Agent } from "node:http";
-import { type Client, createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
-import { ENVD_PORT, processPb } from "../protocol/index.js";
-import { GUEST_HEAD_MAX_BYTES, guestRequest, WarrenError } from "../shared/index.js";
+import { EnvdClient, replyExcerpt } from "../orchestrator/index.js";
+import { WarrenError } from "../shared/index.js";
 
 /** How a command runs in the build VM: as whom, where, with which environment. */
 export interface CommandContext {
@@ -23,50 +20,33 @@ const TAIL_LINES = 20;
 /** A line longer than this is cut: the guest decides what it prints. */
 const MAX_LINE_CHARS = 8_192;
 // A build's steps run as root in the build VM: a RUN step may replace envd with anything.
-// Every call below is bounded in size and time, and ends with the build's signal.
+// Every call below is bounded in size and time (EnvdClient), and ends with the build's signal.
 /** Largest Connect message taken (envd sends process output in chunks of at most 64 KiB). */
 const PROCESS_READ_MAX_BYTES = 1024 * 1024;
-/** Largest reply body read from /init and /files (only an error's first bytes are kept). */
-const REPLY_MAX_BYTES = 64 * 1024;
 /** envd's /init (setDefaults), whole; and how long a start command has to be reported started. */
 const CALL_TIMEOUT_MS = 30_000;
 
 /**
  * Commands and files in a build VM, through its envd (the Connect process service and
- * `/files`), as the orchestrator's own client: the VM's token, any user.
+ * `/files`) with the orchestrator's client: the VM's token, any user. One client for the
+ * VM's life: its kept-alive connections are this VM's only.
  */
 export class GuestShell {
-  readonly #host: string;
-  readonly #token?: string;
-  /**
-   * Connections of this VM only: slot addresses are reused, and a kept-alive socket to a
-   * killed VM's address must never carry a request meant for the next one.
-   */
-  readonly #agent = new Agent({ keepAlive: true });
-  readonly #process: Client<typeof processPb.Process>;
+  readonly #envd: EnvdClient;
   readonly #callTimeoutMs: number;
 
   /** `callTimeoutMs`: bound of /init and of a start command's start (tests shorten it). */
   constructor(host: string, accessToken?: string, options: { callTimeoutMs?: number } = {}) {
-    this.#host = host;
-    this.#token = accessToken;
+    this.#envd = new EnvdClient(host, {
+      token: accessToken,
+      readMaxBytes: PROCESS_READ_MAX_BYTES,
+    });
     this.#callTimeoutMs = options.callTimeoutMs ?? CALL_TIMEOUT_MS;
-    this.#process = createClient(
-      processPb.Process,
-      createConnectTransport({
-        baseUrl: `http://${host}:${ENVD_PORT}`,
-        httpVersion: "1.1",
-        // Nothing compressed (a guest's gzip could inflate past any limit), messages bounded.
-        acceptCompression: [],
-        readMaxBytes: PROCESS_READ_MAX_BYTES,
-        nodeOptions: { agent: this.#agent, maxHeaderSize: GUEST_HEAD_MAX_BYTES },
-      }),
-    );
   }
 
   /** Closes its connections (the VM is gone or about to be). */
   close(): void {
-    this.#agent.destroy();
+    this.#envd.close();
   }
 
   /** Runs `command` in a login shell to its end, each output line to `onLine`. */
@@ -83,9 +63,9 @@ export class GuestShell {
       options.onLine?.(cut);
     });
     const signal = withTimeout(options.signal, options.timeoutMs);
-    const stream = this.#process.start(
+    const stream = this.#envd.process.start(
       { process: shellCommand(command, context), stdin: false },
-      { headers: this.#headers(context.user), signal },
+      { headers: this.#envd.headers(context.user), signal },
     );
     let exitCode: number | undefined;
     try {
@@ -133,9 +113,9 @@ export class GuestShell {
       tail.push(line.slice(0, MAX_LINE_CHARS));
       if (tail.length > TAIL_LINES) tail.shift();
     });
-    const stream = this.#process.start(
+    const stream = this.#envd.process.start(
       { process: shellCommand(command, context), stdin: false, tag: "start-cmd" },
-      { headers: this.#headers(context.user), signal: local.signal },
+      { headers: this.#envd.headers(context.user), signal: local.signal },
     );
     let onStart: () => void = () => {};
     const started = new Promise<void>((resolve) => {
@@ -185,22 +165,21 @@ export class GuestShell {
    * envd's memory, so a snapshot carries them to every sandbox restored from it.
    */
   async setDefaults(context: CommandContext, signal?: AbortSignal): Promise<void> {
-    const body = JSON.stringify({
-      envVars: context.envVars,
-      defaultUser: context.user,
-      ...(context.workdir !== undefined && { defaultWorkdir: context.workdir }),
-      timestamp: new Date().toISOString(),
-    });
-    const headers = {
-      "content-type": "application/json",
-      ...(this.#token && { "x-access-token": this.#token }),
-    };
-    const res = await this.#post("/init", headers, Buffer.from(body), {
-      signal,
+    const reply = await this.#envd.request("POST", "/init", {
+      json: {
+        envVars: context.envVars,
+        defaultUser: context.user,
+        ...(context.workdir !== undefined && { defaultWorkdir: context.workdir }),
+        timestamp: new Date().toISOString(),
+      },
       timeoutMs: this.#callTimeoutMs,
+      signal,
     });
-    if (res.status >= 300) {
-      throw new WarrenError("guest_unavailable", `envd /init failed: ${res.status} ${res.body}`);
+    if (reply.status >= 300) {
+      throw new WarrenError(
+        "guest_unavailable",
+        `envd /init failed: ${reply.status} ${replyExcerpt(reply)}`,
+      );
     }
   }
 
@@ -215,44 +194,18 @@ export class GuestShell {
     options: { signal?: AbortSignal; timeoutMs: number },
   ): Promise<void> {
     const query = new URLSearchParams({ path, username: user });
-    const headers = { ...this.#headers(user), "content-type": "application/octet-stream" };
-    const res = await this.#post(`/files?${query}`, headers, data, options);
-    if (res.status >= 300) {
+    const reply = await this.#envd.request("POST", `/files?${query}`, {
+      body: data,
+      contentType: "application/octet-stream",
+      user,
+      ...options,
+    });
+    if (reply.status >= 300) {
       throw new WarrenError(
         "guest_unavailable",
-        `upload of ${path} failed: ${res.status} ${res.body}`,
+        `upload of ${path} failed: ${reply.status} ${replyExcerpt(reply)}`,
       );
     }
-  }
-
-  async #post(
-    path: string,
-    headers: Record<string, string>,
-    body: Uint8Array,
-    options: { signal?: AbortSignal; timeoutMs: number },
-  ): Promise<{ status: number; body: string }> {
-    const reply = await guestRequest({
-      host: this.#host,
-      port: ENVD_PORT,
-      method: "POST",
-      path,
-      label: `envd POST ${path.split("?")[0]}`,
-      headers,
-      body,
-      agent: this.#agent,
-      timeoutMs: options.timeoutMs,
-      maxBodyBytes: REPLY_MAX_BYTES,
-      signal: options.signal,
-    });
-    // Only an error's first bytes are kept: the guest decides what it sends.
-    return { status: reply.status, body: reply.body.subarray(0, 500).toString("utf8") };
-  }
-
-  #headers(user: string): Record<string, string> {
-    return {
-      authorization: `Basic ${Buffer.from(`${user}:`).toString("base64")}`,
-      ...(this.#token && { "x-access-token": this.#token }),
-    };
   }
 }
 

@@ -1,8 +1,8 @@
-import { pullImage, type RegistryEndpointOptions } from "../images/index.js";
+import { pullImage, type RegistryEndpointOptions } from "../oci-images/index.js";
 import type { ImageSource, PulledImage } from "./types.js";
 
 /**
- * `fromImage` images from registries (the images component's OCI client): flattened once
+ * `fromImage` images from registries (the oci-images component's `pullImage`): flattened once
  * per manifest digest into `cacheDir`, their config's env and workdir as the build's start.
  */
 export function registryImages(

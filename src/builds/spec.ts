@@ -4,7 +4,7 @@
  * arrives as one of five step types; anything Warren cannot build is a `build_invalid` error
  * naming the step, never ignored.
  */
-import type { RegistryCredentials } from "../images/index.js";
+import type { RegistryCredentials } from "../oci-images/index.js";
 import { WarrenError } from "../shared/index.js";
 
 export type BuildStep =

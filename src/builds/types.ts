@@ -1,4 +1,4 @@
-import type { RegistryCredentials } from "../images/index.js";
+import type { RegistryCredentials } from "../oci-images/index.js";
 
 /** An OCI image flattened into a root filesystem image, with the defaults its config sets. */
 export interface PulledImage {

@@ -1,7 +1,7 @@
 import { access, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Catalog, TemplateRow } from "../catalog/index.js";
-import type { GuestArtifacts } from "../images/index.js";
+import type { GuestArtifacts } from "../host-setup/index.js";
 import { type SlotPool, TAP_NAME } from "../network/index.js";
 import { GATEWAY_ADDRESS, GUEST_ADDRESS } from "../protocol/index.js";
 import { crashPoint } from "../shared/crash-point.js";
@@ -10,7 +10,7 @@ import { type MachineShape, SnapshotMismatchError, type VmmDriver } from "../vmm
 import type { GuestAgent } from "./guest-agent.js";
 import { newId } from "./ids.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
-import type { SnapshotStore } from "./snapshot-store.js";
+import type { Snapshots } from "./snapshots.js";
 import { type GuestSpecInput, guestSpec } from "./vm-spec.js";
 
 export const BASE_TEMPLATE = "base";
@@ -33,7 +33,7 @@ export interface BaseTemplateOptions {
   readonly agent: GuestAgent;
   readonly images: GuestArtifacts;
   readonly layout: StateLayout;
-  readonly snapshots: SnapshotStore;
+  readonly snapshots: Snapshots;
   readonly shape: MachineShape;
   readonly logger: Logger;
   /** How long the booted guest settles before its capture (default 2 s). */

@@ -1,442 +1,111 @@
-import { randomBytes } from "node:crypto";
 import { Agent } from "node:http";
-import { createClient } from "@connectrpc/connect";
+import { type Client, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Filesystem } from "../protocol/gen/filesystem/filesystem_pb.js";
 import { Process } from "../protocol/gen/process/process_pb.js";
-import {
-  ENVD_LOGS_PATH,
-  ENVD_PORT,
-  type EnvdInitRequest,
-  type EnvdMetrics,
-  INIT_SEED_BYTES,
-} from "../protocol/index.js";
-import {
-  GUEST_HEAD_MAX_BYTES,
-  type GuestReply,
-  guestRequest,
-  WarrenError,
-} from "../shared/index.js";
-import type { EnvdLogLine, GuestAgent, InitOptions } from "./guest-agent.js";
-
-// Every call below goes to a guest whose root user may have replaced envd with anything:
-// each is bounded in size and in total time, and aborts with its caller's signal.
+import { ENVD_PORT } from "../protocol/index.js";
+import { GUEST_HEAD_MAX_BYTES, type GuestReply, guestRequest } from "../shared/index.js";
 
 /** Largest envd reply body read: /init, /health and /files answer a few bytes, /metrics ~300. */
 export const ENVD_REPLY_MAX_BYTES = 64 * 1024;
-/** A /metrics call, whole. */
-export const METRICS_TIMEOUT_MS = 5_000;
-/** One /health poll, whole (the polls go on until the caller's deadline). */
-const HEALTH_POLL_TIMEOUT_MS = 2_000;
-/**
- * The whole warm-up walk (`exercise`): /init, /files twice, ListDir, a login shell. Under TCG
- * on a busy host it takes seconds; each of its calls used to have 30 to 60 s of its own.
- */
-export const EXERCISE_TIMEOUT_MS = 120_000;
-/** Largest Connect message taken from envd during the walk (ListDir of /tmp, process events). */
-const CONNECT_READ_MAX_BYTES = 8 * 1024 * 1024;
 
-interface Multipart {
-  readonly contentType: string;
-  readonly body: string;
+export interface EnvdClientOptions {
+  /** The access token the guest's envd holds, sent with every call. */
+  readonly token?: string;
+  /** Largest Connect message taken from envd (process output, a directory listing). */
+  readonly readMaxBytes: number;
+}
+
+export interface EnvdRequestOptions {
+  /** A body sent as JSON. */
+  readonly json?: unknown;
+  /** A body sent as is, with `contentType`. */
+  readonly body?: string | Uint8Array;
+  readonly contentType?: string;
+  /** Basic auth as this user (envd takes the username from it); none when absent. */
+  readonly user?: string;
+  /** The whole exchange, from connecting to the reply's last byte. */
+  readonly timeoutMs: number;
+  /** Aborts the exchange at once (a kill, a cancelled build). */
+  readonly signal?: AbortSignal;
 }
 
 /**
- * One HTTP exchange with envd on a connection of its own (a slot's address is reused by the
- * next sandbox, and a pooled connection to a gone guest would be reset), bounded.
+ * The host's client of one guest's envd: plain HTTP requests (/init, /health, /files,
+ * /metrics) and the Connect process and filesystem services, as the e2b SDK speaks them
+ * (JSON messages, Basic auth naming the user, the access token). The guest's root user may
+ * replace envd with anything, so every request is bounded in head (16 KiB), body
+ * (ENVD_REPLY_MAX_BYTES) and whole time, and every Connect message by `readMaxBytes`, never
+ * compressed (a guest's gzip could inflate past any limit). Its connections are its own and
+ * none outlives `close()`: a slot's address is reused by the next sandbox, and a kept-alive
+ * socket to a gone VM's address must never carry a request meant for the next one.
  */
-function exchange(
-  host: string,
-  method: string,
-  path: string,
-  options: {
-    body?: unknown;
-    form?: Multipart;
-    token?: string;
-    timeoutMs: number;
-    signal?: AbortSignal;
-  },
-): Promise<GuestReply> {
-  const payload =
-    options.form?.body ?? (options.body === undefined ? undefined : JSON.stringify(options.body));
-  return guestRequest({
-    host,
-    port: ENVD_PORT,
-    method,
-    path,
-    label: `envd ${method} ${path.split("?")[0]}`,
-    body: payload,
-    headers: {
-      ...(payload !== undefined && {
-        "content-type": options.form?.contentType ?? "application/json",
-      }),
-      ...(options.token && { "x-access-token": options.token }),
-    },
-    timeoutMs: options.timeoutMs,
-    maxBodyBytes: ENVD_REPLY_MAX_BYTES,
-    signal: options.signal,
-  });
-}
+export class EnvdClient {
+  readonly host: string;
+  readonly process: Client<typeof Process>;
+  readonly filesystem: Client<typeof Filesystem>;
+  readonly #token: string | undefined;
+  readonly #agent = new Agent({ keepAlive: true });
 
-/** A reply's body for an error message: its first bytes, printable. */
-function excerpt(reply: GuestReply): string {
-  return reply.body
-    .subarray(0, 200)
-    .toString("utf8")
-    .replace(/[^\x20-\x7e]/g, "?");
-}
-
-/**
- * One /init attempt's body: `body`, fresh random bytes for the guest's kernel (every VM
- * restored from one snapshot starts with its siblings' random state), and when `stamped` the
- * host's time.
- */
-export function initAttempt(body: EnvdInitRequest, stamped: boolean): EnvdInitRequest {
-  return {
-    ...body,
-    seed: randomBytes(INIT_SEED_BYTES).toString("base64"),
-    ...(stamped && { timestamp: new Date().toISOString() }),
-  };
-}
-
-/**
- * POST /init until envd answers, as E2B's orchestrator does after every start and resume:
- * the sandbox is usable once it returns. A refused connection is retried every 5 ms; a
- * connection that was accepted is given the rest of the deadline to answer, whole (when many
- * guests start at once on few cores, aborting slow answers would only start the work again;
- * a guest that trickles its answer is cut at the deadline all the same). `stamped` (default
- * true) sends the host's time, which envd sets its clock to and orders /inits by. Every
- * attempt carries a seed of its own (`initAttempt`). The signal (a kill) aborts the exchange
- * in flight, not only the next attempt.
- */
-async function initEnvd(host: string, body: EnvdInitRequest, options: InitOptions): Promise<void> {
-  const { signal } = options;
-  const deadline = performance.now() + options.deadlineMs;
-  let lastError = "no attempt";
-  for (;;) {
-    signal?.throwIfAborted();
-    const remainingMs = Math.round(deadline - performance.now());
-    if (remainingMs <= 0) break;
-    let reply: GuestReply;
-    try {
-      reply = await exchange(host, "POST", "/init", {
-        body: initAttempt(body, options.stamped !== false),
-        token: options.token,
-        timeoutMs: remainingMs,
-        signal,
-      });
-    } catch (err) {
-      signal?.throwIfAborted();
-      // Too slow or too large: retrying would meet the same guest.
-      if (err instanceof WarrenError) throw err;
-      lastError = err instanceof Error ? err.message : String(err);
-      await new Promise((resolve) => setTimeout(resolve, 5));
-      continue;
-    }
-    if (reply.status === 204) return;
-    // An answer other than 204 will not change by retrying (bad token, bad body).
-    throw new WarrenError("internal", `envd refused /init: ${reply.status} ${excerpt(reply)}`);
-  }
-  throw new WarrenError(
-    "guest_unavailable",
-    `envd did not answer within ${options.deadlineMs} ms (${lastError})`,
-  );
-}
-
-/** Metric fields envd reports, all numbers; anything else a guest sends is dropped. */
-const METRIC_FIELDS = [
-  "ts",
-  "cpu_count",
-  "cpu_used_pct",
-  "mem_total",
-  "mem_used",
-  "mem_cache",
-  "mem_total_mib",
-  "mem_used_mib",
-  "disk_used",
-  "disk_total",
-] as const satisfies readonly (keyof EnvdMetrics)[];
-
-/** GET /metrics from a running sandbox's envd: a whole exchange within METRICS_TIMEOUT_MS. */
-async function readEnvdMetrics(
-  host: string,
-  token?: string,
-  signal?: AbortSignal,
-): Promise<EnvdMetrics> {
-  const reply = await exchange(host, "GET", "/metrics", {
-    token,
-    timeoutMs: METRICS_TIMEOUT_MS,
-    signal,
-  });
-  if (reply.status !== 200) {
-    throw new WarrenError("internal", `envd /metrics answered ${reply.status}: ${excerpt(reply)}`);
-  }
-  return parseMetrics(reply.body);
-}
-
-/** The metrics as numbers (what the API hands on), or guest_reply_invalid. */
-export function parseMetrics(body: Buffer): EnvdMetrics {
-  let value: unknown;
-  try {
-    value = JSON.parse(body.toString("utf8"));
-  } catch {
-    throw new WarrenError("guest_reply_invalid", "envd /metrics: the reply is not JSON");
-  }
-  const fields = (typeof value === "object" && value !== null ? value : {}) as Record<
-    string,
-    unknown
-  >;
-  const metrics: Partial<Record<keyof EnvdMetrics, number>> = {};
-  for (const key of METRIC_FIELDS) {
-    const n = fields[key];
-    if (typeof n !== "number" || !Number.isFinite(n)) {
-      throw new WarrenError("guest_reply_invalid", `envd /metrics: ${key} is not a number`);
-    }
-    metrics[key] = n;
-  }
-  return metrics as EnvdMetrics;
-}
-
-/** envd's own log lines after `after` (its internal route), checked line by line. */
-async function readEnvdLogs(
-  host: string,
-  token: string | undefined,
-  after: number,
-  signal?: AbortSignal,
-): Promise<EnvdLogLine[]> {
-  const reply = await exchange(host, "GET", `${ENVD_LOGS_PATH}?after=${after}`, {
-    token,
-    timeoutMs: METRICS_TIMEOUT_MS,
-    signal,
-  });
-  if (reply.status !== 200) {
-    throw new WarrenError("internal", `envd logs answered ${reply.status}: ${excerpt(reply)}`);
-  }
-  let value: unknown;
-  try {
-    value = JSON.parse(reply.body.toString("utf8"));
-  } catch {
-    throw new WarrenError("guest_reply_invalid", "envd logs: the reply is not JSON");
-  }
-  if (!Array.isArray(value)) throw new WarrenError("guest_reply_invalid", "envd logs: not a list");
-  // The guest's root may write anything there: lines that are not envd's shape are dropped.
-  return value.filter(
-    (line): line is EnvdLogLine =>
-      typeof line === "object" &&
-      line !== null &&
-      Number.isSafeInteger(line.seq) &&
-      Number.isFinite(line.timestamp) &&
-      ["info", "warn", "error"].includes(line.level) &&
-      typeof line.message === "string" &&
-      line.message.length <= 2_000,
-  );
-}
-
-/**
- * Polls GET /health until envd answers 204 (a cold boot); fails early if the VMM exits, and
- * at once when the signal aborts. Each poll is whole within 2 s and within the deadline.
- */
-async function waitForHealth(
-  host: string,
-  options: { deadlineMs: number; exited?: Promise<unknown>; signal?: AbortSignal },
-): Promise<void> {
-  const { signal } = options;
-  let gone = false;
-  void options.exited?.then(() => {
-    gone = true;
-  });
-  const deadline = performance.now() + options.deadlineMs;
-  for (;;) {
-    signal?.throwIfAborted();
-    if (gone) throw new WarrenError("internal", "the VM exited before envd answered");
-    const remainingMs = Math.round(deadline - performance.now());
-    if (remainingMs <= 0) break;
-    const reply = await exchange(host, "GET", "/health", {
-      timeoutMs: Math.min(HEALTH_POLL_TIMEOUT_MS, remainingMs),
-      signal,
-    }).catch((err: unknown) => {
-      signal?.throwIfAborted();
-      // Polling again would only take the same oversized reply again.
-      if (err instanceof WarrenError && err.reason === "guest_reply_invalid") throw err;
-      return undefined;
-    });
-    if (reply?.status === 204) return;
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-  throw new WarrenError(
-    "guest_unavailable",
-    `envd did not become healthy within ${options.deadlineMs} ms`,
-  );
-}
-
-const EXERCISE_FILE = "/tmp/.warren-exercise";
-const EXERCISE_BOUNDARY = "warren-exercise";
-
-/**
- * Walks envd's hot paths once, as a client's first calls would: /init, a file written, read
- * and listed, a login shell. V8 compiles each JavaScript
- * function on its first call; under TCG that runs its parser through translation, ~1.5 s of
- * a first command. Done before the template is captured, every sandbox starts with those
- * functions compiled; done in a pooled VMM, its QEMU has the code translated as well. The
- * shell removes the file and runs `sync`: what the walk dirtied is written now, not by the
- * guest's flusher right after a create. The whole walk is bounded by EXERCISE_TIMEOUT_MS,
- * and aborts with `signal`.
- */
-async function exerciseEnvd(host: string, token?: string, signal?: AbortSignal): Promise<void> {
-  const deadline = performance.now() + EXERCISE_TIMEOUT_MS;
-  const left = () => Math.max(1, Math.round(deadline - performance.now()));
-  const budget = AbortSignal.timeout(EXERCISE_TIMEOUT_MS);
-  const walk = signal ? AbortSignal.any([signal, budget]) : budget;
-  // Unstamped: envd would otherwise ignore every /init stamped earlier than this one, and a
-  // template lives on while the host clock may be stepped back.
-  await initEnvd(host, {}, { deadlineMs: left(), stamped: false, token, signal });
-  const query = `?path=${encodeURIComponent(EXERCISE_FILE)}&username=user`;
-  const form: Multipart = {
-    contentType: `multipart/form-data; boundary=${EXERCISE_BOUNDARY}`,
-    body: [
-      `--${EXERCISE_BOUNDARY}`,
-      'content-disposition: form-data; name="file"; filename="exercise"',
-      "content-type: application/octet-stream",
-      "",
-      "warren",
-      `--${EXERCISE_BOUNDARY}--`,
-      "",
-    ].join("\r\n"),
-  };
-  for (const [method, options] of [
-    ["POST", { form }],
-    ["GET", {}],
-  ] as const) {
-    const reply = await exchange(host, method, `/files${query}`, {
-      ...options,
-      token,
-      timeoutMs: left(),
-      signal,
-    });
-    if (reply.status >= 300)
-      throw new WarrenError(
-        "internal",
-        `envd ${method} /files answered ${reply.status}: ${excerpt(reply)}`,
-      );
-  }
-  try {
-    await withEnvdRpc(host, token, async ({ transport, headers }) => {
-      await createClient(Filesystem, transport).listDir(
-        { path: "/tmp", depth: 1 },
-        { headers, signal: walk },
-      );
-      await runToEnd(transport, headers, walk, {
-        // bash as the SDK runs commands, where the image has it (an Alpine image may not).
-        cmd: "/bin/sh",
-        args: [
-          "-c",
-          'if [ -x /bin/bash ]; then exec /bin/bash -l -c "$0"; fi; exec /bin/sh -c "$0"',
-          `rm -f ${EXERCISE_FILE}; sync`,
-        ],
-      });
-    });
-  } catch (err) {
-    signal?.throwIfAborted();
-    if (budget.aborted) {
-      throw new WarrenError(
-        "guest_unavailable",
-        `envd's warm-up walk did not finish within ${EXERCISE_TIMEOUT_MS} ms`,
-      );
-    }
-    throw err;
-  }
-}
-
-/** Longest a guest's `sync` may take before a filesystem-only pause goes on without it. */
-const SYNC_TIMEOUT_MS = 15_000;
-
-/** Runs `sync` in the guest as root, bounded by SYNC_TIMEOUT_MS (and `signal`). */
-async function syncGuest(host: string, token?: string, signal?: AbortSignal): Promise<void> {
-  const budget = AbortSignal.timeout(SYNC_TIMEOUT_MS);
-  const bounded = signal ? AbortSignal.any([signal, budget]) : budget;
-  await withEnvdRpc(host, token, ({ transport, headers }) =>
-    runToEnd(transport, { ...headers, authorization: BASIC_ROOT }, bounded, {
-      cmd: "/bin/sh",
-      args: ["-c", "sync"],
-    }),
-  );
-}
-
-const BASIC_ROOT = `Basic ${Buffer.from("root:").toString("base64")}`;
-
-interface EnvdRpc {
-  readonly transport: ReturnType<typeof createConnectTransport>;
-  readonly headers: Record<string, string>;
-}
-
-/**
- * Connect calls to envd as the e2b SDK makes them (JSON messages, keepalive pings asked
- * for, as `user`), on connections of their own that none outlives; nothing compressed (a
- * guest's gzip could inflate past any limit), every message bounded.
- */
-async function withEnvdRpc<T>(
-  host: string,
-  token: string | undefined,
-  calls: (rpc: EnvdRpc) => Promise<T>,
-): Promise<T> {
-  const agent = new Agent({ keepAlive: true });
-  try {
+  constructor(host: string, options: EnvdClientOptions) {
+    this.host = host;
+    this.#token = options.token;
     const transport = createConnectTransport({
       baseUrl: `http://${host}:${ENVD_PORT}`,
       httpVersion: "1.1",
       useBinaryFormat: false,
       acceptCompression: [],
-      readMaxBytes: CONNECT_READ_MAX_BYTES,
-      nodeOptions: { agent, maxHeaderSize: GUEST_HEAD_MAX_BYTES },
+      readMaxBytes: options.readMaxBytes,
+      nodeOptions: { agent: this.#agent, maxHeaderSize: GUEST_HEAD_MAX_BYTES },
     });
-    const headers = {
-      authorization: `Basic ${Buffer.from("user:").toString("base64")}`,
-      "keepalive-ping-interval": "50",
-      ...(token && { "x-access-token": token }),
+    this.process = createClient(Process, transport);
+    this.filesystem = createClient(Filesystem, transport);
+  }
+
+  /** One bounded exchange with envd (`guestRequest`). */
+  request(method: string, path: string, options: EnvdRequestOptions): Promise<GuestReply> {
+    const body = options.json === undefined ? options.body : JSON.stringify(options.json);
+    const contentType = options.json === undefined ? options.contentType : "application/json";
+    return guestRequest({
+      host: this.host,
+      port: ENVD_PORT,
+      method,
+      path,
+      label: `envd ${method} ${path.split("?")[0]}`,
+      body,
+      headers: {
+        ...(body !== undefined && contentType && { "content-type": contentType }),
+        ...(options.user === undefined ? this.#tokenHeader() : this.headers(options.user)),
+      },
+      agent: this.#agent,
+      timeoutMs: options.timeoutMs,
+      maxBodyBytes: ENVD_REPLY_MAX_BYTES,
+      signal: options.signal,
+    });
+  }
+
+  /** Headers of a call as `user`: Basic auth with that username, and the access token. */
+  headers(user: string): Record<string, string> {
+    return {
+      authorization: `Basic ${Buffer.from(`${user}:`).toString("base64")}`,
+      ...this.#tokenHeader(),
     };
-    return await calls({ transport, headers });
-  } finally {
-    agent.destroy();
+  }
+
+  /** Closes its connections (the call is over, or the VM is gone or about to be). */
+  close(): void {
+    this.#agent.destroy();
+  }
+
+  #tokenHeader(): Record<string, string> {
+    return this.#token ? { "x-access-token": this.#token } : {};
   }
 }
 
-/** Starts a process through envd and drains its events until it ends. */
-async function runToEnd(
-  transport: EnvdRpc["transport"],
-  headers: Record<string, string>,
-  signal: AbortSignal,
-  process: { cmd: string; args: string[] },
-): Promise<void> {
-  const stream = createClient(Process, transport).start(
-    { process, stdin: false },
-    { headers, signal },
-  );
-  for await (const _event of stream) {
-    // Drained until the process ends (or the time is up).
-  }
-}
-
-/** The real guest agent client: envd over HTTP and Connect, every call bounded. */
-export class EnvdClient implements GuestAgent {
-  init(host: string, body: EnvdInitRequest, options: InitOptions): Promise<void> {
-    return initEnvd(host, body, options);
-  }
-  waitForHealth(
-    host: string,
-    options: { deadlineMs: number; exited?: Promise<unknown>; signal?: AbortSignal },
-  ) {
-    return waitForHealth(host, options);
-  }
-  exercise(host: string, token?: string, signal?: AbortSignal): Promise<void> {
-    return exerciseEnvd(host, token, signal);
-  }
-  metrics(host: string, token?: string, signal?: AbortSignal): Promise<EnvdMetrics> {
-    return readEnvdMetrics(host, token, signal);
-  }
-  sync(host: string, token?: string, signal?: AbortSignal): Promise<void> {
-    return syncGuest(host, token, signal);
-  }
-  logs(host: string, token: string | undefined, after: number, signal?: AbortSignal) {
-    return readEnvdLogs(host, token, after, signal);
-  }
+/** A reply's body for an error message: its first bytes, printable (the guest chose them). */
+export function replyExcerpt(reply: GuestReply): string {
+  return reply.body
+    .subarray(0, 200)
+    .toString("utf8")
+    .replace(/[^\x20-\x7e]/g, "?");
 }

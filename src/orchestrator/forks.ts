@@ -5,8 +5,8 @@ import { newId } from "./ids.js";
 import type { Lifecycle } from "./lifecycle.js";
 import { configOf, type LiveSandbox, newRow } from "./live-sandbox.js";
 import { requireState, type SandboxTable } from "./sandbox-table.js";
-import type { SnapshotStore } from "./snapshot-store.js";
 import { listSnapshotTemplates, snapshotInfo } from "./snapshot-templates.js";
+import type { Snapshots } from "./snapshots.js";
 import { findTemplate } from "./templates.js";
 import type { ForkInput, ForkResult, SnapshotInfo } from "./types.js";
 import type { WarmPool } from "./warm-pool.js";
@@ -15,7 +15,7 @@ export interface ForksOptions {
   readonly catalog: Catalog;
   readonly table: SandboxTable;
   readonly lifecycle: Lifecycle;
-  readonly snapshots: SnapshotStore;
+  readonly snapshots: Snapshots;
   /** Its warmed VMMs go with a deleted template. */
   readonly pool: WarmPool;
   /** Most children one fork call may ask for. */
@@ -207,7 +207,7 @@ export class Forks {
   /**
    * Deletes a snapshot template. Sandboxes made from it (and their forks, which inherit the
    * template) block deletion. Its data may stay a while longer: the source sandbox's disk
-   * may stand on it (the store counts references).
+   * may stand on it (`Snapshots` counts references).
    */
   async deleteTemplate(templateId: string): Promise<void> {
     const template = await findTemplate(this.#o.catalog, templateId);

@@ -2,7 +2,7 @@ import type { EnvdInitRequest, EnvdMetrics } from "../protocol/index.js";
 
 /**
  * The guest seam: how the orchestrator talks to envd inside a VM, by the address the host
- * reaches it at (its slot's `hostAddress`). `EnvdClient` speaks HTTP to the real agent; unit
+ * reaches it at (its slot's `hostAddress`). `EnvdGuestAgent` speaks HTTP to the real agent; unit
  * tests use an in-memory fake that plays the guest. The guest's root user may replace envd
  * with anything: every call is bounded in time and size, and aborts with its `signal` (a
  * kill, a pause, a server closing) at once rather than waiting for the guest.

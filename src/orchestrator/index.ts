@@ -1,6 +1,12 @@
 export { BASE_TEMPLATE } from "./base-template.js";
 export type { CapacityLimits } from "./capacity.js";
-export { EnvdClient } from "./envd-client.js";
+export {
+  EnvdClient,
+  type EnvdClientOptions,
+  type EnvdRequestOptions,
+  replyExcerpt,
+} from "./envd-client.js";
+export { EnvdGuestAgent } from "./envd-guest-agent.js";
 export type { GuestAgent, InitOptions } from "./guest-agent.js";
 export { newId } from "./ids.js";
 export { ensureLayout, type StateLayout, stateLayout } from "./layout.js";

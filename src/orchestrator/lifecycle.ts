@@ -10,7 +10,7 @@ import { egressPolicyOf } from "./network-config.js";
 import type { SandboxTable } from "./sandbox-table.js";
 import type { SandboxVms } from "./sandbox-vms.js";
 import { type Permit, Semaphore } from "./semaphore.js";
-import type { SnapshotStore } from "./snapshot-store.js";
+import type { Snapshots } from "./snapshots.js";
 import { TtlTimers } from "./ttl-timers.js";
 import type { PauseOptions, ResumeOptions, SandboxInfo } from "./types.js";
 import type { PoolTemplate, WarmPool, WarmVm } from "./warm-pool.js";
@@ -21,7 +21,7 @@ export interface LifecycleOptions {
   readonly capacity: Capacity;
   readonly vms: SandboxVms;
   readonly pool: WarmPool;
-  readonly snapshots: SnapshotStore;
+  readonly snapshots: Snapshots;
   /** VMs brought up (restore and /init) at once; more creates, resumes and forks queue. */
   readonly maxConcurrentStarts: number;
   /** How long a start keeps its permit while its guest has not answered /init. */
@@ -134,7 +134,7 @@ export class Lifecycle {
     await this.update(live, { state: "pausing" });
     crashPoint("lifecycle.pause.after-pausing");
     if (!keepMemory) await this.#o.vms.syncGuest(live);
-    let captured: Awaited<ReturnType<SnapshotStore["capture"]>>;
+    let captured: Awaited<ReturnType<Snapshots["capture"]>>;
     try {
       captured = await this.#o.snapshots.capture(vm, {
         sandboxId: live.row.id,

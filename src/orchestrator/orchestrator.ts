@@ -1,5 +1,5 @@
 import type { Catalog, SnapshotFileRecord, TemplateRow } from "../catalog/index.js";
-import type { GuestArtifacts } from "../images/index.js";
+import type { GuestArtifacts } from "../host-setup/index.js";
 import { type SlotPool, validateEgressPolicy } from "../network/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { MachineShape, VmmDriver } from "../vmm/index.js";
@@ -18,8 +18,8 @@ import { recoverLeftovers } from "./recovery.js";
 import { type RoutingOptions, routeSandbox } from "./routing.js";
 import { requireState, SandboxTable } from "./sandbox-table.js";
 import { SandboxVms } from "./sandbox-vms.js";
-import { type SharedSnapshots, SnapshotStore } from "./snapshot-store.js";
 import { templateStart } from "./snapshot-templates.js";
+import { type SharedSnapshots, Snapshots } from "./snapshots.js";
 import { metricsWithin, sandboxLogs, takeMetricsSample } from "./telemetry.js";
 import { findTemplate } from "./templates.js";
 import type {
@@ -57,7 +57,7 @@ export interface OrchestratorOptions {
   readonly templateShape: MachineShape;
   /** Most children one fork call may ask for. */
   readonly maxForkCount: number;
-  /** Disk layers above a template before a snapshot is flattened (SnapshotStore). */
+  /** Disk layers above a template before a snapshot is flattened (Snapshots). */
   readonly flattenDepth: number;
   /** VMs brought up (restore and /init) at once; more creates, resumes and forks queue. */
   readonly maxConcurrentStarts: number;
@@ -99,7 +99,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
   readonly #table = new SandboxTable();
   readonly #pool: WarmPool;
   readonly #capacity: Capacity;
-  readonly #snapshots: SnapshotStore;
+  readonly #snapshots: Snapshots;
   readonly #lifecycle: Lifecycle;
   readonly #forks: Forks;
   readonly #vms: SandboxVms;
@@ -114,7 +114,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
     const { catalog, driver, slots, agent, images, layout, logger } = options;
     const capacity = new Capacity(options.limits);
     this.#capacity = capacity;
-    this.#snapshots = new SnapshotStore({
+    this.#snapshots = new Snapshots({
       catalog,
       driver,
       layout,

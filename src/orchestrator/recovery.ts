@@ -3,13 +3,13 @@ import type { Catalog, SandboxRow } from "../catalog/index.js";
 import type { Logger } from "../shared/index.js";
 import type { VmmDriver } from "../vmm/index.js";
 import type { StateLayout } from "./layout.js";
-import type { SnapshotStore } from "./snapshot-store.js";
+import type { Snapshots } from "./snapshots.js";
 
 export interface RecoveryOptions {
   readonly catalog: Catalog;
   readonly driver: Pick<VmmDriver, "killOrphans">;
   readonly layout: StateLayout;
-  readonly snapshots: SnapshotStore;
+  readonly snapshots: Snapshots;
   readonly logger: Logger;
 }
 

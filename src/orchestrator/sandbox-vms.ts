@@ -1,6 +1,6 @@
 import { rm } from "node:fs/promises";
 import type { Catalog, SandboxRow } from "../catalog/index.js";
-import type { GuestArtifacts } from "../images/index.js";
+import type { GuestArtifacts } from "../host-setup/index.js";
 import { type EgressPolicy, type Slot, type SlotPool, sameEgressPolicy } from "../network/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, WarrenError } from "../shared/index.js";
@@ -25,7 +25,7 @@ export interface SandboxVmsOptions {
   readonly logger: Logger;
   /** How long a start or resume waits for envd to answer /init. */
   readonly envdDeadlineMs: number;
-  /** Where a snapshot's files are on this node (SnapshotStore.localDir). */
+  /** Where a snapshot's files are on this node (Snapshots.localDir). */
   readonly snapshotDir: (snapshotId: string) => Promise<string>;
 }
 

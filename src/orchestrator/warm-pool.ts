@@ -1,4 +1,4 @@
-import type { GuestArtifacts } from "../images/index.js";
+import type { GuestArtifacts } from "../host-setup/index.js";
 import type { Slot, SlotPool } from "../network/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import type { Logger } from "../shared/index.js";

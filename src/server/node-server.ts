@@ -8,10 +8,10 @@ import pino, { type Logger } from "pino";
 import { createApi } from "../api/index.js";
 import { registryImages, TemplateBuilds } from "../builds/index.js";
 import { type Catalog, PostgresCatalog, PostgresCluster, SqliteCatalog } from "../catalog/index.js";
-import { ensureHostSetup } from "../images/index.js";
+import { ensureHostSetup } from "../host-setup/index.js";
 import { NetnsSlotPool, slotNamesFor } from "../network/index.js";
 import {
-  EnvdClient,
+  EnvdGuestAgent,
   ensureLayout,
   Orchestrator,
   type ServerStatus,
@@ -204,7 +204,7 @@ export async function startNodeServer(
       catalog,
       driver,
       slots,
-      agent: new EnvdClient(),
+      agent: new EnvdGuestAgent(),
       images,
       layout,
       limits,

@@ -24,7 +24,7 @@ export interface GuestRequest {
   readonly body?: string | Uint8Array;
   /**
    * Default `false`: a connection of its own. A slot's address is reused by the next
-   * sandbox, so a pooled connection may only be one owned by a single VM (GuestShell's).
+   * sandbox, so a pooled connection may only be one owned by a single VM (an EnvdClient's).
    */
   readonly agent?: Agent | false;
   /** The whole exchange, from connecting to the body's last byte. */

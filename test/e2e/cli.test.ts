@@ -1,4 +1,4 @@
-// Issue 16: the `warren` command (the bundle `npm run build` makes, as a user runs it) against
+// The `warren` command (the bundle `npm run build` makes, as a user runs it) against
 // a real server: sandboxes, exec with its exit code, cp, a shell driven through a real PTY
 // (node-pty as the user's terminal), fork, snapshot, a template build with its progress,
 // top, logs, the systemd unit; bad arguments and a stopped server as one-line errors.

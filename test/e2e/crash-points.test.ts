@@ -77,7 +77,7 @@ const NO_POOL = { WARREN_POOL_SIZE: "0", WARREN_POOL_MAX_PER_TEMPLATE: "0" };
 /** The restarted server: nothing but its sandboxes holds a VMM or a network slot. */
 const RESTART_ENV = { ...NO_POOL, WARREN_SLOT_POOL_SIZE: "0" };
 const TIMEOUT_S = 600;
-/** A flatten's redundant layers are released 10 s after it (SnapshotStore retireDelayMs). */
+/** A flatten's redundant layers are released 10 s after it (Snapshots retireDelayMs). */
 const FLATTEN_SETTLE_MS = 30_000;
 const CRASH_WAIT_MS = 30_000;
 /**
@@ -213,8 +213,7 @@ const OPERATIONS: Operation[] = [
     name: "flatten",
     // Two pauses make a chain of two layers above base: the second is flattened onto base.
     env: { ...NO_POOL, WARREN_FLATTEN_DEPTH: "1" },
-    points: (p) =>
-      p.startsWith("snapshot-store.flatten.") || p.startsWith("snapshot-store.release."),
+    points: (p) => p.startsWith("snapshots.flatten.") || p.startsWith("snapshots.release."),
     async setup(run) {
       run.target = await newSandbox(run);
       await expectStatus(api(run.server, "POST", `/sandboxes/${run.target}/pause`), 204);
@@ -228,9 +227,7 @@ const OPERATIONS: Operation[] = [
       await waitFor(
         "the flattened chain's old layer released",
         async () =>
-          (await readTrace(run.trace))
-            .slice(run.mark)
-            .includes("snapshot-store.release.after-delete"),
+          (await readTrace(run.trace)).slice(run.mark).includes("snapshots.release.after-delete"),
         FLATTEN_SETTLE_MS,
       );
     },
@@ -257,7 +254,7 @@ const OPERATIONS: Operation[] = [
     env: { ...NO_POOL, WARREN_TEMPLATE_MEMORY_MIB: "576" },
     atStart: true,
     optIn: true,
-    points: (p) => p.startsWith("base-template.") || p.startsWith("snapshot-store."),
+    points: (p) => p.startsWith("base-template.") || p.startsWith("snapshots."),
     async setup() {},
     async run() {},
   },

@@ -1,4 +1,4 @@
-// Issue 16: the dashboard in a real browser (Debian's Chromium, driven by Playwright through
+// The dashboard in a real browser (Debian's Chromium, driven by Playwright through
 // `executablePath`) against a real server: signing in, a sandbox the SDK creates appearing,
 // a fork tree growing as it forks, typing in a terminal into the sandbox, a template's build
 // and its log. Screenshots go to test-results/dashboard/ (kept as the run's artifacts).

@@ -1,4 +1,4 @@
-// Fresh randomness per clone (issue 13) through the real e2b SDK against a real server and
+// Fresh randomness per clone through the real e2b SDK against a real server and
 // VMs: sandboxes restored from one template, and fork children, each read their own bytes.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";

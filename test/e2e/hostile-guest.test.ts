@@ -13,7 +13,7 @@ import {
 import { api, useServer, waitFor } from "../helpers/server.js";
 
 const PROXY_HEAD_TIMEOUT_MS = 3_000;
-/** EnvdClient's METRICS_TIMEOUT_MS, plus the API's own time on a busy host. */
+/** EnvdGuestAgent's METRICS_TIMEOUT_MS, plus the API's own time on a busy host. */
 const METRICS_BOUND_MS = 5_000 + 2_000;
 
 const server = useServer({

@@ -1,4 +1,4 @@
-// A test run leaves a Warren server on the same host alone (issue 11). Decoys stand for a
+// A test run leaves a Warren server on the same host alone. Decoys stand for a
 // developer's server with default settings: a slot namespace `warren-<n>`, its host veth
 // `wv<n>`, host rules commented `warren:<n>`, and VMMs whose command lines point into
 // /var/lib/warren/run. A test server starts (recovery and stale cleanup run) and stops, a

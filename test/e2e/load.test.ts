@@ -1,4 +1,4 @@
-// Issue 13 "Load": many clients at once through the real SDK, every lifecycle operation, and
+// Load: many clients at once through the real SDK, every lifecycle operation, and
 // nothing left behind. CI runs WARREN_TEST_LOAD_CLIENTS × WARREN_TEST_LOAD_CYCLES (default 16 × 3);
 // `npm run bench:load` runs the full 16 × 200 and reports figures.
 import assert from "node:assert/strict";

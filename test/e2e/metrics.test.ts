@@ -1,4 +1,4 @@
-// Issue 16: the node's Prometheus endpoint, scraped and parsed while the SDK drives real
+// The node's Prometheus endpoint, scraped and parsed while the SDK drives real
 // sandboxes: counters move with the operations, gauges follow what the node holds.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";

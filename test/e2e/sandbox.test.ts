@@ -1,4 +1,4 @@
-// The acceptance test of issue 4: the official e2b SDK, pointed at a real Warren server
+// The acceptance test of the E2B API: the official e2b SDK, pointed at a real Warren server
 // through E2B_API_URL / E2B_SANDBOX_URL, runs its usual calls against real microVMs.
 import assert from "node:assert/strict";
 import { request } from "node:http";

@@ -1,5 +1,5 @@
 /**
- * FakeGuestAgent: a STAND-IN for EnvdClient (envd over HTTP) in orchestrator unit tests. It
+ * FakeGuestAgent: a STAND-IN for EnvdGuestAgent (envd over HTTP) in orchestrator unit tests. It
  * answers for the fake guest behind a slot's host address as envd would: /init is refused
  * unless it presents the token the guest's envd holds, then sets the guest's token and env;
  * calls to a guest that is not running wait (connection refused, retried) until the
@@ -7,9 +7,9 @@
  *
  * A guest whose user replaced envd: when its memory (carried by snapshots, forks, resumes)
  * has REPLACED_ENVD set to an address, every call to it goes over HTTP, with the real
- * EnvdClient, to whatever listens there on envd's port (test/helpers/hostile-envd.ts).
+ * EnvdGuestAgent, to whatever listens there on envd's port (test/helpers/hostile-envd.ts).
  */
-import { EnvdClient, type GuestAgent, type InitOptions } from "../../src/orchestrator/index.js";
+import { EnvdGuestAgent, type GuestAgent, type InitOptions } from "../../src/orchestrator/index.js";
 import type { EnvdInitRequest, EnvdMetrics } from "../../src/protocol/index.js";
 import { WarrenError } from "../../src/shared/index.js";
 import type { FakeSlotPool } from "./fake-slot-pool.js";
@@ -28,7 +28,7 @@ export class FakeGuestAgent implements GuestAgent {
   /** The next /init calls answer 500, as a broken envd would. */
   failInits = 0;
   #stopped = false;
-  readonly #real = new EnvdClient();
+  readonly #real = new EnvdGuestAgent();
 
   constructor(
     readonly driver: FakeVmmDriver,

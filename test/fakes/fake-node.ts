@@ -7,7 +7,7 @@
 import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { GuestArtifacts } from "../../src/images/index.js";
+import type { GuestArtifacts } from "../../src/host-setup/index.js";
 import {
   Orchestrator,
   type OrchestratorOptions,

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Sandbox } from "e2b";
-import { ensureHostSetup, type GuestArtifacts } from "../../src/images/index.js";
+import { ensureHostSetup, type GuestArtifacts } from "../../src/host-setup/index.js";
 import type { NetworkSlot } from "../../src/network/index.js";
 import { Process } from "../../src/protocol/gen/process/process_pb.js";
 import { ENVD_PORT, ENVD_VERSION } from "../../src/protocol/index.js";

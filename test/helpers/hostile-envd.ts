@@ -40,7 +40,7 @@ export interface HostileEnvdOptions {
   readonly mode: HostileMode;
   /** Default: a random loopback address of its own (127.x.y.z), so tests never collide. */
   readonly host?: string;
-  /** Default 49983 (envd's), where EnvdClient and GuestShell connect. 0: any free port. */
+  /** Default 49983 (envd's), where EnvdGuestAgent and GuestShell connect. 0: any free port. */
   readonly port?: number;
   /** Pace of the trickling modes. Default 1000 ms (one byte a second). */
   readonly intervalMs?: number;

@@ -1,5 +1,5 @@
 /**
- * A stand-in VM for SnapshotStore tests (`ScribeVm`): each capture writes a real, sealed
+ * A stand-in VM for Snapshots tests (`ScribeVm`): each capture writes a real, sealed
  * snapshot directory (a qcow2 overlay holding one pattern byte per generation, on its
  * backing as a capture names it, and a meta.json), as a guest writing its disk between
  * pauses would. Plus qemu-io / qemu-img probes of what the captures hold.

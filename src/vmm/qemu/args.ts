@@ -72,7 +72,7 @@ export function kernelCommandLine(spec: VmSpec, options: KernelOptions = {}): st
     "root=/dev/vda rw rootfstype=ext4 warren.agent=/dev/vdb",
     `warren.ip=${spec.guestIp} warren.gw=${spec.guestGateway}`,
     emulated && tscKhz ? `tsc_early_khz=${tscKhz}` : "",
-    // The guest agent then runs its JavaScript interpreted (see images/agent-init.ts).
+    // The guest agent then runs its JavaScript interpreted (see host-setup/agent-init.ts).
     emulated ? "warren.interpreted=1" : "",
     growRoot ? "warren.grow=1" : "",
     aslr ? "" : "norandmaps",

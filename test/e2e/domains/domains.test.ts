@@ -1,5 +1,5 @@
 /**
- * Domain mode (issue 15): a real node server in a network namespace of its own (it binds 443
+ * Domain mode: a real node server in a network namespace of its own (it binds 443
  * there, as on a host of its own) with WARREN_DOMAIN set, and the e2b SDK configured the way
  * teams configure it for a self-hosted E2B: E2B_DOMAIN alone, trusting the CA Warren made.
  * The SDK's flows (sdk-flows.ts) run in a child process, whose environment is their whole

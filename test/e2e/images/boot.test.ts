@@ -2,7 +2,11 @@ import assert from "node:assert/strict";
 import { readFile, stat } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
 import { Sandbox } from "e2b";
-import { ensureHostSetup, type GuestArtifacts, readManifest } from "../../../src/images/index.js";
+import {
+  ensureHostSetup,
+  type GuestArtifacts,
+  readManifest,
+} from "../../../src/host-setup/index.js";
 import { ENVD_VERSION } from "../../../src/protocol/index.js";
 import { runEnv } from "../../helpers/run-env.js";
 import { startVm, type TestVm } from "./vm.js";

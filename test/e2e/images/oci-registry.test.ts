@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { gzipSync } from "node:zlib";
-import { pullImage } from "../../../src/images/index.js";
+import { pullImage } from "../../../src/oci-images/index.js";
 import {
   diffId,
   host,

@@ -9,13 +9,13 @@ import {
   ensureHostSetup,
   imagesLayout,
   readManifest,
-} from "../../../src/images/index.js";
-import { writeManifest } from "../../../src/images/manifest.js";
+} from "../../../src/host-setup/index.js";
+import { writeManifest } from "../../../src/host-setup/manifest.js";
 
 /**
  * Stale and corrupted artifacts are rebuilt, not trusted. Uses a temporary data directory and
  * only the agent drive (a couple of seconds to build); the manifest logic itself is unit-tested
- * in src/images/artifact-store.test.ts.
+ * in src/host-setup/artifact-builds.test.ts.
  */
 describe("ensureHostSetup rebuilds what it cannot trust", () => {
   let dataDir: string;

@@ -4,7 +4,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { GuestArtifacts } from "../../../src/images/index.js";
+import type { GuestArtifacts } from "../../../src/host-setup/index.js";
 
 /** Ports other test files use are below this; these tests pick the first free one above. */
 const FIRST_PORT = 50100;

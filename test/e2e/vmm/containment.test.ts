@@ -1,4 +1,4 @@
-// Each QEMU contained as if it were already escaped (issue 13): a uid of its own, chrooted
+// Each QEMU contained as if it were already escaped: a uid of its own, chrooted
 // into its runtime directory, in a cgroup of its own with limits from its shape, ranked by
 // the OOM killer before the server; snapshot files root's, read-only, checksummed and
 // checked before a restore; disk chains from Warren's records, never from a qcow2 header;
@@ -11,7 +11,7 @@ import { appendFile, open, readdir, readFile, readlink, rmdir, stat } from "node
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
-import type { GuestArtifacts } from "../../../src/images/index.js";
+import type { GuestArtifacts } from "../../../src/host-setup/index.js";
 import { NetnsSlotPool, type NetworkSlot } from "../../../src/network/index.js";
 import {
   type SnapshotFile,

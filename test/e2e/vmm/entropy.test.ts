@@ -1,12 +1,12 @@
-// Randomness of guests restored from one snapshot (issue 13), on the VMM driver and envd
+// Randomness of guests restored from one snapshot, on the VMM driver and envd
 // alone: what a clone reads before the orchestrator's /init, and after it.
 import assert from "node:assert/strict";
 import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import type { GuestArtifacts } from "../../../src/images/index.js";
+import type { GuestArtifacts } from "../../../src/host-setup/index.js";
 import { NetnsSlotPool, type NetworkSlot } from "../../../src/network/index.js";
-import { initAttempt } from "../../../src/orchestrator/envd-client.js";
+import { initAttempt } from "../../../src/orchestrator/envd-guest-agent.js";
 import type { Vm } from "../../../src/vmm/index.js";
 import type { QemuDriver } from "../../../src/vmm/qemu/index.js";
 import {

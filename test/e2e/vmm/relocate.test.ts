@@ -1,4 +1,4 @@
-// Snapshots copied to another directory (another node's data dir, issue 14) restore there:
+// Snapshots copied to another directory (another node's data dir in a cluster) restore there:
 // a template-like full capture, an incremental pause on it (memory diff + disk layer) and a
 // fork capture, copied side by side into another root while the originals are gone. Each
 // snapshot names what it stands on by sibling name (format 4); a copy without an ancestor
@@ -10,7 +10,7 @@ import { mkdir, readdir, readFile, readlink, rename, stat } from "node:fs/promis
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
-import type { GuestArtifacts } from "../../../src/images/index.js";
+import type { GuestArtifacts } from "../../../src/host-setup/index.js";
 import { NetnsSlotPool, type NetworkSlot } from "../../../src/network/index.js";
 import {
   type SnapshotFile,

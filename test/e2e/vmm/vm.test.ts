@@ -4,7 +4,7 @@ import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import type { GuestArtifacts } from "../../../src/images/index.js";
+import type { GuestArtifacts } from "../../../src/host-setup/index.js";
 import { NetnsSlotPool, type NetworkSlot } from "../../../src/network/index.js";
 import {
   QmpError,

@@ -1,20 +1,21 @@
-// EnvdClient (the host's envd client) against a hostile envd: a guest's root user may replace
-// envd with a server that streams forever, trickles, sends huge heads or bodies, or never
-// answers. Every call must fail within its bound with a clear error, read no more than its
-// limit, hang up on the guest, and end at once when its signal aborts (a kill).
+// The host's envd client as the orchestrator uses it (EnvdGuestAgent on EnvdClient) against a
+// hostile envd: a guest's root user may replace envd with a server that streams forever,
+// trickles, sends huge heads or bodies, or never answers. Every call must fail within its
+// bound with a clear error, read no more than its limit, hang up on the guest, and end at once
+// when its signal aborts (a kill).
 // No VM: the stand-in listens on a loopback address of its own, on envd's port.
 import assert from "node:assert/strict";
 import { describe, it, type TestContext } from "node:test";
+import { ENVD_REPLY_MAX_BYTES } from "../../../src/orchestrator/envd-client.js";
 import {
-  ENVD_REPLY_MAX_BYTES,
-  EnvdClient,
+  EnvdGuestAgent,
   METRICS_TIMEOUT_MS,
   parseMetrics,
-} from "../../../src/orchestrator/envd-client.js";
+} from "../../../src/orchestrator/envd-guest-agent.js";
 import { WarrenError } from "../../../src/shared/index.js";
 import { failsWithin, HostileEnvd, type HostileMode } from "../../helpers/hostile-envd.js";
 
-const client = new EnvdClient();
+const client = new EnvdGuestAgent();
 /** Slack over a bound for timers and a busy 2-core machine. */
 const SLACK_MS = 1_500;
 
@@ -27,7 +28,7 @@ async function hostile(t: TestContext, mode: HostileMode, intervalMs?: number) {
 const init = (host: string, deadlineMs: number, signal?: AbortSignal) =>
   client.init(host, { envVars: {} }, { deadlineMs, signal });
 
-describe("EnvdClient against a hostile envd", () => {
+describe("EnvdGuestAgent against a hostile envd", () => {
   it("a healthy stand-in answers every call (the helper plays envd)", async (t) => {
     const envd = await hostile(t, "healthy");
     await init(envd.host, 2_000);

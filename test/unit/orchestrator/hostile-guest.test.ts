@@ -1,7 +1,7 @@
 // The orchestrator facing a guest whose user replaced envd (its root user may): resumes and
 // creates from its snapshots meet a hostile server where envd was. On fakes, except for the
 // guest: the fake agent sends every call to a replaced envd over HTTP with the real
-// EnvdClient, to a hostile stand-in on a loopback address (test/helpers/hostile-envd.ts).
+// EnvdGuestAgent, to a hostile stand-in on a loopback address (test/helpers/hostile-envd.ts).
 // What must hold: each start fails within its bound, a kill or a pause never waits on the
 // guest, the start permits go on serving healthy creates, closing never waits on a guest.
 import assert from "node:assert/strict";

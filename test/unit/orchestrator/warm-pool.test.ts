@@ -6,7 +6,7 @@ import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it, type TestContext } from "node:test";
-import type { GuestArtifacts } from "../../../src/images/index.js";
+import type { GuestArtifacts } from "../../../src/host-setup/index.js";
 import { Capacity, type CapacityLimits } from "../../../src/orchestrator/capacity.js";
 import { stateLayout } from "../../../src/orchestrator/index.js";
 import {

@@ -1,4 +1,4 @@
-import { WarrenError } from "../../shared/index.js";
+import { WarrenError } from "../shared/index.js";
 
 /** Docker Hub's name in references; its API lives at another host (see registry-endpoints.ts). */
 export const DOCKER_HUB = "docker.io";

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { Readable } from "node:stream";
 import { after, before, it } from "node:test";
 import { gzipSync } from "node:zlib";
-import { makeTar, type TarEntry, ZSTD_TAR_FIXTURE } from "../../../test/helpers/tar-archive.js";
+import { makeTar, type TarEntry, ZSTD_TAR_FIXTURE } from "../../test/helpers/tar-archive.js";
 import { applyLayer } from "./layer-apply.js";
 
 let scratch: string;

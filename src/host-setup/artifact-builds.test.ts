@@ -13,13 +13,13 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, beforeEach, describe, it } from "node:test";
-import { type ArtifactSpec, ArtifactStore } from "./artifact-store.js";
+import { ArtifactBuilds, type ArtifactSpec } from "./artifact-builds.js";
 import { CommandRunner } from "./command.js";
 import { FileHashCache } from "./file-hash.js";
 import { imagesLayout } from "./layout.js";
 import { readManifest, writeManifest } from "./manifest.js";
 
-describe("ArtifactStore", () => {
+describe("ArtifactBuilds", () => {
   const dirs: string[] = [];
   let dataDir: string;
   let builds: number;
@@ -28,16 +28,16 @@ describe("ArtifactStore", () => {
     for (const dir of dirs) await rm(dir, { recursive: true, force: true });
   });
   beforeEach(async () => {
-    dataDir = await mkdtemp(join(tmpdir(), "warren-store-"));
+    dataDir = await mkdtemp(join(tmpdir(), "warren-artifact-builds-"));
     dirs.push(dataDir);
     builds = 0;
   });
 
-  /** A store as a fresh setup run would open it (manifest and hash cache read from disk). */
-  async function open(): Promise<ArtifactStore> {
+  /** Artifact builds as a fresh setup run would open them (manifest and hash cache read from disk). */
+  async function open(): Promise<ArtifactBuilds> {
     const layout = imagesLayout(dataDir);
     await mkdir(layout.cacheDir, { recursive: true });
-    return new ArtifactStore(
+    return new ArtifactBuilds(
       layout,
       await readManifest(layout.manifest),
       await FileHashCache.load(layout.hashCache),

@@ -1,17 +1,17 @@
 import { createHash, randomBytes } from "node:crypto";
 import { mkdir, open, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { WarrenError } from "../../shared/index.js";
+import { WarrenError } from "../shared/index.js";
 import type { Descriptor } from "./manifest.js";
 import type { RegistryClient } from "./registry-client.js";
 
 /**
  * Blobs (layers, configs) by digest: `<cache>/blobs/sha256/<hex>`. A blob is written to a
  * temporary file, hashed as it arrives, and renamed into place only when its size and sha256
- * match the descriptor, so a file in the store is always complete and verified; an image that
+ * match the descriptor, so a file in the cache is always complete and verified; an image that
  * shares a layer with another downloads it once. Downloads of one digest coalesce.
  */
-export class BlobStore {
+export class BlobCache {
   readonly #dir: string;
   readonly #tmp: string;
   readonly #inFlight = new Map<string, Promise<string>>();
@@ -25,7 +25,7 @@ export class BlobStore {
     return join(this.#dir, digest.slice("sha256:".length));
   }
 
-  /** True when the store holds this blob (verified when it was written). */
+  /** True when the cache holds this blob (verified when it was written). */
   async has(blob: Descriptor): Promise<boolean> {
     const st = await stat(this.path(blob.digest)).catch(() => undefined);
     return st?.isFile() === true && st.size === blob.size;

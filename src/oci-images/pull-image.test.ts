@@ -7,8 +7,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
 import { gzipSync } from "node:zlib";
-import { makeTar, ZSTD_TAR_FIXTURE } from "../../../test/helpers/tar-archive.js";
-import { type CommandResult, CommandRunner } from "../command.js";
+import { makeTar, ZSTD_TAR_FIXTURE } from "../../test/helpers/tar-archive.js";
+import { type CommandResult, CommandRunner } from "../host-setup/index.js";
 import { MANIFEST_MEDIA_TYPES } from "./manifest.js";
 import { pullImage } from "./pull-image.js";
 

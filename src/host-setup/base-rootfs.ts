@@ -1,7 +1,7 @@
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { DebianMirrors } from "./apt-sources.js";
-import type { ArtifactSpec } from "./artifact-store.js";
+import type { ArtifactSpec } from "./artifact-builds.js";
 import {
   BASE_PACKAGES,
   baseRootfsScript,

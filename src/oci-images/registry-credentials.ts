@@ -1,6 +1,6 @@
 import { ECRClient, GetAuthorizationTokenCommand } from "@aws-sdk/client-ecr";
 import { JWT } from "google-auth-library";
-import { WarrenError } from "../../shared/index.js";
+import { WarrenError } from "../shared/index.js";
 import type { BasicCredentials } from "./registry-client.js";
 
 /**

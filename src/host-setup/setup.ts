@@ -6,7 +6,7 @@ import { WarrenError } from "../shared/index.js";
 import { agentDriveSpec } from "./agent-drive.js";
 import { Apt } from "./apt.js";
 import { debianMirrors, hostAptSources } from "./apt-sources.js";
-import { type ArtifactSpec, ArtifactStore } from "./artifact-store.js";
+import { ArtifactBuilds, type ArtifactSpec } from "./artifact-builds.js";
 import { baseRootfsSpec } from "./base-rootfs.js";
 import { CommandRunner } from "./command.js";
 import { DEBIAN_ARCH, DEBIAN_SUITE, DEBOOTSTRAP_VARIANT, debootstrapSpec } from "./debootstrap.js";
@@ -51,7 +51,7 @@ export interface HostSetupOptions {
 }
 
 interface StepContext {
-  readonly store: ArtifactStore;
+  readonly builds: ArtifactBuilds;
   readonly step: StepProgress;
   readonly rebuild: ReadonlySet<ArtifactName>;
   readonly built: ArtifactName[];
@@ -64,14 +64,14 @@ async function ensureArtifact(
   what: string,
   started = performance.now(),
 ): Promise<ArtifactRecord> {
-  const reason = await ctx.store.staleReason(spec, ctx.rebuild.has(spec.name));
-  const existing = ctx.store.record(spec.name);
+  const reason = await ctx.builds.staleReason(spec, ctx.rebuild.has(spec.name));
+  const existing = ctx.builds.record(spec.name);
   if (!reason && existing) {
     ctx.step.done(`${what} up to date`, performance.now() - started);
     return existing;
   }
   ctx.step.info(`building ${what} (${reason})`);
-  const record = await ctx.store.build(spec);
+  const record = await ctx.builds.build(spec);
   ctx.built.push(spec.name);
   const mib = (record.sizeBytes / (1024 * 1024)).toFixed(1);
   ctx.step.done(`built ${record.file}, ${mib} MiB`, performance.now() - started);
@@ -111,14 +111,14 @@ export async function ensureHostSetup(options: HostSetupOptions): Promise<GuestA
     if (existsSync(layout.tmpDir))
       await runner.run("rm", ["-rf", "--one-file-system", layout.tmpDir]);
     const hashes = await FileHashCache.load(layout.hashCache);
-    const store = new ArtifactStore(layout, await readManifest(layout.manifest), hashes, runner);
+    const builds = new ArtifactBuilds(layout, await readManifest(layout.manifest), hashes, runner);
     const apt = new Apt(runner);
     const targets = new Set<ArtifactName>(options.only ?? GUEST_ARTIFACTS);
     const rebuild = new Set<ArtifactName>(options.rebuild ?? []);
     // A fresh bootstrap is only useful under a fresh base rootfs.
     if (rebuild.has("debootstrap")) rebuild.add("base-rootfs");
     const context = (index: number, name: string): StepContext => ({
-      store,
+      builds,
       step: progress.step(index, name),
       rebuild,
       built,
@@ -159,13 +159,13 @@ export async function ensureHostSetup(options: HostSetupOptions): Promise<GuestA
     }
 
     // 3-4. Kernel and initramfs, from one pinned linux-image .deb.
-    const kernelRecord = store.record("kernel");
+    const kernelRecord = builds.record("kernel");
     const kernelPackage = new KernelPackage({
       apt,
       runner,
       cacheDir: layout.cacheDir,
       workDir: () => {
-        runDir ??= store.createWorkDir("run");
+        runDir ??= builds.createWorkDir("run");
         return runDir;
       },
       pinned:
@@ -222,7 +222,7 @@ export async function ensureHostSetup(options: HostSetupOptions): Promise<GuestA
           runner,
           hashes,
           step: ctx.step,
-          previous: store.record("agent-drive"),
+          previous: builds.record("agent-drive"),
         });
         await ensureArtifact(ctx, spec, "agent.ext4", t);
       }
@@ -248,12 +248,12 @@ export async function ensureHostSetup(options: HostSetupOptions): Promise<GuestA
           runner,
           step: ctx.step,
           debootstrap: async () => {
-            const reason = await store.staleReason(tarball, rebuild.has("debootstrap"));
+            const reason = await builds.staleReason(tarball, rebuild.has("debootstrap"));
             if (!reason) ctx.step.done("debootstrap tarball cached", 0);
             else {
               await ctx.step.task(
                 `debootstrap ${DEBIAN_SUITE} from ${mirrors.archive} (${reason})`,
-                () => store.build(tarball),
+                () => builds.build(tarball),
               );
               built.push("debootstrap");
             }
@@ -264,14 +264,14 @@ export async function ensureHostSetup(options: HostSetupOptions): Promise<GuestA
       }
     }
 
-    await store.save();
+    await builds.save();
     const total = formatDuration(performance.now() - started);
     progress.line(
       built.length > 0
         ? `done in ${total}: built ${built.join(", ")}`
         : `done in ${total}: nothing to do`,
     );
-    return guestArtifactPaths(imagesDir, store.manifest);
+    return guestArtifactPaths(imagesDir, builds.manifest);
   } finally {
     if (runDir)
       await runner.run("rm", ["-rf", "--one-file-system", await runDir]).catch(() => undefined);

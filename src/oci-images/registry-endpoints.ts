@@ -1,4 +1,4 @@
-import { WarrenError } from "../../shared/index.js";
+import { WarrenError } from "../shared/index.js";
 import { DOCKER_HUB } from "./image-reference.js";
 
 /** Where pulls go, from WARREN_REGISTRY_MIRRORS and WARREN_INSECURE_REGISTRIES. */

@@ -1,6 +1,6 @@
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
-import type { ArtifactSpec } from "./artifact-store.js";
+import type { ArtifactSpec } from "./artifact-builds.js";
 import type { CommandRunner } from "./command.js";
 
 /** Bump when the debootstrap invocation changes. */

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { WarrenError } from "../../shared/index.js";
+import { WarrenError } from "../shared/index.js";
 import { formatImageReference, type ImageReference } from "./image-reference.js";
 import { type Descriptor, MANIFEST_ACCEPT } from "./manifest.js";
 import { type RegistryEndpointOptions, registryBaseUrl } from "./registry-endpoints.js";

@@ -16,7 +16,7 @@ import {
 import { dirname, join } from "node:path";
 import { Readable } from "node:stream";
 import { Parser, type ReadEntry } from "tar";
-import { WarrenError } from "../../shared/index.js";
+import { WarrenError } from "../shared/index.js";
 import { decompressor, sniffCompression } from "./layer-decompress.js";
 import { cleanComponents, resolveInRoot } from "./root-path.js";
 

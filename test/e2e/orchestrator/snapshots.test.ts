@@ -1,9 +1,9 @@
 /**
- * SnapshotStore against the real catalog (SQLite file), real qcow2 files and the QEMU driver's
+ * Snapshots against the real catalog (SQLite file), real qcow2 files and the QEMU driver's
  * real `flattenDisk` (qemu-img). The VM being captured is a stand-in (`ScribeVm`,
  * test/helpers/scribe-vm.ts): it writes a recognisable pattern into a fresh overlay per
- * generation, as a guest writing its disk between pauses would. Real VMs run through the same
- * store in test/e2e/flatten.test.ts.
+ * generation, as a guest writing its disk between pauses would. Real VMs go through `Snapshots`
+ * in test/e2e/flatten.test.ts.
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -16,7 +16,7 @@ import { promisify } from "node:util";
 import pino from "pino";
 import { type SandboxRow, SqliteCatalog } from "../../../src/catalog/index.js";
 import { stateLayout } from "../../../src/orchestrator/layout.js";
-import { SnapshotStore } from "../../../src/orchestrator/snapshot-store.js";
+import { Snapshots } from "../../../src/orchestrator/snapshots.js";
 import { QemuDriver } from "../../../src/vmm/qemu/index.js";
 import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";
 import { diskOf } from "../../../src/vmm/qemu/snapshot-chain.js";
@@ -26,7 +26,7 @@ const run = promisify(execFile);
 
 let root: string;
 before(async () => {
-  root = await mkdtemp(join(tmpdir(), "warren-snapshot-store-"));
+  root = await mkdtemp(join(tmpdir(), "warren-snapshots-"));
 });
 after(async () => {
   await rm(root, { recursive: true, force: true });
@@ -63,7 +63,7 @@ async function fixture(name: string, flattenDepth: number, driver = testDriver()
     diskSizeMiB: 64,
     createdAt: new Date().toISOString(),
   });
-  const store = new SnapshotStore({
+  const snapshots = new Snapshots({
     catalog,
     driver,
     layout,
@@ -77,7 +77,7 @@ async function fixture(name: string, flattenDepth: number, driver = testDriver()
   const pauses = async (generations: number, parentId = "template"): Promise<string> => {
     let parent = parentId;
     for (let i = 0; i < generations; i++) {
-      const { id } = await store.capture(vm.asVm(), {
+      const { id } = await snapshots.capture(vm.asVm(), {
         sandboxId: "sbx",
         parentId: parent,
         kind: "pause",
@@ -87,7 +87,7 @@ async function fixture(name: string, flattenDepth: number, driver = testDriver()
     }
     return parent;
   };
-  return { layout, catalog, store, vm, pauses };
+  return { layout, catalog, snapshots, vm, pauses };
 }
 
 /** A paused sandbox's catalog row standing on `snapshotId`. */
@@ -116,9 +116,9 @@ function testDriver(): QemuDriver {
 }
 
 it("keeps a 30-generation chain within the flatten depth, with every generation's data", async () => {
-  const { layout, catalog, store, vm, pauses } = await fixture("deep", 4);
+  const { layout, catalog, snapshots, vm, pauses } = await fixture("deep", 4);
   const last = await pauses(30);
-  await store.close(); // waits for the flattens and the retired layers' deletion
+  await snapshots.close(); // waits for the flattens and the retired layers' deletion
 
   const disk = join(layout.snapshotsDir, last, "disk.qcow2");
   // raw base + template + at most `flattenDepth` layers above it.
@@ -141,7 +141,7 @@ it("keeps a 30-generation chain within the flatten depth, with every generation'
 it("never flattens with depth 0, and flattens onto the nearest named snapshot", async () => {
   const off = await fixture("off", 0);
   const last = await off.pauses(6);
-  await off.store.close();
+  await off.snapshots.close();
   assert.equal(await chainLength(join(off.layout.snapshotsDir, last, "disk.qcow2")), 2 + 6);
   await off.catalog.close();
 
@@ -151,7 +151,7 @@ it("never flattens with depth 0, and flattens onto the nearest named snapshot", 
   assert.ok(row);
   await named.catalog.putSnapshot({ ...row, kind: "named" });
   const tip = await named.pauses(3, middle);
-  await named.store.close();
+  await named.snapshots.close();
   assert.equal((await named.catalog.getSnapshot(tip))?.parentId, middle);
   assert.equal(await chainLength(join(named.layout.snapshotsDir, tip, "disk.qcow2")), 2 + 3);
   for (let g = 1; g <= 5; g++) {
@@ -178,17 +178,17 @@ it("keeps a snapshot released while it is being flattened until the flatten is d
       return real.flattenDisk(dir, onto);
     },
   };
-  const { layout, catalog, store, pauses } = await fixture(
+  const { layout, catalog, snapshots, pauses } = await fixture(
     "busy",
     1,
     gated as unknown as QemuDriver,
   );
   const last = await pauses(2);
   await started;
-  assert.deepEqual(await store.release(last), [], "released mid-flatten");
+  assert.deepEqual(await snapshots.release(last), [], "released mid-flatten");
   assert.ok(await catalog.getSnapshot(last));
   releaseGate();
-  await store.close();
+  await snapshots.close();
   assert.equal(await catalog.getSnapshot(last), undefined);
   assert.deepEqual(await readdir(layout.snapshotsDir), ["template"]);
   await catalog.close();
@@ -201,13 +201,13 @@ it("leaves the snapshot as it was when flattening fails", async () => {
     checksumSnapshot: (dir: string) => real.checksumSnapshot(dir),
     flattenDisk: (dir: string, onto: string) => real.flattenDisk(dir, join(onto, "missing")),
   };
-  const { layout, catalog, store, pauses } = await fixture(
+  const { layout, catalog, snapshots, pauses } = await fixture(
     "fails",
     1,
     misdirected as unknown as QemuDriver,
   );
   const last = await pauses(2);
-  await store.close();
+  await snapshots.close();
   const row = await catalog.getSnapshot(last);
   assert.ok(row?.parentId && row.parentId !== "template", "still stacked on its parent");
   assert.deepEqual((await readdir(join(layout.snapshotsDir, last))).sort(), [
@@ -219,24 +219,24 @@ it("leaves the snapshot as it was when flattening fails", async () => {
 });
 
 it("sweeps snapshots nothing uses, and keeps those in use and the template's", async () => {
-  const { layout, catalog, store, pauses } = await fixture("sweep", 0);
+  const { layout, catalog, snapshots, pauses } = await fixture("sweep", 0);
   const used = await pauses(2);
   const unused = await pauses(1);
   await catalog.insertSandbox(pausedOn(used));
-  assert.equal(await store.sweep(), 1);
+  assert.equal(await snapshots.sweep(), 1);
   assert.equal(await catalog.getSnapshot(unused), undefined);
   const kept = (await readdir(layout.snapshotsDir)).sort();
   assert.equal(kept.length, 3, "template, the paused sandbox's snapshot and its parent");
   assert.ok(kept.includes(used) && kept.includes("template"));
-  await store.close();
+  await snapshots.close();
   await catalog.close();
 });
 
 it("records each capture's checksums after it returns, hands them to restores, and finishes a crash's at start", async () => {
-  const { layout, catalog, store, pauses } = await fixture("checksums", 0);
+  const { layout, catalog, snapshots, pauses } = await fixture("checksums", 0);
   const id = await pauses(1);
   const dir = join(layout.snapshotsDir, id);
-  const files = await store.sealedFiles(dir); // waits for the checksums in flight
+  const files = await snapshots.sealedFiles(dir); // waits for the checksums in flight
   const names = (await readdir(dir)).sort();
   assert.deepEqual(
     files?.map((f) => f.name),
@@ -246,14 +246,14 @@ it("records each capture's checksums after it returns, hands them to restores, a
     const bytes = await readFile(join(dir, file.name));
     assert.equal(file.sha256, createHash("sha256").update(bytes).digest("hex"), file.name);
   }
-  assert.equal(await store.sealedFiles(join(layout.snapshotsDir, "elsewhere")), undefined);
+  assert.equal(await snapshots.sealedFiles(join(layout.snapshotsDir, "elsewhere")), undefined);
   // A crash between the capture's record and its checksums' leaves a row without them.
   const row = await catalog.getSnapshot(id);
   assert.ok(row);
   await catalog.putSnapshot({ ...row, files: undefined });
   // Two: this one, and the fixture's template (its row was put by hand, without checksums).
-  assert.equal(await store.checksumUnrecorded(), 2);
+  assert.equal(await snapshots.checksumUnrecorded(), 2);
   assert.deepEqual((await catalog.getSnapshot(id))?.files, files);
-  await store.close();
+  await snapshots.close();
   await catalog.close();
 });

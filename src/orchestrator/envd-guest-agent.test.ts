@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { INIT_SEED_BYTES } from "../protocol/index.js";
-import { initAttempt } from "./envd-client.js";
+import { initAttempt } from "./envd-guest-agent.js";
 
 describe("initAttempt (/init bodies)", () => {
   it("gives every attempt a fresh 32-byte seed in standard base64", () => {

@@ -1,6 +1,6 @@
 import { copyFile, readFile } from "node:fs/promises";
 import { join } from "node:path";
-import type { ArtifactSpec } from "./artifact-store.js";
+import type { ArtifactSpec } from "./artifact-builds.js";
 import type { CommandRunner } from "./command.js";
 import { sha256Text } from "./file-hash.js";
 import { buildInitramfs, INITRAMFS_RECIPE } from "./initramfs.js";

@@ -1,7 +1,7 @@
 import { Transform, type TransformCallback } from "node:stream";
 import { createGunzip } from "node:zlib";
 import { Decompress } from "fzstd";
-import { WarrenError } from "../../shared/index.js";
+import { WarrenError } from "../shared/index.js";
 import type { LayerCompression } from "./manifest.js";
 
 const GZIP_MAGIC = [0x1f, 0x8b];

@@ -9,7 +9,7 @@ import { type StateLayout, snapshotDir } from "./layout.js";
 import { SerialLock } from "./serial-lock.js";
 import { SnapshotCopies } from "./snapshot-copies.js";
 
-export interface SnapshotStoreOptions {
+export interface SnapshotsOptions {
   readonly catalog: Catalog;
   readonly driver: Pick<VmmDriver, "flattenDisk" | "finishFlatten" | "checksumSnapshot">;
   readonly layout: StateLayout;
@@ -84,8 +84,8 @@ function isAnchor(row: SnapshotRow): boolean {
  * at one. So they are reference-counted, and long chains of pauses and forks are flattened in
  * the background (one at a time) so that reads and restores never walk a hundred layers.
  */
-export class SnapshotStore {
-  readonly #o: SnapshotStoreOptions;
+export class Snapshots {
+  readonly #o: SnapshotsOptions;
   /** Serialises every change to the snapshot graph (deletes, re-parenting after a flatten). */
   readonly #graph = new SerialLock();
   #flattens: Promise<void> = Promise.resolve();
@@ -101,7 +101,7 @@ export class SnapshotStore {
   /** Other nodes' snapshots fetched into this node's snapshots directory. */
   readonly #copies: SnapshotCopies | undefined;
 
-  constructor(options: SnapshotStoreOptions) {
+  constructor(options: SnapshotsOptions) {
     this.#o = options;
     const { shared } = options;
     this.#copies =
@@ -123,7 +123,7 @@ export class SnapshotStore {
     let timing: SnapshotTiming;
     try {
       timing = await vm.snapshot(dir, { resume: input.resume });
-      crashPoint("snapshot-store.capture.after-snapshot");
+      crashPoint("snapshots.capture.after-snapshot");
     } catch (err) {
       await rm(dir, { recursive: true, force: true });
       throw err;
@@ -339,9 +339,9 @@ export class SnapshotStore {
           continue;
         }
         await rm(snapshot.dir, { recursive: true, force: true });
-        crashPoint("snapshot-store.release.after-rm");
+        crashPoint("snapshots.release.after-rm");
         await catalog.deleteSnapshot(id);
-        crashPoint("snapshot-store.release.after-delete");
+        crashPoint("snapshots.release.after-delete");
         // Unpublished too (nothing on any node uses it: snapshotUsers is cluster-wide).
         const unpublished = id;
         await this.#o.shared
@@ -459,7 +459,7 @@ export class SnapshotStore {
       // Its checksums first: recorded after the flatten's, they would be the old files'.
       await this.#checksums.get(id);
       const plan = await this.#o.driver.flattenDisk(snapshot.dir, anchor.dir);
-      crashPoint("snapshot-store.flatten.after-plan");
+      crashPoint("snapshots.flatten.after-plan");
       // Recorded before the files are swapped: a crash in between is finished at the next
       // start (recovery), never left with files the record does not match.
       const recorded = await this.#graph.run("graph", async () => {
@@ -468,10 +468,10 @@ export class SnapshotStore {
           await catalog.putSnapshot({ ...current, parentId: anchor.id, files: plan.files });
         return current !== undefined;
       });
-      crashPoint("snapshot-store.flatten.after-record");
+      crashPoint("snapshots.flatten.after-record");
       if (recorded) await plan.commit();
       else await plan.discard();
-      crashPoint("snapshot-store.flatten.after-commit");
+      crashPoint("snapshots.flatten.after-commit");
       this.#o.logger.info(
         {
           snapshotId: id,

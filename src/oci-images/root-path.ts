@@ -1,6 +1,6 @@
 import { lstat, readlink } from "node:fs/promises";
 import { join, posix } from "node:path";
-import { WarrenError } from "../../shared/index.js";
+import { WarrenError } from "../shared/index.js";
 
 /** Symlinks followed while resolving one path, as Linux's own limit (ELOOP beyond). */
 const MAX_LINK_HOPS = 40;

@@ -39,7 +39,7 @@ export interface EnsureResult {
  * otherwise it is built in a scratch directory and renamed into place, then recorded. A build
  * that is interrupted leaves no file at the final path, or one the manifest does not vouch for.
  */
-export class ArtifactStore {
+export class ArtifactBuilds {
   readonly #layout: ImagesLayout;
   readonly #manifest: Manifest;
   readonly #hashes: FileHashCache;

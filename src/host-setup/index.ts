@@ -1,3 +1,6 @@
+// Also used by the oci-images component: host commands and ext4 images.
+export { type CommandResult, CommandRunner } from "./command.js";
+export { makeExt4Image } from "./ext4-image.js";
 export {
   GUEST_ARTIFACTS,
   type GuestArtifacts,
@@ -18,20 +21,5 @@ export {
   type Manifest,
   readManifest,
 } from "./manifest.js";
-export {
-  type BasicCredentials,
-  type CredentialExchangeOptions,
-  exchangeRegistryCredentials,
-  formatImageReference,
-  type ImageReference,
-  type ImageRunConfig,
-  OCI_ROOTFS_RECIPE,
-  type PulledImage,
-  type PullImageOptions,
-  parseImageReference,
-  pullImage,
-  type RegistryCredentials,
-  type RegistryEndpointOptions,
-} from "./oci/index.js";
-export type { ProgressSink } from "./progress.js";
+export { formatDuration, type ProgressSink } from "./progress.js";
 export { ensureHostSetup, type HostSetupOptions } from "./setup.js";

@@ -1,4 +1,4 @@
-import { WarrenError } from "../../shared/index.js";
+import { WarrenError } from "../shared/index.js";
 
 /** Media types of manifests, in the Accept header of every manifest request. */
 export const MANIFEST_MEDIA_TYPES = {

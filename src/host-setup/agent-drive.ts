@@ -2,7 +2,7 @@ import { existsSync } from "node:fs";
 import { chmod, copyFile, mkdir, readdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { AGENT_INIT } from "./agent-init.js";
-import type { ArtifactSpec } from "./artifact-store.js";
+import type { ArtifactSpec } from "./artifact-builds.js";
 import type { CommandRunner } from "./command.js";
 import { makeExt4Image } from "./ext4-image.js";
 import { type FileHashCache, sha256Text } from "./file-hash.js";

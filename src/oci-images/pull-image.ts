@@ -2,11 +2,9 @@ import { randomBytes } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { WarrenError } from "../../shared/index.js";
-import { CommandRunner } from "../command.js";
-import { makeExt4Image } from "../ext4-image.js";
-import { formatDuration } from "../progress.js";
-import { BlobStore } from "./blob-store.js";
+import { CommandRunner, formatDuration, makeExt4Image } from "../host-setup/index.js";
+import { WarrenError } from "../shared/index.js";
+import { BlobCache } from "./blob-cache.js";
 import { type ImageRunConfig, parseImageConfig } from "./image-config.js";
 import { formatImageReference, manifestSelector, parseImageReference } from "./image-reference.js";
 import { applyLayer } from "./layer-apply.js";
@@ -175,7 +173,7 @@ async function pullOnce(options: PullImageOptions): Promise<PulledImage> {
 
 function cacheLayout(cacheDir: string) {
   return {
-    blobs: new BlobStore(cacheDir),
+    blobs: new BlobCache(cacheDir),
     rootfsDir: join(cacheDir, "rootfs"),
     tmpDir: join(cacheDir, "tmp"),
     recordPath: (digest: string) =>

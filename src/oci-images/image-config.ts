@@ -1,4 +1,4 @@
-import { WarrenError } from "../../shared/index.js";
+import { WarrenError } from "../shared/index.js";
 
 /** What the image's config says about how to run it: a template builder's defaults. */
 export interface ImageRunConfig {
