@@ -1,6 +1,6 @@
 import { cp, lstat, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
-import type { ServiceImpl } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { EventType, type Filesystem } from "../../protocol/gen/filesystem/filesystem_pb.js";
 import { AsyncQueue, toWarrenError, WarrenError } from "../../shared/index.js";
 import { KEEPALIVE, keepaliveIntervalMs, withKeepalive } from "../keepalive.js";
@@ -8,6 +8,7 @@ import { makeOwnedDirs, makeOwnedParentDirs } from "../owned-dirs.js";
 import { resolvePath } from "../paths.js";
 import { requestUser } from "../request-user.js";
 import type { AgentState } from "../state.js";
+import type { UserAccount } from "../users.js";
 import { DirWatcher, type WatchEvent } from "./dir-watcher.js";
 import { type EntryInit, entryInfo } from "./entry-info.js";
 import { checkWatchable, type WatchRegistry } from "./watch-registry.js";
@@ -34,6 +35,71 @@ async function walk(dir: string, depth: number, out: EntryInit[]): Promise<void>
     if (!entry) continue;
     out.push(entry);
     if (depth > 1 && (await lstat(path)).isDirectory()) await walk(path, depth - 1, out);
+  }
+}
+
+/** Renames, or copies then removes across filesystems; parents made as the user's. */
+async function movePath(source: string, destination: string, user: UserAccount): Promise<void> {
+  await lstat(source).catch(() => {
+    throw new WarrenError("not_found", `source file not found: '${source}'`);
+  });
+  try {
+    await makeOwnedParentDirs(destination, user);
+    await rename(source, destination).catch(async (err: NodeJS.ErrnoException) => {
+      if (err.code !== "EXDEV") throw err;
+      await cp(source, destination, {
+        recursive: true,
+        preserveTimestamps: true,
+        verbatimSymlinks: true,
+      });
+      await rm(source, { recursive: true, force: true });
+    });
+  } catch (err) {
+    throw toWarrenError(err, `cannot move '${source}' to '${destination}'`);
+  }
+}
+
+/** A directory's entries down to `depth` levels, in WalkDir order. */
+async function listEntries(path: string, depth: number): Promise<EntryInit[]> {
+  const info = await stat(path).catch((err) => {
+    throw toWarrenError(err, `cannot list '${path}'`);
+  });
+  if (!info.isDirectory())
+    throw new WarrenError("invalid_argument", `path '${path}' is not a directory`);
+  const entries: EntryInit[] = [];
+  try {
+    await walk(path, depth, entries);
+  } catch (err) {
+    throw toWarrenError(err, `cannot list '${path}'`);
+  }
+  return entries;
+}
+
+/** WatchDir's stream: start, then each event (or a keepalive) until the client goes. */
+async function* watchStream(
+  path: string,
+  req: { recursive: boolean; includeEntry: boolean; allowNetworkMounts: boolean },
+  ctx: HandlerContext,
+) {
+  await checkWatchable({ path, allowNetworkMounts: req.allowNetworkMounts });
+  const queue = new AsyncQueue<WatchEvent>();
+  const watcher = new DirWatcher(path, req.recursive, (event) => queue.push(event));
+  try {
+    yield { event: { case: "start" as const, value: {} } };
+    const interval = keepaliveIntervalMs(ctx.requestHeader);
+    for await (const item of withKeepalive(queue.iterate(ctx.signal), interval, ctx.signal)) {
+      if (item === KEEPALIVE) yield { event: { case: "keepalive" as const, value: {} } };
+      else
+        yield {
+          event: {
+            case: "filesystem" as const,
+            value: await eventMessage(item, req.includeEntry),
+          },
+        };
+    }
+  } finally {
+    watcher.close();
+    queue.close();
   }
 }
 
@@ -79,40 +145,13 @@ export function createFilesystemService(
     async move(req, ctx) {
       const { user, path: source } = resolve(req.source, ctx.requestHeader);
       const { path: destination } = resolve(req.destination, ctx.requestHeader);
-      await lstat(source).catch(() => {
-        throw new WarrenError("not_found", `source file not found: '${source}'`);
-      });
-      try {
-        await makeOwnedParentDirs(destination, user);
-        await rename(source, destination).catch(async (err: NodeJS.ErrnoException) => {
-          if (err.code !== "EXDEV") throw err;
-          await cp(source, destination, {
-            recursive: true,
-            preserveTimestamps: true,
-            verbatimSymlinks: true,
-          });
-          await rm(source, { recursive: true, force: true });
-        });
-      } catch (err) {
-        throw toWarrenError(err, `cannot move '${source}' to '${destination}'`);
-      }
+      await movePath(source, destination, user);
       return { entry: await describe(destination) };
     },
 
     async listDir(req, ctx) {
       const { path } = resolve(req.path, ctx.requestHeader);
-      const info = await stat(path).catch((err) => {
-        throw toWarrenError(err, `cannot list '${path}'`);
-      });
-      if (!info.isDirectory())
-        throw new WarrenError("invalid_argument", `path '${path}' is not a directory`);
-      const entries: EntryInit[] = [];
-      try {
-        await walk(path, Math.max(req.depth, 1), entries);
-      } catch (err) {
-        throw toWarrenError(err, `cannot list '${path}'`);
-      }
-      return { entries };
+      return { entries: await listEntries(path, Math.max(req.depth, 1)) };
     },
 
     async remove(req, ctx) {
@@ -127,23 +166,7 @@ export function createFilesystemService(
 
     async *watchDir(req, ctx) {
       const { path } = resolve(req.path, ctx.requestHeader);
-      await checkWatchable({ path, allowNetworkMounts: req.allowNetworkMounts });
-      const queue = new AsyncQueue<WatchEvent>();
-      const watcher = new DirWatcher(path, req.recursive, (event) => queue.push(event));
-      try {
-        yield { event: { case: "start", value: {} } };
-        const interval = keepaliveIntervalMs(ctx.requestHeader);
-        for await (const item of withKeepalive(queue.iterate(ctx.signal), interval, ctx.signal)) {
-          if (item === KEEPALIVE) yield { event: { case: "keepalive", value: {} } };
-          else
-            yield {
-              event: { case: "filesystem", value: await eventMessage(item, req.includeEntry) },
-            };
-        }
-      } finally {
-        watcher.close();
-        queue.close();
-      }
+      yield* watchStream(path, req, ctx);
     },
 
     async createWatcher(req, ctx) {

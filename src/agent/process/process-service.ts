@@ -63,65 +63,72 @@ async function workingDirectory(config: ProcessConfig, user: UserAccount, state:
   return workdir;
 }
 
+/** A process's events as Start and Connect stream them: start, output, end, keepalives. */
+async function* stream(proc: ManagedProcess, ctx: HandlerContext): AsyncGenerator<EventMessage> {
+  const queue = proc.subscribe();
+  try {
+    yield { event: { event: { case: "start", value: { pid: proc.pid } } } };
+    const interval = keepaliveIntervalMs(ctx.requestHeader);
+    for await (const output of withKeepalive(queue.iterate(ctx.signal), interval, ctx.signal)) {
+      yield toEvent(output);
+    }
+  } finally {
+    proc.unsubscribe(queue);
+  }
+}
+
+/** Spawns what a Start asks for, as its user, in its working directory, and registers it. */
+async function startProcess(
+  state: AgentState,
+  registry: ProcessRegistry,
+  req: StartRequest,
+  ctx: HandlerContext,
+): Promise<ManagedProcess> {
+  const config = req.process;
+  if (!config?.cmd) throw new WarrenError("invalid_argument", "process.cmd is required");
+  const user = requestUser(state, ctx.requestHeader);
+  const workdir = await workingDirectory(config, user, state);
+  const size = req.pty?.size;
+  const env: Record<string, string> = {
+    PATH: process.env.PATH ?? DEFAULT_PATH,
+    HOME: user.home,
+    USER: user.name,
+    LOGNAME: user.name,
+    ...(req.pty ? { TERM: "xterm-256color" } : {}),
+    ...state.globalEnv(),
+    ...config.envs,
+  };
+  refuseNul(config.cmd, config.args, env);
+  const proc = new ManagedProcess({
+    cmd: config.cmd,
+    args: config.args,
+    envs: { ...config.envs },
+    cwd: config.cwd,
+    workdir,
+    env,
+    user,
+    tag: req.tag,
+    pty: req.pty ? { cols: size?.cols || 80, rows: size?.rows || 24 } : undefined,
+    stdin: req.stdin ?? true,
+  });
+  registry.add(proc);
+  const command = [config.cmd, ...config.args].join(" ");
+  state.log.record("info", `process ${proc.pid} started as ${user.name}: ${command}`);
+  proc.onEnd(() => state.log.record("info", `process ${proc.pid} ended: ${proc.endStatus}`));
+  // Connect-Timeout-Ms on Start bounds the process's lifetime, as in E2B's envd.
+  const lifetimeMs = ctx.timeoutMs();
+  if (lifetimeMs !== undefined) {
+    const timer = setTimeout(() => proc.signal("SIGKILL"), Math.max(lifetimeMs, 0));
+    proc.onEnd(() => clearTimeout(timer));
+  }
+  return proc;
+}
+
 /** `process.Process`: start, attach to, feed and signal processes in the guest. */
 export function createProcessService(
   state: AgentState,
   registry: ProcessRegistry,
 ): ServiceImpl<typeof Process> {
-  async function* stream(proc: ManagedProcess, ctx: HandlerContext): AsyncGenerator<EventMessage> {
-    const queue = proc.subscribe();
-    try {
-      yield { event: { event: { case: "start", value: { pid: proc.pid } } } };
-      const interval = keepaliveIntervalMs(ctx.requestHeader);
-      for await (const output of withKeepalive(queue.iterate(ctx.signal), interval, ctx.signal)) {
-        yield toEvent(output);
-      }
-    } finally {
-      proc.unsubscribe(queue);
-    }
-  }
-
-  async function startProcess(req: StartRequest, ctx: HandlerContext): Promise<ManagedProcess> {
-    const config = req.process;
-    if (!config?.cmd) throw new WarrenError("invalid_argument", "process.cmd is required");
-    const user = requestUser(state, ctx.requestHeader);
-    const workdir = await workingDirectory(config, user, state);
-    const size = req.pty?.size;
-    const env: Record<string, string> = {
-      PATH: process.env.PATH ?? DEFAULT_PATH,
-      HOME: user.home,
-      USER: user.name,
-      LOGNAME: user.name,
-      ...(req.pty ? { TERM: "xterm-256color" } : {}),
-      ...state.globalEnv(),
-      ...config.envs,
-    };
-    refuseNul(config.cmd, config.args, env);
-    const proc = new ManagedProcess({
-      cmd: config.cmd,
-      args: config.args,
-      envs: { ...config.envs },
-      cwd: config.cwd,
-      workdir,
-      env,
-      user,
-      tag: req.tag,
-      pty: req.pty ? { cols: size?.cols || 80, rows: size?.rows || 24 } : undefined,
-      stdin: req.stdin ?? true,
-    });
-    registry.add(proc);
-    const command = [config.cmd, ...config.args].join(" ");
-    state.log.record("info", `process ${proc.pid} started as ${user.name}: ${command}`);
-    proc.onEnd(() => state.log.record("info", `process ${proc.pid} ended: ${proc.endStatus}`));
-    // Connect-Timeout-Ms on Start bounds the process's lifetime, as in E2B's envd.
-    const lifetimeMs = ctx.timeoutMs();
-    if (lifetimeMs !== undefined) {
-      const timer = setTimeout(() => proc.signal("SIGKILL"), Math.max(lifetimeMs, 0));
-      proc.onEnd(() => clearTimeout(timer));
-    }
-    return proc;
-  }
-
   return {
     list() {
       return {
@@ -139,7 +146,7 @@ export function createProcessService(
     },
 
     async *start(req, ctx) {
-      yield* stream(await startProcess(req, ctx), ctx);
+      yield* stream(await startProcess(state, registry, req, ctx), ctx);
     },
 
     async *connect(req, ctx) {

@@ -44,21 +44,8 @@ export function sandboxCommands(program: Command, connect: Connect): void {
     .action(async (opts, cmd: Command) => {
       connect(cmd);
       const list = await listSandboxes(opts.state, parsePairs(opts.metadata, "--metadata"));
-      if (opts.json) return printJson(list);
-      printTable(
-        ["ID", "TEMPLATE", "STATE", "AGE", "CPU", "MEMORY", "METADATA"],
-        list.map((s) => [
-          s.sandboxId,
-          s.name ?? s.templateId,
-          s.state,
-          age(s.startedAt),
-          String(s.cpuCount),
-          `${s.memoryMB}Mi`,
-          Object.entries(s.metadata)
-            .map(([k, v]) => `${k}=${v}`)
-            .join(","),
-        ]),
-      );
+      if (opts.json) printJson(list);
+      else printSandboxes(list);
     });
 
   sandbox
@@ -69,20 +56,8 @@ export function sandboxCommands(program: Command, connect: Connect): void {
       connect(cmd);
       const { Sandbox } = await loadSdk();
       const info = await Sandbox.getInfo(id);
-      if (opts.json) return printJson(info);
-      printTable(
-        ["FIELD", "VALUE"],
-        [
-          ["id", info.sandboxId],
-          ["template", `${info.name ?? ""} (${info.templateId})`],
-          ["state", info.state],
-          ["started", `${info.startedAt.toISOString()} (${age(info.startedAt)} ago)`],
-          ["ends", info.endAt.toISOString()],
-          ["vcpus", String(info.cpuCount)],
-          ["memory", `${info.memoryMB} MiB`],
-          ["metadata", JSON.stringify(info.metadata)],
-        ],
-      );
+      if (opts.json) printJson(info);
+      else printSandbox(info);
     });
 
   sandbox
@@ -123,24 +98,61 @@ export function sandboxCommands(program: Command, connect: Connect): void {
     .description("print a sandbox's logs: lifecycle events, envd's lines, the guest console")
     .option("-f, --follow", "keep printing new lines until interrupted")
     .action(async (id: string, opts, cmd: Command) => {
-      const connection = connect(cmd);
-      let since = 0;
-      const seen = new Set<string>();
-      for (;;) {
-        for (const entry of await logsSince(connection, id, since)) {
-          const key = `${entry.timestamp} ${entry.message}`;
-          if (seen.has(key)) continue;
-          seen.add(key);
-          since = Math.max(since, Date.parse(entry.timestamp));
-          const source = entry.fields?.source ?? "";
-          process.stdout.write(
-            `${entry.timestamp} ${entry.level.padEnd(5)} ${source.padEnd(9)} ${entry.message}\n`,
-          );
-        }
-        if (!opts.follow) return;
-        await new Promise((resolve) => setTimeout(resolve, 1_000));
-      }
+      await printLogs(connect(cmd), id, opts.follow === true);
     });
+}
+
+function printSandboxes(list: readonly SandboxInfo[]): void {
+  printTable(
+    ["ID", "TEMPLATE", "STATE", "AGE", "CPU", "MEMORY", "METADATA"],
+    list.map((s) => [
+      s.sandboxId,
+      s.name ?? s.templateId,
+      s.state,
+      age(s.startedAt),
+      String(s.cpuCount),
+      `${s.memoryMB}Mi`,
+      Object.entries(s.metadata)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(","),
+    ]),
+  );
+}
+
+function printSandbox(info: SandboxInfo): void {
+  printTable(
+    ["FIELD", "VALUE"],
+    [
+      ["id", info.sandboxId],
+      ["template", `${info.name ?? ""} (${info.templateId})`],
+      ["state", info.state],
+      ["started", `${info.startedAt.toISOString()} (${age(info.startedAt)} ago)`],
+      ["ends", info.endAt.toISOString()],
+      ["vcpus", String(info.cpuCount)],
+      ["memory", `${info.memoryMB} MiB`],
+      ["metadata", JSON.stringify(info.metadata)],
+    ],
+  );
+}
+
+/** The sandbox's log lines; with `follow`, new ones every second until interrupted. */
+async function printLogs(connection: Connection, id: string, follow: boolean): Promise<void> {
+  let since = 0;
+  const seen = new Set<string>();
+  for (;;) {
+    for (const entry of await logsSince(connection, id, since)) {
+      const key = `${entry.timestamp} ${entry.message}`;
+      if (seen.has(key)) continue;
+      seen.add(key);
+      since = Math.max(since, Date.parse(entry.timestamp));
+      const source = entry.fields?.source ?? "";
+      process.stdout.write(
+        `${entry.timestamp} ${entry.level.padEnd(5)} ${source.padEnd(9)} ${entry.message}\n`,
+      );
+    }
+    if (!follow) return;
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+  }
 }
 
 /** Every sandbox of those states matching the metadata, oldest first. */
