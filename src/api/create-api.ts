@@ -23,6 +23,7 @@ import {
 } from "./errors.js";
 import { checkSandboxId } from "./input.js";
 import { registerHealthRoutes } from "./routes/health.js";
+import { type InternalApiOptions, registerInternalRoutes } from "./routes/internal.js";
 import { registerNodeRoutes } from "./routes/node.js";
 import { registerLifecycleRoutes } from "./routes/sandbox-lifecycle.js";
 import { registerNetworkRoutes } from "./routes/sandbox-network.js";
@@ -51,6 +52,8 @@ export interface ApiOptions {
   readonly serverFactory?: FastifyServerFactory;
   /** Told of every answer: its status and, for an error, its reason (the node's metrics). */
   readonly onAnswered?: (status: number, reason: string | undefined) => void;
+  /** The internal node API, on a node in a cluster; absent: its routes do not exist. */
+  readonly internal?: InternalApiOptions;
 }
 
 export const DEFAULT_TIMEOUT_MS = 300_000;
@@ -97,6 +100,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
   app.setNotFoundHandler(handleNotFound);
   registerHealthRoutes(app, context);
   registerUploadRoute(app, context);
+  if (options.internal) registerInternalRoutes(app, context, options.internal);
 
   // Every other route: API key, then readiness, then a well-formed sandbox id.
   app.register(async (api) => {

@@ -232,21 +232,15 @@ export interface ForkBody {
   count?: number;
   timeout?: number;
   metadata?: Record<string, string>;
-  /** Cluster, from the gateway: children to start on this node (ForkInput.local). */
-  local?: number;
-  /** Cluster, from the gateway: the fork capture to start children from (ForkInput.fromSnapshot). */
-  fromSnapshot?: string;
 }
 
-export const forkSchema = optionalBody({
-  properties: {
-    count: { type: "integer", minimum: 1 },
-    local: { type: "integer", minimum: 0 },
-    fromSnapshot: { type: "string", minLength: 1, maxLength: 128 },
-    timeout: seconds,
-    metadata: { type: "object", additionalProperties: { type: "string" } },
-  },
-});
+const forkProperties = {
+  count: { type: "integer", minimum: 1 },
+  timeout: seconds,
+  metadata: stringMap,
+} as const;
+
+export const forkSchema = optionalBody({ properties: forkProperties });
 
 /** `CreateSnapshotRequest`. */
 export interface SnapshotBody {
@@ -358,3 +352,20 @@ export const tagsRemoveSchema = {
   required: ["name", "tags"],
   properties: { name: { type: "string" }, tags: stringList },
 } as const;
+
+// ---- the internal node API (gateways only) ---------------------------------------------
+
+/** A fork larger than the node: `local` children here, the others spilled. */
+export interface SpillingForkBody extends ForkBody {
+  local: number;
+}
+
+export const spillingForkSchema = {
+  type: "object",
+  required: ["local"],
+  properties: { ...forkProperties, local: { type: "integer", minimum: 0 } },
+} as const;
+
+export interface CaptureParams extends SandboxParams {
+  snapshotID: string;
+}

@@ -9,6 +9,8 @@ export interface ClusterHarness {
   cluster: ClusterCatalog;
   /** A node's own Catalog on the same store (to write the rows the cluster reads). */
   catalog(nodeId: string): Promise<Catalog>;
+  /** Another ClusterCatalog on the same store (another node's or gateway's). */
+  reopen(): Promise<ClusterCatalog>;
   /** Closes everything the harness opened and removes the store. */
   cleanup: () => Promise<void>;
 }
@@ -264,6 +266,15 @@ export function clusterContract(name: string, open: () => Promise<ClusterHarness
         publishedAt: published,
         nodeId: "a",
       });
+    });
+
+    it("hands every node and gateway the same cluster key, made once at random", async (t) => {
+      const { cluster, reopen } = await use(t);
+      const other = await reopen();
+      const [first, second] = await Promise.all([cluster.clusterKey(), other.clusterKey()]);
+      assert.equal(first, second);
+      assert.ok(first.length >= 32, "a key of 32 characters or more");
+      assert.equal(await cluster.clusterKey(), first);
     });
 
     it("rejects calls after close as unavailable", async (t) => {

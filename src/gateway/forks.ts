@@ -1,8 +1,9 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { ERROR_KINDS, type Logger, WarrenError } from "../shared/index.js";
+import { CLUSTER_KEY_HEADER, INTERNAL_PATHS } from "../protocol/index.js";
+import { type Logger, WarrenError } from "../shared/index.js";
 import type { NodeRow, SandboxLocation } from "./cluster.js";
 import type { NodeAgents, NodeTarget } from "./forward.js";
-import { callNode, type NodeAnswer } from "./node-call.js";
+import { answerError, callNode, type NodeAnswer } from "./node-call.js";
 import type { NodeDirectory } from "./node-directory.js";
 import { freeRoom, type Reserved, rankNodes } from "./placement.js";
 import { sendJson } from "./respond.js";
@@ -13,6 +14,8 @@ export interface ForkSpillOptions {
   readonly heartbeatTimeoutMs: number;
   /** How long one node may take to start its children (ms). */
   readonly timeoutMs: number;
+  /** Presented on the internal node API (ClusterCatalog.clusterKey). */
+  readonly clusterKey: string;
   readonly logger: Logger;
 }
 
@@ -53,7 +56,7 @@ interface Shape {
  * all (`POST /sandboxes/:id/fork`); undefined when it has room, and the request is relayed
  * as it is. Otherwise the source's node starts what fits (`local`) from one capture and
  * publishes it; the rest go to the other nodes with room, each starting its share from that
- * capture (`fromSnapshot`), so every child starts from the same instant. The answer is the
+ * capture, so every child starts from the same instant (both on the internal node API). The answer is the
  * source node's, its spilled entries replaced by the other nodes' results, in order; a child
  * no node had room for is a `cluster_full` error result.
  */
@@ -77,10 +80,11 @@ export async function forkAcrossNodes(
   if (local >= wanted) return false;
 
   for (let i = 0; i < local; i++) directory.reserve(source, shape);
-  const path = `/sandboxes/${encodeURIComponent(sandboxId)}/fork`;
+  const internal = { [CLUSTER_KEY_HEADER]: options.clusterKey };
   const first = await callNode(req, target(source), options.agents, {
     method: "POST",
-    path,
+    path: INTERNAL_PATHS.spillingFork(sandboxId),
+    headers: internal,
     body: { ...request, local },
     timeoutMs: options.timeoutMs,
     maxBytes: MAX_FORK_ANSWER,
@@ -119,7 +123,6 @@ export async function forkAcrossNodes(
     left -= share;
   }
   const spillBody = {
-    fromSnapshot: snapshotId,
     ...(request.timeout !== undefined && { timeout: request.timeout }),
     ...(request.metadata !== undefined && { metadata: request.metadata }),
   };
@@ -129,7 +132,8 @@ export async function forkAcrossNodes(
       try {
         answer = await callNode(req, target(node), options.agents, {
           method: "POST",
-          path,
+          path: INTERNAL_PATHS.forkFromCapture(sandboxId, snapshotId),
+          headers: internal,
           body: { ...spillBody, count: share },
           timeoutMs: options.timeoutMs,
           maxBytes: MAX_FORK_ANSWER,
@@ -142,7 +146,7 @@ export async function forkAcrossNodes(
       if (status === 201 && Array.isArray(json) && json.length === share) {
         return json as ChildResult[];
       }
-      return failed(share, errorOf(json, status, node.id));
+      return failed(share, answerError(answer, node.id));
     }),
   );
   const spilled = [
@@ -203,13 +207,4 @@ function failed(count: number, error: WarrenError): ChildResult[] {
     },
   };
   return Array.from({ length: count }, () => json);
-}
-
-function errorOf(json: unknown, status: number, nodeId: string): WarrenError {
-  const message = (json as { message?: unknown } | null)?.message;
-  const kind = Object.entries(ERROR_KINDS).find(([, k]) => k.status === status)?.[0];
-  return new WarrenError(
-    kind === undefined ? "internal" : (kind as keyof typeof ERROR_KINDS),
-    `node ${nodeId}: ${typeof message === "string" ? message : `answered ${status}`}`,
-  );
 }

@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Duplex } from "node:stream";
+import { CLUSTER_KEY_HEADER, INTERNAL_PATHS } from "../protocol/index.js";
 import { authenticate } from "../shared/api-key-auth.js";
 import { type Logger, silentLogger, WarrenError } from "../shared/index.js";
 import type { GatewayCluster, NodeRow, SandboxLocation } from "./cluster.js";
@@ -8,6 +9,7 @@ import { Creates } from "./creates.js";
 import { forkAcrossNodes } from "./forks.js";
 import { forwardRequest, forwardUpgrade, NodeAgents, type NodeTarget } from "./forward.js";
 import { mergeLists } from "./lists.js";
+import { answerError, callNode } from "./node-call.js";
 import { NodeDirectory } from "./node-directory.js";
 import { relocatePaused } from "./relocate.js";
 import { sendApiError, sendJson, sendProxyError, writeSocketProxyError } from "./respond.js";
@@ -42,6 +44,10 @@ export interface Gateway {
 
 const MAX_CREATE_BODY = 1024 * 1024;
 const MAX_FORK_BODY = 1024 * 1024;
+/** An internal call's answer is empty or an error's JSON. */
+const MAX_INTERNAL_ANSWER = 64 * 1024;
+/** How long a node has to take a drain or undrain (it answers once started). */
+const NODE_ACTION_TIMEOUT_MS = 10_000;
 
 /**
  * The cluster's front: the E2B API and the sandbox proxy, as a node server serves them, over
@@ -69,6 +75,24 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     heartbeatTimeoutMs: downAfterMs,
     idleTimeoutMs,
   });
+  const clusterKey = await options.cluster.clusterKey();
+  /** A call on the internal node API, the gateway's own (no client's credentials). */
+  const internalCall = (target: NodeTarget, path: string, timeoutMs: number) =>
+    callNode(undefined, target, agents, {
+      method: "POST",
+      path,
+      headers: { [CLUSTER_KEY_HEADER]: clusterKey },
+      timeoutMs,
+      maxBytes: MAX_INTERNAL_ANSWER,
+    }).then(
+      (answer) => {
+        if (answer.status >= 300) throw answerError(answer, target.nodeId);
+      },
+      (err: unknown) => {
+        const why = err instanceof Error ? err.message : String(err);
+        throw new WarrenError("node_unreachable", `node ${target.nodeId}: ${why}`, { cause: err });
+      },
+    );
   const relay = (req: IncomingMessage, res: ServerResponse, target: NodeTarget) =>
     forwardRequest(req, res, target, { agents, idleTimeoutMs }).then((outcome) => {
       if (outcome.kind === "unreachable") throw outcome.error;
@@ -101,6 +125,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         cluster: options.cluster,
         directory,
         heartbeatTimeoutMs: downAfterMs,
+        // The fetch of its snapshot is the long part: as long as a resume may take.
+        adopt: (target, id) => internalCall(target, INTERNAL_PATHS.adopt(id), idleTimeoutMs),
         logger,
       });
       if (moved) return { target: moved, location };
@@ -134,6 +160,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       agents,
       heartbeatTimeoutMs: downAfterMs,
       timeoutMs: idleTimeoutMs,
+      clusterKey,
       logger,
     });
     if (spread) return;
@@ -204,6 +231,13 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     if (!node) throw new WarrenError("not_found", `node ${nodeId} not found`);
     await options.cluster.setNodeState(nodeId, state);
     await directory.refresh();
+    // The node acts at once; should it not hear this, its next heartbeat reads the state.
+    if (node.state !== "down") {
+      const path = state === "draining" ? INTERNAL_PATHS.drain : INTERNAL_PATHS.undrain;
+      await internalCall({ nodeId, url: node.url }, path, NODE_ACTION_TIMEOUT_MS).catch(
+        (err: unknown) => logger.warn({ err, nodeId, action }, "gateway.node_action_unheard"),
+      );
+    }
     res.statusCode = 204;
     res.end();
   }

@@ -1,16 +1,19 @@
 import { type IncomingHttpHeaders, type IncomingMessage, request } from "node:http";
-import { WarrenError } from "../shared/index.js";
+import { ERROR_KINDS, type ErrorKind, WarrenError } from "../shared/index.js";
 import { type NodeAgents, type NodeTarget, relayedRequestHeaders } from "./forward.js";
 
 /** A node's JSON answer to a call the gateway makes itself (a list page, a spilled fork). */
 export interface NodeAnswer {
   readonly status: number;
   readonly headers: IncomingHttpHeaders;
+  /** Undefined when the answer has no body (a 204). */
   readonly json: unknown;
 }
 
 export interface NodeCall {
   readonly method: "GET" | "POST";
+  /** Sent besides the client's (e.g. the cluster key on an internal call). */
+  readonly headers?: Readonly<Record<string, string>>;
   /** Path and query on the node, e.g. `/sandboxes?state=running`. */
   readonly path: string;
   /** Sent as JSON (POST). */
@@ -22,19 +25,20 @@ export interface NodeCall {
 
 /**
  * Calls a node on the client's behalf (its credentials and forwarding headers relayed, the
- * body the gateway's own) and reads the JSON answer whole. Rejects when the node cannot be
- * reached or answers something that is not JSON; any status resolves.
+ * body the gateway's own), or on the gateway's own without `req`, and reads the JSON answer whole. Rejects when the node cannot be
+ * reached or answers something that is not JSON (an empty body is none); any status resolves.
  */
 export function callNode(
-  req: IncomingMessage,
+  req: IncomingMessage | undefined,
   target: NodeTarget,
   agents: NodeAgents,
   call: NodeCall,
 ): Promise<NodeAnswer> {
   return new Promise((resolve, reject) => {
-    const headers = relayedRequestHeaders(req, { upgrade: false });
+    const headers = req ? relayedRequestHeaders(req, { upgrade: false }) : {};
     delete headers["transfer-encoding"];
     delete headers["content-length"];
+    Object.assign(headers, call.headers);
     const payload = call.body === undefined ? undefined : Buffer.from(JSON.stringify(call.body));
     if (payload) {
       headers["content-type"] = "application/json";
@@ -59,7 +63,8 @@ export function callNode(
       answer.on("error", reject);
       answer.on("end", () => {
         try {
-          const json: unknown = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+          const text = Buffer.concat(chunks).toString("utf8");
+          const json: unknown = text === "" ? undefined : JSON.parse(text);
           resolve({ status: answer.statusCode ?? 502, headers: answer.headers, json });
         } catch {
           reject(new WarrenError("internal", `node ${target.nodeId} answered with no JSON`));
@@ -68,4 +73,15 @@ export function callNode(
     });
     upstream.end(payload);
   });
+}
+
+/** The error a node's answer reports (its E2B error JSON), as the gateway passes it on. */
+export function answerError(answer: NodeAnswer, nodeId: string): WarrenError {
+  const { status, json } = answer;
+  const message = (json as { message?: unknown } | null | undefined)?.message;
+  const kind = Object.entries(ERROR_KINDS).find(([, k]) => k.status === status)?.[0];
+  return new WarrenError(
+    kind === undefined ? "internal" : (kind as ErrorKind),
+    `node ${nodeId}: ${typeof message === "string" ? message : `answered ${status}`}`,
+  );
 }

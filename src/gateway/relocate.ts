@@ -8,13 +8,16 @@ export interface RelocateOptions {
   readonly cluster: GatewayCluster;
   readonly directory: NodeDirectory;
   readonly heartbeatTimeoutMs: number;
+  /** Tells the node a sandbox was claimed for it (the internal node API's adopt). */
+  readonly adopt: (target: NodeTarget, sandboxId: string) => Promise<void>;
   readonly logger: Logger;
 }
 
 /**
  * Where a paused sandbox resumes when its node cannot take it (down or draining): the best
  * up node with room for its shape, claimed in the catalog (claimSandbox, a compare-and-set),
- * so that racing gateways agree. The new node fetches the snapshot from the shared store.
+ * so that racing gateways agree; the new node then fetches its snapshot from the shared store
+ * and takes it in (adopt) before the call that resumes it is relayed there.
  * Undefined when it stays: no node has room, or the claim lost (its snapshot is not
  * published, or another gateway moved it first: the caller locates it again).
  */
@@ -46,5 +49,7 @@ export async function relocatePaused(
     { sandboxId, from: location.nodeId, to: best.id, fromState: location.nodeState },
     "gateway.sandbox_moved",
   );
-  return { nodeId: best.id, url: best.url };
+  const target = { nodeId: best.id, url: best.url };
+  await options.adopt(target, sandboxId);
+  return target;
 }

@@ -8,7 +8,13 @@ import { requireState, type SandboxTable } from "./sandbox-table.js";
 import { listSnapshotTemplates, snapshotInfo } from "./snapshot-templates.js";
 import type { Snapshots } from "./snapshots.js";
 import { findTemplate } from "./templates.js";
-import type { ForkInput, ForkResult, SnapshotInfo } from "./types.js";
+import type {
+  ForkInput,
+  ForkResult,
+  SnapshotInfo,
+  SpillingForkInput,
+  SpillingForkResult,
+} from "./types.js";
 import type { WarmPool } from "./warm-pool.js";
 
 export interface ForksOptions {
@@ -41,25 +47,33 @@ export class Forks {
     this.#o = options;
   }
 
+  /** `count` children from one capture; each child's failure is reported in its result. */
+  fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
+    return this.#fork(sandboxId, input, input.count) as Promise<ForkResult[]>;
+  }
+
   /**
-   * `count` children from one capture; each child's failure is reported in its result. In a
-   * cluster, `local` leaves some to other nodes (spilled) and `fromSnapshot` starts those.
+   * A fork larger than this node (the cluster's): `local` children start here from one
+   * capture, which is published for other nodes to start the others from (forkFromCapture).
    */
-  async fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
-    const { maxForkCount, lifecycle, snapshots } = this.#o;
-    if (!Number.isInteger(input.count) || input.count < 1 || input.count > maxForkCount) {
+  forkSpilling(sandboxId: string, input: SpillingForkInput): Promise<SpillingForkResult[]> {
+    if (!Number.isInteger(input.local) || input.local < 0) {
       throw new WarrenError(
         "invalid_argument",
-        `count must be an integer from 1 to ${maxForkCount}, got ${input.count}`,
+        `local must be an integer of 0 or more, got ${input.local}`,
       );
     }
-    if (input.fromSnapshot !== undefined) return this.#forkSpilled(sandboxId, input);
+    return this.#fork(sandboxId, input, Math.min(input.count, input.local));
+  }
+
+  async #fork(sandboxId: string, input: ForkInput, here: number): Promise<SpillingForkResult[]> {
+    const { lifecycle, snapshots } = this.#o;
+    this.#checkCount(input.count);
     const source = this.#o.table.get(sandboxId);
     const snapshotId = await this.#capture(source, "fork");
     const started = performance.now();
-    const here = Math.min(input.count, input.local ?? input.count);
     const spilled = input.count - here;
-    const results = await this.#children(source.row, snapshotId, input, here);
+    const results: SpillingForkResult[] = await this.#children(source.row, snapshotId, input, here);
     if (spilled > 0) results.push(...(await this.#spill(snapshotId, spilled)));
     crashPoint("forks.fork.after-children");
     const startedCount = results.filter((r) => "sandbox" in r).length;
@@ -82,9 +96,19 @@ export class Forks {
     return results;
   }
 
+  #checkCount(count: number): void {
+    const { maxForkCount } = this.#o;
+    if (!Number.isInteger(count) || count < 1 || count > maxForkCount) {
+      throw new WarrenError(
+        "invalid_argument",
+        `count must be an integer from 1 to ${maxForkCount}, got ${count}`,
+      );
+    }
+  }
+
   /** Publishes the capture for the children other nodes start; their results say where. */
-  async #spill(snapshotId: string, count: number): Promise<ForkResult[]> {
-    let result: ForkResult = { spilled: { snapshotId } };
+  async #spill(snapshotId: string, count: number): Promise<SpillingForkResult[]> {
+    let result: SpillingForkResult = { spilled: { snapshotId } };
     try {
       await this.#o.snapshots.publish(snapshotId);
       if (!(await this.#o.catalog.getSnapshot(snapshotId))?.publishedAt) {
@@ -98,16 +122,20 @@ export class Forks {
   }
 
   /** Children of a fork another node spilled here: from its published capture. */
-  async #forkSpilled(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
+  async forkFromCapture(
+    sandboxId: string,
+    snapshotId: string,
+    input: ForkInput,
+  ): Promise<ForkResult[]> {
     const { catalog, snapshots } = this.#o;
-    const snapshotId = input.fromSnapshot as string;
+    this.#checkCount(input.count);
     const capture = await catalog.getSnapshot(snapshotId);
     // A paused source forks from its pause snapshot.
     const forkable = capture?.kind === "fork" || capture?.kind === "pause";
     if (!forkable || capture.sandboxId !== sandboxId) {
       throw new WarrenError(
         "invalid_argument",
-        `fromSnapshot ${snapshotId} is not a fork capture of sandbox ${sandboxId}`,
+        `snapshot ${snapshotId} is not a fork capture of sandbox ${sandboxId}`,
       );
     }
     const source = await catalog.findSandbox(sandboxId);

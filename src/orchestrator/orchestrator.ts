@@ -24,6 +24,7 @@ import { metricsWithin, sandboxLogs, takeMetricsSample } from "./telemetry.js";
 import { findTemplate } from "./templates.js";
 import type {
   BootTemplateInput,
+  ClusterNodeService,
   CreateSandboxInput,
   ForkInput,
   ForkResult,
@@ -42,6 +43,8 @@ import type {
   SandboxService,
   ServerStatus,
   SnapshotInfo,
+  SpillingForkInput,
+  SpillingForkResult,
   TemplateHost,
 } from "./types.js";
 import { type PoolSettings, WarmPool } from "./warm-pool.js";
@@ -93,7 +96,9 @@ const START_PERMIT_LEASE_MS = 10_000;
  * `Forks`, proxy routing is `routeSandbox`, readiness is `assertReady`; `SandboxTable` holds
  * the sandboxes and the per-sandbox lock every operation runs under.
  */
-export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost {
+export class Orchestrator
+  implements SandboxService, ClusterNodeService, SandboxRouter, TemplateHost
+{
   readonly #o: OrchestratorOptions;
   readonly #log: Logger;
   readonly #table = new SandboxTable();
@@ -107,6 +112,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
   /** What routing asks of the orchestrator, built once: `route` runs on every proxied request. */
   readonly #routing: RoutingOptions;
   #status: ServerStatus;
+  #draining = false;
 
   constructor(options: OrchestratorOptions) {
     this.#o = options;
@@ -442,11 +448,17 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
     return moved;
   }
 
+  /** Whether the cluster drains this node (drain, undrain): reported with its load. */
+  get draining(): boolean {
+    return this.#draining;
+  }
+
   /**
    * Drain: pauses every running sandbox and publishes every paused one's snapshot, so that
    * gateways resume them on other nodes (they place nothing new on a draining node).
    */
   async drain(): Promise<void> {
+    this.#draining = true;
     for (const live of this.#table.values()) {
       if (live.row.state !== "running") continue;
       await this.pause(live.row.id).catch((err: unknown) =>
@@ -457,6 +469,21 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       const snapshotId = live.row.state === "paused" ? live.row.snapshotId : undefined;
       if (snapshotId) await this.#snapshots.publish(snapshotId).catch(() => {});
     }
+  }
+
+  async undrain(): Promise<void> {
+    this.#draining = false;
+  }
+
+  /**
+   * A paused sandbox a gateway moved here, taken in with its snapshot fetched, so that the
+   * connect or resume that follows only restores it.
+   */
+  async adopt(sandboxId: string): Promise<void> {
+    assertReady(this.#status);
+    await this.#adopt(sandboxId);
+    const { snapshotId } = this.#table.get(sandboxId).row;
+    if (snapshotId) await this.#snapshots.localDir(snapshotId);
   }
 
   /**
@@ -576,6 +603,20 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
   async fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
     assertReady(this.#status);
     return this.#forks.fork(sandboxId, input);
+  }
+
+  async forkSpilling(sandboxId: string, input: SpillingForkInput): Promise<SpillingForkResult[]> {
+    assertReady(this.#status);
+    return this.#forks.forkSpilling(sandboxId, input);
+  }
+
+  async forkFromCapture(
+    sandboxId: string,
+    snapshotId: string,
+    input: ForkInput,
+  ): Promise<ForkResult[]> {
+    assertReady(this.#status);
+    return this.#forks.forkFromCapture(sandboxId, snapshotId, input);
   }
 
   async createSnapshot(sandboxId: string, input: { name?: string }): Promise<SnapshotInfo> {

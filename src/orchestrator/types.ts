@@ -129,26 +129,21 @@ export interface ForkInput {
   readonly timeoutMs?: number;
   /** Merged over the source's metadata for every child. */
   readonly metadata?: Readonly<Record<string, string>>;
-  /**
-   * Cluster (set by the gateway): start at most this many children here; the others are
-   * `spilled`, their capture published for other nodes to start them from (`fromSnapshot`).
-   */
-  readonly local?: number;
-  /**
-   * Cluster (set by the gateway): the sandbox is on another node, which spilled this fork:
-   * start the children from that fork capture of it, fetched from the shared store.
-   */
-  readonly fromSnapshot?: string;
 }
 
-/**
- * One child of a fork: started, or why not (the API turns it into E2B's SandboxForkResult),
- * or left to another node (`local`), which starts it from the published capture.
- */
+/** One child of a fork: started, or why not (the API turns it into E2B's SandboxForkResult). */
 export type ForkResult =
   | { readonly sandbox: SandboxInfo }
-  | { readonly error: { readonly reason: ErrorReason; readonly message: string } }
-  | { readonly spilled: { readonly snapshotId: string } };
+  | { readonly error: { readonly reason: ErrorReason; readonly message: string } };
+
+/** A fork larger than this node: `local` children start here, the rest on other nodes. */
+export interface SpillingForkInput extends ForkInput {
+  /** Children to start here, 0..count; the others are `spilled`. */
+  readonly local: number;
+}
+
+/** A child of a spilling fork: as ForkResult, or left to another node with the capture to start from. */
+export type SpillingForkResult = ForkResult | { readonly spilled: { readonly snapshotId: string } };
 
 /** A persistent snapshot: a template made from a sandbox's captured state. */
 export interface SnapshotInfo {
@@ -255,6 +250,35 @@ export interface SandboxService {
    * them, while sandboxes still run on it; invalid_argument for the built-in base.
    */
   deleteTemplate(templateId: string): Promise<void>;
+}
+
+/**
+ * What only the cluster asks of a node (the internal node API, called by gateways, never by
+ * tenants): the two halves of a fork larger than one node, taking in a paused sandbox moved
+ * here, and draining.
+ */
+export interface ClusterNodeService {
+  /**
+   * Captures the sandbox once, starts `local` children here and publishes the capture to the
+   * shared store; the other children are `spilled` entries naming it (or errors, when it
+   * could not be published), for other nodes to start with `forkFromCapture`.
+   */
+  forkSpilling(sandboxId: string, input: SpillingForkInput): Promise<SpillingForkResult[]>;
+  /**
+   * Children of another node's sandbox, from the fork capture it spilled (`snapshotId`,
+   * fetched from the shared store). invalid_argument when that is no capture of the sandbox.
+   */
+  forkFromCapture(sandboxId: string, snapshotId: string, input: ForkInput): Promise<ForkResult[]>;
+  /**
+   * Takes in a paused sandbox a gateway moved here (ClusterCatalog.claimSandbox), its
+   * snapshot fetched, so that the connect or resume that follows only restores it.
+   * sandbox_not_found unless the catalog has it paused on this node.
+   */
+  adopt(sandboxId: string): Promise<void>;
+  /** Takes no new sandboxes; pauses the running ones and publishes every paused one's snapshot. */
+  drain(): Promise<void>;
+  /** Takes new sandboxes again. */
+  undrain(): Promise<void>;
 }
 
 /** A template to boot cold from a root filesystem image (a build's first layer). */

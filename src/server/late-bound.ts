@@ -1,4 +1,5 @@
 import type {
+  ClusterNodeService,
   CreateSandboxInput,
   ForkInput,
   ForkResult,
@@ -16,11 +17,13 @@ import type {
   SandboxService,
   ServerStatus,
   SnapshotInfo,
+  SpillingForkInput,
+  SpillingForkResult,
 } from "../orchestrator/index.js";
 import { assertReady } from "../orchestrator/index.js";
 import { WarrenError } from "../shared/index.js";
 
-type Target = SandboxService & SandboxRouter;
+type Target = SandboxService & ClusterNodeService & SandboxRouter;
 
 /**
  * Stands in for the orchestrator while the server starts (host setup, accelerator probe,
@@ -97,6 +100,21 @@ export class LateBound implements Target {
   }
   async fork(id: string, input: ForkInput): Promise<ForkResult[]> {
     return this.#real.fork(id, input);
+  }
+  async forkSpilling(id: string, input: SpillingForkInput): Promise<SpillingForkResult[]> {
+    return this.#real.forkSpilling(id, input);
+  }
+  async forkFromCapture(id: string, snapshotId: string, input: ForkInput): Promise<ForkResult[]> {
+    return this.#real.forkFromCapture(id, snapshotId, input);
+  }
+  async adopt(id: string): Promise<void> {
+    return this.#real.adopt(id);
+  }
+  async drain(): Promise<void> {
+    return this.#real.drain();
+  }
+  async undrain(): Promise<void> {
+    return this.#real.undrain();
   }
   async createSnapshot(id: string, input: { name?: string }): Promise<SnapshotInfo> {
     return this.#real.createSnapshot(id, input);

@@ -102,6 +102,7 @@ export async function startNodeServer(
     else socket.destroy();
   };
   let builds: TemplateBuilds | undefined;
+  let clusterKey: string | undefined;
   const api = createApi({
     service: late,
     builds: () => builds,
@@ -111,6 +112,7 @@ export async function startNodeServer(
     maxTimeoutMs: config.maxTimeoutMs,
     logger: root.child({ component: "api" }),
     onAnswered: (status, reason) => metrics.apiAnswered(status, reason),
+    ...(config.databaseUrl ? { internal: { service: late, clusterKey: () => clusterKey } } : {}),
     serverFactory: (handler) => {
       handleApi = handler;
       http = createServer(onRequest);
@@ -173,6 +175,7 @@ export async function startNodeServer(
       : await SqliteCatalog.open(layout.catalog);
     if (config.databaseUrl) {
       cluster = await PostgresCluster.open({ connectionString: config.databaseUrl });
+      clusterKey = await cluster.clusterKey();
     }
     const shared = cluster && config.sharedStore ? sharedSnapshots(config, cluster) : undefined;
     store = shared?.store;
@@ -253,7 +256,6 @@ export async function startNodeServer(
     if (cluster) {
       // Registered once recovery is done and the API serves: gateways may route here now.
       const member = orchestrator;
-      let draining = false;
       membership = await startMembership({
         cluster,
         node: {
@@ -267,18 +269,18 @@ export async function startNodeServer(
         },
         load: async () => {
           await member.syncPaused();
-          return { ...(await member.load()), draining };
+          return { ...(await member.load()), draining: member.draining };
         },
         intervalMs: config.heartbeatMs,
         logger: root.child({ component: "cluster" }),
         onMarkedDown: async () => {
           await member.reconcile();
         },
+        // A gateway also tells the node at once (the internal API); this catches up on
+        // changes made while that call failed, or straight in the catalog.
         onState: (state) => {
-          draining = state === "draining";
-          if (draining) {
-            member.drain().catch((err: unknown) => log.warn({ err }, "cluster.drain_failed"));
-          }
+          const change = state === "draining" ? member.drain() : member.undrain();
+          change.catch((err: unknown) => log.warn({ err }, "cluster.drain_failed"));
         },
       });
     }

@@ -108,6 +108,10 @@ export const ERROR_REASONS = {
     kind: "not_found",
     doc: "The sandbox's node went down (or its server stopped) while the sandbox ran: it is gone.",
   },
+  internal_route: {
+    kind: "permission_denied",
+    doc: "The route is the internal node API, which only the cluster's gateways call (with the cluster key): API keys are refused there.",
+  },
   memory_pressure: {
     kind: "resource_exhausted",
     doc: "The host's available memory is down to its reserve (WARREN_MEMORY_RESERVE_MIB): no VM is started until some is freed. Retry after Retry-After, or kill sandboxes.",

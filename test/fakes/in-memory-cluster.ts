@@ -3,6 +3,7 @@
  * nodes in a map, and where a sandbox lives answered by a locator the test supplies (its
  * stand-in nodes know their sandboxes). Records state changes so tests can check them.
  */
+import { randomBytes } from "node:crypto";
 import type { DownNode } from "../../src/catalog/index.js";
 import type {
   GatewayCluster,
@@ -22,7 +23,14 @@ export class InMemoryCluster implements GatewayCluster {
   /** Sandboxes moved by claimSandbox, to the node now holding them. */
   readonly claimed = new Map<string, string>();
 
+  /** What the stand-in nodes check internal calls against. */
+  readonly key = randomBytes(32).toString("base64url");
+
   constructor(private readonly locator: (sandboxId: string) => string | undefined) {}
+
+  async clusterKey(): Promise<string> {
+    return this.key;
+  }
 
   addNode(node: Pick<NodeRow, "id" | "url" | "capacity">): void {
     const now = new Date().toISOString();

@@ -3,7 +3,7 @@
  * `GET /snapshots` (paginated). Deleting one is `DELETE /templates/:id` (templates.ts).
  */
 import type { FastifyInstance } from "fastify";
-import type { SnapshotInfo } from "../../orchestrator/index.js";
+import type { ForkInput, SnapshotInfo, SpillingForkResult } from "../../orchestrator/index.js";
 import { ERROR_KINDS, type ErrorReason, kindOf } from "../../shared/index.js";
 import type { ApiContext } from "../api-context.js";
 import { optionalSecondsToMs, queryInteger } from "../input.js";
@@ -26,21 +26,9 @@ export function registerSnapshotRoutes(app: FastifyInstance, context: ApiContext
     "/sandboxes/:sandboxID/fork",
     { schema: { body: forkSchema } },
     async (request, reply) => {
-      const body = request.body ?? {};
-      const results = await service.fork(request.params.sandboxID, {
-        count: body.count ?? 1,
-        timeoutMs: optionalSecondsToMs("body/timeout", body.timeout, maxTimeoutMs),
-        metadata: body.metadata,
-        ...(body.local !== undefined && { local: body.local }),
-        ...(body.fromSnapshot !== undefined && { fromSnapshot: body.fromSnapshot }),
-      });
-      return reply.code(201).send(
-        results.map((result) => {
-          if ("sandbox" in result) return { sandbox: toSandboxJson(result.sandbox, domain) };
-          if ("error" in result) return { error: forkErrorJson(result.error) };
-          return { spilled: { snapshotID: result.spilled.snapshotId } };
-        }),
-      );
+      const input = forkInput(request.body, maxTimeoutMs);
+      const results = await service.fork(request.params.sandboxID, input);
+      return reply.code(201).send(results.map((result) => forkResultJson(result, domain)));
     },
   );
 
@@ -80,6 +68,22 @@ export function registerSnapshotRoutes(app: FastifyInstance, context: ApiContext
 
 function toSnapshotJson(info: SnapshotInfo) {
   return { snapshotID: info.snapshotId, names: [...info.names] };
+}
+
+/** A fork request's body as the service takes it (also the internal API's forks). */
+export function forkInput(body: ForkBody | null, maxTimeoutMs: number): ForkInput {
+  return {
+    count: body?.count ?? 1,
+    timeoutMs: optionalSecondsToMs("body/timeout", body?.timeout, maxTimeoutMs),
+    metadata: body?.metadata,
+  };
+}
+
+/** One child of a fork as E2B's `SandboxForkResult`, or where another node starts it. */
+export function forkResultJson(result: SpillingForkResult, domain: string | null) {
+  if ("sandbox" in result) return { sandbox: toSandboxJson(result.sandbox, domain) };
+  if ("error" in result) return { error: forkErrorJson(result.error) };
+  return { spilled: { snapshotID: result.spilled.snapshotId } };
 }
 
 /** A child that did not start, as E2B's `Error` (code = the HTTP status its reason maps to). */

@@ -127,6 +127,13 @@ export const MIGRATIONS: readonly string[] = [
   );
   CREATE INDEX events_by_sandbox ON events (sandbox_id, at, id);
   `,
+  // Secrets of the cluster as a whole: the cluster key (ClusterCatalog.clusterKey).
+  `
+  CREATE TABLE cluster_secrets (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+  );
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -18,8 +18,14 @@ clusterContract("postgres", async () => {
   const connectionString = await server.createDatabase(name);
   const cluster = await PostgresCluster.open({ connectionString });
   const catalogs: Catalog[] = [];
+  const others: PostgresCluster[] = [];
   return {
     cluster,
+    reopen: async () => {
+      const other = await PostgresCluster.open({ connectionString });
+      others.push(other);
+      return other;
+    },
     catalog: async (nodeId) => {
       const catalog = await PostgresCatalog.open({ connectionString, nodeId, maxConnections: 2 });
       catalogs.push(catalog);
@@ -27,6 +33,7 @@ clusterContract("postgres", async () => {
     },
     cleanup: async () => {
       for (const catalog of catalogs) await catalog.close();
+      for (const other of others) await other.close();
       await cluster.close();
       await server.dropDatabase(name);
     },

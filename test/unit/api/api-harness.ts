@@ -18,8 +18,10 @@ export interface Harness {
   ): Promise<LightMyRequestResponse>;
 }
 
-export function useApi(options: Partial<ApiOptions> = {}): Harness {
-  const service = new InMemorySandboxService();
+export function useApi(
+  options: Partial<ApiOptions> & { service?: InMemorySandboxService } = {},
+): Harness {
+  const service = options.service ?? new InMemorySandboxService();
   const app = createApi({ service, apiKeys: () => new Set([API_KEY]), ...options });
   return {
     app,

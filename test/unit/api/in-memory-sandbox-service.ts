@@ -10,6 +10,7 @@
 
 import { validateEgressPolicy } from "../../../src/network/index.js";
 import type {
+  ClusterNodeService,
   CreateSandboxInput,
   ForkInput,
   ForkResult,
@@ -26,11 +27,13 @@ import type {
   SandboxService,
   ServerStatus,
   SnapshotInfo,
+  SpillingForkInput,
+  SpillingForkResult,
 } from "../../../src/orchestrator/index.js";
 import { toWarrenError, WarrenError } from "../../../src/shared/index.js";
 
 export interface RecordedCall {
-  readonly method: keyof SandboxService;
+  readonly method: Method;
   readonly args: readonly unknown[];
 }
 
@@ -46,7 +49,10 @@ export interface InMemorySandboxServiceOptions {
 
 const SNAPSHOT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
-export class InMemorySandboxService implements SandboxService {
+/** Every method a test may look for in `calls`. */
+type Method = keyof SandboxService | keyof ClusterNodeService;
+
+export class InMemorySandboxService implements SandboxService, ClusterNodeService {
   readonly calls: RecordedCall[] = [];
   readonly sandboxes = new Map<string, Mutable<SandboxInfo>>();
   /** Template names creates may use; persistent snapshots count as templates too. */
@@ -56,7 +62,7 @@ export class InMemorySandboxService implements SandboxService {
   metricSamples: SandboxMetric[] = [];
   logEntries: SandboxLogEntry[] = [];
   /** Thrown by the next call of that method (then cleared). */
-  readonly failures = new Map<keyof SandboxService, Error>();
+  readonly failures = new Map<Method, Error>();
   readonly maxSandboxes: number;
   /** Fork children → their source. */
   readonly forkedFrom = new Map<string, string>();
@@ -76,7 +82,7 @@ export class InMemorySandboxService implements SandboxService {
   }
 
   /** Calls of one method, in order. */
-  callsOf(method: keyof SandboxService): (readonly unknown[])[] {
+  callsOf(method: Method): (readonly unknown[])[] {
     return this.calls.filter((c) => c.method === method).map((c) => c.args);
   }
 
@@ -299,30 +305,76 @@ export class InMemorySandboxService implements SandboxService {
 
   async fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
     this.record("fork", sandboxId, input);
+    this.#checkCount(input);
+    return this.#children(sandboxId, this.find(sandboxId), input, input.count);
+  }
+
+  async forkSpilling(sandboxId: string, input: SpillingForkInput): Promise<SpillingForkResult[]> {
+    this.record("forkSpilling", sandboxId, input);
+    this.#checkCount(input);
+    const here = Math.min(input.count, input.local);
+    const children: SpillingForkResult[] = this.#children(
+      sandboxId,
+      this.find(sandboxId),
+      input,
+      here,
+    );
+    for (let i = here; i < input.count; i++) {
+      children.push({ spilled: { snapshotId: `fork-of-${sandboxId}` } });
+    }
+    return children;
+  }
+
+  async forkFromCapture(
+    sandboxId: string,
+    snapshotId: string,
+    input: ForkInput,
+  ): Promise<ForkResult[]> {
+    this.record("forkFromCapture", sandboxId, snapshotId, input);
+    this.#checkCount(input);
+    // The source is another node's: its children start as its stand-in, from `base`.
+    const source = {
+      templateId: "base",
+      alias: "base",
+      metadata: {},
+      network: { allowOut: [], denyOut: [], allowPublicTraffic: true },
+      allowInternetAccess: true,
+      lifecycle: { onTimeout: "kill", autoResume: false },
+    } as const;
+    return this.#children(sandboxId, source, input, input.count);
+  }
+
+  async adopt(sandboxId: string): Promise<void> {
+    this.record("adopt", sandboxId);
+  }
+
+  async drain(): Promise<void> {
+    this.record("drain");
+  }
+
+  async undrain(): Promise<void> {
+    this.record("undrain");
+  }
+
+  #checkCount(input: ForkInput): void {
     if (!Number.isInteger(input.count) || input.count < 1 || input.count > this.maxForkCount) {
       throw new WarrenError(
         "invalid_argument",
         `count must be an integer from 1 to ${this.maxForkCount}, got ${input.count}`,
       );
     }
-    // A spilled fork's children (the gateway's fromSnapshot): the source is another node's,
-    // so they start as its stand-in, from `base`.
-    const source: Pick<
+  }
+
+  #children(
+    sandboxId: string,
+    source: Pick<
       SandboxInfo,
       "templateId" | "alias" | "metadata" | "network" | "allowInternetAccess" | "lifecycle"
-    > = input.fromSnapshot
-      ? {
-          templateId: "base",
-          alias: "base",
-          metadata: {},
-          network: { allowOut: [], denyOut: [], allowPublicTraffic: true },
-          allowInternetAccess: true,
-          lifecycle: { onTimeout: "kill", autoResume: false },
-        }
-      : this.find(sandboxId);
-    const here = Math.min(input.count, input.local ?? input.count);
-    return Array.from({ length: input.count }, (_, i): ForkResult => {
-      if (i >= here) return { spilled: { snapshotId: `fork-of-${sandboxId}` } };
+    >,
+    input: ForkInput,
+    count: number,
+  ): ForkResult[] {
+    return Array.from({ length: count }, (): ForkResult => {
       try {
         this.reserve();
         const child = this.start({
@@ -400,7 +452,7 @@ export class InMemorySandboxService implements SandboxService {
     this.snapshots.splice(this.snapshots.indexOf(snapshot), 1);
   }
 
-  private record(method: keyof SandboxService, ...args: unknown[]): void {
+  private record(method: Method, ...args: unknown[]): void {
     this.calls.push({ method, args });
     const failure = this.failures.get(method);
     if (failure !== undefined) {

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { request } from "node:http";
 import { connect } from "node:net";
 import { afterEach, describe, it } from "node:test";
-import { startTestCluster, type TestCluster } from "./harness.js";
+import { API_KEY, startTestCluster, type TestCluster } from "./harness.js";
 
 // The gateway over stand-in nodes (the real node API on the in-memory sandbox service) and
 // an in-memory cluster catalog: placement, routing, merging, admission, node failures.
@@ -207,6 +207,8 @@ describe("gateway: routing", () => {
       [id],
     );
     assert.equal(from.service.callsOf("connect").length, 0);
+    assert.deepEqual(moved?.service.callsOf("adopt"), [[id]], "taken in before the connect");
+    assert.deepEqual(from.service.callsOf("adopt"), []);
 
     // A draining node, still up, gives its paused sandboxes away the same way.
     await c.cluster.setNodeState(from.id, "up");
@@ -220,6 +222,29 @@ describe("gateway: routing", () => {
     await c.call("POST", `/sandboxes/${other}/resume`, { body: {} });
     const drainedTo = c.cluster.claimed.get(other);
     assert.ok(drainedTo && drainedTo !== holding.id, `claimed for ${drainedTo}`);
+  });
+
+  it("drain and undrain reach the node at once, with the cluster key, not the client's", async () => {
+    const c = await cluster({ nodes: 2 });
+    const [node] = c.nodes;
+    assert.ok(node);
+    assert.equal((await c.call("POST", `/nodes/${node.id}/drain`)).status, 204);
+    assert.equal(c.cluster.nodes.get(node.id)?.state, "draining");
+    assert.equal((await c.call("POST", `/nodes/${node.id}/undrain`)).status, 204);
+    assert.equal(c.cluster.nodes.get(node.id)?.state, "up");
+    const told = node.service.calls.map((call) => call.method);
+    assert.deepEqual(
+      told.filter((m) => m === "drain" || m === "undrain"),
+      ["drain", "undrain"],
+    );
+    // The node's internal API takes no API key: a client cannot call it through the gateway.
+    const direct = await fetch(`${node.url}/internal/node/drain`, {
+      method: "POST",
+      headers: { "x-api-key": API_KEY },
+    });
+    assert.equal(direct.status, 403);
+    const viaGateway = await c.call("POST", "/internal/node/drain");
+    assert.equal(viaGateway.status, 404);
   });
 
   it("relays sandbox traffic by header and by Host, streaming, and upgrades", async () => {
@@ -306,10 +331,8 @@ describe("gateway: fork", () => {
     assert.equal(res.status, 201);
     assert.equal(((await res.json()) as Child[]).filter((r) => r.sandbox).length, 3);
     const source = c.nodes.find((n) => n.id === holder(c, id));
-    assert.deepEqual(
-      source?.service.callsOf("fork").map((args) => (args[1] as { local?: number }).local),
-      [undefined],
-    );
+    assert.equal(source?.service.callsOf("fork").length, 1, "the public fork, relayed");
+    assert.deepEqual(source?.service.callsOf("forkSpilling"), []);
   });
 
   it("spills the children its source's node has no room for to the other nodes", async () => {
@@ -329,14 +352,15 @@ describe("gateway: fork", () => {
     );
     const source = c.nodes.find((n) => n.id === holder(c, id));
     assert.ok(source);
-    const [sourceCall] = source.service.callsOf("fork");
+    const [sourceCall] = source.service.callsOf("forkSpilling");
     assert.equal((sourceCall?.[1] as { local?: number } | undefined)?.local, 5, "room beside it");
     const children = results.map((r) => r.sandbox?.sandboxID as string);
     assert.equal(children.filter((child) => holder(c, child) === source.id).length, 5);
     for (const node of c.nodes.filter((n) => n !== source)) {
-      for (const [sourceId, input] of node.service.callsOf("fork")) {
+      assert.deepEqual(node.service.callsOf("fork"), []);
+      for (const [sourceId, capture, input] of node.service.callsOf("forkFromCapture")) {
         assert.equal(sourceId, id);
-        assert.equal((input as { fromSnapshot?: string }).fromSnapshot, `fork-of-${id}`);
+        assert.equal(capture, `fork-of-${id}`);
         assert.deepEqual((input as { metadata?: unknown }).metadata, { run: "r1" });
       }
     }

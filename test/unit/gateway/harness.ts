@@ -56,7 +56,7 @@ export async function startTestCluster(options: {
     (sandboxId) => nodes.find((node) => node.service.sandboxes.has(sandboxId))?.id,
   );
   for (let i = 0; i < options.nodes; i++) {
-    const node = await startStandInNode(`node${i}`, options.maxSandboxes, options.createCost);
+    const node = await startStandInNode(`node${i}`, cluster.key, options);
     nodes.push(node);
     // Room in vCPUs and memory for every sandbox it may hold: the count is what binds.
     const maxSandboxes = options.maxSandboxes ?? 100;
@@ -124,16 +124,17 @@ export async function startTestCluster(options: {
 
 async function startStandInNode(
   id: string,
-  maxSandboxes?: number,
-  cost?: CreateCost,
+  clusterKey: string,
+  { maxSandboxes, createCost }: { maxSandboxes?: number; createCost?: CreateCost },
 ): Promise<StandInNode> {
   const service = new InMemorySandboxService({ idPrefix: id, maxSandboxes });
-  if (cost) chargeCreates(service, cost);
+  if (createCost) chargeCreates(service, createCost);
   const proxied: string[] = [];
   let server: Server | undefined;
   const api = createApi({
     service,
     apiKeys: () => new Set([API_KEY]),
+    internal: { service, clusterKey: () => clusterKey },
     serverFactory: (handler) => {
       server = createServer((req, res) => {
         if (isProxyRequest(req, undefined)) standInProxy(id, req, res, proxied);

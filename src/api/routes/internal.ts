@@ -1,0 +1,99 @@
+/**
+ * The internal node API (protocol's INTERNAL_PATHS), on a node in a cluster only: what the
+ * gateways alone ask of a node. The cluster key is the only credential taken here; an API
+ * key, whoever holds it, is refused (403 internal_route).
+ */
+import type { FastifyInstance } from "fastify";
+import { assertReady, type ClusterNodeService } from "../../orchestrator/index.js";
+import { CLUSTER_KEY_HEADER, INTERNAL_API_PREFIX } from "../../protocol/index.js";
+import { isValidApiKey } from "../../shared/api-key-auth.js";
+import { WarrenError } from "../../shared/index.js";
+import type { ApiContext } from "../api-context.js";
+import { checkSandboxId } from "../input.js";
+import {
+  type CaptureParams,
+  type ForkBody,
+  forkSchema,
+  type SandboxParams,
+  type SpillingForkBody,
+  spillingForkSchema,
+} from "../schemas.js";
+import { forkInput, forkResultJson } from "./snapshots.js";
+
+export interface InternalApiOptions {
+  readonly service: ClusterNodeService;
+  /** The cluster key gateways present; undefined until the node has joined its cluster. */
+  readonly clusterKey: () => string | undefined;
+}
+
+export function registerInternalRoutes(
+  app: FastifyInstance,
+  context: ApiContext,
+  { service, clusterKey }: InternalApiOptions,
+): void {
+  const { domain, maxTimeoutMs } = context;
+  app.register(
+    async (internal) => {
+      internal.addHook("onRequest", async (request) => {
+        const key = clusterKey();
+        const presented = request.headers[CLUSTER_KEY_HEADER];
+        const valid =
+          key !== undefined &&
+          typeof presented === "string" &&
+          isValidApiKey(presented, new Set([key]));
+        if (!valid) {
+          throw new WarrenError(
+            "internal_route",
+            `${INTERNAL_API_PREFIX}/ is the cluster's internal node API: only its gateways call it, with the cluster key`,
+          );
+        }
+      });
+      internal.addHook("onRequest", async () => assertReady(context.service.status()));
+      internal.addHook("preValidation", async (request) => {
+        const { sandboxID } = request.params as { sandboxID?: string };
+        if (sandboxID !== undefined) checkSandboxId(sandboxID);
+      });
+
+      internal.post<{ Params: SandboxParams; Body: SpillingForkBody }>(
+        "/sandboxes/:sandboxID/fork",
+        { schema: { body: spillingForkSchema } },
+        async (request, reply) => {
+          const input = { ...forkInput(request.body, maxTimeoutMs), local: request.body.local };
+          const results = await service.forkSpilling(request.params.sandboxID, input);
+          return reply.code(201).send(results.map((result) => forkResultJson(result, domain)));
+        },
+      );
+
+      internal.post<{ Params: CaptureParams; Body: ForkBody | null }>(
+        "/sandboxes/:sandboxID/fork/:snapshotID",
+        { schema: { body: forkSchema } },
+        async (request, reply) => {
+          const { sandboxID, snapshotID } = request.params;
+          const input = forkInput(request.body, maxTimeoutMs);
+          const results = await service.forkFromCapture(sandboxID, snapshotID, input);
+          return reply.code(201).send(results.map((result) => forkResultJson(result, domain)));
+        },
+      );
+
+      internal.post<{ Params: SandboxParams }>(
+        "/sandboxes/:sandboxID/adopt",
+        async (request, reply) => {
+          await service.adopt(request.params.sandboxID);
+          return reply.code(204).send();
+        },
+      );
+
+      // Pausing every running sandbox takes a while: answered once started.
+      internal.post("/node/drain", async (request, reply) => {
+        service.drain().catch((err: unknown) => request.log.warn({ err }, "cluster.drain_failed"));
+        return reply.code(202).send();
+      });
+
+      internal.post("/node/undrain", async (_, reply) => {
+        await service.undrain();
+        return reply.code(204).send();
+      });
+    },
+    { prefix: INTERNAL_API_PREFIX },
+  );
+}
