@@ -1,8 +1,9 @@
 import type { Catalog, SandboxRow, TemplateRow } from "../catalog/index.js";
 import { crashPoint } from "../shared/crash-point.js";
-import { type Logger, toWarrenError, WarrenError } from "../shared/index.js";
+import { toWarrenError, WarrenError } from "../shared/index.js";
 import { newId } from "./ids.js";
 import type { Lifecycle } from "./lifecycle.js";
+import type { LifecycleEvents } from "./lifecycle-events.js";
 import { configOf, type LiveSandbox, newRow } from "./live-sandbox.js";
 import { requireState, type SandboxTable } from "./sandbox-table.js";
 import type { SnapshotStore } from "./snapshot-store.js";
@@ -21,7 +22,7 @@ export interface ForksOptions {
   /** Most children one fork call may ask for. */
   readonly maxForkCount: number;
   readonly defaultTimeoutMs: number;
-  readonly logger: Logger;
+  readonly events: LifecycleEvents;
 }
 
 const SNAPSHOT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
@@ -46,7 +47,7 @@ export class Forks {
    * cluster, `local` leaves some to other nodes (spilled) and `fromSnapshot` starts those.
    */
   async fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
-    const { maxForkCount, lifecycle, snapshots } = this.#o;
+    const { maxForkCount, snapshots, events } = this.#o;
     if (!Number.isInteger(input.count) || input.count < 1 || input.count > maxForkCount) {
       throw new WarrenError(
         "invalid_argument",
@@ -64,15 +65,13 @@ export class Forks {
     crashPoint("forks.fork.after-children");
     const startedCount = results.filter((r) => "sandbox" in r).length;
     const durationMs = Math.round(performance.now() - started);
-    this.#o.logger.info(
-      { sandboxId, snapshotId, count: input.count, started: startedCount, spilled, durationMs },
-      "sandbox.forked",
-    );
-    await lifecycle.event(sandboxId, "sandbox.forked", {
+    await events.emit("sandbox.forked", {
+      sandboxId,
       snapshotId,
       count: input.count,
       started: startedCount,
-      ...(spilled > 0 && { spilled }),
+      spilled,
+      durationMs,
     });
     // A fork whose every child failed leaves a capture nobody uses. A spilled one's is kept a
     // while for the other nodes' children (who then stand on it), then released the same way.
@@ -113,10 +112,12 @@ export class Forks {
     const source = await catalog.findSandbox(sandboxId);
     if (!source) throw new WarrenError("sandbox_not_found", `sandbox ${sandboxId} not found`);
     const results = await this.#children(source, snapshotId, input, input.count);
-    this.#o.logger.info(
-      { sandboxId, snapshotId, count: input.count, from: capture.nodeId },
-      "sandbox.fork_spill_started",
-    );
+    this.#o.events.emit("sandbox.fork_spill_started", {
+      sandboxId,
+      snapshotId,
+      count: input.count,
+      from: capture.nodeId,
+    });
     await snapshots.release(snapshotId); // this node's copy, if no child of it started
     return results;
   }
@@ -183,7 +184,7 @@ export class Forks {
     sandboxId: string,
     template: Pick<TemplateRow, "id" | "kind" | "aliases" | "config">,
   ): Promise<TemplateRow> {
-    const { catalog, lifecycle } = this.#o;
+    const { catalog, events } = this.#o;
     const source = this.#o.table.get(sandboxId);
     const snapshotId = await this.#capture(source, "named");
     const row: TemplateRow = {
@@ -196,7 +197,7 @@ export class Forks {
     };
     await catalog.putTemplate(row);
     crashPoint("forks.template.after-put");
-    await lifecycle.event(sandboxId, "sandbox.snapshotted", { template: row.id, snapshotId });
+    await events.emit("sandbox.snapshotted", { sandboxId, template: row.id, snapshotId });
     return row;
   }
 
@@ -268,10 +269,12 @@ export class Forks {
       // Its disk now stands on the capture.
       await lifecycle.update(live, { snapshotId });
       crashPoint("forks.capture.after-update");
-      this.#o.logger.info(
-        { sandboxId: live.row.id, snapshotId, kind, ...timing },
-        "sandbox.captured",
-      );
+      this.#o.events.emit("sandbox.captured", {
+        sandboxId: live.row.id,
+        snapshotId,
+        kind,
+        ...timing,
+      });
       return snapshotId;
     });
   }

@@ -9,6 +9,7 @@ import { Forks } from "./forks.js";
 import type { GuestAgent } from "./guest-agent.js";
 import { ensureLayout, type StateLayout } from "./layout.js";
 import { Lifecycle } from "./lifecycle.js";
+import { type EventListener, type EventSource, LifecycleEvents } from "./lifecycle-events.js";
 import { byStart, matchesFilter } from "./list-filter.js";
 import { configOf, newRow, type SandboxConfig, sandboxInfo } from "./live-sandbox.js";
 import { MetricsSampler } from "./metrics-sampler.js";
@@ -93,9 +94,10 @@ const START_PERMIT_LEASE_MS = 10_000;
  * `Forks`, proxy routing is `routeSandbox`, readiness is `assertReady`; `SandboxTable` holds
  * the sandboxes and the per-sandbox lock every operation runs under.
  */
-export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost {
+export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost, EventSource {
   readonly #o: OrchestratorOptions;
   readonly #log: Logger;
+  readonly #events: LifecycleEvents;
   readonly #table = new SandboxTable();
   readonly #pool: WarmPool;
   readonly #capacity: Capacity;
@@ -112,6 +114,8 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
     this.#o = options;
     this.#log = options.logger;
     const { catalog, driver, slots, agent, images, layout, logger } = options;
+    const events = new LifecycleEvents({ logger, catalog });
+    this.#events = events;
     const capacity = new Capacity(options.limits);
     this.#capacity = capacity;
     this.#snapshots = new SnapshotStore({
@@ -121,6 +125,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       imagesFingerprint: images.fingerprint,
       flattenDepth: options.flattenDepth,
       logger,
+      events,
       shared: options.shared,
       warmSnapshots: () => this.#pool.readyBySnapshot().keys(),
     });
@@ -132,6 +137,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       layout,
       capacity,
       logger,
+      events,
       ...options.pool,
     });
     const vms = new SandboxVms({
@@ -162,6 +168,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       maxConcurrentStarts: options.maxConcurrentStarts,
       startPermitLeaseMs: options.startPermitLeaseMs ?? START_PERMIT_LEASE_MS,
       logger,
+      events,
     });
     this.#forks = new Forks({
       catalog,
@@ -171,7 +178,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       pool: this.#pool,
       maxForkCount: options.maxForkCount,
       defaultTimeoutMs: options.defaultTimeoutMs,
-      logger,
+      events,
     });
     this.#routing = {
       table: this.#table,
@@ -197,6 +204,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
         layout,
         snapshots: this.#snapshots,
         logger: this.#log,
+        events: this.#events,
       });
       await slots.cleanupStale();
       await slots.start();
@@ -252,6 +260,11 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
 
   status(): ServerStatus {
     return { ...this.#status, pooledVmms: this.#pool.stats.ready };
+  }
+
+  /** Its lifecycle events (events.ts) as they are emitted: the node's metrics follow them. */
+  onEvent(listener: EventListener): () => void {
+    return this.#events.onEvent(listener);
   }
 
   // ---- sandboxes ----------------------------------------------------------------------------
@@ -408,7 +421,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
         const row = await this.#o.catalog.getSandbox(id);
         if (row && row.state !== "killed") return;
         changed += 1;
-        this.#log.warn({ sandboxId: id, state: row?.state ?? "moved" }, "sandbox.reconciled");
+        this.#events.emit("sandbox.reconciled", { sandboxId: id, state: row?.state ?? "moved" });
         if (row) await this.#lifecycle.teardown(live, row.endedReason ?? "lost");
         else {
           await this.#vms.release(live);
@@ -436,7 +449,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
         if (await this.#o.catalog.getSandbox(id)) return;
         this.#table.remove(id);
         moved += 1;
-        this.#log.info({ sandboxId: id }, "sandbox.moved_away");
+        this.#events.emit("sandbox.moved_away", { sandboxId: id });
       });
     }
     return moved;
@@ -470,7 +483,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       const row = await this.#o.catalog.getSandbox(sandboxId);
       if (row?.state !== "paused") return false;
       this.#table.add({ row, metrics: [] });
-      this.#log.info({ sandboxId }, "sandbox.moved_here");
+      this.#events.emit("sandbox.moved_here", { sandboxId });
       return true;
     });
   }
@@ -562,7 +575,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       const policy = validateEgressPolicy(egressPolicyOf(next.network, next.allowInternetAccess));
       if (live.slot) await live.slot.setPolicy(policy);
       await this.#lifecycle.update(live, { config: next as unknown as Record<string, unknown> });
-      await this.#lifecycle.event(sandboxId, "sandbox.network_updated", { ...update });
+      await this.#events.emit("sandbox.network_updated", { sandboxId, ...update });
     });
   }
 
@@ -642,7 +655,7 @@ export class Orchestrator implements SandboxService, SandboxRouter, TemplateHost
       layout,
       snapshots: this.#snapshots,
       settleMs: this.#o.templateSettleMs,
-      logger: this.#log,
+      events: this.#events,
     };
   }
 
