@@ -70,6 +70,36 @@ it("keeps the history's own names and detail (recovered, paused without memory)"
   );
 });
 
+it("records every history entry with the kind and detail GET /sandboxes/{id}/logs shows", async () => {
+  const { events, history } = setup();
+  const timing = { pausedMs: 4, deviceStateMs: 1, memoryMs: 2, diskMs: 1, dirtyPages: 9 };
+  const sandboxId = "sb";
+  await events.emit("sandbox.created", { sandboxId, snapshotId: "s", from: "fork", durationMs: 7 });
+  await events.emit("sandbox.paused", { sandboxId, keepMemory: true, ...timing });
+  await events.emit("sandbox.resumed", { sandboxId, durationMs: 5, reboot: true });
+  const fork = { sandboxId, snapshotId: "f", count: 3, started: 2, durationMs: 9 };
+  await events.emit("sandbox.forked", { ...fork, spilled: 0 });
+  await events.emit("sandbox.forked", { ...fork, spilled: 1 });
+  await events.emit("sandbox.snapshotted", { sandboxId, template: "t", snapshotId: "n" });
+  await events.emit("sandbox.network_updated", { sandboxId, allowOut: ["1.1.1.1"], denyOut: [] });
+  await events.emit("sandbox.lost", { sandboxId, state: "resuming" });
+  await events.emit("sandbox.killed", { sandboxId, reason: "timeout" });
+  assert.deepEqual(
+    history.map(({ sandboxId, kind, detail }) => `${sandboxId} ${kind} ${JSON.stringify(detail)}`),
+    [
+      'sb sandbox.created {"durationMs":7,"snapshotId":"s"}',
+      `sb sandbox.paused ${JSON.stringify(timing)}`,
+      'sb sandbox.resumed {"durationMs":5,"reboot":true}',
+      'sb sandbox.forked {"snapshotId":"f","count":3,"started":2}',
+      'sb sandbox.forked {"snapshotId":"f","count":3,"started":2,"spilled":1}',
+      'sb sandbox.snapshotted {"template":"t","snapshotId":"n"}',
+      'sb sandbox.network_updated {"allowOut":["1.1.1.1"],"denyOut":[]}',
+      'sb sandbox.lost {"state":"resuming"}',
+      'sb sandbox.killed {"reason":"timeout"}',
+    ],
+  );
+});
+
 it("logs nothing for a history-only event, and records nothing for a log-only one", async () => {
   const { events, lines, history, seen } = setup();
   await events.emit("sandbox.snapshotted", { sandboxId: "sb", template: "t", snapshotId: "s" });
