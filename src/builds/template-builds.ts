@@ -6,7 +6,13 @@
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import type { BuildRow, Catalog, TemplateRow } from "../catalog/index.js";
-import { newId, splitTag } from "../orchestrator/index.js";
+import {
+  type EventListener,
+  type EventSource,
+  LifecycleEvents,
+  newId,
+  splitTag,
+} from "../orchestrator/index.js";
 import { ENVD_VERSION } from "../protocol/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import { BuildFiles } from "./build-files.js";
@@ -51,8 +57,10 @@ const STATUS_LOG_LIMIT = 100;
 const MAX_LOGS_LIMIT = 100;
 const KEPT_LOGS = 32;
 
-export class TemplateBuilds {
+export class TemplateBuilds implements EventSource {
   readonly #o: TemplateBuildsOptions;
+  /** `build.ready`, `build.failed` (the orchestrator's events.ts). */
+  readonly #events: LifecycleEvents;
   readonly #files: BuildFiles;
   readonly #builder: Builder;
   readonly #logsDir: string;
@@ -67,6 +75,7 @@ export class TemplateBuilds {
 
   constructor(options: TemplateBuildsOptions) {
     this.#o = options;
+    this.#events = new LifecycleEvents({ logger: options.logger, catalog: options.catalog });
     this.#files = new BuildFiles(join(options.dir, "files"), options.uploadLimitBytes);
     this.#logsDir = join(options.dir, "logs");
     this.#builder = new Builder({
@@ -89,6 +98,11 @@ export class TemplateBuilds {
         reason: { message: "the server restarted before the build finished: build again" },
       });
     }
+  }
+
+  /** Builds ending, as they end: the node's metrics follow them. */
+  onEvent(listener: EventListener): () => void {
+    return this.#events.onEvent(listener);
   }
 
   /** Stops running builds (each cleans up as a failed build does). */
@@ -410,7 +424,7 @@ export class TemplateBuilds {
     }
     for (const tag of build.tags) await this.#pointTag(build, tag, layer);
     const durationMs = Date.now() - Date.parse(build.createdAt);
-    this.#o.logger.info({ buildId: build.id, name: build.name, durationMs }, "build.ready");
+    this.#events.emit("build.ready", { buildId: build.id, name: build.name, durationMs });
   }
 
   async #pointTag(build: BuildRow, tag: string, layer: TemplateRow): Promise<void> {
@@ -435,7 +449,7 @@ export class TemplateBuilds {
     const step = err instanceof BuildFailed ? err.step : undefined;
     const message = err instanceof Error ? err.message : String(err);
     log.add("error", `Build failed${step ? ` at step ${step}` : ""}: ${message}`, step);
-    this.#o.logger.warn({ buildId: build.id, step, message }, "build.failed");
+    this.#events.emit("build.failed", { buildId: build.id, step, message });
     // Nothing of a failed build stays: the layers it made go (the cache keeps what it found,
     // and an image's boot); the row keeps the rest, for deleting the template.
     const dropped = made.droppedOnFailure();

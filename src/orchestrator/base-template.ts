@@ -5,11 +5,11 @@ import type { GuestArtifacts } from "../host-setup/index.js";
 import { type SlotPool, TAP_NAME } from "../network/index.js";
 import { GATEWAY_ADDRESS, GUEST_ADDRESS } from "../protocol/index.js";
 import { crashPoint } from "../shared/crash-point.js";
-import type { Logger } from "../shared/index.js";
 import { type MachineShape, SnapshotMismatchError, type VmmDriver } from "../vmm/index.js";
 import type { GuestAgent } from "./guest-agent.js";
 import { newId } from "./ids.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
+import type { LifecycleEvents } from "./lifecycle-events.js";
 import type { Snapshots } from "./snapshots.js";
 import { type GuestSpecInput, guestSpec } from "./vm-spec.js";
 
@@ -35,7 +35,7 @@ export interface BaseTemplateOptions {
   readonly layout: StateLayout;
   readonly snapshots: Snapshots;
   readonly shape: MachineShape;
-  readonly logger: Logger;
+  readonly events: LifecycleEvents;
   /** How long the booted guest settles before its capture (default 2 s). */
   readonly settleMs?: number;
 }
@@ -46,28 +46,28 @@ export interface BaseTemplateOptions {
  * (a cold boot: seconds under TCG), and every create restores from it.
  */
 export async function ensureBaseTemplate(options: BaseTemplateOptions): Promise<TemplateRow> {
-  const { catalog, shape, logger, snapshots } = options;
+  const { catalog, shape, events, snapshots } = options;
   const current = await catalog.getTemplate(BASE_TEMPLATE);
   await dropReplaced(options, current);
   if (current) {
     const reason = await staleReason(current, options);
     if (reason === undefined) return current;
-    logger.info({ template: current.id, reason }, "template.stale");
+    events.emit("template.stale", { template: current.id, reason });
   }
   const started = performance.now();
-  logger.info({ shape }, "template.building");
+  events.emit("template.building", { shape });
   const row = await buildBaseTemplate(options);
-  logger.info(
-    { template: row.id, durationMs: Math.round(performance.now() - started) },
-    "template.built",
-  );
+  events.emit("template.built", {
+    template: row.id,
+    durationMs: Math.round(performance.now() - started),
+  });
   if (current) {
     // Its capture goes too, unless paused sandboxes or later snapshots still stand on it.
     await catalog.deleteTemplate(current.id);
     crashPoint("base-template.replace.after-delete");
     const deleted = await snapshots.release(current.snapshotId);
     if (deleted.length === 0)
-      logger.info({ snapshot: current.snapshotId }, "template.snapshot_kept");
+      events.emit("template.snapshot_kept", { snapshot: current.snapshotId });
   }
   return row;
 }
@@ -81,12 +81,12 @@ async function dropReplaced(
   options: BaseTemplateOptions,
   current: TemplateRow | undefined,
 ): Promise<void> {
-  const { catalog, snapshots, logger } = options;
+  const { catalog, snapshots, events } = options;
   for (const old of await catalog.listTemplates()) {
     if (old.kind !== "base" || old.id === current?.id) continue;
     await catalog.deleteTemplate(old.id);
     await snapshots.release(old.snapshotId);
-    logger.warn({ template: old.id, snapshot: old.snapshotId }, "template.replaced_dropped");
+    events.emit("template.replaced_dropped", { template: old.id, snapshot: old.snapshotId });
   }
 }
 

@@ -1,8 +1,9 @@
 import type { Catalog, SandboxRow, TemplateRow } from "../catalog/index.js";
 import { crashPoint } from "../shared/crash-point.js";
-import { type Logger, toWarrenError, WarrenError } from "../shared/index.js";
+import { toWarrenError, WarrenError } from "../shared/index.js";
 import { newId } from "./ids.js";
 import type { Lifecycle } from "./lifecycle.js";
+import type { LifecycleEvents } from "./lifecycle-events.js";
 import { configOf, type LiveSandbox, newRow } from "./live-sandbox.js";
 import { requireState, type SandboxTable } from "./sandbox-table.js";
 import { listSnapshotTemplates, snapshotInfo } from "./snapshot-templates.js";
@@ -27,7 +28,7 @@ export interface ForksOptions {
   /** Most children one fork call may ask for. */
   readonly maxForkCount: number;
   readonly defaultTimeoutMs: number;
-  readonly logger: Logger;
+  readonly events: LifecycleEvents;
 }
 
 const SNAPSHOT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
@@ -67,7 +68,7 @@ export class Forks {
   }
 
   async #fork(sandboxId: string, input: ForkInput, here: number): Promise<SpillingForkResult[]> {
-    const { lifecycle, snapshots } = this.#o;
+    const { snapshots, events } = this.#o;
     this.#checkCount(input.count);
     const source = this.#o.table.get(sandboxId);
     const snapshotId = await this.#capture(source, "fork");
@@ -78,15 +79,13 @@ export class Forks {
     crashPoint("forks.fork.after-children");
     const startedCount = results.filter((r) => "sandbox" in r).length;
     const durationMs = Math.round(performance.now() - started);
-    this.#o.logger.info(
-      { sandboxId, snapshotId, count: input.count, started: startedCount, spilled, durationMs },
-      "sandbox.forked",
-    );
-    await lifecycle.event(sandboxId, "sandbox.forked", {
+    await events.emit("sandbox.forked", {
+      sandboxId,
       snapshotId,
       count: input.count,
       started: startedCount,
-      ...(spilled > 0 && { spilled }),
+      spilled,
+      durationMs,
     });
     // A fork whose every child failed leaves a capture nobody uses. A spilled one's is kept a
     // while for the other nodes' children (who then stand on it), then released the same way.
@@ -141,10 +140,12 @@ export class Forks {
     const source = await catalog.findSandbox(sandboxId);
     if (!source) throw new WarrenError("sandbox_not_found", `sandbox ${sandboxId} not found`);
     const results = await this.#children(source, snapshotId, input, input.count);
-    this.#o.logger.info(
-      { sandboxId, snapshotId, count: input.count, from: capture.nodeId },
-      "sandbox.fork_spill_started",
-    );
+    this.#o.events.emit("sandbox.fork_spill_started", {
+      sandboxId,
+      snapshotId,
+      count: input.count,
+      from: capture.nodeId,
+    });
     await snapshots.release(snapshotId); // this node's copy, if no child of it started
     return results;
   }
@@ -211,7 +212,7 @@ export class Forks {
     sandboxId: string,
     template: Pick<TemplateRow, "id" | "kind" | "aliases" | "config">,
   ): Promise<TemplateRow> {
-    const { catalog, lifecycle } = this.#o;
+    const { catalog, events } = this.#o;
     const source = this.#o.table.get(sandboxId);
     const snapshotId = await this.#capture(source, "named");
     const row: TemplateRow = {
@@ -224,7 +225,7 @@ export class Forks {
     };
     await catalog.putTemplate(row);
     crashPoint("forks.template.after-put");
-    await lifecycle.event(sandboxId, "sandbox.snapshotted", { template: row.id, snapshotId });
+    await events.emit("sandbox.snapshotted", { sandboxId, template: row.id, snapshotId });
     return row;
   }
 
@@ -296,10 +297,12 @@ export class Forks {
       // Its disk now stands on the capture.
       await lifecycle.update(live, { snapshotId });
       crashPoint("forks.capture.after-update");
-      this.#o.logger.info(
-        { sandboxId: live.row.id, snapshotId, kind, ...timing },
-        "sandbox.captured",
-      );
+      this.#o.events.emit("sandbox.captured", {
+        sandboxId: live.row.id,
+        snapshotId,
+        kind,
+        ...timing,
+      });
       return snapshotId;
     });
   }

@@ -7,9 +7,22 @@ export {
   replyExcerpt,
 } from "./envd-client.js";
 export { EnvdGuestAgent } from "./envd-guest-agent.js";
+export {
+  type EventFields,
+  type EventLevel,
+  type EventName,
+  LIFECYCLE_EVENTS,
+  type LifecycleEvent,
+} from "./events.js";
 export type { GuestAgent, InitOptions } from "./guest-agent.js";
 export { newId } from "./ids.js";
 export { ensureLayout, type StateLayout, stateLayout } from "./layout.js";
+export {
+  type EventListener,
+  type EventSource,
+  LifecycleEvents,
+  type LifecycleEventsOptions,
+} from "./lifecycle-events.js";
 export { Orchestrator, type OrchestratorOptions } from "./orchestrator.js";
 export { assertReady } from "./readiness.js";
 export { splitTag } from "./templates.js";

@@ -5,6 +5,7 @@ import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { Vm } from "../vmm/index.js";
 import type { Capacity } from "./capacity.js";
+import type { LifecycleEvents } from "./lifecycle-events.js";
 import { configOf, type LiveSandbox, sandboxInfo } from "./live-sandbox.js";
 import { egressPolicyOf } from "./network-config.js";
 import type { SandboxTable } from "./sandbox-table.js";
@@ -27,6 +28,7 @@ export interface LifecycleOptions {
   /** How long a start keeps its permit while its guest has not answered /init. */
   readonly startPermitLeaseMs: number;
   readonly logger: Logger;
+  readonly events: LifecycleEvents;
 }
 
 /** After a failed capture, how long the VMM has to be seen exiting before it counts as alive. */
@@ -40,6 +42,7 @@ const EXIT_GRACE_MS = 200;
 export class Lifecycle {
   readonly #o: LifecycleOptions;
   readonly #log: Logger;
+  readonly #events: LifecycleEvents;
   readonly #starts: Semaphore;
   readonly #stopped = new EventEmitter();
   readonly ttl: TtlTimers;
@@ -47,6 +50,7 @@ export class Lifecycle {
   constructor(options: LifecycleOptions) {
     this.#o = options;
     this.#log = options.logger;
+    this.#events = options.events;
     this.#starts = new Semaphore(options.maxConcurrentStarts);
     this.ttl = new TtlTimers({
       table: options.table,
@@ -89,10 +93,11 @@ export class Lifecycle {
       throw err;
     }
     table.add(live);
-    this.#log.info(
-      { sandboxId: row.id, snapshotId, pooled: warm !== undefined },
-      "sandbox.creating",
-    );
+    this.#events.emit("sandbox.creating", {
+      sandboxId: row.id,
+      snapshotId,
+      pooled: warm !== undefined,
+    });
     const started = performance.now();
     await table.serial(row.id, async () => {
       try {
@@ -116,8 +121,7 @@ export class Lifecycle {
     const durationMs = Math.round(performance.now() - started);
     // A fork child comes from a one-off capture, a create from a template.
     const from = template ? "template" : "fork";
-    this.#log.info({ sandboxId: row.id, snapshotId, from, durationMs }, "sandbox.created");
-    await this.event(row.id, "sandbox.created", { durationMs, snapshotId });
+    await this.#events.emit("sandbox.created", { sandboxId: row.id, snapshotId, from, durationMs });
     return sandboxInfo(live.row);
   }
 
@@ -164,11 +168,7 @@ export class Lifecycle {
     crashPoint("lifecycle.pause.after-paused");
     await this.#o.vms.release(live);
     crashPoint("lifecycle.pause.after-release");
-    this.#log.info({ sandboxId: live.row.id, keepMemory, ...timing }, "sandbox.paused");
-    await this.event(live.row.id, "sandbox.paused", {
-      ...timing,
-      ...(!keepMemory && { keepMemory }),
-    });
+    await this.#events.emit("sandbox.paused", { sandboxId: live.row.id, keepMemory, ...timing });
   }
 
   /**
@@ -213,8 +213,7 @@ export class Lifecycle {
     crashPoint("lifecycle.resume.after-running");
     this.ttl.arm(live);
     const durationMs = Math.round(performance.now() - started);
-    this.#log.info({ sandboxId: live.row.id, durationMs, reboot }, "sandbox.resumed");
-    await this.event(live.row.id, "sandbox.resumed", { durationMs, ...(reboot && { reboot }) });
+    await this.#events.emit("sandbox.resumed", { sandboxId: live.row.id, durationMs, reboot });
   }
 
   /**
@@ -270,8 +269,7 @@ export class Lifecycle {
     await this.#o.snapshots.release(standsOn);
     crashPoint("lifecycle.teardown.after-snapshots");
     this.#o.table.remove(id);
-    this.#log.info({ sandboxId: id, reason }, "sandbox.killed");
-    await this.event(id, "sandbox.killed", { reason });
+    await this.#events.emit("sandbox.killed", { sandboxId: id, reason });
   }
 
   /** Writes the patch to the catalog, then to the live row. */
@@ -280,13 +278,6 @@ export class Lifecycle {
       ...live.row,
       ...patch,
     };
-  }
-
-  /** A lifecycle event in the sandbox's history (GET /sandboxes/{id}/logs); never fails. */
-  async event(sandboxId: string, kind: string, detail?: Record<string, unknown>): Promise<void> {
-    await this.#o.catalog
-      .recordEvent({ at: new Date().toISOString(), sandboxId, kind, detail })
-      .catch((err: unknown) => this.#log.warn({ err, sandboxId, kind }, "catalog.event_failed"));
   }
 
   /** Sandboxes that stop serving traffic (paused, killed, lost), for the proxy. */
@@ -344,10 +335,12 @@ export class Lifecycle {
     crashPoint("lifecycle.start.after-init");
     signal?.throwIfAborted();
     const initMs = Math.round(performance.now() - started) - vmMs;
-    this.#log.info(
-      { sandboxId: live.row.id, pooled: warm !== undefined, vmMs, initMs },
-      "sandbox.vm_up",
-    );
+    this.#events.emit("sandbox.vm_up", {
+      sandboxId: live.row.id,
+      pooled: warm !== undefined,
+      vmMs,
+      initMs,
+    });
   }
 
   /** A VMM that dies while its sandbox runs: the sandbox is lost, and says so. */
@@ -356,7 +349,7 @@ export class Lifecycle {
     const { table } = this.#o;
     void vm?.exited.then(async (exit) => {
       if (exit.expected || live.vm !== vm) return;
-      this.#log.error({ sandboxId: live.row.id, exit }, "sandbox.vmm_died");
+      this.#events.emit("sandbox.vmm_died", { sandboxId: live.row.id, exit });
       await table
         .serial(live.row.id, async () => {
           if (live.vm !== vm || !table.has(live.row.id)) return;

@@ -9,6 +9,7 @@ import { Forks } from "./forks.js";
 import type { GuestAgent } from "./guest-agent.js";
 import { ensureLayout, type StateLayout } from "./layout.js";
 import { Lifecycle } from "./lifecycle.js";
+import { type EventListener, type EventSource, LifecycleEvents } from "./lifecycle-events.js";
 import { byStart, matchesFilter } from "./list-filter.js";
 import { configOf, newRow, type SandboxConfig, sandboxInfo } from "./live-sandbox.js";
 import { MetricsSampler } from "./metrics-sampler.js";
@@ -97,10 +98,11 @@ const START_PERMIT_LEASE_MS = 10_000;
  * the sandboxes and the per-sandbox lock every operation runs under.
  */
 export class Orchestrator
-  implements SandboxService, ClusterNodeService, SandboxRouter, TemplateHost
+  implements SandboxService, ClusterNodeService, SandboxRouter, TemplateHost, EventSource
 {
   readonly #o: OrchestratorOptions;
   readonly #log: Logger;
+  readonly #events: LifecycleEvents;
   readonly #table = new SandboxTable();
   readonly #pool: WarmPool;
   readonly #capacity: Capacity;
@@ -118,6 +120,8 @@ export class Orchestrator
     this.#o = options;
     this.#log = options.logger;
     const { catalog, driver, slots, agent, images, layout, logger } = options;
+    const events = new LifecycleEvents({ logger, catalog });
+    this.#events = events;
     const capacity = new Capacity(options.limits);
     this.#capacity = capacity;
     this.#snapshots = new Snapshots({
@@ -127,6 +131,7 @@ export class Orchestrator
       imagesFingerprint: images.fingerprint,
       flattenDepth: options.flattenDepth,
       logger,
+      events,
       shared: options.shared,
       warmSnapshots: () => this.#pool.readyBySnapshot().keys(),
     });
@@ -138,6 +143,7 @@ export class Orchestrator
       layout,
       capacity,
       logger,
+      events,
       ...options.pool,
     });
     const vms = new SandboxVms({
@@ -168,6 +174,7 @@ export class Orchestrator
       maxConcurrentStarts: options.maxConcurrentStarts,
       startPermitLeaseMs: options.startPermitLeaseMs ?? START_PERMIT_LEASE_MS,
       logger,
+      events,
     });
     this.#forks = new Forks({
       catalog,
@@ -177,7 +184,7 @@ export class Orchestrator
       pool: this.#pool,
       maxForkCount: options.maxForkCount,
       defaultTimeoutMs: options.defaultTimeoutMs,
-      logger,
+      events,
     });
     this.#routing = {
       table: this.#table,
@@ -203,6 +210,7 @@ export class Orchestrator
         layout,
         snapshots: this.#snapshots,
         logger: this.#log,
+        events: this.#events,
       });
       await slots.cleanupStale();
       await slots.start();
@@ -258,6 +266,11 @@ export class Orchestrator
 
   status(): ServerStatus {
     return { ...this.#status, pooledVmms: this.#pool.stats.ready };
+  }
+
+  /** Its lifecycle events (events.ts) as they are emitted: the node's metrics follow them. */
+  onEvent(listener: EventListener): () => void {
+    return this.#events.onEvent(listener);
   }
 
   // ---- sandboxes ----------------------------------------------------------------------------
@@ -414,7 +427,7 @@ export class Orchestrator
         const row = await this.#o.catalog.getSandbox(id);
         if (row && row.state !== "killed") return;
         changed += 1;
-        this.#log.warn({ sandboxId: id, state: row?.state ?? "moved" }, "sandbox.reconciled");
+        this.#events.emit("sandbox.reconciled", { sandboxId: id, state: row?.state ?? "moved" });
         if (row) await this.#lifecycle.teardown(live, row.endedReason ?? "lost");
         else {
           await this.#vms.release(live);
@@ -442,7 +455,7 @@ export class Orchestrator
         if (await this.#o.catalog.getSandbox(id)) return;
         this.#table.remove(id);
         moved += 1;
-        this.#log.info({ sandboxId: id }, "sandbox.moved_away");
+        this.#events.emit("sandbox.moved_away", { sandboxId: id });
       });
     }
     return moved;
@@ -497,7 +510,7 @@ export class Orchestrator
       const row = await this.#o.catalog.getSandbox(sandboxId);
       if (row?.state !== "paused") return false;
       this.#table.add({ row, metrics: [] });
-      this.#log.info({ sandboxId }, "sandbox.moved_here");
+      this.#events.emit("sandbox.moved_here", { sandboxId });
       return true;
     });
   }
@@ -589,7 +602,7 @@ export class Orchestrator
       const policy = validateEgressPolicy(egressPolicyOf(next.network, next.allowInternetAccess));
       if (live.slot) await live.slot.setPolicy(policy);
       await this.#lifecycle.update(live, { config: next as unknown as Record<string, unknown> });
-      await this.#lifecycle.event(sandboxId, "sandbox.network_updated", { ...update });
+      await this.#events.emit("sandbox.network_updated", { sandboxId, ...update });
     });
   }
 
@@ -683,7 +696,7 @@ export class Orchestrator
       layout,
       snapshots: this.#snapshots,
       settleMs: this.#o.templateSettleMs,
-      logger: this.#log,
+      events: this.#events,
     };
   }
 

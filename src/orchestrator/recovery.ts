@@ -3,6 +3,7 @@ import type { Catalog, SandboxRow } from "../catalog/index.js";
 import type { Logger } from "../shared/index.js";
 import type { VmmDriver } from "../vmm/index.js";
 import type { StateLayout } from "./layout.js";
+import type { LifecycleEvents } from "./lifecycle-events.js";
 import type { Snapshots } from "./snapshots.js";
 
 export interface RecoveryOptions {
@@ -11,6 +12,7 @@ export interface RecoveryOptions {
   readonly layout: StateLayout;
   readonly snapshots: Snapshots;
   readonly logger: Logger;
+  readonly events: LifecycleEvents;
 }
 
 /**
@@ -72,19 +74,17 @@ async function markPaused(
   row: SandboxRow,
   snapshotId: string,
 ): Promise<void> {
-  const { catalog, logger } = options;
+  const { catalog, events } = options;
   await catalog.updateSandbox(row.id, { state: "paused", snapshotId });
-  await catalog.recordEvent({
-    at: new Date().toISOString(),
+  await events.emit("sandbox.recovered_paused", {
     sandboxId: row.id,
-    kind: "sandbox.recovered",
-    detail: { state: row.state, now: "paused", snapshotId },
+    state: row.state,
+    snapshotId,
   });
-  logger.warn({ sandboxId: row.id, state: row.state, snapshotId }, "sandbox.recovered_paused");
 }
 
 async function markLost(options: RecoveryOptions, row: SandboxRow): Promise<void> {
-  const { catalog, snapshots, logger } = options;
+  const { catalog, snapshots, events } = options;
   const reason = `lost: the server stopped while the sandbox was ${row.state}`;
   await catalog.updateSandbox(row.id, {
     state: "killed",
@@ -92,11 +92,5 @@ async function markLost(options: RecoveryOptions, row: SandboxRow): Promise<void
     snapshotId: undefined,
   });
   await snapshots.release(row.snapshotId);
-  await catalog.recordEvent({
-    at: new Date().toISOString(),
-    sandboxId: row.id,
-    kind: "sandbox.lost",
-    detail: { state: row.state },
-  });
-  logger.warn({ sandboxId: row.id, state: row.state }, "sandbox.lost");
+  await events.emit("sandbox.lost", { sandboxId: row.id, state: row.state });
 }

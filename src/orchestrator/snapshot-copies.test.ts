@@ -6,9 +6,14 @@ import { it, type TestContext } from "node:test";
 import type { Logger } from "../shared/index.js";
 import { FsSharedStore } from "../store/index.js";
 import { makeSnapshot, reason, tempDir } from "../store/shared-store.contract.js";
+import { LifecycleEvents } from "./lifecycle-events.js";
 import { SnapshotCopies, type SnapshotCopiesOptions } from "./snapshot-copies.js";
 
 const MiB = 1024 * 1024;
+
+/** Copies record no sandbox history. */
+const eventsTo = (logger: Logger) =>
+  new LifecycleEvents({ logger, catalog: { recordEvent: async () => {} } });
 
 /**
  * A real fs shared store holding snapshots a, b, c, d of 1 MiB each, and copies of them for
@@ -42,6 +47,7 @@ async function setup(t: TestContext, options: Partial<SnapshotCopiesOptions> = {
     },
     retained: async () => retained,
     logger,
+    events: eventsTo(logger),
     graceMs: 0,
     ...options,
   });
@@ -136,12 +142,19 @@ it("adopts what a previous run left and brings it within the budget, oldest firs
   }
   const { retained } = await setup(t);
   const warnings: string[] = [];
+  const logger: Logger = {
+    debug() {},
+    info() {},
+    warn: (_f, e) => warnings.push(e),
+    error() {},
+  };
   const next = new SnapshotCopies({
     dir,
     maxBytes: MiB,
     fetch: async () => assert.fail("nothing is fetched"),
     retained: async () => retained,
-    logger: { debug() {}, info() {}, warn: (_f, e) => warnings.push(e), error() {} },
+    logger,
+    events: eventsTo(logger),
     graceMs: 0,
   });
   retained.add("a");

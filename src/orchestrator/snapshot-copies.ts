@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { rename, rm, utimes } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "../shared/index.js";
+import type { LifecycleEvents } from "./lifecycle-events.js";
 
 export interface SnapshotCopiesOptions {
   /** The node's snapshots directory: copies lie beside its own snapshots, where chains resolve. */
@@ -16,6 +17,7 @@ export interface SnapshotCopiesOptions {
    */
   readonly retained: () => Promise<ReadonlySet<string>>;
   readonly logger: Logger;
+  readonly events: LifecycleEvents;
   /**
    * A copy used this recently is kept whatever `retained` says: a restore asks for its
    * directory before anything in the catalog records that it stands on it. Default 2 min.
@@ -167,6 +169,6 @@ export class SnapshotCopies {
     })().finally(() => this.#removing.delete(id));
     this.#removing.set(id, removal);
     await removal;
-    this.#o.logger.info({ snapshotId: id, bytes: copy?.bytes }, "snapshot_copies.removed");
+    this.#o.events.emit("snapshot_copies.removed", { snapshotId: id, bytes: copy?.bytes });
   }
 }

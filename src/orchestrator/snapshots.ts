@@ -6,6 +6,7 @@ import { type Logger, WarrenError } from "../shared/index.js";
 import type { SnapshotTiming, Vm, VmmDriver } from "../vmm/index.js";
 import { newId } from "./ids.js";
 import { type StateLayout, snapshotDir } from "./layout.js";
+import type { LifecycleEvents } from "./lifecycle-events.js";
 import { SerialLock } from "./serial-lock.js";
 import { SnapshotCopies } from "./snapshot-copies.js";
 
@@ -21,6 +22,7 @@ export interface SnapshotsOptions {
    */
   readonly flattenDepth: number;
   readonly logger: Logger;
+  readonly events: LifecycleEvents;
   /**
    * How long the layers a flatten made redundant are kept: a VMM that opened the old disk
    * just before it was replaced still opens the layers below it by path.
@@ -113,6 +115,7 @@ export class Snapshots {
         fetch: (id, intoDir) => shared.fetch(id, intoDir),
         retained: () => this.#copiesInUse(),
         logger: options.logger,
+        events: options.events,
       });
   }
 
@@ -175,14 +178,11 @@ export class Snapshots {
     const started = performance.now();
     await copies.ensure(row.id, bytesOf(row.files));
     if (fetched)
-      this.#o.logger.info(
-        {
-          snapshotId: row.id,
-          from: row.nodeId,
-          durationMs: Math.round(performance.now() - started),
-        },
-        "snapshot.fetched",
-      );
+      this.#o.events.emit("snapshot.fetched", {
+        snapshotId: row.id,
+        from: row.nodeId,
+        durationMs: Math.round(performance.now() - started),
+      });
   }
 
   /**
@@ -229,7 +229,7 @@ export class Snapshots {
   }
 
   async #publishChain(shared: SharedSnapshots, snapshotId: string): Promise<void> {
-    const { catalog, logger } = this.#o;
+    const { catalog, events } = this.#o;
     const chain: string[] = [];
     for (let row = await catalog.getSnapshot(snapshotId); row; ) {
       // Another node's snapshot was fetched from the store, and a published one's ancestors
@@ -256,10 +256,10 @@ export class Snapshots {
         await shared.delete(id).catch(() => {});
         return;
       }
-      logger.info(
-        { snapshotId: id, durationMs: Math.round(performance.now() - started) },
-        "snapshot.published",
-      );
+      events.emit("snapshot.published", {
+        snapshotId: id,
+        durationMs: Math.round(performance.now() - started),
+      });
     }
   }
 
@@ -472,15 +472,12 @@ export class Snapshots {
       if (recorded) await plan.commit();
       else await plan.discard();
       crashPoint("snapshots.flatten.after-commit");
-      this.#o.logger.info(
-        {
-          snapshotId: id,
-          onto: anchor.id,
-          layers,
-          durationMs: Math.round(performance.now() - started),
-        },
-        "snapshot.flattened",
-      );
+      this.#o.events.emit("snapshot.flattened", {
+        snapshotId: id,
+        onto: anchor.id,
+        layers,
+        durationMs: Math.round(performance.now() - started),
+      });
       this.#retire(snapshot.parentId);
     } finally {
       this.#flattening = undefined;

@@ -7,6 +7,7 @@ import { type Capacity, hostAvailableMiB } from "./capacity.js";
 import type { GuestAgent } from "./guest-agent.js";
 import { newId } from "./ids.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
+import type { LifecycleEvents } from "./lifecycle-events.js";
 import { allocate, TemplateDemand } from "./pool-sizing.js";
 import { guestSpec } from "./vm-spec.js";
 
@@ -58,6 +59,7 @@ export interface WarmPoolOptions extends Omit<PoolSettings, "baseFloor"> {
   readonly layout: StateLayout;
   readonly capacity: Capacity;
   readonly logger: Logger;
+  readonly events: LifecycleEvents;
 }
 
 interface Target extends PoolTemplate {
@@ -170,7 +172,7 @@ export class WarmPool {
     if (!target) return;
     this.#targets.delete(snapshotId);
     await Promise.all(target.ready.splice(0).map((warm) => this.discard(warm)));
-    this.#o.logger.info({ snapshotId }, "pool.forgotten");
+    this.#o.events.emit("pool.forgotten", { snapshotId });
   }
 
   get stats(): { ready: number; memoryMiB: number; templates: number } {
@@ -198,7 +200,7 @@ export class WarmPool {
       const lru = this.#leastRecentlyDemanded();
       const warm = lru?.ready.pop();
       if (lru && warm) {
-        this.#o.logger.warn({ snapshotId: lru.snapshotId }, "pool.vmm_released_memory_pressure");
+        this.#o.events.emit("pool.vmm_released_memory_pressure", { snapshotId: lru.snapshotId });
         await this.discard(warm);
       }
       return;
@@ -286,7 +288,7 @@ export class WarmPool {
       while (target.ready.length > keep) {
         const warm = target.ready.pop() as WarmVm;
         const reason = allowed < wanted ? "memory_budget" : target.demand.empty ? "idle" : "demand";
-        this.#o.logger.info({ snapshotId: target.snapshotId, reason }, "pool.vmm_released");
+        this.#o.events.emit("pool.vmm_released", { snapshotId: target.snapshotId, reason });
         this.#discardLater(warm);
       }
       const unused = target.demand.empty && target.floor === 0 && target.ready.length === 0;
@@ -305,17 +307,18 @@ export class WarmPool {
     const lru = this.#leastRecentlyDemanded();
     const warm = lru?.ready.pop();
     if (lru && warm) {
-      this.#o.logger.info({ snapshotId: lru.snapshotId, reason: "capacity" }, "pool.vmm_released");
+      this.#o.events.emit("pool.vmm_released", { snapshotId: lru.snapshotId, reason: "capacity" });
       warm.releaseCapacity();
       this.#discardLater(warm);
       return true;
     }
     const making = this.#making;
     if (!making?.releaseCapacity || making.reclaimed) return false;
-    this.#o.logger.info(
-      { snapshotId: making.target.snapshotId, reason: "capacity", warming: true },
-      "pool.vmm_released",
-    );
+    this.#o.events.emit("pool.vmm_released", {
+      snapshotId: making.target.snapshotId,
+      reason: "capacity",
+      warming: true,
+    });
     making.reclaimed = true;
     making.releaseCapacity();
     return true;
@@ -402,7 +405,7 @@ export class WarmPool {
   }
 
   async #make(making: Making): Promise<WarmVm> {
-    const { driver, slots, agent, images, layout, capacity, logger } = this.#o;
+    const { driver, slots, agent, images, layout, capacity, events } = this.#o;
     const { target } = making;
     const started = this.#now();
     const releaseCapacity = capacity.reserve(target.shape);
@@ -433,7 +436,7 @@ export class WarmPool {
       crashPoint("warm-pool.make.after-warm");
       const durationMs = Math.round(this.#now() - started);
       this.#warmMs += WARM_TIME_WEIGHT * (durationMs - this.#warmMs);
-      logger.info({ snapshotId: target.snapshotId, durationMs }, "pool.vmm_warmed");
+      events.emit("pool.vmm_warmed", { snapshotId: target.snapshotId, durationMs });
       return { id, slot, prepared, releaseCapacity };
     } catch (err) {
       await prepared?.discard().catch(() => {});

@@ -224,10 +224,11 @@ export async function startNodeServer(
         minAvailableMiB: config.poolMinAvailableMiB,
       },
       accelerator: { accel: accel.accel, reason: accel.reason },
-      logger: metrics.observing(root.child({ component: "orchestrator" })),
+      logger: root.child({ component: "orchestrator" }),
       shared,
       metricsIntervalMs: config.metricsIntervalMs,
     });
+    metrics.follow(orchestrator);
     status = { phase: "starting", message: "preparing the base template" };
     await orchestrator.start();
     killedPurge = startKilledPurge(catalog, {
@@ -243,13 +244,14 @@ export async function startNodeServer(
         insecureRegistries: config.insecureRegistries,
       }),
       dir: join(config.dataDir, "builds"),
-      logger: metrics.observing(root.child({ component: "builds" })),
+      logger: root.child({ component: "builds" }),
       uploadLimitBytes: config.buildUploadLimitMiB * 1024 * 1024,
       stepTimeoutMs: config.buildStepTimeoutMs,
       readyTimeoutMs: config.buildReadyTimeoutMs,
       maxVcpus: host.cpus * 4,
       maxMemoryMiB: Math.floor(host.memoryMiB / 2),
     });
+    metrics.follow(templateBuilds);
     await templateBuilds.start();
     builds = templateBuilds;
     late.bind(orchestrator);

@@ -1,8 +1,11 @@
 import assert from "node:assert/strict";
 import { it } from "node:test";
-import type { NodeStats } from "../orchestrator/index.js";
+import { LIFECYCLE_EVENTS, LifecycleEvents, type NodeStats } from "../orchestrator/index.js";
 import { silentLogger } from "../shared/index.js";
 import { NodeMetrics } from "./prometheus.js";
+
+const NO_HISTORY = { recordEvent: async () => {} };
+const TIMING = { pausedMs: 40, deviceStateMs: 1, memoryMs: 20, diskMs: 5, dirtyPages: 100 };
 
 /** `name{labels} value` lines of the text format, by `name{labels}`. */
 function parse(text: string): Map<string, number> {
@@ -32,20 +35,39 @@ const STATS: NodeStats = {
   },
 };
 
-it("counts the operations the orchestrator and builds log, and reads gauges at each scrape", async () => {
+it("counts the operations the orchestrator and builds emit, and reads gauges at each scrape", async () => {
   let stats: NodeStats | undefined;
   const metrics = new NodeMetrics(() => stats);
-  const log = metrics.observing(silentLogger);
-  log.info({ sandboxId: "abc", from: "template", durationMs: 120 }, "sandbox.created");
-  log.info({ sandboxId: "abc", from: "template", durationMs: 80 }, "sandbox.created");
-  log.info({ sandboxId: "kid", from: "fork", durationMs: 80 }, "sandbox.created");
-  log.info({ sandboxId: "abc", pooled: true }, "sandbox.vm_up");
-  log.info({ sandboxId: "abc", pausedMs: 40 }, "sandbox.paused");
-  log.info({ sandboxId: "abc", count: 4, started: 3, durationMs: 900 }, "sandbox.forked");
-  log.info({ sandboxId: "abc", reason: "lost: the VMM exited (SIGSEGV)" }, "sandbox.killed");
-  log.info({ buildId: "b", durationMs: 42_000 }, "build.ready");
-  log.warn({ buildId: "c" }, "build.failed");
-  log.debug({ sandboxId: "abc", durationMs: 1 }, "sandbox.created"); // debug: not an event
+  const events = new LifecycleEvents({ logger: silentLogger, catalog: NO_HISTORY });
+  metrics.follow(events);
+  const created = { sandboxId: "abc", snapshotId: "s1", from: "template" } as const;
+  await events.emit("sandbox.created", { ...created, durationMs: 120 });
+  await events.emit("sandbox.created", { ...created, durationMs: 80 });
+  await events.emit("sandbox.created", {
+    ...created,
+    sandboxId: "kid",
+    from: "fork",
+    durationMs: 80,
+  });
+  events.emit("sandbox.vm_up", { sandboxId: "abc", pooled: true, vmMs: 10, initMs: 20 });
+  await events.emit("sandbox.paused", { sandboxId: "abc", keepMemory: true, ...TIMING });
+  await events.emit("sandbox.forked", {
+    sandboxId: "abc",
+    snapshotId: "s2",
+    count: 4,
+    started: 3,
+    spilled: 0,
+    durationMs: 900,
+  });
+  await events.emit("sandbox.killed", {
+    sandboxId: "abc",
+    reason: "lost: the VMM exited (SIGSEGV)",
+  });
+  events.emit("build.ready", { buildId: "b", name: "t", durationMs: 42_000 });
+  events.emit("build.failed", { buildId: "c", step: undefined, message: "no" });
+  // Events whose mapping is NO_METRIC move nothing.
+  events.emit("sandbox.creating", { sandboxId: "abc", snapshotId: "s1", pooled: false });
+  await events.emit("sandbox.snapshotted", { sandboxId: "abc", template: "t", snapshotId: "s3" });
   metrics.apiAnswered(429, "capacity_exhausted");
   metrics.apiAnswered(404, "sandbox_not_found");
   metrics.apiAnswered(200, undefined);
@@ -59,6 +81,7 @@ it("counts the operations the orchestrator and builds log, and reads gauges at e
     'warren_sandbox_operations_total{op="pause"}': 1,
     'warren_sandbox_operations_total{op="fork"}': 1,
     'warren_sandbox_operations_total{op="kill"}': 1,
+    'warren_sandbox_operations_total{op="snapshot"}': undefined,
     'warren_sandbox_operation_duration_seconds_count{op="create"}': 2,
     'warren_sandbox_operation_duration_seconds_sum{op="create"}': 0.2,
     'warren_sandbox_operation_duration_seconds_bucket{le="0.1",op="create"}': 1,
@@ -79,10 +102,19 @@ it("counts the operations the orchestrator and builds log, and reads gauges at e
     'warren_sandbox_memory_used_bytes{sandbox_id="abc",template_id="base"}': 64 * 1024 * 1024,
   };
   for (const [name, value] of Object.entries(expect)) assert.equal(samples.get(name), value, name);
+  assert.equal(samples.get('warren_sandbox_operation_duration_seconds_sum{op="pause"}'), 0.04);
   assert.equal(
     samples.get('warren_sandbox_cpu_used_percent{sandbox_id="def",template_id="base"}'),
     undefined,
     "no sample yet: no series",
   );
   assert.ok(samples.has("warren_process_resident_memory_bytes"), "the server process's own");
+});
+
+it("says, for every lifecycle event, which metrics it moves or that it moves none", () => {
+  const mapped = new NodeMetrics(() => undefined).eventMetrics;
+  for (const name of Object.keys(LIFECYCLE_EVENTS)) {
+    assert.ok(Object.hasOwn(mapped, name), `${name} has no metric mapping (NO_METRIC if none)`);
+  }
+  assert.deepEqual(Object.keys(mapped).sort(), Object.keys(LIFECYCLE_EVENTS).sort());
 });

@@ -1,17 +1,16 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
-import type { NodeStats } from "../orchestrator/index.js";
-import type { Logger } from "../shared/index.js";
+import type { EventFields, EventName, EventSource, NodeStats } from "../orchestrator/index.js";
 
 /** Operation durations, seconds: a pooled create takes ~0.1 s, a cold boot tens. */
 const DURATION_BUCKETS = [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 const BUILD_BUCKETS = [5, 15, 30, 60, 120, 300, 600, 1800];
 
 /**
- * The node's Prometheus metrics (`GET /metrics`). Counters and histograms follow the events
- * the orchestrator and the builds already log (`observing()` wraps their loggers: an event's
- * name and fields are the whole contract), API errors come from the API's response hook, and
- * gauges are read from the orchestrator at each scrape (`stats`).
+ * The node's Prometheus metrics (`GET /metrics`). Counters and histograms follow the lifecycle
+ * events of the orchestrator and the builds (`follow`; the typed table in the orchestrator's
+ * events.ts, mapped here event by event in `eventMetrics`), API errors come from the API's
+ * response hook, and gauges are read from the orchestrator at each scrape (`stats`).
  */
 export class NodeMetrics {
   readonly registry = new Registry();
@@ -23,6 +22,8 @@ export class NodeMetrics {
   readonly #builds: Counter<"status">;
   readonly #buildDurations: Histogram<never>;
   readonly #apiErrors: Counter<"status" | "reason">;
+  /** What each lifecycle event does to the counters and histograms (every event has one). */
+  readonly eventMetrics: EventMetrics;
 
   constructor(stats: () => NodeStats | undefined) {
     const registry = this.registry;
@@ -76,6 +77,7 @@ export class NodeMetrics {
       labelNames: ["status", "reason"],
       registers: [registry],
     });
+    this.eventMetrics = this.#eventMetrics();
     const gauge = <L extends string>(
       name: string,
       help: string,
@@ -143,21 +145,9 @@ export class NodeMetrics {
     );
   }
 
-  /** `logger`, counting the events the metrics follow as they are logged. */
-  observing(logger: Logger): Logger {
-    const observe = (fields: Record<string, unknown>, event: string) => this.#event(event, fields);
-    return {
-      debug: (fields, event) => logger.debug(fields, event),
-      info: (fields, event) => {
-        observe(fields, event);
-        logger.info(fields, event);
-      },
-      warn: (fields, event) => {
-        observe(fields, event);
-        logger.warn(fields, event);
-      },
-      error: (fields, event) => logger.error(fields, event),
-    };
+  /** Follows `source`'s lifecycle events (the orchestrator's, the builds'); returns the unfollow. */
+  follow(source: EventSource): () => void {
+    return source.onEvent((event) => update(this.eventMetrics, event.name, event.fields));
   }
 
   /** The API's answers (its response hook): errors counted by status and reason. */
@@ -172,49 +162,72 @@ export class NodeMetrics {
     res.end(body);
   }
 
-  #event(event: string, fields: Record<string, unknown>): void {
-    const seconds = typeof fields.durationMs === "number" ? fields.durationMs / 1000 : undefined;
-    const done = (op: string, duration = seconds) => {
+  /** What each lifecycle event does to the metrics. */
+  #eventMetrics(): EventMetrics {
+    const done = (op: string, durationMs?: number) => {
       this.#operations.inc({ op });
-      if (duration !== undefined) this.#durations.observe({ op }, duration);
+      if (durationMs !== undefined) this.#durations.observe({ op }, durationMs / 1000);
     };
-    switch (event) {
-      case "sandbox.created":
-        // A fork's children are counted with the fork (warren_fork_children_total).
-        if (fields.from !== "fork") done("create");
-        break;
-      case "sandbox.resumed":
-        done("resume");
-        break;
-      case "sandbox.paused":
-        done("pause", typeof fields.pausedMs === "number" ? fields.pausedMs / 1000 : undefined);
-        break;
-      case "sandbox.forked": {
-        done("fork");
-        const count = Number(fields.count ?? 0);
-        const started = Number(fields.started ?? 0);
-        this.#forkChildren.inc({ outcome: "started" }, started);
-        if (count > started) this.#forkChildren.inc({ outcome: "failed" }, count - started);
-        break;
-      }
-      case "sandbox.snapshotted":
-        done("snapshot");
-        break;
-      case "sandbox.killed":
+    return {
+      "sandbox.creating": NO_METRIC,
+      "sandbox.vm_up": ({ pooled }) => this.#restores.inc({ pooled: pooled ? "true" : "false" }),
+      // A fork's children are counted with the fork (warren_fork_children_total).
+      "sandbox.created": ({ from, durationMs }) => {
+        if (from !== "fork") done("create", durationMs);
+      },
+      "sandbox.paused": ({ pausedMs }) => done("pause", pausedMs),
+      "sandbox.resumed": ({ durationMs }) => done("resume", durationMs),
+      "sandbox.killed": ({ reason }) => {
         this.#operations.inc({ op: "kill" });
         // "lost: the VMM exited (…)" counts as lost.
-        this.#kills.inc({ reason: String(fields.reason ?? "killed").split(":")[0] as string });
-        break;
-      case "sandbox.vm_up":
-        this.#restores.inc({ pooled: fields.pooled === true ? "true" : "false" });
-        break;
-      case "build.ready":
+        this.#kills.inc({ reason: reason.split(":")[0] as string });
+      },
+      "sandbox.vmm_died": NO_METRIC, // its end is the sandbox.killed that follows
+      "sandbox.captured": NO_METRIC,
+      "sandbox.forked": ({ count, started, durationMs }) => {
+        done("fork", durationMs);
+        this.#forkChildren.inc({ outcome: "started" }, started);
+        if (count > started) this.#forkChildren.inc({ outcome: "failed" }, count - started);
+      },
+      "sandbox.fork_spill_started": NO_METRIC,
+      // In the sandbox's history only, never logged: op="snapshot" has never counted it.
+      "sandbox.snapshotted": NO_METRIC,
+      "sandbox.network_updated": NO_METRIC,
+      "sandbox.reconciled": NO_METRIC,
+      "sandbox.moved_away": NO_METRIC,
+      "sandbox.moved_here": NO_METRIC,
+      "sandbox.recovered_paused": NO_METRIC,
+      "sandbox.lost": NO_METRIC,
+      "pool.vmm_warmed": NO_METRIC,
+      "pool.vmm_released": NO_METRIC,
+      "pool.vmm_released_memory_pressure": NO_METRIC,
+      "pool.forgotten": NO_METRIC,
+      "template.stale": NO_METRIC,
+      "template.building": NO_METRIC,
+      "template.built": NO_METRIC,
+      "template.snapshot_kept": NO_METRIC,
+      "template.replaced_dropped": NO_METRIC,
+      "snapshot.fetched": NO_METRIC,
+      "snapshot.published": NO_METRIC,
+      "snapshot.flattened": NO_METRIC,
+      "snapshot_copies.removed": NO_METRIC,
+      "build.ready": ({ durationMs }) => {
         this.#builds.inc({ status: "ready" });
-        if (seconds !== undefined) this.#buildDurations.observe(seconds);
-        break;
-      case "build.failed":
-        this.#builds.inc({ status: "error" });
-        break;
-    }
+        this.#buildDurations.observe(durationMs / 1000);
+      },
+      "build.failed": () => this.#builds.inc({ status: "error" }),
+    };
   }
+}
+
+/** An event that moves no metric (a gauge may still show its effect at the next scrape). */
+export const NO_METRIC = null;
+
+/** For each lifecycle event, the metric updates it makes, or `NO_METRIC`. */
+export type EventMetrics = {
+  readonly [N in EventName]: ((fields: EventFields[N]) => void) | typeof NO_METRIC;
+};
+
+function update<N extends EventName>(metrics: EventMetrics, name: N, fields: EventFields[N]) {
+  metrics[name]?.(fields);
 }

@@ -14,6 +14,7 @@ import { promisify } from "node:util";
 import pino from "pino";
 import { PostgresCatalog, PostgresCluster } from "../../../src/catalog/index.js";
 import { type StateLayout, stateLayout } from "../../../src/orchestrator/layout.js";
+import { LifecycleEvents } from "../../../src/orchestrator/lifecycle-events.js";
 import { Snapshots } from "../../../src/orchestrator/snapshots.js";
 import { FsSharedStore } from "../../../src/store/index.js";
 import { QemuDriver } from "../../../src/vmm/qemu/index.js";
@@ -68,6 +69,7 @@ async function twoNodes(name: string) {
       imagesFingerprint: "test",
       flattenDepth: 0,
       logger: pino({ level: "silent" }),
+      events: new LifecycleEvents({ logger: pino({ level: "silent" }), catalog }),
       shared: {
         publish: shared.publish.bind(shared),
         fetch: (snapshotId, intoDir) => {

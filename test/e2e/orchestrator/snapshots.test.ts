@@ -16,6 +16,7 @@ import { promisify } from "node:util";
 import pino from "pino";
 import { type SandboxRow, SqliteCatalog } from "../../../src/catalog/index.js";
 import { stateLayout } from "../../../src/orchestrator/layout.js";
+import { LifecycleEvents } from "../../../src/orchestrator/lifecycle-events.js";
 import { Snapshots } from "../../../src/orchestrator/snapshots.js";
 import { QemuDriver } from "../../../src/vmm/qemu/index.js";
 import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";
@@ -70,6 +71,7 @@ async function fixture(name: string, flattenDepth: number, driver = testDriver()
     imagesFingerprint: "test",
     flattenDepth,
     logger: pino({ level: "silent" }),
+    events: new LifecycleEvents({ logger: pino({ level: "silent" }), catalog }),
     retireDelayMs: 0,
   });
   const vm = new ScribeVm({ path: join(templateDir, "disk.qcow2"), record: diskOf(templateDir) });

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { describe, it, type TestContext } from "node:test";
 import type { GuestArtifacts } from "../../../src/host-setup/index.js";
 import { Capacity, type CapacityLimits } from "../../../src/orchestrator/capacity.js";
-import { stateLayout } from "../../../src/orchestrator/index.js";
+import { LifecycleEvents, stateLayout } from "../../../src/orchestrator/index.js";
 import {
   type PoolSettings,
   type PoolTemplate,
@@ -73,6 +73,7 @@ async function rig(
     layout,
     capacity,
     logger,
+    events: new LifecycleEvents({ logger, catalog: { recordEvent: async () => {} } }),
     maxPerTemplate: 16,
     maxMemoryMiB: 64 * 1024,
     idleMs: IDLE_MS,
