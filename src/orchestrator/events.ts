@@ -1,4 +1,4 @@
-import type { SandboxState } from "../catalog/index.js";
+import type { SandboxState, TemplateRow } from "../catalog/index.js";
 import type { ExitInfo, MachineShape, SnapshotTiming } from "../vmm/index.js";
 import type { NetworkUpdate } from "./types.js";
 
@@ -58,7 +58,13 @@ export interface EventFields {
     from: string | undefined;
   };
   /** A template made from the sandbox (a persistent snapshot, a build's layer). */
-  "sandbox.snapshotted": { sandboxId: string; template: string; snapshotId: string };
+  /** A template captured from the sandbox: a persistent snapshot (`kind` "snapshot") or a build's. */
+  "sandbox.snapshotted": {
+    sandboxId: string;
+    template: string;
+    kind: TemplateRow["kind"];
+    snapshotId: string;
+  };
   "sandbox.network_updated": { sandboxId: string } & NetworkUpdate;
   /** Found killed (or gone) in a cluster's catalog: stopped here. */
   "sandbox.reconciled": { sandboxId: string; state: SandboxState | "moved" };

@@ -225,7 +225,12 @@ export class Forks {
     };
     await catalog.putTemplate(row);
     crashPoint("forks.template.after-put");
-    await events.emit("sandbox.snapshotted", { sandboxId, template: row.id, snapshotId });
+    await events.emit("sandbox.snapshotted", {
+      sandboxId,
+      template: row.id,
+      kind: row.kind,
+      snapshotId,
+    });
     return row;
   }
 

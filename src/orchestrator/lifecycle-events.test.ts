@@ -80,7 +80,12 @@ it("records every history entry with the kind and detail GET /sandboxes/{id}/log
   const fork = { sandboxId, snapshotId: "f", count: 3, started: 2, durationMs: 9 };
   await events.emit("sandbox.forked", { ...fork, spilled: 0 });
   await events.emit("sandbox.forked", { ...fork, spilled: 1 });
-  await events.emit("sandbox.snapshotted", { sandboxId, template: "t", snapshotId: "n" });
+  await events.emit("sandbox.snapshotted", {
+    sandboxId,
+    template: "t",
+    kind: "snapshot",
+    snapshotId: "n",
+  });
   await events.emit("sandbox.network_updated", { sandboxId, allowOut: ["1.1.1.1"], denyOut: [] });
   await events.emit("sandbox.lost", { sandboxId, state: "resuming" });
   await events.emit("sandbox.killed", { sandboxId, reason: "timeout" });
@@ -102,7 +107,12 @@ it("records every history entry with the kind and detail GET /sandboxes/{id}/log
 
 it("logs nothing for a history-only event, and records nothing for a log-only one", async () => {
   const { events, lines, history, seen } = setup();
-  await events.emit("sandbox.snapshotted", { sandboxId: "sb", template: "t", snapshotId: "s" });
+  await events.emit("sandbox.snapshotted", {
+    sandboxId: "sb",
+    template: "t",
+    kind: "snapshot",
+    snapshotId: "s",
+  });
   const returned = events.emit("pool.vmm_warmed", { snapshotId: "s", durationMs: 3 });
   assert.equal(returned, undefined, "nothing to wait for");
   assert.deepEqual(

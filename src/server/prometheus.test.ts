@@ -65,9 +65,11 @@ it("counts the operations the orchestrator and builds emit, and reads gauges at 
   });
   events.emit("build.ready", { buildId: "b", name: "t", durationMs: 42_000 });
   events.emit("build.failed", { buildId: "c", step: undefined, message: "no" });
-  // Events whose mapping is NO_METRIC move nothing.
+  const snapshotted = { sandboxId: "abc", template: "t", snapshotId: "s3" } as const;
+  await events.emit("sandbox.snapshotted", { ...snapshotted, kind: "snapshot" });
+  // A build's layer is no snapshot operation; events whose mapping is NO_METRIC move nothing.
+  await events.emit("sandbox.snapshotted", { ...snapshotted, kind: "layer" });
   events.emit("sandbox.creating", { sandboxId: "abc", snapshotId: "s1", pooled: false });
-  await events.emit("sandbox.snapshotted", { sandboxId: "abc", template: "t", snapshotId: "s3" });
   metrics.apiAnswered(429, "capacity_exhausted");
   metrics.apiAnswered(404, "sandbox_not_found");
   metrics.apiAnswered(200, undefined);
@@ -81,7 +83,7 @@ it("counts the operations the orchestrator and builds emit, and reads gauges at 
     'warren_sandbox_operations_total{op="pause"}': 1,
     'warren_sandbox_operations_total{op="fork"}': 1,
     'warren_sandbox_operations_total{op="kill"}': 1,
-    'warren_sandbox_operations_total{op="snapshot"}': undefined,
+    'warren_sandbox_operations_total{op="snapshot"}': 1,
     'warren_sandbox_operation_duration_seconds_count{op="create"}': 2,
     'warren_sandbox_operation_duration_seconds_sum{op="create"}': 0.2,
     'warren_sandbox_operation_duration_seconds_bucket{le="0.1",op="create"}': 1,

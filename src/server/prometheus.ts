@@ -190,8 +190,10 @@ export class NodeMetrics {
         if (count > started) this.#forkChildren.inc({ outcome: "failed" }, count - started);
       },
       "sandbox.fork_spill_started": NO_METRIC,
-      // In the sandbox's history only, never logged: op="snapshot" has never counted it.
-      "sandbox.snapshotted": NO_METRIC,
+      // Persistent snapshots (the API's); a template build's layers are counted as builds.
+      "sandbox.snapshotted": ({ kind }) => {
+        if (kind === "snapshot") this.#operations.inc({ op: "snapshot" });
+      },
       "sandbox.network_updated": NO_METRIC,
       "sandbox.reconciled": NO_METRIC,
       "sandbox.moved_away": NO_METRIC,
