@@ -43,7 +43,7 @@ export function callNode(
     idleTimeoutMs: call.timeoutMs,
   });
   return new Promise((resolve, reject) => {
-    sent.once("error", reject);
+    sent.on("error", reject);
     sent.once("response", (answer: IncomingMessage) => {
       readWhole(answer, call.maxBytes).then((body) => {
         try {

@@ -145,7 +145,7 @@ export function readWhole(answer: IncomingMessage, maxBytes: number): Promise<Bu
       else answer.destroy(new Error(`answer over ${maxBytes} bytes`));
     });
     answer.once("end", () => resolve(Buffer.concat(chunks)));
-    answer.once("error", reject);
+    answer.on("error", reject);
     answer.once("close", () => {
       if (!answer.complete) reject(new Error("the answer was cut short"));
     });

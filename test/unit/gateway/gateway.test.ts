@@ -259,6 +259,11 @@ describe("gateway: routing", () => {
     assert.ok(Date.now() - started < 350, "the first chunk came before the last was sent");
     while (!(await reader.read()).done) {}
 
+    const invalid = await raw(c.gateway.url, { path: "/", headers: { "e2b-sandbox-id": "N0!" } });
+    assert.equal(invalid.status, 400);
+    assert.equal(invalid.headers["access-control-allow-origin"], "*");
+    assert.equal((JSON.parse(invalid.body) as { code: number }).code, 400);
+
     const gateway = new URL(c.gateway.url);
     const socket = connect(Number(gateway.port), gateway.hostname);
     socket.write(
