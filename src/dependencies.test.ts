@@ -23,12 +23,15 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   tls: ["shared"],
   orchestrator: ["vmm", "network", "host-setup", "catalog", "protocol", "shared"],
   builds: ["orchestrator", "oci-images", "catalog", "protocol", "shared"],
-  api: ["builds", "orchestrator", "protocol", "shared"],
-  proxy: ["orchestrator", "protocol", "shared"],
+  // Relays HTTP requests and upgrades; writes error answers for every server.
+  relay: ["shared"],
+  api: ["builds", "orchestrator", "relay", "protocol", "shared"],
+  proxy: ["orchestrator", "relay", "protocol", "shared"],
   server: [
     "api",
     "builds",
     "proxy",
+    "relay",
     "orchestrator",
     "vmm",
     "network",
@@ -40,7 +43,7 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "protocol",
     "shared",
   ],
-  gateway: ["catalog", "protocol", "shared"],
+  gateway: ["catalog", "relay", "protocol", "shared"],
   cli: ["protocol", "shared"],
   // Runs in a browser: the generated envd client only.
   dashboard: ["protocol"],

@@ -2,9 +2,10 @@
  * Every error response is E2B's `Error` JSON: `{code, message}` with `code` equal to the
  * HTTP status (the SDK tests `error.code === 404`, not the status line), plus `error_code`
  * (the error's kind, e.g. `conflict`) and `reason` (what exactly, e.g. `sandbox_paused`;
- * docs/errors.md lists them). WarrenErrors keep their status and message; fastify's own 4xx
- * (body too large, bad media type, schema errors) keep theirs; anything else is a 500 whose
- * cause is logged and never sent.
+ * docs/errors.md lists them). WarrenErrors and anything else become bodies as the relay's
+ * `apiErrorBody` builds them for every server (a 500 says only "internal error", its cause
+ * logged, never sent); fastify's own 4xx (body too large, bad media type, schema errors)
+ * keep their status with a clearer message.
  */
 import type {
   FastifyError,
@@ -12,17 +13,10 @@ import type {
   FastifyRequest,
   FastifySchemaValidationError,
 } from "fastify";
+import { type ApiErrorBody, apiErrorBody, retryAfterSeconds } from "../relay/index.js";
 import { type ErrorKind, WarrenError } from "../shared/index.js";
 
-export interface ErrorJson {
-  code: number;
-  message: string;
-  error_code?: string;
-  reason?: string;
-}
-
-/** How long a client should wait before retrying, by status (seconds). */
-const RETRY_AFTER_SECONDS: Readonly<Record<number, string>> = { 429: "1", 503: "5" };
+export type ErrorJson = ApiErrorBody;
 
 /** Fastify's own request errors that are the client's doing, with a clearer message. */
 const FASTIFY_MESSAGES: Readonly<Record<string, (request: FastifyRequest) => string>> = {
@@ -54,15 +48,7 @@ export function formatSchemaErrors(errors: FastifySchemaValidationError[], dataV
 }
 
 export function toErrorJson(error: unknown, request: FastifyRequest): ErrorJson {
-  if (error instanceof WarrenError) {
-    if (error.kind === "internal") return { ...internal(), reason: error.reason };
-    return {
-      code: error.status,
-      message: error.message,
-      error_code: error.kind,
-      reason: error.reason,
-    };
-  }
+  if (error instanceof WarrenError) return apiErrorBody(error);
   const fastifyError = error as Partial<FastifyError> | undefined;
   const status = fastifyError?.statusCode;
   const code = fastifyError?.code ?? "";
@@ -76,11 +62,7 @@ export function toErrorJson(error: unknown, request: FastifyRequest): ErrorJson 
       ...(kind === undefined ? {} : { error_code: kind, reason: kind }),
     };
   }
-  return internal();
-}
-
-function internal(): ErrorJson {
-  return { code: 500, message: "internal error", error_code: "internal" };
+  return apiErrorBody(error);
 }
 
 /** The reason each error answer gave, by its raw response (the response hook reads it). */
@@ -93,7 +75,7 @@ export function reasonOf(reply: FastifyReply): string | undefined {
 
 export function sendError(reply: FastifyReply, body: ErrorJson): FastifyReply {
   if (body.reason) answeredReasons.set(reply.raw, body.reason);
-  const retryAfter = RETRY_AFTER_SECONDS[body.code];
+  const retryAfter = retryAfterSeconds(body.code);
   if (retryAfter !== undefined) reply.header("retry-after", retryAfter);
   return reply.code(body.code).type("application/json; charset=utf-8").send(body);
 }

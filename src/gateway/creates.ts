@@ -80,6 +80,8 @@ export class Creates {
           return;
         }
         release();
+        // The client left before the node answered: nobody is waiting for another try.
+        if (outcome.kind === "ended") return;
         refusals.set(
           node.id,
           outcome.kind === "unreachable" ? "unreachable" : reasonOf(outcome.body, outcome.status),

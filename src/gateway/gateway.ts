@@ -2,6 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import type { Duplex } from "node:stream";
 import { CLUSTER_KEY_HEADER, INTERNAL_PATHS } from "../protocol/index.js";
+import { apiError, proxyRefusal, sendError, writeSocketError } from "../relay/index.js";
 import { authenticate } from "../shared/api-key-auth.js";
 import { type Logger, silentLogger, WarrenError } from "../shared/index.js";
 import type { GatewayCluster, NodeRow, SandboxLocation } from "./cluster.js";
@@ -12,7 +13,7 @@ import { mergeLists } from "./lists.js";
 import { answerError, callNode } from "./node-call.js";
 import { NodeDirectory } from "./node-directory.js";
 import { relocatePaused } from "./relocate.js";
-import { sendApiError, sendJson, sendProxyError, writeSocketProxyError } from "./respond.js";
+import { sandboxRefusal, sendJson } from "./respond.js";
 import { classify, type GatewayRoute } from "./routes.js";
 
 export interface GatewayOptions {
@@ -170,19 +171,11 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
 
   async function handle(req: IncomingMessage, res: ServerResponse, route: GatewayRoute) {
     switch (route.kind) {
-      case "proxy": {
-        const target = await sandboxNode(route.sandboxId).catch((err: unknown) => err);
-        if (target instanceof WarrenError) return sendProxyError(res, route.sandboxId, target);
-        if (target instanceof Error) throw target;
-        const outcome = await forwardRequest(req, res, target as NodeTarget, {
-          agents,
-          idleTimeoutMs,
-        });
-        if (outcome.kind === "unreachable") sendProxyError(res, route.sandboxId, outcome.error);
-        return;
-      }
+      case "proxy":
+        // What stops it is refused as a node's proxy refuses (the server's catch below).
+        return relay(req, res, await sandboxNode(route.sandboxId));
       case "proxy_invalid":
-        return sendJson(res, 400, { message: route.message, code: 400 });
+        return sendError(res, proxyRefusal({ message: route.message, code: 400 }));
       case "health": {
         const nodes = await directory.nodes();
         const up = nodes.filter((node) => node.state === "up").length;
@@ -246,8 +239,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     const route = classify(req, options.domain);
     handle(req, res, route).catch((err: unknown) => {
       if (!(err instanceof WarrenError)) logger.error({ err, route: route.kind }, "gateway.error");
-      if (route.kind === "proxy") sendProxyError(res, route.sandboxId, toError(err));
-      else sendApiError(res, err);
+      if (route.kind === "proxy") sendError(res, sandboxRefusal(route.sandboxId, err));
+      else sendError(res, apiError(err));
     });
   });
   server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
@@ -257,12 +250,11 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       return;
     }
     sandboxNode(route.sandboxId)
-      .then((target) => forwardUpgrade(req, socket, head, target, agents))
+      .then((target) => forwardUpgrade(req, socket, head, target, { agents, idleTimeoutMs }))
       .then((outcome) => {
-        if (outcome.kind === "unreachable")
-          writeSocketProxyError(socket, route.sandboxId, outcome.error);
+        if (outcome.kind === "unreachable") throw outcome.error;
       })
-      .catch((err: unknown) => writeSocketProxyError(socket, route.sandboxId, toError(err)));
+      .catch((err: unknown) => writeSocketError(socket, sandboxRefusal(route.sandboxId, err)));
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
@@ -282,10 +274,6 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       agents.close();
     },
   };
-}
-
-function toError(err: unknown): WarrenError {
-  return err instanceof WarrenError ? err : new WarrenError("internal", String(err));
 }
 
 function pathOf(req: IncomingMessage): string {

@@ -1,6 +1,7 @@
-import { type IncomingHttpHeaders, type IncomingMessage, request } from "node:http";
+import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
+import { readWhole, upstreamRequest } from "../relay/index.js";
 import { ERROR_KINDS, type ErrorKind, WarrenError } from "../shared/index.js";
-import { type NodeAgents, type NodeTarget, relayedRequestHeaders } from "./forward.js";
+import { type NodeAgents, type NodeTarget, nodeUpstream } from "./forward.js";
 
 /** A node's JSON answer to a call the gateway makes itself (a list page, a spilled fork). */
 export interface NodeAnswer {
@@ -24,9 +25,10 @@ export interface NodeCall {
 }
 
 /**
- * Calls a node on the client's behalf (its credentials and forwarding headers relayed, the
- * body the gateway's own), or on the gateway's own without `req`, and reads the JSON answer whole. Rejects when the node cannot be
- * reached or answers something that is not JSON (an empty body is none); any status resolves.
+ * Calls a node on the client's behalf (its credentials and forwarding headers relayed as a
+ * relay sends them, the body the gateway's own), or on the gateway's own without `req`, and
+ * reads the JSON answer whole. Rejects when the node cannot be reached or answers something
+ * that is not JSON (an empty body is none); any status resolves.
  */
 export function callNode(
   req: IncomingMessage | undefined,
@@ -34,44 +36,31 @@ export function callNode(
   agents: NodeAgents,
   call: NodeCall,
 ): Promise<NodeAnswer> {
+  const upstream = nodeUpstream(req, target, agents, { path: call.path, upgrade: false });
+  const { "transfer-encoding": _, "content-length": __, ...headers } = upstream.headers;
+  Object.assign(headers, call.headers);
+  const payload = call.body === undefined ? undefined : Buffer.from(JSON.stringify(call.body));
+  if (payload) {
+    headers["content-type"] = "application/json";
+    headers["content-length"] = String(payload.length);
+  }
+  const { request: sent } = upstreamRequest({ ...upstream, headers }, call.method, {
+    idleTimeoutMs: call.timeoutMs,
+  });
   return new Promise((resolve, reject) => {
-    const headers = req ? relayedRequestHeaders(req, { upgrade: false }) : {};
-    delete headers["transfer-encoding"];
-    delete headers["content-length"];
-    Object.assign(headers, call.headers);
-    const payload = call.body === undefined ? undefined : Buffer.from(JSON.stringify(call.body));
-    if (payload) {
-      headers["content-type"] = "application/json";
-      headers["content-length"] = String(payload.length);
-    }
-    const upstream = request(new URL(call.path, target.url), {
-      method: call.method,
-      headers,
-      agent: agents.for(target),
-      timeout: call.timeoutMs,
-    });
-    upstream.on("timeout", () => upstream.destroy(new Error("timed out")));
-    upstream.on("error", reject);
-    upstream.on("response", (answer) => {
-      const chunks: Buffer[] = [];
-      let bytes = 0;
-      answer.on("data", (chunk: Buffer) => {
-        bytes += chunk.length;
-        if (bytes > call.maxBytes) upstream.destroy(new Error("answer too large"));
-        else chunks.push(chunk);
-      });
-      answer.on("error", reject);
-      answer.on("end", () => {
+    sent.on("error", reject);
+    sent.once("response", (answer: IncomingMessage) => {
+      readWhole(answer, call.maxBytes).then((body) => {
         try {
-          const text = Buffer.concat(chunks).toString("utf8");
+          const text = body.toString("utf8");
           const json: unknown = text === "" ? undefined : JSON.parse(text);
           resolve({ status: answer.statusCode ?? 502, headers: answer.headers, json });
         } catch {
           reject(new WarrenError("internal", `node ${target.nodeId} answered with no JSON`));
         }
-      });
+      }, reject);
     });
-    upstream.end(payload);
+    sent.end(payload);
   });
 }
 

@@ -1,50 +1,22 @@
 import type { ServerResponse } from "node:http";
-import type { Duplex } from "node:stream";
-import { toWarrenError, type WarrenError } from "../shared/index.js";
+import { type ErrorAnswer, proxyRefusal, retryAfterSeconds } from "../relay/index.js";
+import { WarrenError } from "../shared/index.js";
 
-/** Seconds a client should wait before retrying, by status (as the node's API says). */
-const RETRY_AFTER: Readonly<Record<number, string>> = { 429: "1", 503: "5" };
-
-/** E2B's error JSON, as a node's API answers: `{code, message, error_code, reason}`. */
-export function sendApiError(res: ServerResponse, error: unknown): void {
-  const err = toWarrenError(error);
-  const internal = err.kind === "internal";
-  sendJson(res, err.status, {
-    code: err.status,
-    // A 500's cause is the gateway's to log, not the client's to read.
-    message: internal ? "internal error" : err.message,
-    error_code: err.kind,
-    reason: err.reason,
-  });
+/**
+ * Why sandbox traffic was not relayed, as a node's proxy refuses it (E2B's client-proxy):
+ * a gone sandbox is E2B's 502 "The sandbox was not found", whatever its node's fate.
+ */
+export function sandboxRefusal(sandboxId: string, err: unknown): ErrorAnswer {
+  if (!(err instanceof WarrenError)) {
+    return proxyRefusal({ sandboxId, message: "Internal proxy error", code: 500 });
+  }
+  if (err.kind === "not_found") {
+    return proxyRefusal({ sandboxId, message: "The sandbox was not found", code: 502 });
+  }
+  return proxyRefusal({ sandboxId, message: err.message, code: err.status });
 }
 
-/** The proxy's refusal shape (E2B's client-proxy): `{sandboxId, message, code}`. */
-export function sendProxyError(res: ServerResponse, sandboxId: string, err: WarrenError): void {
-  sendJson(res, proxyStatus(err), {
-    sandboxId,
-    message: proxyMessage(err),
-    code: proxyStatus(err),
-  });
-}
-
-/** The same refusal written on an upgrade's raw socket, which is then closed. */
-export function writeSocketProxyError(socket: Duplex, sandboxId: string, err: WarrenError): void {
-  const status = proxyStatus(err);
-  const body = JSON.stringify({ sandboxId, message: proxyMessage(err), code: status });
-  socket.end(
-    `HTTP/1.1 ${status} Error\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-  );
-}
-
-/** Gone sandboxes are E2B's 502 "The sandbox was not found", whatever the node's fate. */
-function proxyStatus(err: WarrenError): number {
-  return err.kind === "not_found" ? 502 : err.status;
-}
-
-function proxyMessage(err: WarrenError): string {
-  return err.kind === "not_found" ? "The sandbox was not found" : err.message;
-}
-
+/** The gateway's own JSON answers, and a node's relayed whole (a list, a fork). */
 export function sendJson(
   res: ServerResponse,
   status: number,
@@ -61,7 +33,7 @@ export function sendJson(
     "content-length": String(Buffer.byteLength(text)),
     ...extraHeaders,
   };
-  const retryAfter = RETRY_AFTER[status];
+  const retryAfter = retryAfterSeconds(status);
   if (retryAfter) headers["retry-after"] = retryAfter;
   res.writeHead(status, headers).end(text);
 }

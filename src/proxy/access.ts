@@ -1,21 +1,12 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { ENVD_INTERNAL_PATHS } from "../protocol/index.js";
 
-/**
- * The origin-form path and query to send upstream: `req.url` as received, or the path of an
- * absolute-form target (`GET http://host/path`). Undefined for anything else (`*`, garbage).
- */
-export function requestPath(url: string | undefined): string | undefined {
-  if (url === undefined || url === "") return undefined;
-  if (url.startsWith("/")) return url;
-  try {
-    const parsed = new URL(url);
-    if (parsed.protocol !== "http:" && parsed.protocol !== "https:") return undefined;
-    return `${parsed.pathname}${parsed.search}`;
-  } catch {
-    return undefined;
-  }
-}
+/** Read by the proxy itself; the sandbox never sees them. */
+export const ROUTING_HEADERS: ReadonlySet<string> = new Set([
+  "e2b-sandbox-id",
+  "e2b-sandbox-port",
+  "e2b-traffic-access-token",
+]);
 
 const INTERNAL = ENVD_INTERNAL_PATHS.map((path) => path.toLowerCase());
 

@@ -4,5 +4,5 @@ export {
   type TargetInput,
   type TargetResult,
 } from "../protocol/index.js";
-export type { ProxyErrorBody } from "./respond.js";
+export type { ProxyErrorBody } from "../relay/index.js";
 export { SandboxProxy, type SandboxProxyOptions } from "./sandbox-proxy.js";

@@ -1,16 +1,24 @@
 import { Agent, type IncomingMessage, type ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
-import type { TLSSocket } from "node:tls";
 import type { ProxyRoute, SandboxRouter } from "../orchestrator/types.js";
 import { ENVD_PORT, isSandboxHost, parseTarget } from "../protocol/index.js";
+import {
+  type Cut,
+  DEFAULT_MAX_RESPONSE_HEAD_BYTES,
+  forwardingOf,
+  type ProxyErrorBody,
+  proxyRefusal,
+  relayRequest,
+  relayRequestHeaders,
+  relayUpgrade,
+  requestPath,
+  sendError,
+  writeSocketError,
+} from "../relay/index.js";
 import { type Logger, silentLogger, WarrenError } from "../shared/index.js";
-import { isInternalEnvdPath, requestPath, tokenMatches } from "./access.js";
-import { durationMs, type Exchange } from "./exchange.js";
-import { forwardRequest } from "./forward-request.js";
-import { forwardUpgrade } from "./forward-upgrade.js";
-import { upstreamRequestHeaders } from "./headers.js";
+import { isInternalEnvdPath, ROUTING_HEADERS, tokenMatches } from "./access.js";
+import { durationMs, type Exchange, requestOptions, upgradeOptions } from "./exchange.js";
 import { openLoopbackTunnel } from "./loopback-tunnel.js";
-import { type ProxyErrorBody, sendError, writeSocketError } from "./respond.js";
 import { signedFileRequest, signedWith } from "./signed-file.js";
 
 export interface SandboxProxyOptions {
@@ -41,11 +49,6 @@ export interface SandboxProxyOptions {
 }
 
 const DEFAULT_IDLE_TIMEOUT_MS = 620_000;
-/**
- * Node's own default (16 KiB) would do for envd, but app servers send cookies and CSPs;
- * the head is held in memory until whole, so it is bounded all the same.
- */
-const DEFAULT_MAX_RESPONSE_HEAD_BYTES = 64 * 1024;
 
 /** Longest envd may take to reach a port on the guest's loopback. */
 const LOOPBACK_TUNNEL_TIMEOUT_MS = 10_000;
@@ -59,7 +62,7 @@ interface SandboxConnections {
   readonly host: string;
   readonly agent: Agent;
   /** What to do to each open exchange when the sandbox stops. */
-  readonly open: Set<() => void>;
+  readonly open: Set<(why: Cut) => void>;
 }
 
 type Admission =
@@ -126,12 +129,15 @@ export class SandboxProxy {
         if (res.destroyed || res.headersSent || req.socket.destroyed) return;
         if (!admission.ok) {
           this.#refused(req, admission.body, started);
-          sendError(res, admission.body);
+          sendError(res, proxyRefusal(admission.body));
           return;
         }
-        forwardRequest(admission.exchange, req, res);
+        const { exchange } = admission;
+        void relayRequest(req, res, exchange.upstream, requestOptions(exchange, req));
       })
-      .catch((err: unknown) => this.#failed(err, started, (body) => sendError(res, body)));
+      .catch((err: unknown) =>
+        this.#failed(err, started, (body) => sendError(res, proxyRefusal(body))),
+      );
   }
 
   /** Forwards an Upgrade request, then pipes the two sockets. Never throws. */
@@ -143,13 +149,14 @@ export class SandboxProxy {
         if (socket.destroyed) return;
         if (!admission.ok) {
           this.#refused(req, admission.body, started);
-          writeSocketError(socket, admission.body);
+          writeSocketError(socket, proxyRefusal(admission.body));
           return;
         }
-        forwardUpgrade(admission.exchange, req, socket, head);
+        const { exchange } = admission;
+        void relayUpgrade(req, socket, head, exchange.upstream, upgradeOptions(exchange, req));
       })
       .catch((err: unknown) =>
-        this.#failed(err, started, (body) => writeSocketError(socket, body)),
+        this.#failed(err, started, (body) => writeSocketError(socket, proxyRefusal(body))),
       );
   }
 
@@ -207,21 +214,17 @@ export class SandboxProxy {
         return { ok: false, body: { sandboxId, message, code: 403 } };
       }
     }
-    const headers = upstreamRequestHeaders(req.rawHeaders, {
+    const headers = relayRequestHeaders(req.rawHeaders, {
+      ...forwardingOf(req),
       host: upstreamHost(req, route, port),
-      clientAddress: req.socket.remoteAddress,
-      proto: (req.socket as Partial<TLSSocket>).encrypted ? "https" : "http",
-      originalHost: req.headers.host,
+      drop: ROUTING_HEADERS,
       upgrade,
     });
     const connections = this.#connections(sandboxId, route.host);
     const exchange: Exchange = {
       sandboxId,
       port,
-      route,
-      path,
-      headers,
-      agent: connections.agent,
+      upstream: { host: route.host, port: route.port, path, headers, agent: connections.agent },
       idleTimeoutMs: this.#idleTimeoutMs,
       headTimeoutMs: this.#headTimeoutMs,
       maxResponseHeadBytes: this.#maxResponseHeadBytes,
@@ -294,7 +297,11 @@ export class SandboxProxy {
     this.#sandboxes.delete(sandboxId);
     const open = [...connections.open];
     connections.open.clear();
-    for (const cut of open) cut();
+    const why: Cut = {
+      outcome: "sandbox_stopped",
+      refusal: { sandboxId, message: "The sandbox was not found", code: 502 },
+    };
+    for (const cut of open) cut(why);
     connections.agent.destroy();
     return open.length;
   }

@@ -18,6 +18,7 @@ import {
   stateLayout,
 } from "../orchestrator/index.js";
 import { SandboxProxy } from "../proxy/index.js";
+import { apiError, sendError } from "../relay/index.js";
 import { authenticate } from "../shared/api-key-auth.js";
 import { type Config, hostResources } from "../shared/config.js";
 import { WarrenError } from "../shared/index.js";
@@ -362,9 +363,7 @@ function serveMetrics(
   try {
     if (config.metricsAuth === "api-key") authenticate(req.headers, keys);
   } catch (err) {
-    const message = err instanceof Error ? err.message : String(err);
-    res.writeHead(401, { "content-type": "application/json", "www-authenticate": "Bearer" });
-    res.end(JSON.stringify({ code: 401, message }));
+    sendError(res, apiError(err, { "www-authenticate": "Bearer" }));
     return;
   }
   metrics.handle(req, res).catch(() => res.destroy());

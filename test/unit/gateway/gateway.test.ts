@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { request } from "node:http";
-import { connect } from "node:net";
+import { createServer, type IncomingHttpHeaders, request } from "node:http";
+import { type AddressInfo, connect } from "node:net";
 import { afterEach, describe, it } from "node:test";
 import { API_KEY, startTestCluster, type TestCluster } from "./harness.js";
 
@@ -284,6 +284,11 @@ describe("gateway: routing", () => {
     assert.ok(Date.now() - started < 350, "the first chunk came before the last was sent");
     while (!(await reader.read()).done) {}
 
+    const invalid = await raw(c.gateway.url, { path: "/", headers: { "e2b-sandbox-id": "N0!" } });
+    assert.equal(invalid.status, 400);
+    assert.equal(invalid.headers["access-control-allow-origin"], "*");
+    assert.equal((JSON.parse(invalid.body) as { code: number }).code, 400);
+
     const gateway = new URL(c.gateway.url);
     const socket = connect(Number(gateway.port), gateway.hostname);
     socket.write(
@@ -316,6 +321,145 @@ describe("gateway: routing", () => {
     const ids = [await createdId(c), await createdId(c), await createdId(c)];
     await c.restartGateway();
     for (const id of ids) assert.equal((await c.call("GET", `/sandboxes/${id}`)).status, 200);
+  });
+});
+
+/** A request on a fresh connection; `path` may be absolute-form. */
+function raw(
+  url: string,
+  options: { method?: string; path: string; headers?: Record<string, string>; body?: string },
+): Promise<{ status: number; headers: IncomingHttpHeaders; body: string }> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    request(
+      {
+        host: hostname,
+        port,
+        agent: false,
+        maxHeaderSize: 128 * 1024,
+        method: options.method ?? "GET",
+        ...options,
+      },
+      (res) => {
+        let body = "";
+        res.on("data", (chunk) => {
+          body += chunk;
+        });
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+      },
+    )
+      .on("error", reject)
+      .end(options.body);
+  });
+}
+
+describe("gateway: relaying as a node's proxy does", () => {
+  it("drops every proxy-* header, what Connection names and Expect; keeps Host and routing", async () => {
+    const c = await cluster({ nodes: 1 });
+    const id = await createdId(c);
+    const res = await raw(c.gateway.url, {
+      method: "POST",
+      path: "/echo",
+      headers: {
+        host: `49983-${id}.localhost`,
+        "e2b-sandbox-id": id,
+        "e2b-traffic-access-token": "t0ken",
+        connection: "keep-alive, X-Secret-Hop",
+        "x-secret-hop": "1",
+        "proxy-authorization": "Basic eDp5",
+        "proxy-connection": "keep-alive",
+        expect: "100-continue",
+        "x-kept": "yes",
+      },
+      body: "payload",
+    });
+    assert.equal(res.status, 200, res.body);
+    const echoed = JSON.parse(res.body) as { headers: IncomingHttpHeaders; body: string };
+    const seen = echoed.headers;
+    assert.equal(echoed.body, "payload");
+    for (const name of ["x-secret-hop", "proxy-authorization", "proxy-connection", "expect"]) {
+      assert.equal(seen[name], undefined, `${name} reached the node`);
+    }
+    assert.equal(seen.host, `49983-${id}.localhost`);
+    assert.equal(seen["e2b-sandbox-id"], id);
+    assert.equal(seen["e2b-traffic-access-token"], "t0ken");
+    assert.equal(seen["x-kept"], "yes");
+    assert.equal(seen["x-forwarded-host"], `49983-${id}.localhost`);
+    assert.equal(seen["x-forwarded-proto"], "http");
+    assert.match(String(seen["x-forwarded-for"]), /127\.0\.0\.1$/);
+  });
+
+  it("drops hop-by-hop response headers, those Connection names too", async () => {
+    const c = await cluster({ nodes: 1 });
+    const id = await createdId(c);
+    const res = await raw(c.gateway.url, { path: "/hop", headers: { "e2b-sandbox-id": id } });
+    assert.equal(res.body, "hop");
+    assert.equal(res.headers["x-kept"], "yes");
+    assert.equal(res.headers["x-hop"], undefined);
+    assert.equal(res.headers["proxy-agent"], undefined);
+  });
+
+  it("relays response heads up to the 64 KiB a node's proxy relays", async () => {
+    const c = await cluster({ nodes: 1 });
+    const id = await createdId(c);
+    const res = await raw(c.gateway.url, { path: "/big-head", headers: { "e2b-sandbox-id": id } });
+    assert.equal(res.status, 200, res.body);
+    assert.equal(res.headers["x-big"]?.length, 32 * 1024);
+  });
+
+  it("reduces an absolute-form target to its path: the node gets it, no other host", async () => {
+    const c = await cluster({ nodes: 1 });
+    const id = await createdId(c);
+    const decoyHits: string[] = [];
+    const decoy = createServer((req, res) => {
+      decoyHits.push(req.url ?? "");
+      res.end("decoy");
+    });
+    await new Promise<void>((resolve) => decoy.listen(0, "127.0.0.1", resolve));
+    try {
+      const { port } = decoy.address() as AddressInfo;
+      const res = await raw(c.gateway.url, {
+        path: `http://127.0.0.1:${port}/hello?x=1`,
+        headers: { "e2b-sandbox-id": id },
+      });
+      assert.deepEqual(decoyHits, []);
+      assert.equal((JSON.parse(res.body) as { path: string }).path, "/hello?x=1");
+    } finally {
+      decoy.closeAllConnections();
+      await new Promise((resolve) => decoy.close(resolve));
+    }
+  });
+
+  it("refuses sandbox traffic as the proxy does: JSON any origin reads, whole on a socket", async () => {
+    const c = await cluster({ nodes: 1 });
+    const id = await createdId(c);
+    c.cluster.lost.add(id);
+    const res = await raw(c.gateway.url, { path: "/", headers: { "e2b-sandbox-id": id } });
+    assert.equal(res.status, 502);
+    assert.equal(res.headers["access-control-allow-origin"], "*");
+    assert.equal(res.headers["content-type"], "application/json");
+    assert.deepEqual(JSON.parse(res.body), {
+      sandboxId: id,
+      message: "The sandbox was not found",
+      code: 502,
+    });
+
+    const gateway = new URL(c.gateway.url);
+    const socket = connect(Number(gateway.port), gateway.hostname);
+    socket.write(
+      `GET /ws HTTP/1.1\r\nhost: 49983-${id}.localhost\r\nconnection: upgrade\r\nupgrade: echo\r\n\r\n`,
+    );
+    let received = "";
+    for await (const chunk of socket) received += String(chunk);
+    const [head = "", body] = received.split("\r\n\r\n");
+    assert.match(head, /^HTTP\/1\.1 502 Bad Gateway\r\n/);
+    assert.match(head, /\r\ncontent-type: application\/json\r\n/i);
+    assert.match(head, /\r\nconnection: close/i);
+    assert.deepEqual(JSON.parse(body ?? ""), {
+      sandboxId: id,
+      message: "The sandbox was not found",
+      code: 502,
+    });
   });
 });
 

@@ -191,6 +191,25 @@ function standInProxy(node: string, req: IncomingMessage, res: ServerResponse, s
     }, 100);
     return;
   }
+  if (req.url === "/hop") {
+    // A head with hop-by-hop fields, one of them named by Connection only.
+    // biome-ignore format: name/value pairs
+    res.writeHead(200, [
+      "Content-Type", "text/plain",
+      "Connection", "keep-alive, X-Hop",
+      "X-Hop", "1",
+      "Proxy-Agent", "stand-in",
+      "X-Kept", "yes",
+    ]);
+    res.end("hop");
+    return;
+  }
+  if (req.url === "/big-head") {
+    // Over Node's default 16 KiB, under the 64 KiB a node's proxy relays.
+    res.writeHead(200, { "content-type": "text/plain", "x-big": "b".repeat(32 * 1024) });
+    res.end("big");
+    return;
+  }
   const chunks: Buffer[] = [];
   req.on("data", (chunk: Buffer) => chunks.push(chunk));
   req.on("end", () => {
@@ -200,6 +219,7 @@ function standInProxy(node: string, req: IncomingMessage, res: ServerResponse, s
       sandboxId: req.headers["e2b-sandbox-id"],
       path: req.url,
       body: Buffer.concat(chunks).toString("utf8"),
+      headers: req.headers,
     });
     res.writeHead(200, { "content-type": "application/json" }).end(body);
   });

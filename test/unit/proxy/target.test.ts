@@ -5,8 +5,12 @@ import {
   parseTarget,
   type TargetInput,
 } from "../../../src/protocol/sandbox-target.js";
-import { isInternalEnvdPath, requestPath, tokenMatches } from "../../../src/proxy/access.js";
-import { downstreamResponseHeaders, upstreamRequestHeaders } from "../../../src/proxy/headers.js";
+import { isInternalEnvdPath, ROUTING_HEADERS, tokenMatches } from "../../../src/proxy/access.js";
+import {
+  relayResponseHeaders as downstreamResponseHeaders,
+  requestPath,
+  relayRequestHeaders as upstreamRequestHeaders,
+} from "../../../src/relay/index.js";
 
 // Pure parts of the proxy: target parsing, internal-path refusal, token compare, headers.
 
@@ -206,6 +210,7 @@ test("upstream request headers: hop-by-hop and routing headers go, forwarding he
     ],
     {
       host: "app.internal:3000",
+      drop: ROUTING_HEADERS,
       clientAddress: "198.51.100.4",
       proto: "http",
       originalHost: "3000-abc.example.test",

@@ -1,6 +1,7 @@
-import type { OutgoingHttpHeaders } from "node:http";
+import type { IncomingMessage, OutgoingHttpHeaders } from "node:http";
+import type { TLSSocket } from "node:tls";
 
-/** Headers that only concern one connection (RFC 9110 7.6.1), never forwarded as such. */
+/** Headers that only concern one connection (RFC 9110 7.6.1), never relayed as such. */
 const HOP_BY_HOP = new Set([
   "connection",
   "keep-alive",
@@ -10,24 +11,11 @@ const HOP_BY_HOP = new Set([
   "upgrade",
 ]);
 
-/** Read by the proxy itself; the sandbox never sees them. */
-export const ROUTING_HEADERS = new Set([
-  "e2b-sandbox-id",
-  "e2b-sandbox-port",
-  "e2b-traffic-access-token",
-]);
-
 /**
- * Dropped from requests: `expect` is answered by the node server itself (Node sends
- * `100 Continue`), the forwarding headers are rebuilt below.
+ * Dropped from requests: `expect` is answered by the server in front (Node sends
+ * `100 Continue` itself), the forwarding headers are rebuilt below.
  */
-const REBUILT = new Set([
-  "expect",
-  "host",
-  "x-forwarded-for",
-  "x-forwarded-proto",
-  "x-forwarded-host",
-]);
+const REBUILT = new Set(["expect", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"]);
 
 function isHopByHop(name: string, listed: ReadonlySet<string>): boolean {
   return HOP_BY_HOP.has(name) || name.startsWith("proxy-") || listed.has(name);
@@ -47,23 +35,38 @@ function connectionTokens(rawHeaders: readonly string[]): Set<string> {
   return tokens;
 }
 
-export interface UpstreamHeaderOptions {
-  /** Host header to send (the original, or the sandbox's `maskRequestHost`). */
-  readonly host: string;
+/** Who asked, as the `x-forwarded-*` headers say it. */
+export interface Forwarding {
   /** The client's address, appended to `x-forwarded-for`. */
   readonly clientAddress: string | undefined;
   /** `http` or `https`, unless the request already carries `x-forwarded-proto`. */
   readonly proto: string;
   /** The Host the client used, unless the request already carries `x-forwarded-host`. */
   readonly originalHost: string | undefined;
+}
+
+export interface RelayHeaderOptions extends Forwarding {
+  /** The Host to send instead of the client's. Default: the client's, as it sent it. */
+  readonly host?: string;
+  /** More names (lower case) the upstream must not see, e.g. the proxy's routing headers. */
+  readonly drop?: ReadonlySet<string>;
   /** Keep `Upgrade` and send `Connection: upgrade`. */
   readonly upgrade: boolean;
 }
 
+/** What a request received on `req`'s connection says of its client. */
+export function forwardingOf(req: IncomingMessage): Forwarding {
+  return {
+    clientAddress: req.socket.remoteAddress,
+    proto: (req.socket as Partial<TLSSocket>).encrypted ? "https" : "http",
+    originalHost: req.headers.host,
+  };
+}
+
 /** The request headers to send upstream, from the client's raw headers. */
-export function upstreamRequestHeaders(
+export function relayRequestHeaders(
   rawHeaders: readonly string[],
-  options: UpstreamHeaderOptions,
+  options: RelayHeaderOptions,
 ): OutgoingHttpHeaders {
   const listed = connectionTokens(rawHeaders);
   const headers: Record<string, string | string[]> = {};
@@ -79,13 +82,14 @@ export function upstreamRequestHeaders(
       if (name.startsWith("x-forwarded-")) forwarded[name] = [...(forwarded[name] ?? []), value];
       continue;
     }
-    if (ROUTING_HEADERS.has(name) || isHopByHop(name, listed)) continue;
+    if (name === "host" && options.host !== undefined) continue;
+    if (options.drop?.has(name) || isHopByHop(name, listed)) continue;
     const existing = headers[name];
     if (existing === undefined) headers[name] = value;
     else if (Array.isArray(existing)) existing.push(value);
     else headers[name] = [existing, value];
   }
-  headers.host = options.host;
+  if (options.host !== undefined) headers.host = options.host;
   const chain = [...(forwarded["x-forwarded-for"] ?? [])];
   if (options.clientAddress) chain.push(options.clientAddress);
   if (chain.length > 0) headers["x-forwarded-for"] = chain.join(", ");
@@ -105,7 +109,7 @@ export function upstreamRequestHeaders(
 }
 
 /** The response headers to send the client (flat name/value list, case kept). */
-export function downstreamResponseHeaders(rawHeaders: readonly string[]): string[] {
+export function relayResponseHeaders(rawHeaders: readonly string[]): string[] {
   const listed = connectionTokens(rawHeaders);
   const out: string[] = [];
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
