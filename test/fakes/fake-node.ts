@@ -14,8 +14,8 @@ import {
   type PoolSettings,
   stateLayout,
 } from "../../src/orchestrator/index.js";
-import type { SandboxServiceHarness } from "../../src/orchestrator/sandbox-service.contract.js";
 import type { Logger } from "../../src/shared/index.js";
+import type { SandboxServiceHarness } from "../contracts/sandbox-service.contract.js";
 import { FakeGuestAgent } from "./fake-guest-agent.js";
 import { FakeSlotPool } from "./fake-slot-pool.js";
 import { FakeVmmDriver } from "./fake-vmm-driver.js";

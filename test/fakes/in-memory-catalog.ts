@@ -1,6 +1,6 @@
 /**
  * InMemoryCatalog: a STAND-IN for SqliteCatalog in orchestrator unit tests: the same
- * `Catalog` contract (src/catalog/catalog.contract.ts runs against it), kept in plain maps.
+ * `Catalog` contract (test/contracts/catalog.contract.ts runs against it), kept in plain maps.
  * `reopen()` hands out a new catalog over the same data, as a restarted server would find
  * its SQLite file.
  */

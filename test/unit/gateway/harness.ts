@@ -12,7 +12,7 @@ import { type Gateway, type GatewayOptions, startGateway } from "../../../src/ga
 import { isProxyRequest } from "../../../src/gateway/routes.js";
 import { Semaphore } from "../../../src/orchestrator/semaphore.js";
 import { InMemoryCluster } from "../../fakes/in-memory-cluster.js";
-import { InMemorySandboxService } from "../api/in-memory-sandbox-service.js";
+import { InMemorySandboxService } from "../../fakes/in-memory-sandbox-service.js";
 
 export const API_KEY = "e2b_0123456789abcdef";
 
