@@ -25,6 +25,7 @@ import { openSharedStore, type SharedStore } from "../store/index.js";
 import {
   chooseAccelerator,
   enableKsm,
+  Qcow2DiskChains,
   QemuDriver,
   qemuVersion,
   startVmmWatchdog,
@@ -176,8 +177,10 @@ export async function startNodeServer(
     }
     const shared = cluster && config.sharedStore ? sharedSnapshots(config, cluster) : undefined;
     store = shared?.store;
+    const disks = new Qcow2DiskChains();
     const driver = new QemuDriver({
       accel: accel.accel,
+      disks,
       qemuVersion: version,
       identities: new VmmIdentities(config.vmmUidBase, config.vmmUidCount),
       cgroups,
@@ -203,6 +206,7 @@ export async function startNodeServer(
     orchestrator = new Orchestrator({
       catalog,
       driver,
+      disks,
       slots,
       agent: new EnvdClient(),
       images,

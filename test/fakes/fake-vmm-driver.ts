@@ -11,7 +11,6 @@ import { join } from "node:path";
 import type {
   Accelerator,
   ExitInfo,
-  FlattenPlan,
   PreparedRestore,
   SnapshotFile,
   SnapshotTiming,
@@ -108,7 +107,6 @@ export class FakeVmmDriver implements VmmDriver {
   /** VMs whose VMM has not exited, started by any orchestrator using this driver. */
   readonly alive = new Set<FakeVm>();
   readonly captures: { vmId: string; dir: string; resume: boolean }[] = [];
-  readonly flattened: { snapshotDir: string; ontoDir: string }[] = [];
   boots = 0;
   restores = 0;
   /** What bootDrift reports for every snapshot (undefined: no drift; an Error: thrown). */
@@ -183,23 +181,8 @@ export class FakeVmmDriver implements VmmDriver {
     };
   }
 
-  async flattenDisk(snapshotDir: string, ontoDir: string): Promise<FlattenPlan> {
-    const files = [{ name: "meta.json", bytes: 0, sha256: "f".repeat(64) }];
-    return {
-      files,
-      commit: async () => {
-        this.flattened.push({ snapshotDir, ontoDir });
-      },
-      discard: async () => {},
-    };
-  }
-
   async checksumSnapshot(): Promise<readonly SnapshotFile[]> {
     return [{ name: "meta.json", bytes: 0, sha256: "0".repeat(64) }];
-  }
-
-  async finishFlatten(): Promise<boolean> {
-    return false;
   }
 
   async bootDrift(): Promise<string | undefined> {

@@ -16,7 +16,7 @@ import { PostgresCatalog, PostgresCluster } from "../../../src/catalog/index.js"
 import { type StateLayout, stateLayout } from "../../../src/orchestrator/layout.js";
 import { SnapshotStore } from "../../../src/orchestrator/snapshot-store.js";
 import { FsSharedStore } from "../../../src/store/index.js";
-import { QemuDriver } from "../../../src/vmm/qemu/index.js";
+import { Qcow2DiskChains, QemuDriver } from "../../../src/vmm/qemu/index.js";
 import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";
 import { sealSnapshot } from "../../../src/vmm/qemu/sealed-files.js";
 import { diskOf } from "../../../src/vmm/qemu/snapshot-chain.js";
@@ -55,6 +55,7 @@ async function twoNodes(name: string) {
   await writeFile(base, Buffer.alloc(0));
   await run("truncate", ["-s", "64M", base]);
   const fetches: string[] = [];
+  const disks = new Qcow2DiskChains();
   const storeOf = (
     id: string,
     catalog: PostgresCatalog,
@@ -63,7 +64,8 @@ async function twoNodes(name: string) {
   ) =>
     new SnapshotStore({
       catalog,
-      driver: new QemuDriver({ accel: "tcg", qemuVersion: "test" }),
+      driver: new QemuDriver({ accel: "tcg", qemuVersion: "test", disks }),
+      disks,
       layout,
       imagesFingerprint: "test",
       flattenDepth: 0,
