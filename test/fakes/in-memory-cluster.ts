@@ -136,7 +136,7 @@ export class InMemoryCluster implements ClusterCatalog {
     this.#check();
     const row = this.#store.sandboxes.get(id);
     const at = this.#store.sandboxNodes.get(id);
-    if (!row || row.state !== "paused" || !this.#published(row.snapshotId)) return false;
+    if (row?.state !== "paused" || !this.#published(row.snapshotId)) return false;
     if (fromNodeId !== undefined && at !== fromNodeId) return false;
     this.#store.sandboxNodes.set(id, toNodeId);
     this.#store.sandboxes.set(id, { ...row, updatedAt: new Date().toISOString() });
