@@ -10,10 +10,8 @@ import {
   reason,
   tempDir,
 } from "../../test/contracts/shared-store.contract.js";
-import { type S3TestServer, startS3Server } from "../../test/helpers/s3-server.js";
+import { openS3Store, type S3TestServer, startS3Server } from "../../test/helpers/s3-server.js";
 import { S3SharedStore } from "./s3-shared-store.js";
-
-const PART_BYTES = 5 * 1024 * 1024;
 
 let server: S3TestServer;
 before(async () => {
@@ -21,22 +19,8 @@ before(async () => {
 });
 after(() => server.close());
 
-async function openStore(prefix = "warren/") {
-  const bucket = await server.createBucket();
-  const store = new S3SharedStore({
-    endpoint: server.endpoint,
-    region: server.region,
-    credentials: server.credentials,
-    forcePathStyle: true,
-    bucket,
-    prefix,
-    partSizeBytes: PART_BYTES,
-  });
-  return { bucket, store };
-}
-
 it("s3 store: a file past one part goes up in parts, and comes back whole", async (t) => {
-  const { bucket, store } = await openStore("");
+  const { bucket, store } = await openS3Store(server, "");
   t.after(() => store.close());
   const src = await tempDir(t, "s3-parts");
   const big = randomBytes(BIG_FILE_BYTES);

@@ -9,6 +9,7 @@
 import { createHash } from "node:crypto";
 import { chmod, mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import type { Slot } from "../../src/network/index.js";
 import type {
   Accelerator,
   ExitInfo,
@@ -46,6 +47,33 @@ interface FakeMeta {
 
 const GUEST_FILE = "fake-guest.json";
 const META_FILE = "meta.json";
+
+/**
+ * A spec for a fake guest in `slot` (its namespace is how the fake agent finds the guest),
+ * its runtime directory under `runDir`. The fake opens no image: they are names only.
+ */
+export function fakeVmSpec(
+  id: string,
+  slot: Pick<Slot, "netns" | "tapName" | "guestAddress" | "gateway">,
+  runDir: string,
+): VmSpec {
+  return {
+    id,
+    shape: { vcpus: 1, memoryMiB: 512 },
+    images: {
+      kernel: "/fake/vmlinuz",
+      kernelVersion: "6.1.0-fake",
+      fingerprint: "fake-images-1",
+      initramfs: "/fake/initramfs",
+      agentDrive: "/fake/agent-drive",
+    },
+    baseDisk: "/fake/rootfs",
+    network: { kind: "tap", netns: slot.netns, tap: slot.tapName },
+    runtimeDir: join(runDir, id),
+    guestIp: `${slot.guestAddress}/30`,
+    guestGateway: slot.gateway,
+  };
+}
 
 /** The part of a boot's kernel command line a spec chooses (what bootDrift compares). */
 function commandLineOf(spec: VmSpec): string {

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { guestAgentContract } from "../../contracts/guest-agent.contract.js";
 import { FakeGuestAgent } from "../../fakes/fake-guest-agent.js";
 import { FakeSlotPool } from "../../fakes/fake-slot-pool.js";
-import { FakeVmmDriver } from "../../fakes/fake-vmm-driver.js";
+import { FakeVmmDriver, fakeVmSpec } from "../../fakes/fake-vmm-driver.js";
 
 guestAgentContract("FakeGuestAgent", async () => {
   const work = await mkdtemp(join(tmpdir(), "warren-fake-agent-"));
@@ -18,23 +18,7 @@ guestAgentContract("FakeGuestAgent", async () => {
     agent: new FakeGuestAgent(driver, slots),
     async guest() {
       const slot = await slots.acquire();
-      const id = `g${++guests}`;
-      await driver.boot({
-        id,
-        shape: { vcpus: 1, memoryMiB: 512 },
-        images: {
-          kernel: "/fake/vmlinuz",
-          kernelVersion: "6.1.0-fake",
-          fingerprint: "fake-images-1",
-          initramfs: "/fake/initramfs",
-          agentDrive: "/fake/agent-drive",
-        },
-        baseDisk: join(work, "base.img"),
-        network: { kind: "tap", netns: slot.netns, tap: slot.tapName },
-        runtimeDir: join(work, "run", id),
-        guestIp: `${slot.guestAddress}/30`,
-        guestGateway: slot.gateway,
-      });
+      await driver.boot(fakeVmSpec(`g${++guests}`, slot, join(work, "run")));
       return slot.hostAddress;
     },
     silentHost: async () => (await slots.acquire()).hostAddress,

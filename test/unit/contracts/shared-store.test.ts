@@ -6,9 +6,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before } from "node:test";
 import { ListObjectsV2Command, PutObjectCommand } from "@aws-sdk/client-s3";
-import { FsSharedStore, S3SharedStore } from "../../../src/store/index.js";
+import { FsSharedStore } from "../../../src/store/index.js";
 import { sharedStoreContract } from "../../contracts/shared-store.contract.js";
-import { type S3TestServer, startS3Server } from "../../helpers/s3-server.js";
+import { openS3Store, type S3TestServer, startS3Server } from "../../helpers/s3-server.js";
 
 sharedStoreContract("fs", async () => {
   const root = await mkdtemp(join(tmpdir(), "warren-fs-store-"));
@@ -33,16 +33,7 @@ before(async () => {
 after(() => server.close());
 
 sharedStoreContract("s3", async () => {
-  const bucket = await server.createBucket();
-  const store = new S3SharedStore({
-    endpoint: server.endpoint,
-    region: server.region,
-    credentials: server.credentials,
-    forcePathStyle: true,
-    bucket,
-    prefix: "warren/",
-    partSizeBytes: 5 * 1024 * 1024,
-  });
+  const { bucket, store } = await openS3Store(server);
   const key = (id: string, name = "") => `warren/files/${id}/${name}`;
   return {
     store,

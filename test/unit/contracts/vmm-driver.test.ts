@@ -4,34 +4,21 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { Vm, VmSpec } from "../../../src/vmm/index.js";
+import type { Vm } from "../../../src/vmm/index.js";
 import { vmmDriverContract } from "../../contracts/vmm-driver.contract.js";
-import { type FakeVm, FakeVmmDriver } from "../../fakes/fake-vmm-driver.js";
+import { FakeSlotPool } from "../../fakes/fake-slot-pool.js";
+import { type FakeVm, FakeVmmDriver, fakeVmSpec } from "../../fakes/fake-vmm-driver.js";
 
 vmmDriverContract("FakeVmmDriver", async () => {
   const work = await mkdtemp(join(tmpdir(), "warren-fake-vmm-"));
   const driver = new FakeVmmDriver();
+  const slots = new FakeSlotPool();
   const runDir = join(work, "run");
   const guest = (vm: Vm) => (vm as FakeVm).guest;
   return {
     driver,
     runDir,
-    spec: async (id): Promise<VmSpec> => ({
-      id,
-      shape: { vcpus: 1, memoryMiB: 512 },
-      images: {
-        kernel: "/fake/vmlinuz",
-        kernelVersion: "6.1.0-fake",
-        fingerprint: "fake-images-1",
-        initramfs: "/fake/initramfs",
-        agentDrive: "/fake/agent-drive",
-      },
-      baseDisk: join(work, "base.img"),
-      network: { kind: "tap", netns: `contract-${id}`, tap: "tap0" },
-      runtimeDir: join(runDir, id),
-      guestIp: "169.254.0.21/30",
-      guestGateway: "169.254.0.22",
-    }),
+    spec: async (id) => fakeVmSpec(id, await slots.acquire(), runDir),
     snapshotDir: (name) => join(work, "snapshots", name),
     async ready(spec) {
       const deadline = Date.now() + 5_000;
@@ -47,6 +34,7 @@ vmmDriverContract("FakeVmmDriver", async () => {
     recall: async (vm, key) => guest(vm).memory[key],
     async cleanup() {
       for (const vm of [...driver.alive]) await vm.destroy();
+      await slots.close();
       await rm(work, { recursive: true, force: true });
     },
   };
