@@ -61,7 +61,10 @@ vmmDriverContract("QemuDriver (real guests)", async () => {
       return out === "" ? undefined : out;
     },
     async cleanup() {
+      // VMs a failed test left: killed, and gone before their slots are.
       await driver.killOrphans(runDir);
+      for (let i = 0; i < 100 && (await qemuPidsIn(runDir)).length > 0; i++)
+        await new Promise((resolve) => setTimeout(resolve, 50));
       for (const slot of slots.values()) await pool.release(slot).catch(() => {});
       await pool.close();
       rmSync(work, { recursive: true, force: true });
