@@ -1,7 +1,7 @@
 // What a long chain of frozen disk layers costs a reader, and what flattening buys back, on
 // this machine: LAYERS qcow2 layers on the base image (each writing 256 KiB, as a guest does
-// between pauses or forks), then the same chain flattened onto its first layer by the VMM
-// driver's flattenDisk. qemu-io opens the image and reads data written in an early layer,
+// between pauses or forks), then the same chain flattened onto its first layer by
+// Qcow2DiskChains' flatten. qemu-io opens the image and reads data written in an early layer,
 // as a restored VM does. No VMs. Run: npm run bench:chain (needs the base image).
 import { execFile } from "node:child_process";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import type { DiskBacking } from "../src/vmm/index.js";
-import { QemuDriver } from "../src/vmm/qemu/index.js";
+import { Qcow2DiskChains } from "../src/vmm/qemu/index.js";
 import { createOverlay } from "../src/vmm/qemu/qcow2-overlay.js";
 import { diskOf, headerName } from "../src/vmm/qemu/snapshot-chain.js";
 import { SNAPSHOT_FORMAT_VERSION, writeSnapshotMeta } from "../src/vmm/qemu/snapshot-meta.js";
@@ -60,10 +60,7 @@ try {
   const rows: Summary[] = [];
   rows.push(summarize(`open + read, ${LAYERS} layers`, "ms", await measure(10, read(top))));
   const t = performance.now();
-  const plan = await new QemuDriver({ accel: "tcg", qemuVersion: "bench" }).flattenDisk(
-    layer(LAYERS),
-    layer(0),
-  );
+  const plan = await new Qcow2DiskChains().flatten(layer(LAYERS), layer(0));
   await plan.commit();
   rows.push(summarize(`flatten ${LAYERS} layers`, "ms", [performance.now() - t]));
   rows.push(summarize("open + read, flattened", "ms", await measure(10, read(top))));

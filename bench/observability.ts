@@ -10,8 +10,8 @@
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import type { NodeStats } from "../src/orchestrator/index.js";
-import { createInput } from "../src/orchestrator/sandbox-service.contract.js";
 import { NodeMetrics } from "../src/server/prometheus.js";
+import { createInput } from "../test/contracts/sandbox-service.contract.js";
 import { FakeNode } from "../test/fakes/fake-node.js";
 import { machine, measure, report, summarize } from "./lib/report.js";
 

@@ -2,7 +2,7 @@ import type { Catalog, SnapshotFileRecord, TemplateRow } from "../catalog/index.
 import type { GuestArtifacts } from "../host-setup/index.js";
 import { type SlotPool, validateEgressPolicy } from "../network/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
-import type { MachineShape, VmmDriver } from "../vmm/index.js";
+import type { DiskChains, MachineShape, VmmDriver } from "../vmm/index.js";
 import { type BaseTemplateOptions, bootTemplate, ensureBaseTemplate } from "./base-template.js";
 import { Capacity, type CapacityLimits } from "./capacity.js";
 import { Forks } from "./forks.js";
@@ -53,6 +53,8 @@ import { type PoolSettings, WarmPool } from "./warm-pool.js";
 export interface OrchestratorOptions {
   readonly catalog: Catalog;
   readonly driver: VmmDriver;
+  /** Where snapshot disks are flattened (the driver's disks: QemuDriverOptions.disks). */
+  readonly disks: DiskChains;
   readonly slots: SlotPool;
   readonly agent: GuestAgent;
   readonly images: GuestArtifacts;
@@ -127,6 +129,7 @@ export class Orchestrator
     this.#snapshots = new Snapshots({
       catalog,
       driver,
+      disks: options.disks,
       layout,
       imagesFingerprint: images.fingerprint,
       flattenDepth: options.flattenDepth,

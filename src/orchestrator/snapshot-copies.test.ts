@@ -3,9 +3,9 @@ import { randomBytes } from "node:crypto";
 import { readdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { it, type TestContext } from "node:test";
+import { makeSnapshot, reason, tempDir } from "../../test/contracts/shared-store.contract.js";
 import type { Logger } from "../shared/index.js";
 import { FsSharedStore } from "../store/index.js";
-import { makeSnapshot, reason, tempDir } from "../store/shared-store.contract.js";
 import { LifecycleEvents } from "./lifecycle-events.js";
 import { SnapshotCopies, type SnapshotCopiesOptions } from "./snapshot-copies.js";
 

@@ -3,7 +3,7 @@ import { basename, join } from "node:path";
 import type { Catalog, SnapshotFileRecord, SnapshotRow } from "../catalog/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, WarrenError } from "../shared/index.js";
-import type { SnapshotTiming, Vm, VmmDriver } from "../vmm/index.js";
+import type { DiskChains, SnapshotTiming, Vm, VmmDriver } from "../vmm/index.js";
 import { newId } from "./ids.js";
 import { type StateLayout, snapshotDir } from "./layout.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
@@ -12,7 +12,9 @@ import { SnapshotCopies } from "./snapshot-copies.js";
 
 export interface SnapshotsOptions {
   readonly catalog: Catalog;
-  readonly driver: Pick<VmmDriver, "flattenDisk" | "finishFlatten" | "checksumSnapshot">;
+  readonly driver: Pick<VmmDriver, "checksumSnapshot">;
+  /** Flattens snapshot disks (and finishes flattens a crash cut short). */
+  readonly disks: DiskChains;
   readonly layout: StateLayout;
   /** GuestArtifacts fingerprint recorded with every capture. */
   readonly imagesFingerprint: string;
@@ -399,14 +401,14 @@ export class Snapshots {
   }
 
   /**
-   * At start: finishes or drops flattens a crash interrupted (see VmmDriver.finishFlatten);
+   * At start: finishes or drops flattens a crash interrupted (see DiskChains.finishFlatten);
    * returns how many it finished.
    */
   async finishFlattens(): Promise<number> {
     let finished = 0;
     for (const row of await this.#o.catalog.listSnapshots()) {
       const meta = row.files?.find((f) => f.name === "meta.json")?.sha256;
-      if (await this.#o.driver.finishFlatten(row.dir, meta)) finished += 1;
+      if (await this.#o.disks.finishFlatten(row.dir, meta)) finished += 1;
     }
     return finished;
   }
@@ -458,7 +460,7 @@ export class Snapshots {
     try {
       // Its checksums first: recorded after the flatten's, they would be the old files'.
       await this.#checksums.get(id);
-      const plan = await this.#o.driver.flattenDisk(snapshot.dir, anchor.dir);
+      const plan = await this.#o.disks.flatten(snapshot.dir, anchor.dir);
       crashPoint("snapshots.flatten.after-plan");
       // Recorded before the files are swapped: a crash in between is finished at the next
       // start (recovery), never left with files the record does not match.

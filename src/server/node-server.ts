@@ -26,6 +26,7 @@ import { openSharedStore, type SharedStore } from "../store/index.js";
 import {
   chooseAccelerator,
   enableKsm,
+  Qcow2DiskChains,
   QemuDriver,
   qemuVersion,
   startVmmWatchdog,
@@ -180,8 +181,10 @@ export async function startNodeServer(
     }
     const shared = cluster && config.sharedStore ? sharedSnapshots(config, cluster) : undefined;
     store = shared?.store;
+    const disks = new Qcow2DiskChains();
     const driver = new QemuDriver({
       accel: accel.accel,
+      disks,
       qemuVersion: version,
       identities: new VmmIdentities(config.vmmUidBase, config.vmmUidCount),
       cgroups,
@@ -207,6 +210,7 @@ export async function startNodeServer(
     orchestrator = new Orchestrator({
       catalog,
       driver,
+      disks,
       slots,
       agent: new EnvdGuestAgent(),
       images,

@@ -1,29 +1,12 @@
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, readdir, rm, utimes, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { it } from "node:test";
 import { pathToFileURL } from "node:url";
+import { makeSnapshot, reason, tempDir } from "../../test/contracts/shared-store.contract.js";
 import { FsSharedStore } from "./fs-shared-store.js";
 import { openSharedStore } from "./open-shared-store.js";
 import { S3SharedStore } from "./s3-shared-store.js";
-import { makeSnapshot, reason, sharedStoreContract, tempDir } from "./shared-store.contract.js";
-
-sharedStoreContract("fs", async () => {
-  const root = await mkdtemp(join(tmpdir(), "warren-fs-store-"));
-  return {
-    store: new FsSharedStore(root),
-    async putRaw(id, name, data) {
-      const path = join(root, "files", id, name);
-      await mkdir(join(root, "files", id), { recursive: true });
-      // Replaced, not rewritten: a stored file is read-only.
-      await rm(path, { force: true });
-      await writeFile(path, data);
-    },
-    rawFiles: async (id) => (await readdir(join(root, "files", id)).catch(() => [])).sort(),
-    cleanup: () => rm(root, { recursive: true, force: true }),
-  };
-});
 
 it("fs store: sweep removes old temporaries a crashed publish left", async (t) => {
   const root = await tempDir(t, "sweep");

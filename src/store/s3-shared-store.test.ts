@@ -3,18 +3,15 @@ import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
-import { ListObjectsV2Command, PutObjectCommand } from "@aws-sdk/client-s3";
-import { type S3TestServer, startS3Server } from "../../test/helpers/s3-server.js";
-import { S3SharedStore } from "./s3-shared-store.js";
+import { ListObjectsV2Command } from "@aws-sdk/client-s3";
 import {
   BIG_FILE_BYTES,
   makeSnapshot,
   reason,
-  sharedStoreContract,
   tempDir,
-} from "./shared-store.contract.js";
-
-const PART_BYTES = 5 * 1024 * 1024;
+} from "../../test/contracts/shared-store.contract.js";
+import { openS3Store, type S3TestServer, startS3Server } from "../../test/helpers/s3-server.js";
+import { S3SharedStore } from "./s3-shared-store.js";
 
 let server: S3TestServer;
 before(async () => {
@@ -22,42 +19,8 @@ before(async () => {
 });
 after(() => server.close());
 
-async function openStore(prefix = "warren/") {
-  const bucket = await server.createBucket();
-  const store = new S3SharedStore({
-    endpoint: server.endpoint,
-    region: server.region,
-    credentials: server.credentials,
-    forcePathStyle: true,
-    bucket,
-    prefix,
-    partSizeBytes: PART_BYTES,
-  });
-  return { bucket, store };
-}
-
-sharedStoreContract("s3", async () => {
-  const { bucket, store } = await openStore();
-  const key = (id: string, name = "") => `warren/files/${id}/${name}`;
-  return {
-    store,
-    async putRaw(id, name, data) {
-      await server.client.send(
-        new PutObjectCommand({ Bucket: bucket, Key: key(id, name), Body: data }),
-      );
-    },
-    async rawFiles(id) {
-      const page = await server.client.send(
-        new ListObjectsV2Command({ Bucket: bucket, Prefix: key(id) }),
-      );
-      return (page.Contents ?? []).map((o) => (o.Key ?? "").slice(key(id).length)).sort();
-    },
-    cleanup: () => store.close(),
-  };
-});
-
 it("s3 store: a file past one part goes up in parts, and comes back whole", async (t) => {
-  const { bucket, store } = await openStore("");
+  const { bucket, store } = await openS3Store(server, "");
   t.after(() => store.close());
   const src = await tempDir(t, "s3-parts");
   const big = randomBytes(BIG_FILE_BYTES);

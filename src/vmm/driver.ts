@@ -1,6 +1,7 @@
 /**
  * The VMM driver seam: the orchestrator boots, snapshots and restores microVMs through this
- * interface and never sees QEMU. `qemu/` implements it; a Firecracker driver can later.
+ * interface and never sees QEMU. `qemu/` implements it; a Firecracker driver can later. How
+ * snapshot disks stand on each other is not its concern but `DiskChains`' (disk-chains.ts).
  */
 
 export type Accelerator = "kvm" | "tcg";
@@ -53,63 +54,6 @@ export interface VmSpec {
   readonly guestIp: string;
   readonly guestGateway: string;
   readonly extraKernelArgs?: string;
-}
-
-/** What a snapshot was taken on; a restore on anything else is refused, never attempted. */
-export interface SnapshotMeta {
-  readonly formatVersion: number;
-  readonly accel: Accelerator;
-  readonly cpuModel: string;
-  readonly qemuVersion: string;
-  readonly kernel: string;
-  /** GuestImages.fingerprint of the images the snapshot's guest was booted from. */
-  readonly images: string;
-  /** The guest kernel's command line at boot, carried through every capture since. */
-  readonly kernelCommandLine?: string;
-  readonly shape: MachineShape;
-  /** The full memory image the guest's RAM is mapped from: the snapshot's own or a sibling's. */
-  readonly memoryImage: SnapshotFileRef;
-  /** Pages that differ from `memoryImage` (file in the snapshot directory), written in at restore. */
-  readonly memoryDiff?: string;
-  readonly diffPages: number;
-  /** Files inside the snapshot directory. */
-  readonly deviceStateFile: string;
-  readonly diskFile: string;
-  /**
-   * The image `diskFile` is stacked on, as Warren made it: a restore passes QEMU the whole
-   * chain from these records and never reads a backing path from a qcow2 header.
-   */
-  readonly diskBacking: DiskBacking;
-  readonly createdAt: string;
-}
-
-/**
- * A file of a snapshot named without a path: the referencing snapshot's own (no `snapshot`),
- * or one of a sibling snapshot's, by the sibling's directory name. Snapshots that stand on
- * each other lie side by side in one directory, wherever that is: a snapshot copied to
- * another node with its ancestors beside it resolves to the same files there.
- */
-export interface SnapshotFileRef {
-  /** The directory name of the snapshot holding the file, beside the referencing one. */
-  readonly snapshot?: string;
-  /** A file name in that directory. */
-  readonly file: string;
-}
-
-/**
- * A disk's backing image: a sibling snapshot's frozen disk (whose meta.json names the next
- * image down), or an image outside every snapshot (the base rootfs), by absolute path: the
- * guest images have the same path on every node, and their fingerprint is checked.
- */
-export type DiskBacking =
-  | { readonly snapshot: string; readonly file: string; readonly format: "qcow2" }
-  | { readonly image: string; readonly format: "qcow2" | "raw" };
-
-/** A flatten done aside: `files` are the snapshot's files once `commit()` puts it in place. */
-export interface FlattenPlan {
-  readonly files: readonly SnapshotFile[];
-  commit(): Promise<void>;
-  discard(): Promise<void>;
 }
 
 /** A snapshot's files as sealed at capture (root's, read-only), with their checksums. */
@@ -196,22 +140,10 @@ export interface VmmDriver {
     options?: { background?: boolean },
   ): Promise<PreparedRestore>;
   /**
-   * Restacks a snapshot's frozen disk directly on an ancestor snapshot's disk (everything the
-   * layers in between wrote is copied in); reads then no longer walk those layers, and they
-   * can be deleted once nothing else uses them. Guest-visible content is unchanged.
-   */
-  flattenDisk(snapshotDir: string, ontoDir: string): Promise<FlattenPlan>;
-  /**
    * Each file of a sealed snapshot with its SHA-256, for the catalog: restores are checked
    * against it. Separate from the capture, whose caller waits: hashing costs more than it.
    */
   checksumSnapshot(snapshotDir: string): Promise<readonly SnapshotFile[]>;
-  /**
-   * At start, for a snapshot whose flatten a crash interrupted: finishes it if the catalog
-   * already records its result (`recordedMetaSha256`: the meta.json checksum it holds),
-   * drops it otherwise.
-   */
-  finishFlatten(snapshotDir: string, recordedMetaSha256: string | undefined): Promise<boolean>;
   /**
    * Why a boot of `spec` here would differ from the boot the snapshot's guest came from (its
    * kernel command line, e.g. after a settings change), or undefined when it would not. A

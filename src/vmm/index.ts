@@ -1,14 +1,11 @@
+export type { DiskChains, FlattenPlan } from "./disk-chains.js";
 export type {
   Accelerator,
-  DiskBacking,
   ExitInfo,
-  FlattenPlan,
   GuestImages,
   MachineShape,
   PreparedRestore,
   SnapshotFile,
-  SnapshotFileRef,
-  SnapshotMeta,
   SnapshotTiming,
   Vm,
   VmmDriver,
@@ -16,3 +13,4 @@ export type {
   VmSpec,
 } from "./driver.js";
 export { QmpError, SnapshotMismatchError, SnapshotTamperedError, VmmError } from "./errors.js";
+export type { DiskBacking, SnapshotFileRef, SnapshotMeta } from "./qemu/snapshot-meta.js";

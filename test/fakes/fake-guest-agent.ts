@@ -1,9 +1,11 @@
 /**
  * FakeGuestAgent: a STAND-IN for EnvdGuestAgent (envd over HTTP) in orchestrator unit tests. It
  * answers for the fake guest behind a slot's host address as envd would: /init is refused
- * unless it presents the token the guest's envd holds, then sets the guest's token and env;
- * calls to a guest that is not running wait (connection refused, retried) until the
- * deadline. Tests can hold /init calls at a gate or make envd refuse them.
+ * unless it proves the token the guest's envd holds (in the header or as the body's own
+ * accessToken), then sets the guest's env and, when the body names one, its token; calls to
+ * a guest that is not running wait (connection refused, retried) until the deadline
+ * (guest_unavailable), or until its VM exits. Tests can hold /init calls at a gate or make
+ * envd refuse them.
  *
  * A guest whose user replaced envd: when its memory (carried by snapshots, forks, resumes)
  * has REPLACED_ENVD set to an address, every call to it goes over HTTP, with the real
@@ -45,15 +47,16 @@ export class FakeGuestAgent implements GuestAgent {
     const vm = await this.#reach(host, options.deadlineMs, options.signal);
     const replaced = vm.guest.memory[REPLACED_ENVD];
     if (replaced) return this.#real.init(replaced, body, options);
+    const { guest } = vm;
+    const held = guest.envdToken;
     if (this.failInits > 0) {
       this.failInits -= 1;
       throw new WarrenError("internal", "envd refused /init: 500 internal error");
     }
-    const { guest } = vm;
-    if (guest.envdToken !== undefined && options.token !== guest.envdToken) {
+    if (held !== undefined && options.token !== held && body.accessToken !== held) {
       throw new WarrenError("internal", "envd refused /init: 401 invalid access token");
     }
-    guest.envdToken = body.accessToken || undefined;
+    if (body.accessToken !== undefined) guest.envdToken = body.accessToken || undefined;
     guest.envVars = { ...(body.envVars ?? {}) };
     guest.inits += 1;
     this.inits.push({ host, body, token: options.token });
@@ -61,9 +64,13 @@ export class FakeGuestAgent implements GuestAgent {
 
   async waitForHealth(
     host: string,
-    options: { deadlineMs: number; signal?: AbortSignal },
+    options: { deadlineMs: number; exited?: Promise<unknown>; signal?: AbortSignal },
   ): Promise<void> {
-    const vm = await this.#reach(host, options.deadlineMs, options.signal);
+    let gone = false;
+    void options.exited?.then(() => {
+      gone = true;
+    });
+    const vm = await this.#reach(host, options.deadlineMs, options.signal, () => gone);
     const replaced = vm.guest.memory[REPLACED_ENVD];
     if (replaced) await this.#real.waitForHealth(replaced, options);
   }
@@ -123,17 +130,29 @@ export class FakeGuestAgent implements GuestAgent {
     this.syncs.push(vm.id);
   }
 
-  /** The running guest at `host`, waited for as a client retries a refused connection. */
-  async #reach(host: string, deadlineMs: number, signal?: AbortSignal): Promise<FakeVm> {
+  /**
+   * The running guest at `host`, waited for as a client retries a refused connection;
+   * `gone`: its VM exited, so waiting is over.
+   */
+  async #reach(
+    host: string,
+    deadlineMs: number,
+    signal?: AbortSignal,
+    gone?: () => boolean,
+  ): Promise<FakeVm> {
     const deadline = Date.now() + deadlineMs;
     for (;;) {
       if (this.#stopped) return new Promise<never>(() => {});
       signal?.throwIfAborted();
+      if (gone?.()) throw new WarrenError("internal", "the VM exited before envd answered");
       const slot = this.slots.byHost(host);
       const vm = slot && this.driver.vmIn(slot.netns);
       if (vm?.running) return vm;
       if (Date.now() >= deadline) {
-        throw new WarrenError("internal", `envd at ${host} did not answer within ${deadlineMs} ms`);
+        throw new WarrenError(
+          "guest_unavailable",
+          `envd at ${host} did not answer within ${deadlineMs} ms`,
+        );
       }
       await new Promise((resolve) => setTimeout(resolve, POLL_MS));
     }

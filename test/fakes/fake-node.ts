@@ -14,8 +14,9 @@ import {
   type PoolSettings,
   stateLayout,
 } from "../../src/orchestrator/index.js";
-import type { SandboxServiceHarness } from "../../src/orchestrator/sandbox-service.contract.js";
 import type { Logger } from "../../src/shared/index.js";
+import type { SandboxServiceHarness } from "../contracts/sandbox-service.contract.js";
+import { FakeDiskChains } from "./fake-disk-chains.js";
 import { FakeGuestAgent } from "./fake-guest-agent.js";
 import { FakeSlotPool } from "./fake-slot-pool.js";
 import { FakeVmmDriver } from "./fake-vmm-driver.js";
@@ -70,6 +71,7 @@ export type FakeNodeSettings = Partial<
 
 export class FakeNode {
   readonly driver = new FakeVmmDriver();
+  readonly disks = new FakeDiskChains();
   readonly logger = new RecordingLogger();
   slots: FakeSlotPool;
   agent: FakeGuestAgent;
@@ -204,6 +206,7 @@ export class FakeNode {
     this.orchestrator = new Orchestrator({
       catalog: life.bind(this.catalog, { finishOnCrash: true }),
       driver: life.bind(this.driver, { finishOnCrash: true }),
+      disks: life.bind(this.disks, { finishOnCrash: true }),
       slots: life.bind(this.slots),
       agent: life.bind(this.agent),
       images: this.images,

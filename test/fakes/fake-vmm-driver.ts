@@ -6,12 +6,14 @@
  * captured. Runtime directories are real directories, created and removed as QEMU's are.
  * Tests steer it: hold VM starts at a gate, fail or crash the next capture, crash a VMM.
  */
-import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
+import { createHash } from "node:crypto";
+import { chmod, mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import type { Slot } from "../../src/network/index.js";
 import type {
   Accelerator,
   ExitInfo,
-  FlattenPlan,
+  MachineShape,
   PreparedRestore,
   SnapshotFile,
   SnapshotTiming,
@@ -19,7 +21,7 @@ import type {
   VmmDriver,
   VmSpec,
 } from "../../src/vmm/index.js";
-import { VmmError } from "../../src/vmm/index.js";
+import { SnapshotMismatchError, VmmError } from "../../src/vmm/index.js";
 import { Gate } from "./gate.js";
 
 export interface FakeGuest {
@@ -32,9 +34,51 @@ export interface FakeGuest {
   inits: number;
   /** What a test puts "on the guest's disk": survives a reboot too (bootFromSnapshot). */
   disk?: Record<string, string>;
+  /** The kernel command line the guest booted with (carried by snapshots, as QEMU's meta). */
+  commandLine?: string;
+}
+
+/** What a fake capture records of its machine, as QEMU's meta.json does. */
+interface FakeMeta {
+  readonly fake: true;
+  readonly vm: string;
+  readonly shape: MachineShape;
 }
 
 const GUEST_FILE = "fake-guest.json";
+const META_FILE = "meta.json";
+
+/**
+ * A spec for a fake guest in `slot` (its namespace is how the fake agent finds the guest),
+ * its runtime directory under `runDir`. The fake opens no image: they are names only.
+ */
+export function fakeVmSpec(
+  id: string,
+  slot: Pick<Slot, "netns" | "tapName" | "guestAddress" | "gateway">,
+  runDir: string,
+): VmSpec {
+  return {
+    id,
+    shape: { vcpus: 1, memoryMiB: 512 },
+    images: {
+      kernel: "/fake/vmlinuz",
+      kernelVersion: "6.1.0-fake",
+      fingerprint: "fake-images-1",
+      initramfs: "/fake/initramfs",
+      agentDrive: "/fake/agent-drive",
+    },
+    baseDisk: "/fake/rootfs",
+    network: { kind: "tap", netns: slot.netns, tap: slot.tapName },
+    runtimeDir: join(runDir, id),
+    guestIp: `${slot.guestAddress}/30`,
+    guestGateway: slot.gateway,
+  };
+}
+
+/** The part of a boot's kernel command line a spec chooses (what bootDrift compares). */
+function commandLineOf(spec: VmSpec): string {
+  return [spec.images.kernelArgs ?? "", spec.extraKernelArgs ?? ""].join(" ").trim();
+}
 let nextPid = 100_000;
 
 export class FakeVm implements Vm {
@@ -77,8 +121,12 @@ export class FakeVm implements Vm {
     }
     if (fault === "error") throw new VmmError("QMP xen-save-devices-state failed", this.id);
     await mkdir(dir, { recursive: true });
-    await writeFile(join(dir, "meta.json"), JSON.stringify({ fake: true, vm: this.id }));
+    const { vcpus, memoryMiB } = this.spec.shape;
+    const meta: FakeMeta = { fake: true, vm: this.id, shape: { vcpus, memoryMiB } };
+    await writeFile(join(dir, META_FILE), JSON.stringify(meta));
     await writeFile(join(dir, GUEST_FILE), JSON.stringify(this.guest));
+    // Sealed, as QEMU's captures are: read-only.
+    for (const name of [META_FILE, GUEST_FILE]) await chmod(join(dir, name), 0o444);
     this.driver.captures.push({ vmId: this.id, dir, resume: opts.resume });
     if (!opts.resume) this.#end({ expected: true, reason: "quit after the capture" });
     return { pausedMs: 1, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0 };
@@ -108,7 +156,6 @@ export class FakeVmmDriver implements VmmDriver {
   /** VMs whose VMM has not exited, started by any orchestrator using this driver. */
   readonly alive = new Set<FakeVm>();
   readonly captures: { vmId: string; dir: string; resume: boolean }[] = [];
-  readonly flattened: { snapshotDir: string; ontoDir: string }[] = [];
   boots = 0;
   restores = 0;
   /** What bootDrift reports for every snapshot (undefined: no drift; an Error: thrown). */
@@ -141,17 +188,24 @@ export class FakeVmmDriver implements VmmDriver {
   async boot(spec: VmSpec): Promise<Vm> {
     this.boots += 1;
     await makeRuntimeDir(spec);
-    const vm = new FakeVm(this, spec, { envVars: {}, memory: {}, inits: 0 });
+    const commandLine = commandLineOf(spec);
+    const vm = new FakeVm(this, spec, { envVars: {}, memory: {}, inits: 0, commandLine });
     vm.running = true;
     return vm;
   }
 
   async bootFromSnapshot(snapshotDir: string, spec: VmSpec): Promise<Vm> {
-    const captured = JSON.parse(await readFile(join(snapshotDir, GUEST_FILE), "utf8")) as FakeGuest;
+    const captured = await readCapture(snapshotDir, spec);
     this.boots += 1;
     await makeRuntimeDir(spec);
     // A fresh guest on the captured disk: no envd token, no env, nothing in memory.
-    const vm = new FakeVm(this, spec, { envVars: {}, memory: {}, inits: 0, disk: captured.disk });
+    const vm = new FakeVm(this, spec, {
+      envVars: {},
+      memory: {},
+      inits: 0,
+      disk: captured.disk,
+      commandLine: commandLineOf(spec),
+    });
     vm.running = true;
     return vm;
   }
@@ -162,7 +216,7 @@ export class FakeVmmDriver implements VmmDriver {
   }
 
   async prepareRestore(snapshotDir: string, spec: VmSpec): Promise<PreparedRestore> {
-    const guest = JSON.parse(await readFile(join(snapshotDir, GUEST_FILE), "utf8")) as FakeGuest;
+    const guest = await readCapture(snapshotDir, spec);
     await makeRuntimeDir(spec);
     const vm = new FakeVm(this, spec, guest);
     return {
@@ -183,28 +237,27 @@ export class FakeVmmDriver implements VmmDriver {
     };
   }
 
-  async flattenDisk(snapshotDir: string, ontoDir: string): Promise<FlattenPlan> {
-    const files = [{ name: "meta.json", bytes: 0, sha256: "f".repeat(64) }];
-    return {
-      files,
-      commit: async () => {
-        this.flattened.push({ snapshotDir, ontoDir });
-      },
-      discard: async () => {},
-    };
+  async checksumSnapshot(snapshotDir: string): Promise<readonly SnapshotFile[]> {
+    const files: SnapshotFile[] = [];
+    for (const name of (await readdir(snapshotDir)).sort()) {
+      const data = await readFile(join(snapshotDir, name));
+      files.push({
+        name,
+        bytes: data.length,
+        sha256: createHash("sha256").update(data).digest("hex"),
+      });
+    }
+    return files;
   }
 
-  async checksumSnapshot(): Promise<readonly SnapshotFile[]> {
-    return [{ name: "meta.json", bytes: 0, sha256: "0".repeat(64) }];
-  }
-
-  async finishFlatten(): Promise<boolean> {
-    return false;
-  }
-
-  async bootDrift(): Promise<string | undefined> {
+  async bootDrift(snapshotDir: string, spec: VmSpec): Promise<string | undefined> {
     if (this.drift instanceof Error) throw this.drift;
-    return this.drift;
+    if (this.drift !== undefined) return this.drift;
+    const booted = (await readCapture(snapshotDir, spec, false)).commandLine ?? "";
+    const now = commandLineOf(spec);
+    return booted === now
+      ? undefined
+      : `its guest booted with "${booted}", a boot here uses "${now}"`;
   }
 
   async killOrphans(runDir: string): Promise<number> {
@@ -212,6 +265,36 @@ export class FakeVmmDriver implements VmmDriver {
     for (const vm of orphans) vm.crash("killed as an orphan");
     return orphans.length;
   }
+}
+
+/**
+ * The guest a capture holds, once the capture is known restorable with `spec` (a snapshot
+ * directory, of the same machine shape), as QEMU's driver checks before it starts anything.
+ */
+async function readCapture(
+  snapshotDir: string,
+  spec: VmSpec,
+  checkShape = true,
+): Promise<FakeGuest> {
+  let meta: FakeMeta;
+  let guest: FakeGuest;
+  try {
+    meta = JSON.parse(await readFile(join(snapshotDir, META_FILE), "utf8")) as FakeMeta;
+    guest = JSON.parse(await readFile(join(snapshotDir, GUEST_FILE), "utf8")) as FakeGuest;
+  } catch (err) {
+    throw new VmmError(`snapshot ${snapshotDir} has no readable capture`, spec.id, { cause: err });
+  }
+  const { vcpus, memoryMiB } = spec.shape;
+  if (
+    checkShape &&
+    meta.shape &&
+    (meta.shape.vcpus !== vcpus || meta.shape.memoryMiB !== memoryMiB)
+  ) {
+    throw new SnapshotMismatchError(
+      `snapshot cannot be restored here: shape was ${meta.shape.vcpus}/${meta.shape.memoryMiB}, here ${vcpus}/${memoryMiB}`,
+    );
+  }
+  return guest;
 }
 
 async function makeRuntimeDir(spec: VmSpec): Promise<void> {

@@ -1,8 +1,11 @@
 /**
  * InMemoryCatalog: a STAND-IN for SqliteCatalog in orchestrator unit tests: the same
- * `Catalog` contract (src/catalog/catalog.contract.ts runs against it), kept in plain maps.
+ * `Catalog` contract (test/contracts/catalog.contract.ts runs against it), kept in plain maps.
  * `reopen()` hands out a new catalog over the same data, as a restarted server would find
- * its SQLite file.
+ * its SQLite file. Several catalogs with node ids of their own on one store are the nodes of
+ * a cluster, scoped as PostgresCatalog's are (InMemoryCluster reads and changes the store
+ * across them): a node sees its own sandboxes and lists its own snapshots, and reads any
+ * node's snapshot (with that node's id) and any sandbox by `findSandbox`.
  */
 import {
   type BuildRow,
@@ -18,11 +21,17 @@ import {
 } from "../../src/catalog/index.js";
 import { WarrenError } from "../../src/shared/index.js";
 
-/** What a catalog remembers; shared by every catalog reopened on it. */
-interface Store {
+/** What a catalog remembers; shared by every catalog reopened on it (and a cluster's nodes). */
+export interface CatalogStore {
+  /** Rows by id, each with the node that holds it ("" alone). */
   readonly sandboxes: Map<string, SandboxRow>;
+  readonly sandboxNodes: Map<string, string>;
   readonly templates: Map<string, TemplateRow>;
+  /** Rows without nodeId and publishedAt, which the maps below keep. */
   readonly snapshots: Map<string, SnapshotRow>;
+  readonly snapshotNodes: Map<string, string>;
+  /** When a snapshot was marked published (ClusterCatalog.markPublished). */
+  readonly published: Map<string, string>;
   readonly builds: Map<string, BuildRow>;
   /** Keyed by `<template id> <tag>`. */
   readonly tags: Map<string, TagRow>;
@@ -46,33 +55,61 @@ function byKeys<T>(...keys: ((row: T) => string)[]): (a: T, b: T) => number {
   };
 }
 
+export function emptyCatalogStore(): CatalogStore {
+  return {
+    sandboxes: new Map(),
+    sandboxNodes: new Map(),
+    templates: new Map(),
+    snapshots: new Map(),
+    snapshotNodes: new Map(),
+    published: new Map(),
+    builds: new Map(),
+    tags: new Map(),
+    events: [],
+  };
+}
+
+/** A snapshot row as `node` reads it: another node's carries that node's id. */
+export function snapshotAsSeenBy(store: CatalogStore, row: SnapshotRow, node: string): SnapshotRow {
+  const publishedAt = store.published.get(row.id);
+  const owner = store.snapshotNodes.get(row.id) ?? "";
+  return copy({
+    ...row,
+    ...(publishedAt !== undefined && { publishedAt }),
+    ...(owner !== node && { nodeId: owner }),
+  });
+}
+
 export class InMemoryCatalog implements Catalog {
-  readonly #store: Store;
+  readonly #store: CatalogStore;
+  /** The node whose rows this catalog holds ("" when there is only one). */
+  readonly #node: string;
   #open = true;
 
-  constructor(store?: Store) {
-    this.#store = store ?? {
-      sandboxes: new Map(),
-      templates: new Map(),
-      snapshots: new Map(),
-      builds: new Map(),
-      tags: new Map(),
-      events: [],
-    };
+  constructor(store: CatalogStore = emptyCatalogStore(), nodeId = "") {
+    this.#store = store;
+    this.#node = nodeId;
   }
 
   /** A new catalog on the same data (this one is closed first). */
   async reopen(): Promise<InMemoryCatalog> {
     await this.close();
-    return new InMemoryCatalog(this.#store);
+    return new InMemoryCatalog(this.#store, this.#node);
+  }
+
+  /** This node's sandbox rows, by id. */
+  #own(): Map<string, SandboxRow> {
+    const { sandboxes, sandboxNodes } = this.#data();
+    return new Map([...sandboxes].filter(([id]) => sandboxNodes.get(id) === this.#node));
   }
 
   async insertSandbox(row: SandboxRow): Promise<void> {
-    const { sandboxes } = this.#data();
+    const { sandboxes, sandboxNodes } = this.#data();
     if (sandboxes.has(row.id)) {
       throw new WarrenError("already_exists", `insert sandbox ${row.id}: the id is taken`);
     }
     sandboxes.set(row.id, copy(row));
+    sandboxNodes.set(row.id, this.#node);
   }
 
   async updateSandbox(id: string, patch: SandboxPatch): Promise<SandboxRow | undefined> {
@@ -82,7 +119,7 @@ export class InMemoryCatalog implements Catalog {
         throw new WarrenError("invalid_argument", `${key} cannot be cleared`);
       }
     }
-    const current = sandboxes.get(id);
+    const current = this.#own().get(id);
     if (!current) return undefined;
     const next = copy({ ...current, ...patch, id, updatedAt: new Date().toISOString() });
     sandboxes.set(id, next);
@@ -90,16 +127,17 @@ export class InMemoryCatalog implements Catalog {
   }
 
   async getSandbox(id: string): Promise<SandboxRow | undefined> {
+    const row = this.#own().get(id);
+    return row && copy(row);
+  }
+
+  async findSandbox(id: string): Promise<SandboxRow | undefined> {
     const row = this.#data().sandboxes.get(id);
     return row && copy(row);
   }
 
-  findSandbox(id: string): Promise<SandboxRow | undefined> {
-    return this.getSandbox(id);
-  }
-
   async listSandboxes(states?: readonly SandboxState[]): Promise<SandboxRow[]> {
-    return [...this.#data().sandboxes.values()]
+    return [...this.#own().values()]
       .filter((row) => !states || states.includes(row.state))
       .sort(
         byKeys(
@@ -111,14 +149,16 @@ export class InMemoryCatalog implements Catalog {
   }
 
   async deleteSandbox(id: string): Promise<void> {
+    if (!this.#own().has(id)) return;
     this.#data().sandboxes.delete(id);
+    this.#store.sandboxNodes.delete(id);
   }
 
   async purgeKilledSecrets(killedBefore: string): Promise<number> {
     const { sandboxes, snapshots } = this.#data();
     const snapshotted = new Set([...snapshots.values()].map((s) => s.sandboxId));
     let changed = 0;
-    for (const [id, row] of sandboxes) {
+    for (const [id, row] of this.#own()) {
       if (row.state !== "killed" || row.updatedAt >= killedBefore) continue;
       const keepToken = snapshotted.has(id);
       const secrets =
@@ -219,17 +259,22 @@ export class InMemoryCatalog implements Catalog {
     this.#data().tags.delete(`${templateId} ${tag}`);
   }
 
+  /** Puts the row on this node (moving it here if another node held it); publishedAt stays. */
   async putSnapshot(row: SnapshotRow): Promise<void> {
-    this.#data().snapshots.set(row.id, copy(row));
+    const { nodeId: _node, publishedAt: _published, ...own } = row;
+    this.#data().snapshots.set(row.id, copy(own));
+    this.#store.snapshotNodes.set(row.id, this.#node);
   }
 
   async getSnapshot(id: string): Promise<SnapshotRow | undefined> {
     const row = this.#data().snapshots.get(id);
-    return row && copy(row);
+    return row && snapshotAsSeenBy(this.#store, row, this.#node);
   }
 
   async listSnapshots(filter: { sandboxId?: string; name?: string } = {}): Promise<SnapshotRow[]> {
-    return [...this.#data().snapshots.values()]
+    const { snapshotNodes } = this.#data();
+    return [...this.#store.snapshots.values()]
+      .filter((row) => snapshotNodes.get(row.id) === this.#node)
       .filter((row) => filter.sandboxId === undefined || row.sandboxId === filter.sandboxId)
       .filter((row) => filter.name === undefined || row.names.includes(filter.name))
       .sort(
@@ -238,11 +283,15 @@ export class InMemoryCatalog implements Catalog {
           (r) => r.id,
         ),
       )
-      .map(copy);
+      .map((row) => snapshotAsSeenBy(this.#store, row, this.#node));
   }
 
   async deleteSnapshot(id: string): Promise<void> {
-    this.#data().snapshots.delete(id);
+    const { snapshots, snapshotNodes, published } = this.#data();
+    if (snapshotNodes.get(id) !== this.#node) return;
+    snapshots.delete(id);
+    snapshotNodes.delete(id);
+    published.delete(id);
   }
 
   async snapshotUsers(
@@ -289,7 +338,7 @@ export class InMemoryCatalog implements Catalog {
     this.#open = false;
   }
 
-  #data(): Store {
+  #data(): CatalogStore {
     if (!this.#open) throw new WarrenError("unavailable", "the catalog is closed");
     return this.#store;
   }

@@ -1,54 +1,60 @@
 /**
- * A stand-in for the cluster catalog (PostgreSQL's, in production) as the gateway uses it:
- * nodes in a map, and where a sandbox lives answered by a locator the test supplies (its
- * stand-in nodes know their sandboxes). Records state changes so tests can check them.
+ * InMemoryCluster: a STAND-IN for PostgresCluster, for the gateway's unit tests: the same
+ * `ClusterCatalog` contract (test/contracts/cluster.contract.ts runs against it), kept in
+ * maps. Nodes' own rows are written through `catalog(nodeId)`, an InMemoryCatalog scoped to
+ * that node on the cluster's store, as each node's PostgresCatalog writes the shared
+ * database. Times are this process's clock; `age()` makes a node look silent.
  */
 import { randomBytes } from "node:crypto";
-import type { DownNode } from "../../src/catalog/index.js";
 import type {
-  GatewayCluster,
+  Catalog,
+  ClusterCatalog,
+  ClusterSandboxRow,
+  DownNode,
+  NodeLoad,
+  NodeRegistration,
   NodeRow,
   NodeState,
   SandboxLocation,
-} from "../../src/gateway/cluster.js";
+  SandboxState,
+} from "../../src/catalog/index.js";
+import { WarrenError } from "../../src/shared/index.js";
+import { type CatalogStore, emptyCatalogStore, InMemoryCatalog } from "./in-memory-catalog.js";
 
-type Mutable<T> = { -readonly [K in keyof T]: T[K] };
+/** A node's row as kept: heartbeatAgeMs is computed when read. */
+type NodeRecord = Omit<NodeRow, "heartbeatAgeMs" | "state" | "load" | "lastHeartbeat"> & {
+  state: NodeState;
+  load?: NodeLoad;
+  lastHeartbeat: string;
+};
 
-export class InMemoryCluster implements GatewayCluster {
-  readonly nodes = new Map<string, Mutable<NodeRow>>();
-  /** Sandboxes the cluster reports lost (a node marked down held them). */
-  readonly lost = new Set<string>();
-  /** Sandboxes reported paused, with a published snapshot (claimSandbox may move them). */
-  readonly paused = new Set<string>();
-  /** Sandboxes moved by claimSandbox, to the node now holding them. */
-  readonly claimed = new Map<string, string>();
+/** States a node marked down loses outright (paused ones only without a published snapshot). */
+const LOST_STATES: ReadonlySet<SandboxState> = new Set([
+  "creating",
+  "running",
+  "pausing",
+  "resuming",
+  "killing",
+]);
 
-  /** What the stand-in nodes check internal calls against. */
+const byId = (a: { id: string }, b: { id: string }) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+
+export class InMemoryCluster implements ClusterCatalog {
+  /** Registered nodes by id (tests may read them). */
+  readonly nodes = new Map<string, NodeRecord>();
+  readonly #store: CatalogStore = emptyCatalogStore();
+  #open = true;
+  /** The cluster key (clusterKey), which stand-in nodes check internal calls against. */
   readonly key = randomBytes(32).toString("base64url");
 
-  constructor(private readonly locator: (sandboxId: string) => string | undefined) {}
-
   async clusterKey(): Promise<string> {
+    this.#check();
     return this.key;
   }
 
-  addNode(node: Pick<NodeRow, "id" | "url" | "capacity">): void {
-    const now = new Date().toISOString();
-    this.nodes.set(node.id, {
-      state: "up",
-      labels: {},
-      registeredAt: now,
-      lastHeartbeat: now,
-      heartbeatAgeMs: 0,
-      ...node,
-    });
-  }
-
-  heartbeat(id: string, load?: NodeRow["load"]): void {
-    const node = this.nodes.get(id);
-    if (!node) throw new Error(`no node ${id}`);
-    node.lastHeartbeat = new Date().toISOString();
-    if (load) node.load = load;
+  /** A node's own catalog on the cluster's store (as PostgresCatalog with its node id). */
+  catalog(nodeId: string): Catalog {
+    return new InMemoryCatalog(this.#store, nodeId);
   }
 
   /** Makes a node look silent for `ms` (as the database's clock would say). */
@@ -57,49 +63,138 @@ export class InMemoryCluster implements GatewayCluster {
     if (node) node.lastHeartbeat = new Date(Date.now() - ms).toISOString();
   }
 
+  async registerNode(node: NodeRegistration): Promise<void> {
+    this.#check();
+    const now = new Date().toISOString();
+    this.nodes.set(node.id, {
+      id: node.id,
+      url: node.url,
+      capacity: { ...node.capacity },
+      labels: { ...(node.labels ?? {}) },
+      state: "up",
+      registeredAt: now,
+      lastHeartbeat: now,
+    });
+  }
+
+  async heartbeat(id: string, load: NodeLoad): Promise<NodeState> {
+    this.#check();
+    const node = this.nodes.get(id);
+    if (!node) throw new WarrenError("not_found", `heartbeat of node ${id}: no such node`);
+    node.load = structuredClone(load);
+    node.lastHeartbeat = new Date().toISOString();
+    return node.state;
+  }
+
   async listNodes(): Promise<NodeRow[]> {
-    return [...this.nodes.values()].map((node) => ({
-      ...node,
-      heartbeatAgeMs: Date.now() - Date.parse(node.lastHeartbeat),
-    }));
+    this.#check();
+    return [...this.nodes.values()].sort(byId).map((node) => this.#row(node));
   }
 
   async setNodeState(id: string, state: NodeState): Promise<void> {
+    this.#check();
     const node = this.nodes.get(id);
     if (node) node.state = state;
   }
 
   async markDownStale(olderThanMs: number): Promise<DownNode[]> {
+    this.#check();
     const down: DownNode[] = [];
-    for (const node of this.nodes.values()) {
-      if (node.state === "down") continue;
-      const heartbeatAgeMs = Date.now() - Date.parse(node.lastHeartbeat);
-      if (heartbeatAgeMs <= olderThanMs) continue;
+    for (const node of [...this.nodes.values()].sort(byId)) {
+      if (node.state === "down" || this.#ageOf(node) <= olderThanMs) continue;
       node.state = "down";
-      down.push({ ...node, heartbeatAgeMs, lost: [] });
+      down.push({ ...this.#row(node), lost: this.#loseSandboxesOf(node.id) });
     }
     return down;
   }
 
   async locateSandbox(id: string): Promise<SandboxLocation | undefined> {
-    const nodeId = this.claimed.get(id) ?? this.locator(id);
-    const node = nodeId === undefined ? undefined : this.nodes.get(nodeId);
-    if (!node) return undefined;
+    this.#check();
+    const row = this.#store.sandboxes.get(id);
+    const node = this.nodes.get(this.#store.sandboxNodes.get(id) ?? "");
+    if (!row || !node) return undefined;
     return {
       nodeId: node.id,
       nodeUrl: node.url,
-      state: this.lost.has(id) ? "killed" : this.paused.has(id) ? "paused" : "running",
+      state: row.state,
       nodeState: node.state,
-      vcpus: 1,
-      memoryMiB: 256,
-      ...(this.lost.has(id) ? { endedReason: "lost" } : {}),
+      vcpus: row.vcpus,
+      memoryMiB: row.memoryMiB,
+      ...(row.endedReason !== undefined && { endedReason: row.endedReason }),
     };
   }
 
+  async listSandboxes(
+    filter: { states?: readonly SandboxState[]; nodeId?: string } = {},
+  ): Promise<ClusterSandboxRow[]> {
+    this.#check();
+    const rows: ClusterSandboxRow[] = [];
+    for (const [id, row] of this.#store.sandboxes) {
+      const nodeId = this.#store.sandboxNodes.get(id) ?? "";
+      if (filter.states && !filter.states.includes(row.state)) continue;
+      if (filter.nodeId !== undefined && nodeId !== filter.nodeId) continue;
+      rows.push(structuredClone({ ...row, nodeId }));
+    }
+    return rows.sort((a, b) =>
+      a.startedAt !== b.startedAt ? (a.startedAt < b.startedAt ? -1 : 1) : byId(a, b),
+    );
+  }
+
   async claimSandbox(id: string, toNodeId: string, fromNodeId?: string): Promise<boolean> {
-    const at = this.claimed.get(id) ?? this.locator(id);
-    if (!this.paused.has(id) || (fromNodeId !== undefined && at !== fromNodeId)) return false;
-    this.claimed.set(id, toNodeId);
+    this.#check();
+    const row = this.#store.sandboxes.get(id);
+    const at = this.#store.sandboxNodes.get(id);
+    if (row?.state !== "paused" || !this.#published(row.snapshotId)) return false;
+    if (fromNodeId !== undefined && at !== fromNodeId) return false;
+    this.#store.sandboxNodes.set(id, toNodeId);
+    this.#store.sandboxes.set(id, { ...row, updatedAt: new Date().toISOString() });
     return true;
+  }
+
+  async markPublished(snapshotId: string): Promise<boolean> {
+    this.#check();
+    if (!this.#store.snapshots.has(snapshotId)) return false;
+    if (!this.#store.published.has(snapshotId))
+      this.#store.published.set(snapshotId, new Date().toISOString());
+    return true;
+  }
+
+  async close(): Promise<void> {
+    this.#open = false;
+  }
+
+  /** The node's sandboxes it takes down with it, made killed ("lost"), by id. */
+  #loseSandboxesOf(nodeId: string): DownNode["lost"] {
+    const lost: { sandboxId: string; was: SandboxState }[] = [];
+    const now = new Date().toISOString();
+    for (const [id, row] of [...this.#store.sandboxes].sort(([a], [b]) => (a < b ? -1 : 1))) {
+      if (this.#store.sandboxNodes.get(id) !== nodeId) continue;
+      const paused = row.state === "paused" && !this.#published(row.snapshotId);
+      if (!LOST_STATES.has(row.state) && !paused) continue;
+      this.#store.sandboxes.set(id, {
+        ...row,
+        state: "killed",
+        endedReason: "lost",
+        updatedAt: now,
+      });
+      lost.push({ sandboxId: id, was: row.state });
+    }
+    return lost;
+  }
+
+  #published(snapshotId: string | undefined): boolean {
+    return snapshotId !== undefined && this.#store.published.has(snapshotId);
+  }
+
+  #ageOf(node: NodeRecord): number {
+    return Date.now() - Date.parse(node.lastHeartbeat);
+  }
+
+  #row(node: NodeRecord): NodeRow {
+    return structuredClone({ ...node, heartbeatAgeMs: this.#ageOf(node) });
+  }
+
+  #check(): void {
+    if (!this.#open) throw new WarrenError("unavailable", "the cluster catalog is closed");
   }
 }

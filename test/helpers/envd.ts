@@ -59,10 +59,13 @@ export interface RunningEnvd {
  * Starts the bundled agent (the artifact that goes into guests) and waits for /health.
  * The SDK's debug mode expects port 49983; WARREN_TEST_ENVD_PORT moves it (and points the
  * SDK there through E2B_SANDBOX_URL) so two test files can run side by side while developing.
+ * `address`: another loopback address to listen on, on envd's own port, as a guest's envd
+ * answers the host (for the orchestrator's client, which always calls that port).
  */
-export async function startEnvd(): Promise<RunningEnvd> {
-  const port = Number(process.env.WARREN_TEST_ENVD_PORT ?? ENVD_PORT);
-  const url = `http://127.0.0.1:${port}`;
+export async function startEnvd(options: { address?: string } = {}): Promise<RunningEnvd> {
+  const address = options.address ?? "127.0.0.1";
+  const port = options.address ? ENVD_PORT : Number(process.env.WARREN_TEST_ENVD_PORT ?? ENVD_PORT);
+  const url = `http://${address}:${port}`;
   if (port !== ENVD_PORT) process.env.E2B_SANDBOX_URL = url;
   if (process.getuid?.() !== 0)
     throw new Error("envd tests must run as root (they run processes as other users)");
@@ -74,13 +77,9 @@ export async function startEnvd(): Promise<RunningEnvd> {
   );
   if (busy) throw new Error(`port ${port} is already in use: stop the envd running there first`);
   let output = "";
-  const child = spawn(
-    process.execPath,
-    [ENVD_BUNDLE, "--port", String(port), "--host", "127.0.0.1"],
-    {
-      stdio: ["ignore", "pipe", "pipe"],
-    },
-  );
+  const child = spawn(process.execPath, [ENVD_BUNDLE, "--port", String(port), "--host", address], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   child.stdout?.on("data", (d: Buffer) => {
     output += d.toString();
   });

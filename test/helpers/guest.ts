@@ -12,6 +12,7 @@ import type { MachineShape, Vm, VmSpec } from "../../src/vmm/index.js";
 import {
   type AccelChoice,
   chooseAccelerator,
+  Qcow2DiskChains,
   QemuDriver,
   qemuVersion,
   VmCgroups,
@@ -123,6 +124,8 @@ export async function runInGuest(url: string, cmd: string, user = "user"): Promi
 export interface TestVmm {
   readonly images: GuestArtifacts;
   readonly driver: QemuDriver;
+  /** The driver's disks (flattening, as the orchestrator does it). */
+  readonly disks: Qcow2DiskChains;
   readonly accel: AccelChoice;
   /** The uids VMMs drop to (one each) and their cgroups, as a server gives them. */
   readonly identities: VmmIdentities;
@@ -148,10 +151,17 @@ export async function testVmm(name: string): Promise<TestVmm> {
   });
   const cgroups = VmCgroups.detect(`${runEnv().networkPrefix}-vms`);
   const identities = new VmmIdentities(runVmmUidBase(), RUN_VMM_UID_COUNT);
-  const driver = new QemuDriver({ accel: accel.accel, qemuVersion: version, identities, cgroups });
+  const disks = new Qcow2DiskChains();
+  const driver = new QemuDriver({
+    accel: accel.accel,
+    qemuVersion: version,
+    disks,
+    identities,
+    cgroups,
+  });
   const work = mkdtempSync(join(runEnv().dataDir, `${name}-`));
   chmodSync(work, 0o711); // the unprivileged QEMU must reach the runtime dirs below
-  return { images, driver, accel, identities, cgroups, work };
+  return { images, driver, disks, accel, identities, cgroups, work };
 }
 
 /** A VM spec for the base image in a network slot, with its runtime dir under `work/run/`. */

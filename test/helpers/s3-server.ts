@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CreateBucketCommand, S3Client } from "@aws-sdk/client-s3";
 import S3rver from "s3rver";
+import { S3SharedStore } from "../../src/store/index.js";
 
 /** s3rver checks signatures against these fixed credentials. */
 export const S3RVER_CREDENTIALS = { accessKeyId: "S3RVER", secretAccessKey: "S3RVER" };
@@ -68,3 +69,24 @@ export async function startS3Server(address = "127.0.0.1"): Promise<S3TestServer
     },
   };
 }
+
+/** An S3SharedStore on a fresh bucket of `server`'s, under `prefix`, in parts of 5 MiB. */
+export async function openS3Store(
+  server: S3TestServer,
+  prefix = "warren/",
+): Promise<{ bucket: string; store: S3SharedStore }> {
+  const bucket = await server.createBucket();
+  const store = new S3SharedStore({
+    endpoint: server.endpoint,
+    region: server.region,
+    credentials: server.credentials,
+    forcePathStyle: true,
+    bucket,
+    prefix,
+    partSizeBytes: S3_PART_BYTES,
+  });
+  return { bucket, store };
+}
+
+/** The smallest part S3 takes: files larger go up in several. */
+export const S3_PART_BYTES = 5 * 1024 * 1024;

@@ -5,28 +5,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import Database from "better-sqlite3";
-import { catalogContract, sandboxRow } from "../catalog.contract.js";
-import type { Catalog } from "../catalog.js";
+import { sandboxRow } from "../../../test/contracts/catalog.contract.js";
 import { MIGRATIONS, SCHEMA_VERSION } from "./migrations.js";
 import { SqliteCatalog } from "./sqlite-catalog.js";
-
-catalogContract("sqlite", async () => {
-  const dir = await mkdtemp(join(tmpdir(), "warren-catalog-"));
-  const path = join(dir, "catalog.db");
-  const opened: Catalog[] = [await SqliteCatalog.open(path)];
-  return {
-    catalog: opened[0] as Catalog,
-    reopen: async () => {
-      for (const catalog of opened) await catalog.close();
-      opened.push(await SqliteCatalog.open(path));
-      return opened.at(-1) as Catalog;
-    },
-    cleanup: async () => {
-      for (const catalog of opened) await catalog.close();
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
-});
 
 describe("SqliteCatalog", () => {
   let dir: string;

@@ -3,10 +3,11 @@ import { access, mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
-import type { SnapshotMeta, VmSpec } from "../driver.js";
+import type { VmSpec } from "../driver.js";
 import { SnapshotTamperedError } from "../errors.js";
 import { QemuDriver } from "./driver.js";
-import { SNAPSHOT_FORMAT_VERSION, writeSnapshotMeta } from "./snapshot-meta.js";
+import { Qcow2DiskChains } from "./qcow2-disk-chains.js";
+import { SNAPSHOT_FORMAT_VERSION, type SnapshotMeta, writeSnapshotMeta } from "./snapshot-meta.js";
 
 const spec: VmSpec = {
   id: "t",
@@ -52,7 +53,13 @@ describe("QemuDriver.bootDrift", () => {
     return dir;
   };
   const driver = (options: { guestAslr?: boolean; tscKhz?: number } = {}) =>
-    new QemuDriver({ accel: "tcg", qemuVersion: "q", tscKhz: 1_000_000, ...options });
+    new QemuDriver({
+      accel: "tcg",
+      qemuVersion: "q",
+      disks: new Qcow2DiskChains(),
+      tscKhz: 1_000_000,
+      ...options,
+    });
   /** The command line `d` would boot with, read from the drift it reports on an unrecorded one. */
   const bootsWith = async (d: QemuDriver) => {
     const reason = await d.bootDrift(await snapshotWith(), spec);
@@ -95,7 +102,12 @@ describe("QemuDriver.restore of a snapshot moved without its ancestors", () => {
         memoryImage: { snapshot: "tpl", file: "memory.img" },
         diskBacking: { snapshot: "tpl", file: "disk.qcow2", format: "qcow2" },
       });
-      const driver = new QemuDriver({ accel: "tcg", qemuVersion: "q", tscKhz: 1_000_000 });
+      const driver = new QemuDriver({
+        accel: "tcg",
+        qemuVersion: "q",
+        disks: new Qcow2DiskChains(),
+        tscKhz: 1_000_000,
+      });
       const runtimeDir = join(root, "run", "t");
       await assert.rejects(driver.restore(pause, { ...spec, runtimeDir }), (err: unknown) => {
         assert.ok(err instanceof SnapshotTamperedError);

@@ -4,7 +4,6 @@ import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import type {
   Accelerator,
-  FlattenPlan,
   PreparedRestore,
   SnapshotFile,
   Vm,
@@ -14,12 +13,11 @@ import type {
 import { SnapshotTamperedError } from "../errors.js";
 import { cpuModel, type DiskLayer, kernelCommandLine, qemuArgs } from "./args.js";
 import { limitsFor, type VmCgroup, type VmCgroups } from "./cgroups.js";
-import { finishFlatten, prepareFlatten } from "./flatten-disk.js";
 import { hostTscKhz } from "./host-tsc.js";
 import { explainFailure, launch, loadDeviceState, runtimePaths } from "./launch.js";
 import { applyMemoryDiff, findRamMapping } from "./memory-image.js";
 import { killOrphanVmms } from "./orphans.js";
-import { createOverlay, imageFormat, virtualSize } from "./qcow2-overlay.js";
+import type { Qcow2DiskChains } from "./qcow2-disk-chains.js";
 import { QEMU_BINARY } from "./qemu-process.js";
 import { checksumSnapshot, SnapshotVerifier } from "./sealed-files.js";
 import { type ChainLayer, diskOf, headerName, readChain, resolveFile } from "./snapshot-chain.js";
@@ -38,6 +36,11 @@ const BACKGROUND_NICE = 10;
 
 export interface QemuDriverOptions {
   readonly accel: Accelerator;
+  /**
+   * Where VMs' disks are made: each VM's overlay, stacked on the base image or on a
+   * snapshot's frozen disk. The orchestrator flattens chains through the same instance.
+   */
+  readonly disks: Qcow2DiskChains;
   /** `qemu-system-x86_64 --version`'s first line; recorded in snapshots. */
   readonly qemuVersion: string;
   /** TSC rate given to TCG guests; default: the host's (hostTscKhz). */
@@ -172,6 +175,7 @@ export class QemuDriver implements VmmDriver {
       memory,
       rootDisk: runtimePaths(spec).overlay,
       backing,
+      disks: this.#o.disks,
       host: this.#hostFor(spec),
       identity,
       kernelCommandLine,
@@ -227,14 +231,12 @@ export class QemuDriver implements VmmDriver {
 
   async boot(spec: VmSpec): Promise<Vm> {
     const paths = runtimePaths(spec);
-    const base: ChainLayer = { file: spec.baseDisk, format: imageFormat(spec.baseDisk) };
+    const { disks } = this.#o;
+    const base = disks.baseLayer(spec.baseDisk);
     const { identity, prepared: growRoot } = await this.#setUp(spec, async (owner) => {
       const wanted = BigInt(spec.shape.diskSizeMiB ?? 0) * 1024n * 1024n;
-      const size = await createOverlay(paths.overlay, base.file, base.format, {
-        minSizeBytes: wanted,
-        owner,
-      });
-      return size > (await virtualSize(spec.baseDisk));
+      const size = await disks.createOverlay(paths.overlay, base, { minSizeBytes: wanted, owner });
+      return size > (await disks.virtualSize(spec.baseDisk));
     });
     const memory: VmMemory = { file: paths.memory, shared: true };
     const commandLine = this.#kernelCommandLine(spec, growRoot);
@@ -275,7 +277,7 @@ export class QemuDriver implements VmmDriver {
     const paths = runtimePaths(spec);
     const backing = chain.disk[0] as ChainLayer;
     const { identity } = await this.#setUp(spec, (owner) =>
-      createOverlay(paths.overlay, backing.file, "qcow2", {
+      this.#o.disks.createOverlay(paths.overlay, backing, {
         owner,
         backingName: headerName(diskOf(chain.dir)),
       }),
@@ -283,16 +285,8 @@ export class QemuDriver implements VmmDriver {
     return { chain, paths, backing, identity };
   }
 
-  flattenDisk(snapshotDir: string, ontoDir: string): Promise<FlattenPlan> {
-    return prepareFlatten(snapshotDir, ontoDir);
-  }
-
   checksumSnapshot(snapshotDir: string): Promise<readonly SnapshotFile[]> {
     return checksumSnapshot(snapshotDir);
-  }
-
-  finishFlatten(snapshotDir: string, recordedMetaSha256: string | undefined): Promise<boolean> {
-    return finishFlatten(snapshotDir, recordedMetaSha256);
   }
 
   /** Checks a snapshot and those it stands on (`dirs`, from readChain) against their seals. */

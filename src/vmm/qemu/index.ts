@@ -3,6 +3,7 @@ export { type AccelChoice, type AccelChoiceOptions, chooseAccelerator } from "./
 export { limitsFor, type VmCgroup, VmCgroups, type VmLimits } from "./cgroups.js";
 export { QemuDriver, type QemuDriverOptions, qemuVersion } from "./driver.js";
 export { enableKsm } from "./memory-merge.js";
+export { Qcow2DiskChains } from "./qcow2-disk-chains.js";
 export { VMM_OOM_SCORE_ADJ } from "./qemu-process.js";
 export { QmpClient, type QmpEvent } from "./qmp-client.js";
 export { VmmIdentities, type VmmIdentity } from "./vmm-ids.js";

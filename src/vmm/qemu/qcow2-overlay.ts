@@ -30,22 +30,27 @@ export async function virtualSize(path: string): Promise<bigint> {
   }
 }
 
-/**
- * `minSizeBytes` grows the overlay beyond its backing image (never shrinks it). `owner`: the
- * VMM account it is handed to, through the new file's handle (its directory may be the
- * VMM's, where a path could be swapped for a link between creating and chowning).
- * `backingName`: what the header names (default `backing`); a relative name is taken from
- * the overlay's own directory by whoever follows it (QEMU is always handed the chain).
- */
+export interface OverlayOptions {
+  /** Grows the overlay beyond its backing image (never shrinks it). */
+  readonly minSizeBytes?: bigint;
+  /**
+   * The VMM account it is handed to, through the new file's handle (its directory may be the
+   * VMM's, where a path could be swapped for a link between creating and chowning).
+   */
+  readonly owner?: { uid: number; gid: number };
+  /**
+   * What the header names (default `backing`); a relative name is taken from the overlay's
+   * own directory by whoever follows it (QEMU is always handed the chain).
+   */
+  readonly backingName?: string;
+}
+
+/** Returns the overlay's virtual size. */
 export async function createOverlay(
   path: string,
   backing: string,
   backingFormat: "qcow2" | "raw",
-  options: {
-    minSizeBytes?: bigint;
-    owner?: { uid: number; gid: number };
-    backingName?: string;
-  } = {},
+  options: OverlayOptions = {},
 ): Promise<bigint> {
   const minSizeBytes = options.minSizeBytes ?? 0n;
   const backingSize = await virtualSize(backing);

@@ -3,7 +3,6 @@ import { mkdir, mkdtemp, rename, rm, symlink, writeFile } from "node:fs/promises
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import type { DiskBacking, SnapshotFileRef, SnapshotMeta } from "../driver.js";
 import { SnapshotMismatchError, SnapshotTamperedError, VmmError } from "../errors.js";
 import {
   backingRecord,
@@ -14,7 +13,13 @@ import {
   resolveBacking,
   resolveFile,
 } from "./snapshot-chain.js";
-import { SNAPSHOT_FORMAT_VERSION, writeSnapshotMeta } from "./snapshot-meta.js";
+import {
+  type DiskBacking,
+  SNAPSHOT_FORMAT_VERSION,
+  type SnapshotFileRef,
+  type SnapshotMeta,
+  writeSnapshotMeta,
+} from "./snapshot-meta.js";
 
 const BASE = "/images/base.ext4";
 

@@ -1,9 +1,14 @@
 import { lstat } from "node:fs/promises";
 import { basename, dirname, isAbsolute, join, resolve, sep } from "node:path";
-import type { DiskBacking, SnapshotFileRef, SnapshotMeta } from "../driver.js";
 import { SnapshotTamperedError, VmmError } from "../errors.js";
 import type { DiskLayer } from "./args.js";
-import { DISK_FILE, readSnapshotMeta } from "./snapshot-meta.js";
+import {
+  DISK_FILE,
+  type DiskBacking,
+  readSnapshotMeta,
+  type SnapshotFileRef,
+  type SnapshotMeta,
+} from "./snapshot-meta.js";
 
 /**
  * Snapshots stand on each other (a pause's memory image is its template's, a disk layer is

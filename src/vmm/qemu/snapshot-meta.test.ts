@@ -1,8 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import type { SnapshotMeta } from "../driver.js";
 import { SnapshotMismatchError } from "../errors.js";
-import { checkRestorable, SNAPSHOT_FORMAT_VERSION } from "./snapshot-meta.js";
+import { checkRestorable, SNAPSHOT_FORMAT_VERSION, type SnapshotMeta } from "./snapshot-meta.js";
 
 const meta: SnapshotMeta = {
   formatVersion: SNAPSHOT_FORMAT_VERSION,

@@ -1,6 +1,6 @@
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import type { SnapshotMeta } from "../driver.js";
+import type { Accelerator, MachineShape } from "../driver.js";
 import { SnapshotMismatchError, VmmError } from "../errors.js";
 
 /**
@@ -16,6 +16,56 @@ export const MEMORY_FILE = "memory.img";
 export const MEMORY_DIFF_FILE = "memory.diff";
 export const DEVICE_STATE_FILE = "devstate.bin";
 export const DISK_FILE = "disk.qcow2";
+
+/** What a snapshot was taken on; a restore on anything else is refused, never attempted. */
+export interface SnapshotMeta {
+  readonly formatVersion: number;
+  readonly accel: Accelerator;
+  readonly cpuModel: string;
+  readonly qemuVersion: string;
+  readonly kernel: string;
+  /** GuestImages.fingerprint of the images the snapshot's guest was booted from. */
+  readonly images: string;
+  /** The guest kernel's command line at boot, carried through every capture since. */
+  readonly kernelCommandLine?: string;
+  readonly shape: MachineShape;
+  /** The full memory image the guest's RAM is mapped from: the snapshot's own or a sibling's. */
+  readonly memoryImage: SnapshotFileRef;
+  /** Pages that differ from `memoryImage` (file in the snapshot directory), written in at restore. */
+  readonly memoryDiff?: string;
+  readonly diffPages: number;
+  /** Files inside the snapshot directory. */
+  readonly deviceStateFile: string;
+  readonly diskFile: string;
+  /**
+   * The image `diskFile` is stacked on, as Warren made it: a restore passes QEMU the whole
+   * chain from these records and never reads a backing path from a qcow2 header.
+   */
+  readonly diskBacking: DiskBacking;
+  readonly createdAt: string;
+}
+
+/**
+ * A file of a snapshot named without a path: the referencing snapshot's own (no `snapshot`),
+ * or one of a sibling snapshot's, by the sibling's directory name. Snapshots that stand on
+ * each other lie side by side in one directory, wherever that is: a snapshot copied to
+ * another node with its ancestors beside it resolves to the same files there.
+ */
+export interface SnapshotFileRef {
+  /** The directory name of the snapshot holding the file, beside the referencing one. */
+  readonly snapshot?: string;
+  /** A file name in that directory. */
+  readonly file: string;
+}
+
+/**
+ * A disk's backing image: a sibling snapshot's frozen disk (whose meta.json names the next
+ * image down), or an image outside every snapshot (the base rootfs), by absolute path: the
+ * guest images have the same path on every node, and their fingerprint is checked.
+ */
+export type DiskBacking =
+  | { readonly snapshot: string; readonly file: string; readonly format: "qcow2" }
+  | { readonly image: string; readonly format: "qcow2" | "raw" };
 
 export async function writeSnapshotMeta(
   dir: string,

@@ -1,9 +1,9 @@
 import { link, mkdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import type { ExitInfo, SnapshotFileRef, SnapshotTiming, Vm, VmSpec } from "../driver.js";
+import type { ExitInfo, SnapshotTiming, Vm, VmSpec } from "../driver.js";
 import { overlayNode } from "./args.js";
 import { copySparse, dirtyPages, findRamMapping, writeMemoryDiff } from "./memory-image.js";
-import { createOverlay } from "./qcow2-overlay.js";
+import type { Qcow2DiskChains } from "./qcow2-disk-chains.js";
 import type { QemuProcess } from "./qemu-process.js";
 import type { QmpClient } from "./qmp-client.js";
 import { sealSnapshot } from "./sealed-files.js";
@@ -15,6 +15,7 @@ import {
   MEMORY_FILE,
   type RestoreHost,
   SNAPSHOT_FORMAT_VERSION,
+  type SnapshotFileRef,
   writeSnapshotMeta,
 } from "./snapshot-meta.js";
 import type { VmmIdentity } from "./vmm-ids.js";
@@ -35,6 +36,8 @@ export interface QemuVmParts {
   /** The overlay QEMU writes the root disk to, and the image it is stacked on. */
   readonly rootDisk: string;
   readonly backing: ChainLayer;
+  /** Makes the fresh overlay a fork capture switches the VM to. */
+  readonly disks: Qcow2DiskChains;
   readonly host: RestoreHost;
   /** The uid QEMU runs as (files handed to it are its), or none when it stays root. */
   readonly identity: VmmIdentity | undefined;
@@ -59,6 +62,7 @@ export class QemuVm implements Vm {
   readonly qmp: QmpClient;
   readonly memory: VmMemory;
   readonly host: RestoreHost;
+  readonly #disks: Qcow2DiskChains;
   readonly identity: VmmIdentity | undefined;
   /** What the guest booted with (a restore carries its snapshot's; older ones lack it). */
   readonly kernelCommandLine: string | undefined;
@@ -76,6 +80,7 @@ export class QemuVm implements Vm {
       kernelCommandLine: this.kernelCommandLine,
       rootDisk: this.rootDisk,
       backing: this.backing,
+      disks: this.#disks,
     } = parts);
     this.exited = this.proc.exited;
   }
@@ -198,10 +203,14 @@ export class QemuVm implements Vm {
     const next = join(this.spec.runtimeDir, `disk-${++this.#snapshots}.qcow2`);
     const nextNode = `root-${this.#snapshots}`;
     await link(this.rootDisk, frozen);
-    await createOverlay(next, frozen, "qcow2", {
-      owner: this.identity,
-      backingName: headerName(diskOf(dir)),
-    });
+    await this.#disks.createOverlay(
+      next,
+      { file: frozen, format: "qcow2" },
+      {
+        owner: this.identity,
+        backingName: headerName(diskOf(dir)),
+      },
+    );
     await this.qmp.execute("blockdev-add", overlayNode(nextNode, next, null));
     await this.qmp.execute("blockdev-snapshot", { node: this.#rootNode, overlay: nextNode });
     this.#rootNode = nextNode;

@@ -4,9 +4,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it, type TestContext } from "node:test";
 import pg from "pg";
-import { catalogContract, sandboxRow } from "../../../src/catalog/catalog.contract.js";
 import { type Catalog, PostgresCatalog, type TemplateKind } from "../../../src/catalog/index.js";
 import { MIGRATIONS, SCHEMA_VERSION } from "../../../src/catalog/postgres/migrations.js";
+import { catalogContract, sandboxRow } from "../../contracts/catalog.contract.js";
 import { startPostgres, type TestPostgres } from "../../helpers/postgres.js";
 
 let server: TestPostgres;

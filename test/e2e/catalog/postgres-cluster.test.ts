@@ -2,8 +2,8 @@
 // file, a fresh database per test): the ClusterCatalog contract, the nodes' rows written
 // through PostgresCatalogs on the same database.
 import { after, before } from "node:test";
-import { clusterContract } from "../../../src/catalog/cluster.contract.js";
 import { type Catalog, PostgresCatalog, PostgresCluster } from "../../../src/catalog/index.js";
+import { clusterContract } from "../../contracts/cluster.contract.js";
 import { startPostgres, type TestPostgres } from "../../helpers/postgres.js";
 
 let server: TestPostgres;

@@ -17,7 +17,7 @@ import { type StateLayout, stateLayout } from "../../../src/orchestrator/layout.
 import { LifecycleEvents } from "../../../src/orchestrator/lifecycle-events.js";
 import { Snapshots } from "../../../src/orchestrator/snapshots.js";
 import { FsSharedStore } from "../../../src/store/index.js";
-import { QemuDriver } from "../../../src/vmm/qemu/index.js";
+import { Qcow2DiskChains, QemuDriver } from "../../../src/vmm/qemu/index.js";
 import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";
 import { sealSnapshot } from "../../../src/vmm/qemu/sealed-files.js";
 import { diskOf } from "../../../src/vmm/qemu/snapshot-chain.js";
@@ -56,6 +56,7 @@ async function twoNodes(name: string) {
   await writeFile(base, Buffer.alloc(0));
   await run("truncate", ["-s", "64M", base]);
   const fetches: string[] = [];
+  const disks = new Qcow2DiskChains();
   const snapshotsOf = (
     id: string,
     catalog: PostgresCatalog,
@@ -64,7 +65,8 @@ async function twoNodes(name: string) {
   ) =>
     new Snapshots({
       catalog,
-      driver: new QemuDriver({ accel: "tcg", qemuVersion: "test" }),
+      driver: new QemuDriver({ accel: "tcg", qemuVersion: "test", disks }),
+      disks,
       layout,
       imagesFingerprint: "test",
       flattenDepth: 0,

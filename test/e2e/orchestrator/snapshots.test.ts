@@ -1,6 +1,6 @@
 /**
  * Snapshots against the real catalog (SQLite file), real qcow2 files and the QEMU driver's
- * real `flattenDisk` (qemu-img). The VM being captured is a stand-in (`ScribeVm`,
+ * real flatten (Qcow2DiskChains, qemu-img). The VM being captured is a stand-in (`ScribeVm`,
  * test/helpers/scribe-vm.ts): it writes a recognisable pattern into a fresh overlay per
  * generation, as a guest writing its disk between pauses would. Real VMs go through `Snapshots`
  * in test/e2e/flatten.test.ts.
@@ -18,7 +18,8 @@ import { type SandboxRow, SqliteCatalog } from "../../../src/catalog/index.js";
 import { stateLayout } from "../../../src/orchestrator/layout.js";
 import { LifecycleEvents } from "../../../src/orchestrator/lifecycle-events.js";
 import { Snapshots } from "../../../src/orchestrator/snapshots.js";
-import { QemuDriver } from "../../../src/vmm/qemu/index.js";
+import type { DiskChains } from "../../../src/vmm/index.js";
+import { Qcow2DiskChains, QemuDriver } from "../../../src/vmm/qemu/index.js";
 import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";
 import { diskOf } from "../../../src/vmm/qemu/snapshot-chain.js";
 import { chainLength, MiB, qemuIo, ScribeVm, writeMeta } from "../../helpers/scribe-vm.js";
@@ -34,7 +35,11 @@ after(async () => {
 });
 
 /** A data dir with a raw base disk and a template (its snapshot stacked on that disk). */
-async function fixture(name: string, flattenDepth: number, driver = testDriver()) {
+async function fixture(
+  name: string,
+  flattenDepth: number,
+  disks: DiskChains = new Qcow2DiskChains(),
+) {
   const layout = stateLayout(join(root, name));
   await mkdir(layout.snapshotsDir, { recursive: true });
   const base = join(root, `${name}-base.raw`);
@@ -66,7 +71,8 @@ async function fixture(name: string, flattenDepth: number, driver = testDriver()
   });
   const snapshots = new Snapshots({
     catalog,
-    driver,
+    driver: testDriver(),
+    disks,
     layout,
     imagesFingerprint: "test",
     flattenDepth,
@@ -114,7 +120,7 @@ function pausedOn(snapshotId: string): SandboxRow {
 }
 
 function testDriver(): QemuDriver {
-  return new QemuDriver({ accel: "tcg", qemuVersion: "test" });
+  return new QemuDriver({ accel: "tcg", qemuVersion: "test", disks: new Qcow2DiskChains() });
 }
 
 it("keeps a 30-generation chain within the flatten depth, with every generation's data", async () => {
@@ -171,20 +177,16 @@ it("keeps a snapshot released while it is being flattened until the flatten is d
   const started = new Promise<void>((resolve) => {
     flattening = resolve;
   });
-  const real = testDriver();
-  const gated = {
-    checksumSnapshot: (dir: string) => real.checksumSnapshot(dir),
-    flattenDisk: async (dir: string, onto: string) => {
+  const real = new Qcow2DiskChains();
+  const gated: DiskChains = {
+    finishFlatten: (dir, recorded) => real.finishFlatten(dir, recorded),
+    flatten: async (dir, onto) => {
       flattening();
       await gate;
-      return real.flattenDisk(dir, onto);
+      return real.flatten(dir, onto);
     },
   };
-  const { layout, catalog, snapshots, pauses } = await fixture(
-    "busy",
-    1,
-    gated as unknown as QemuDriver,
-  );
+  const { layout, catalog, snapshots, pauses } = await fixture("busy", 1, gated);
   const last = await pauses(2);
   await started;
   assert.deepEqual(await snapshots.release(last), [], "released mid-flatten");
@@ -197,17 +199,13 @@ it("keeps a snapshot released while it is being flattened until the flatten is d
 });
 
 it("leaves the snapshot as it was when flattening fails", async () => {
-  const real = testDriver();
+  const real = new Qcow2DiskChains();
   // qemu-img is asked to rebase onto a directory with no disk in it.
-  const misdirected = {
-    checksumSnapshot: (dir: string) => real.checksumSnapshot(dir),
-    flattenDisk: (dir: string, onto: string) => real.flattenDisk(dir, join(onto, "missing")),
+  const misdirected: DiskChains = {
+    finishFlatten: (dir, recorded) => real.finishFlatten(dir, recorded),
+    flatten: (dir, onto) => real.flatten(dir, join(onto, "missing")),
   };
-  const { layout, catalog, snapshots, pauses } = await fixture(
-    "fails",
-    1,
-    misdirected as unknown as QemuDriver,
-  );
+  const { layout, catalog, snapshots, pauses } = await fixture("fails", 1, misdirected);
   const last = await pauses(2);
   await snapshots.close();
   const row = await catalog.getSnapshot(last);

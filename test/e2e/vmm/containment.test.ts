@@ -22,6 +22,7 @@ import {
 } from "../../../src/vmm/index.js";
 import {
   limitsFor,
+  type Qcow2DiskChains,
   QemuDriver,
   VMM_OOM_SCORE_ADJ,
   VmCgroups,
@@ -79,6 +80,7 @@ async function sha256(path: string): Promise<string> {
 describe("VMM containment (real guests)", () => {
   let images: GuestArtifacts;
   let driver: QemuDriver;
+  let disks: Qcow2DiskChains;
   let cgroups: VmCgroups | undefined;
   let pool: NetnsSlotPool;
   let work: string;
@@ -110,8 +112,10 @@ describe("VMM containment (real guests)", () => {
     const vmm = await testVmm("test-contain");
     ({ images, work, cgroups } = vmm);
     // The server's driver checks every restore against the catalog's record of the files.
+    disks = vmm.disks;
     driver = new QemuDriver({
       accel: vmm.driver.accel,
+      disks,
       qemuVersion:
         (await execFileP("qemu-system-x86_64", ["--version"])).stdout.split("\n")[0] ?? "",
       identities: new VmmIdentities(runVmmUidBase(), RUN_VMM_UID_COUNT),
@@ -285,7 +289,7 @@ os.close(fd)`;
     await capture(vm, above, false);
     vms.delete(vm);
     // qemu-img follows headers: flattening checks them against the records and refuses.
-    await assert.rejects(driver.flattenDisk(above, paused), (err: unknown) => {
+    await assert.rejects(disks.flatten(above, paused), (err: unknown) => {
       assert.ok(err instanceof VmmError);
       assert.match(err.message, /names \/etc\/shadow backing/);
       return true;

@@ -19,7 +19,7 @@ import {
   type Vm,
   VmmError,
 } from "../../../src/vmm/index.js";
-import { QemuDriver, qemuVersion } from "../../../src/vmm/qemu/index.js";
+import { type Qcow2DiskChains, QemuDriver, qemuVersion } from "../../../src/vmm/qemu/index.js";
 import { headerBacking } from "../../../src/vmm/qemu/qcow2-overlay.js";
 import { readChain } from "../../../src/vmm/qemu/snapshot-chain.js";
 import {
@@ -55,6 +55,7 @@ async function metaOf(dir: string): Promise<SnapshotMeta> {
 describe("snapshots relocated to another directory restore there (real guests)", () => {
   let images: GuestArtifacts;
   let driver: QemuDriver;
+  let disks: Qcow2DiskChains;
   let pool: NetnsSlotPool;
   let work: string;
   /** Node A's snapshots, then node B's copies of them. */
@@ -70,8 +71,10 @@ describe("snapshots relocated to another directory restore there (real guests)",
     const vmm = await testVmm("test-relocate");
     ({ images, work } = vmm);
     // Every restore checked against the recorded checksums, as the server's driver does.
+    disks = vmm.disks;
     driver = new QemuDriver({
       accel: vmm.driver.accel,
+      disks,
       qemuVersion: await qemuVersion(),
       identities: vmm.identities,
       cgroups: vmm.cgroups,
@@ -204,7 +207,7 @@ describe("snapshots relocated to another directory restore there (real guests)",
   });
 
   it("flattens a relocated chain: the headers name siblings, as the records do", async () => {
-    const plan = await driver.flattenDisk(join(b, "pause"), join(b, "tpl"));
+    const plan = await disks.flatten(join(b, "pause"), join(b, "tpl"));
     sealed.set(join(b, "pause"), plan.files);
     await plan.commit();
     assert.equal(await headerBacking(join(b, "pause", "disk.qcow2")), "../tpl/disk.qcow2");

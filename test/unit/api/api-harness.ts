@@ -4,7 +4,7 @@
  */
 import type { FastifyInstance, LightMyRequestResponse } from "fastify";
 import { type ApiOptions, createApi } from "../../../src/api/index.js";
-import { InMemorySandboxService } from "./in-memory-sandbox-service.js";
+import { InMemorySandboxService } from "../../fakes/in-memory-sandbox-service.js";
 
 export const API_KEY = "e2b_0123456789abcdef";
 

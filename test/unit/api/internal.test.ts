@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { CLUSTER_KEY_HEADER, INTERNAL_PATHS } from "../../../src/protocol/index.js";
+import { InMemorySandboxService } from "../../fakes/in-memory-sandbox-service.js";
 import { errorOf, useApi } from "./api-harness.js";
-import { InMemorySandboxService } from "./in-memory-sandbox-service.js";
 
 const CLUSTER_KEY = "k".repeat(43);
 

@@ -52,9 +52,9 @@ describe("gateway: placement", () => {
   it("prefers a node with a warm VMM of the template", async () => {
     const c = await cluster({ nodes: 3 });
     const warm = { sandboxes: 0, vcpusUsed: 0, memoryMiBUsed: 0, draining: false };
-    c.cluster.heartbeat("node0", { ...warm, warmTemplates: [] });
-    c.cluster.heartbeat("node1", { ...warm, warmTemplates: ["base"] });
-    c.cluster.heartbeat("node2", { ...warm, warmTemplates: [] });
+    await c.cluster.heartbeat("node0", { ...warm, warmTemplates: [] });
+    await c.cluster.heartbeat("node1", { ...warm, warmTemplates: ["base"] });
+    await c.cluster.heartbeat("node2", { ...warm, warmTemplates: [] });
     await c.gateway.directory.refresh();
     assert.equal(holder(c, await createdId(c)), "node1");
   });
@@ -157,7 +157,10 @@ describe("gateway: routing", () => {
     assert.equal(unknown.status, 404);
     assert.equal(((await unknown.json()) as { reason: string }).reason, "sandbox_not_found");
     const id = await createdId(c);
-    c.cluster.lost.add(id);
+    // As a gateway marking its node down leaves it.
+    await c.cluster
+      .catalog(holder(c, id) ?? "")
+      .updateSandbox(id, { state: "killed", endedReason: "lost" });
     const lost = await c.call("GET", `/sandboxes/${id}`);
     assert.equal(lost.status, 404);
     const body = (await lost.json()) as { code: number; reason: string; message: string };
@@ -191,13 +194,13 @@ describe("gateway: routing", () => {
     assert.equal((await c.call("POST", `/sandboxes/${id}/pause`)).status, 204);
     await c.cluster.setNodeState(from.id, "down");
     assert.equal((await c.call("GET", `/sandboxes/${id}`)).status, 503, "not moved by a get");
-    assert.equal(c.cluster.claimed.size, 0);
-    // Unpublished (the fake's claim refuses what is not in `paused`): it stays.
+    assert.equal((await c.cluster.locateSandbox(id))?.nodeId, from.id);
+    // Unpublished (its snapshot is not in the shared store): it stays.
     assert.equal((await c.call("POST", `/sandboxes/${id}/connect`, { body: {} })).status, 503);
 
-    c.cluster.paused.add(id);
+    await c.publishPause(id);
     const connected = await c.call("POST", `/sandboxes/${id}/connect`, { body: { timeout: 60 } });
-    const target = c.cluster.claimed.get(id);
+    const target = (await c.cluster.locateSandbox(id))?.nodeId;
     assert.ok(target && target !== from.id, `claimed for ${target}`);
     // The stand-in target never had it: its 404 shows the call went there.
     assert.equal(connected.status, 404);
@@ -217,10 +220,10 @@ describe("gateway: routing", () => {
     const holding = c.nodes.find((n) => n.id === holder(c, other));
     assert.ok(holding);
     assert.equal((await c.call("POST", `/sandboxes/${other}/pause`)).status, 204);
-    c.cluster.paused.add(other);
+    await c.publishPause(other);
     await c.cluster.setNodeState(holding.id, "draining");
     await c.call("POST", `/sandboxes/${other}/resume`, { body: {} });
-    const drainedTo = c.cluster.claimed.get(other);
+    const drainedTo = (await c.cluster.locateSandbox(other))?.nodeId;
     assert.ok(drainedTo && drainedTo !== holding.id, `claimed for ${drainedTo}`);
   });
 
@@ -433,7 +436,9 @@ describe("gateway: relaying as a node's proxy does", () => {
   it("refuses sandbox traffic as the proxy does: JSON any origin reads, whole on a socket", async () => {
     const c = await cluster({ nodes: 1 });
     const id = await createdId(c);
-    c.cluster.lost.add(id);
+    await c.cluster
+      .catalog(holder(c, id) ?? "")
+      .updateSandbox(id, { state: "killed", endedReason: "lost" });
     const res = await raw(c.gateway.url, { path: "/", headers: { "e2b-sandbox-id": id } });
     assert.equal(res.status, 502);
     assert.equal(res.headers["access-control-allow-origin"], "*");

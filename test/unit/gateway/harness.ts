@@ -2,17 +2,21 @@
  * A cluster on loopback for the gateway's tests: stand-in nodes, each the real node API
  * (createApi) over the in-memory sandbox service, sharing its port with a stand-in sandbox
  * proxy (it answers who it is and what it got, streams on `/stream`, echoes after an
- * Upgrade), behind a real gateway reading an in-memory cluster catalog.
+ * Upgrade), behind a real gateway reading an in-memory cluster catalog, where each node keeps
+ * its sandboxes' rows as a real node's catalog would.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Duplex } from "node:stream";
 import { createApi } from "../../../src/api/index.js";
+import type { Catalog } from "../../../src/catalog/index.js";
 import { type Gateway, type GatewayOptions, startGateway } from "../../../src/gateway/gateway.js";
 import { isProxyRequest } from "../../../src/gateway/routes.js";
+import type { SandboxInfo } from "../../../src/orchestrator/index.js";
 import { Semaphore } from "../../../src/orchestrator/semaphore.js";
+import { sandboxRow } from "../../contracts/catalog.contract.js";
 import { InMemoryCluster } from "../../fakes/in-memory-cluster.js";
-import { InMemorySandboxService } from "../api/in-memory-sandbox-service.js";
+import { InMemorySandboxService } from "../../fakes/in-memory-sandbox-service.js";
 
 export const API_KEY = "e2b_0123456789abcdef";
 
@@ -31,6 +35,8 @@ export interface TestCluster {
   readonly nodes: StandInNode[];
   /** Starts another gateway on the same cluster (they are stateless). */
   restartGateway(): Promise<Gateway>;
+  /** Records a paused sandbox's snapshot as published: another node may then claim it. */
+  publishPause(sandboxId: string): Promise<void>;
   call(
     method: string,
     path: string,
@@ -52,15 +58,14 @@ export async function startTestCluster(options: {
   createCost?: CreateCost;
 }): Promise<TestCluster> {
   const nodes: StandInNode[] = [];
-  const cluster = new InMemoryCluster(
-    (sandboxId) => nodes.find((node) => node.service.sandboxes.has(sandboxId))?.id,
-  );
+  const cluster = new InMemoryCluster();
   for (let i = 0; i < options.nodes; i++) {
     const node = await startStandInNode(`node${i}`, cluster.key, options);
+    recordSandboxes(node.service, cluster.catalog(node.id));
     nodes.push(node);
     // Room in vCPUs and memory for every sandbox it may hold: the count is what binds.
     const maxSandboxes = options.maxSandboxes ?? 100;
-    cluster.addNode({
+    await cluster.registerNode({
       id: node.id,
       url: node.url,
       capacity: { vcpus: 16 * maxSandboxes, memoryMiB: 16_384 * maxSandboxes, maxSandboxes },
@@ -81,7 +86,7 @@ export async function startTestCluster(options: {
       const running = [...node.service.sandboxes.values()].filter((s) => s.state === "running");
       const current = cluster.nodes.get(node.id);
       if (!current || current.state === "down") continue;
-      cluster.heartbeat(node.id, {
+      void cluster.heartbeat(node.id, {
         sandboxes: running.length,
         vcpusUsed: running.reduce((sum, s) => sum + s.cpuCount, 0),
         memoryMiBUsed: running.reduce((sum, s) => sum + s.memoryMiB, 0),
@@ -101,6 +106,23 @@ export async function startTestCluster(options: {
       await gateway.close();
       gateway = await start();
       return gateway;
+    },
+    async publishPause(sandboxId) {
+      const at = (await cluster.locateSandbox(sandboxId))?.nodeId;
+      if (at === undefined) throw new Error(`no sandbox ${sandboxId} in the cluster`);
+      const catalog = cluster.catalog(at);
+      const snapshotId = `pause-of-${sandboxId}`;
+      await catalog.putSnapshot({
+        id: snapshotId,
+        dir: `/snapshots/${snapshotId}`,
+        sandboxId,
+        kind: "pause",
+        names: [],
+        imagesFingerprint: "stand-in",
+        createdAt: new Date().toISOString(),
+      });
+      await catalog.updateSandbox(sandboxId, { snapshotId });
+      await cluster.markPublished(snapshotId);
     },
     call(method, path, init = {}) {
       const apiKey = init.apiKey === undefined ? API_KEY : init.apiKey;
@@ -163,6 +185,58 @@ async function startStandInNode(
       server?.closeAllConnections();
       await api.close();
     },
+  };
+}
+
+/**
+ * Keeps a stand-in node's rows in the cluster catalog, as a real node's own catalog does: a
+ * row for each sandbox it starts (created or forked), its state following pauses, resumes
+ * and kills. A row another node claimed is that node's: this one's updates pass it by.
+ */
+function recordSandboxes(service: InMemorySandboxService, catalog: Catalog): void {
+  const insert = (info: SandboxInfo) =>
+    catalog.insertSandbox(
+      sandboxRow({
+        id: info.sandboxId,
+        templateId: info.templateId,
+        vcpus: info.cpuCount,
+        memoryMiB: info.memoryMiB,
+        startedAt: info.startedAt.toISOString(),
+      }),
+    );
+  const create = service.create.bind(service);
+  service.create = async (input) => {
+    const sandbox = await create(input);
+    await insert(sandbox);
+    return sandbox;
+  };
+  const fork = service.fork.bind(service);
+  service.fork = async (sandboxId, input) => {
+    const results = await fork(sandboxId, input);
+    for (const result of results) if ("sandbox" in result) await insert(result.sandbox);
+    return results;
+  };
+  const pause = service.pause.bind(service);
+  service.pause = async (sandboxId, options) => {
+    await pause(sandboxId, options);
+    await catalog.updateSandbox(sandboxId, { state: "paused" });
+  };
+  const connect = service.connect.bind(service);
+  service.connect = async (sandboxId, timeoutMs, options) => {
+    const connected = await connect(sandboxId, timeoutMs, options);
+    await catalog.updateSandbox(sandboxId, { state: "running" });
+    return connected;
+  };
+  const resume = service.resume.bind(service);
+  service.resume = async (sandboxId, timeoutMs, autoPause) => {
+    const resumed = await resume(sandboxId, timeoutMs, autoPause);
+    await catalog.updateSandbox(sandboxId, { state: "running" });
+    return resumed;
+  };
+  const kill = service.kill.bind(service);
+  service.kill = async (sandboxId) => {
+    await kill(sandboxId);
+    await catalog.updateSandbox(sandboxId, { state: "killed" });
   };
 }
 

@@ -6,8 +6,8 @@
 // guest, the start permits go on serving healthy creates, closing never waits on a guest.
 import assert from "node:assert/strict";
 import { describe, it, type TestContext } from "node:test";
-import { createInput } from "../../../src/orchestrator/sandbox-service.contract.js";
 import { WarrenError } from "../../../src/shared/index.js";
+import { createInput } from "../../contracts/sandbox-service.contract.js";
 import { REPLACED_ENVD } from "../../fakes/fake-guest-agent.js";
 import { FakeNode, type FakeNodeSettings } from "../../fakes/fake-node.js";
 import type { FakeVm } from "../../fakes/fake-vmm-driver.js";

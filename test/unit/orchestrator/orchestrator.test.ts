@@ -4,8 +4,8 @@
 import assert from "node:assert/strict";
 import { readdir } from "node:fs/promises";
 import { describe, it, type TestContext } from "node:test";
-import { createInput } from "../../../src/orchestrator/sandbox-service.contract.js";
 import { SnapshotMismatchError } from "../../../src/vmm/index.js";
+import { createInput } from "../../contracts/sandbox-service.contract.js";
 import { FakeNode, type FakeNodeSettings } from "../../fakes/fake-node.js";
 import type { FakeVm } from "../../fakes/fake-vmm-driver.js";
 

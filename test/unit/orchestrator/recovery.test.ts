@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { mkdir, readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, it, type TestContext } from "node:test";
-import { createInput } from "../../../src/orchestrator/sandbox-service.contract.js";
+import { createInput } from "../../contracts/sandbox-service.contract.js";
 import { FakeNode } from "../../fakes/fake-node.js";
 
 async function startNode(t: TestContext): Promise<FakeNode> {

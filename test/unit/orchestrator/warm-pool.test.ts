@@ -98,8 +98,14 @@ async function rig(
       // A captured guest, as a template's snapshot holds one.
       const vm = await driver.boot({
         id: `template-${name}`,
+        shape: SHAPE,
+        images: IMAGES,
+        baseDisk: IMAGES.baseRootfs,
+        network: { kind: "none" },
         runtimeDir: join(layout.runDir, `template-${name}`),
-      } as Parameters<FakeVmmDriver["boot"]>[0]);
+        guestIp: "",
+        guestGateway: "",
+      });
       const dir = join(layout.snapshotsDir, name);
       await vm.snapshot(dir, { resume: false });
       await rm(vm.spec.runtimeDir, { recursive: true, force: true });

@@ -9,7 +9,7 @@ import {
 } from "node:http";
 import { connect, type Socket } from "node:net";
 import { SandboxProxy, type SandboxProxyOptions } from "../../../src/proxy/index.js";
-import { FakeRouter } from "./fake-router.js";
+import { FakeRouter } from "../../fakes/fake-router.js";
 
 /** Servers and sockets the tests opened; `closeAll()` (each file's `after`) ends them. */
 const open: Array<() => Promise<void> | void> = [];

@@ -4,7 +4,7 @@ import { after, before, test } from "node:test";
 import { ENVD_PORT } from "../../../src/protocol/index.js";
 import { SandboxProxy } from "../../../src/proxy/index.js";
 import { WarrenError } from "../../../src/shared/index.js";
-import type { FakeRouter } from "./fake-router.js";
+import type { FakeRouter } from "../../fakes/fake-router.js";
 import { closeAll, frontServer, send, upstream } from "./harness.js";
 
 // Routing and refusals through a real front server; each sandbox port is a real HTTP server

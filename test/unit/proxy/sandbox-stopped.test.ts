@@ -3,7 +3,7 @@ import { once } from "node:events";
 import { createServer, type Server } from "node:http";
 import type { Socket } from "node:net";
 import { after, before, test } from "node:test";
-import type { FakeRouter } from "./fake-router.js";
+import type { FakeRouter } from "../../fakes/fake-router.js";
 import {
   closeAll,
   closeServer,

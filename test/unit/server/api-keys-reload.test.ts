@@ -9,7 +9,7 @@ import { after, test } from "node:test";
 import { createApi } from "../../../src/api/index.js";
 import { LiveApiKeys, loadApiKeys } from "../../../src/server/api-keys.js";
 import { RecordingLogger } from "../../fakes/fake-node.js";
-import { InMemorySandboxService } from "../api/in-memory-sandbox-service.js";
+import { InMemorySandboxService } from "../../fakes/in-memory-sandbox-service.js";
 
 const root = await mkdtemp(join(tmpdir(), "warren-keys-reload-"));
 after(() => rm(root, { recursive: true, force: true }));

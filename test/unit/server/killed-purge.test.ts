@@ -2,8 +2,8 @@
 // start, then one every interval, each forgetting what was killed longer than the retention ago.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { sandboxRow } from "../../../src/catalog/catalog.contract.js";
 import { startKilledPurge } from "../../../src/server/killed-purge.js";
+import { sandboxRow } from "../../contracts/catalog.contract.js";
 import { RecordingLogger } from "../../fakes/fake-node.js";
 import { InMemoryCatalog } from "../../fakes/in-memory-catalog.js";
 

@@ -3,11 +3,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { ServerStatus } from "../../../src/orchestrator/index.js";
-import {
-  createInput,
-  sandboxServiceContract,
-} from "../../../src/orchestrator/sandbox-service.contract.js";
 import { LateBound } from "../../../src/server/late-bound.js";
+import { createInput, sandboxServiceContract } from "../../contracts/sandbox-service.contract.js";
 import { FakeNode } from "../../fakes/fake-node.js";
 
 sandboxServiceContract("LateBound, bound to an orchestrator on fakes", async () => {

@@ -1,13 +1,13 @@
 import assert from "node:assert/strict";
 import { describe, it, type TestContext } from "node:test";
-import type { ErrorReason } from "../shared/index.js";
 import type {
   CreateSandboxInput,
   SandboxInfo,
   SandboxLifecycle,
   SandboxRouter,
   SandboxService,
-} from "./types.js";
+} from "../../src/orchestrator/index.js";
+import type { ErrorReason } from "../../src/shared/index.js";
 
 /** Where a test holds VM starts (creates, resumes, fork children) to act while they wait. */
 export interface StartGate {

@@ -1,4 +1,4 @@
-import type { ProxyRoute, RouteResult, SandboxRouter } from "../../../src/orchestrator/types.js";
+import type { ProxyRoute, RouteResult, SandboxRouter } from "../../src/orchestrator/types.js";
 
 /** One sandbox as the fake router knows it. */
 export interface FakeSandbox {

@@ -7,7 +7,7 @@ import type {
   SandboxRow,
   SnapshotRow,
   TemplateRow,
-} from "./catalog.js";
+} from "../../src/catalog/index.js";
 
 /** What an implementation's test file hands the suite: a fresh, empty catalog per test. */
 export interface CatalogHarness {

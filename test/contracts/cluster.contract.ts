@@ -1,8 +1,14 @@
 import assert from "node:assert/strict";
 import { describe, it, type TestContext } from "node:test";
+import type {
+  Catalog,
+  ClusterCatalog,
+  NodeLoad,
+  NodeRegistration,
+  SandboxState,
+  SnapshotRow,
+} from "../../src/catalog/index.js";
 import { sandboxRow } from "./catalog.contract.js";
-import type { Catalog, SandboxState, SnapshotRow } from "./catalog.js";
-import type { ClusterCatalog, NodeLoad, NodeRegistration } from "./cluster.js";
 
 /** What an implementation's test file hands the suite: a fresh, empty cluster per test. */
 export interface ClusterHarness {

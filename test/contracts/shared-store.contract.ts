@@ -1,13 +1,13 @@
-// What every SharedStore must do, run against each implementation by its own test file
-// (fs-shared-store.test.ts, s3-shared-store.test.ts) on a real store of its kind.
+// What every SharedStore must do, run against each implementation on a real store of its
+// kind (test/unit/contracts/shared-store.test.ts).
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it, type TestContext } from "node:test";
-import { WarrenError } from "../shared/index.js";
-import type { SharedStore, StoreFile } from "./shared-store.js";
+import { WarrenError } from "../../src/shared/index.js";
+import type { SharedStore, StoreFile } from "../../src/store/index.js";
 
 export interface StoreHarness {
   readonly store: SharedStore;

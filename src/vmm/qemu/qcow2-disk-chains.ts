@@ -2,15 +2,57 @@ import { execFile } from "node:child_process";
 import { copyFile, readdir, rename, rm } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
-import type { FlattenPlan, SnapshotFile } from "../driver.js";
+import type { DiskChains, FlattenPlan } from "../disk-chains.js";
+import type { SnapshotFile } from "../driver.js";
 import { VmmError } from "../errors.js";
-import { headerBacking } from "./qcow2-overlay.js";
+import {
+  createOverlay,
+  headerBacking,
+  imageFormat,
+  type OverlayOptions,
+  virtualSize,
+} from "./qcow2-overlay.js";
 import { type SealedFile, sealFile } from "./sealed-files.js";
-import { backingRecord, headerName, readChain } from "./snapshot-chain.js";
+import { backingRecord, type ChainLayer, headerName, readChain } from "./snapshot-chain.js";
 import { DISK_FILE, META_FILE, writeSnapshotMeta } from "./snapshot-meta.js";
 
 const run = promisify(execFile);
 const NEW = ".flattened";
+
+/**
+ * Snapshot disks as qcow2 images, each standing on the one below by a backing file: the
+ * QEMU driver makes its overlays here (a boot's on the base image, a restore's and a fork's
+ * on a frozen disk), and the orchestrator flattens chains here. Warren's records (meta.json's
+ * `diskBacking`) are the chain; a header is only ever compared with them.
+ */
+export class Qcow2DiskChains implements DiskChains {
+  /** Writes an empty overlay on `backing`, in process (createOverlay); returns its virtual size. */
+  createOverlay(
+    path: string,
+    backing: Pick<ChainLayer, "file" | "format">,
+    options: OverlayOptions = {},
+  ): Promise<bigint> {
+    return createOverlay(path, backing.file, backing.format, options);
+  }
+
+  /** The base image a cold boot stacks its overlay on, with its format (by file name). */
+  baseLayer(path: string): ChainLayer {
+    return { file: path, format: imageFormat(path) };
+  }
+
+  /** Virtual size of a disk image: a qcow2's header field, or a raw file's length. */
+  virtualSize(path: string): Promise<bigint> {
+    return virtualSize(path);
+  }
+
+  flatten(snapshotDir: string, ontoDir: string): Promise<FlattenPlan> {
+    return prepareFlatten(snapshotDir, ontoDir);
+  }
+
+  finishFlatten(snapshotDir: string, recordedMetaSha256: string | undefined): Promise<boolean> {
+    return finishFlatten(snapshotDir, recordedMetaSha256);
+  }
+}
 
 /**
  * Prepares the replacement of `snapshotDir`'s frozen disk by one stacked directly on
@@ -27,7 +69,7 @@ const NEW = ".flattened";
  * so the cost is what those layers wrote, not the disk's size. Lowest CPU priority: it is
  * background work.
  */
-export async function prepareFlatten(snapshotDir: string, ontoDir: string): Promise<FlattenPlan> {
+async function prepareFlatten(snapshotDir: string, ontoDir: string): Promise<FlattenPlan> {
   const disk = join(snapshotDir, DISK_FILE);
   const onto = join(ontoDir, DISK_FILE);
   const work = `${DISK_FILE}${NEW}`;
@@ -91,7 +133,7 @@ async function discardFlatten(snapshotDir: string): Promise<void> {
  * catalog already records its files (`recordedMeta`: the meta.json checksum it holds), and
  * dropped otherwise. Returns whether it was finished.
  */
-export async function finishFlatten(
+async function finishFlatten(
   snapshotDir: string,
   recordedMeta: string | undefined,
 ): Promise<boolean> {

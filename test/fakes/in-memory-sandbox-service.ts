@@ -2,13 +2,13 @@
  * InMemorySandboxService: a STAND-IN for the orchestrator, for API tests only. It boots
  * nothing: sandboxes are records in a Map, templates are names in a Set (add the ones a test
  * creates from). It keeps the `SandboxService` contract (the contract suite runs against it
- * in in-memory-sandbox-service.test.ts: states, deadlines and TTLs, capacity, fork, snapshots,
+ * in test/unit/contracts/sandbox-service.test.ts: states, deadlines and TTLs, capacity, fork, snapshots,
  * error reasons), so that API tests exercise routes against faithful answers. It records every
  * call with its arguments so tests can check what the API asked for, and fails a method on
  * demand (`failures`). The real orchestrator runs the same contract on fakes and e2e on VMs.
  */
 
-import { validateEgressPolicy } from "../../../src/network/index.js";
+import { validateEgressPolicy } from "../../src/network/index.js";
 import type {
   ClusterNodeService,
   CreateSandboxInput,
@@ -29,8 +29,8 @@ import type {
   SnapshotInfo,
   SpillingForkInput,
   SpillingForkResult,
-} from "../../../src/orchestrator/index.js";
-import { toWarrenError, WarrenError } from "../../../src/shared/index.js";
+} from "../../src/orchestrator/index.js";
+import { toWarrenError, WarrenError } from "../../src/shared/index.js";
 
 export interface RecordedCall {
   readonly method: Method;
