@@ -4,8 +4,8 @@ import type { SandboxService } from "../orchestrator/index.js";
 /** What every route group is handed: the service and the settings of `createApi`. */
 export interface ApiContext {
   readonly service: SandboxService;
-  /** The template build API; undefined until the node is ready (its routes answer 503). */
-  readonly builds?: () => TemplateBuilds | undefined;
+  /** The template build API; throws (503) while the node starts. Absent: its routes answer 503. */
+  readonly builds?: () => TemplateBuilds;
   /** Returned as `domain` in Sandbox responses; null: the SDK uses its E2B_DOMAIN. */
   readonly domain: string | null;
   /** TTL when a create (or refresh) does not name one. */

@@ -34,8 +34,11 @@ import { registerTemplateRoutes, registerUploadRoute } from "./routes/templates.
 
 export interface ApiOptions {
   readonly service: SandboxService;
-  /** The template build API, once there is one; absent: its routes answer 503. */
-  readonly builds?: () => TemplateBuilds | undefined;
+  /**
+   * The template build API; it throws the readiness gate's error (503) while the node starts.
+   * Absent: its routes answer 503.
+   */
+  readonly builds?: () => TemplateBuilds;
   /** Valid API keys, read on every request (rotation needs no restart). */
   readonly apiKeys: () => ReadonlySet<string>;
   /** `domain` of Sandbox responses. Default null: the SDK uses its own E2B_DOMAIN. */

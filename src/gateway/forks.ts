@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { CLUSTER_KEY_HEADER, INTERNAL_PATHS } from "../protocol/index.js";
+import { INTERNAL_PATHS } from "../protocol/index.js";
+import { apiErrorEntry } from "../relay/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { NodeRow, SandboxLocation } from "./cluster.js";
 import type { NodeAgents, NodeTarget } from "./forward.js";
@@ -14,8 +15,8 @@ export interface ForkSpillOptions {
   readonly heartbeatTimeoutMs: number;
   /** How long one node may take to start its children (ms). */
   readonly timeoutMs: number;
-  /** Presented on the internal node API (ClusterCatalog.clusterKey). */
-  readonly clusterKey: string;
+  /** What calls on the internal node API carry (InternalCalls.headers: the cluster key). */
+  readonly internalHeaders: Readonly<Record<string, string>>;
   readonly logger: Logger;
 }
 
@@ -80,7 +81,7 @@ export async function forkAcrossNodes(
   if (local >= wanted) return false;
 
   for (let i = 0; i < local; i++) directory.reserve(source, shape);
-  const internal = { [CLUSTER_KEY_HEADER]: options.clusterKey };
+  const internal = options.internalHeaders;
   const first = await callNode(req, target(source), options.agents, {
     method: "POST",
     path: INTERNAL_PATHS.spillingFork(sandboxId),
@@ -198,13 +199,6 @@ function spilledOf(result: ChildResult | undefined): string | undefined {
 
 /** `count` error results, as a node reports a child that did not start. */
 function failed(count: number, error: WarrenError): ChildResult[] {
-  const json = {
-    error: {
-      code: error.status,
-      message: error.message,
-      error_code: error.kind,
-      reason: error.reason,
-    },
-  };
+  const json = { error: apiErrorEntry(error) };
   return Array.from({ length: count }, () => json);
 }

@@ -1,4 +1,4 @@
-import type { ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { type ErrorAnswer, proxyRefusal, retryAfterSeconds } from "../relay/index.js";
 import { WarrenError } from "../shared/index.js";
 
@@ -36,4 +36,20 @@ export function sendJson(
   const retryAfter = retryAfterSeconds(status);
   if (retryAfter) headers["retry-after"] = retryAfter;
   res.writeHead(status, headers).end(text);
+}
+
+/** A request body the gateway reads itself (a create it places, a fork it may split). */
+export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let bytes = 0;
+    req.on("data", (chunk: Buffer) => {
+      bytes += chunk.length;
+      if (bytes <= limit) chunks.push(chunk);
+      // The rest drains unread, so that the 413 still reaches the client.
+      else reject(new WarrenError("payload_too_large", "request body is too large"));
+    });
+    req.on("end", () => resolve(Buffer.concat(chunks)));
+    req.on("error", reject);
+  });
 }

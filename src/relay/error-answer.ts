@@ -45,9 +45,18 @@ export function apiErrorBody(error: unknown): ApiErrorBody {
   if (!(error instanceof WarrenError)) {
     return { code: 500, message: "internal error", error_code: "internal" };
   }
+  const body = apiErrorEntry(error);
+  return error.kind === "internal" ? { ...body, message: "internal error" } : body;
+}
+
+/**
+ * One failed part of an answer that stands (a fork's child that did not start), as E2B's
+ * `Error`: its message kept whatever its kind, since nothing else tells its caller why.
+ */
+export function apiErrorEntry(error: WarrenError): ApiErrorBody {
   return {
     code: error.status,
-    message: error.kind === "internal" ? "internal error" : error.message,
+    message: error.message,
     error_code: error.kind,
     reason: error.reason,
   };

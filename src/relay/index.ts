@@ -2,6 +2,7 @@ export {
   type ApiErrorBody,
   apiError,
   apiErrorBody,
+  apiErrorEntry,
   type ErrorAnswer,
   type ProxyErrorBody,
   proxyRefusal,

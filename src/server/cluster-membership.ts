@@ -1,4 +1,6 @@
 import type { ClusterCatalog, NodeLoad, NodeRegistration, NodeState } from "../catalog/index.js";
+import type { CapacityLimits, Orchestrator } from "../orchestrator/index.js";
+import type { Config } from "../shared/config.js";
 import type { Logger } from "../shared/index.js";
 
 export interface MembershipOptions {
@@ -69,4 +71,47 @@ export async function startMembership(options: MembershipOptions): Promise<Membe
       await beating;
     },
   };
+}
+
+export interface JoinInput {
+  readonly config: Readonly<Config>;
+  readonly cluster: ClusterCatalog;
+  readonly orchestrator: Orchestrator;
+  /** What the node admits: registered as its capacity. */
+  readonly limits: CapacityLimits;
+  /** Where the node answers, unless WARREN_NODE_URL says otherwise. */
+  readonly url: string;
+  readonly logger: Logger;
+}
+
+/** The node joins its cluster: registered with its capacity, heartbeats from its orchestrator. */
+export function joinCluster(input: JoinInput): Promise<Membership> {
+  const { config, orchestrator, limits, logger } = input;
+  return startMembership({
+    cluster: input.cluster,
+    node: {
+      id: config.nodeId,
+      url: config.nodeUrl ?? input.url,
+      capacity: {
+        vcpus: limits.maxVcpus,
+        memoryMiB: limits.maxMemoryMiB,
+        maxSandboxes: limits.maxSandboxes,
+      },
+    },
+    load: async () => {
+      await orchestrator.syncPaused();
+      return { ...(await orchestrator.load()), draining: orchestrator.draining };
+    },
+    intervalMs: config.heartbeatMs,
+    logger,
+    onMarkedDown: async () => {
+      await orchestrator.reconcile();
+    },
+    // A gateway also tells the node at once (the internal API); this catches up on changes
+    // made while that call failed, or straight in the catalog.
+    onState: (state) => {
+      const change = state === "draining" ? orchestrator.drain() : orchestrator.undrain();
+      change.catch((err: unknown) => logger.warn({ err }, "cluster.drain_failed"));
+    },
+  });
 }

@@ -23,33 +23,64 @@ import type {
 import { assertReady } from "../orchestrator/index.js";
 import { WarrenError } from "../shared/index.js";
 
+/**
+ * A part of the node that exists once it has started (the orchestrator, the template
+ * builds, the cluster key): the one way the node says "not ready yet". Until `bind()`,
+ * `get()` throws the readiness gate's error (503 not_ready, or start_failed).
+ */
+export class Late<T> {
+  #value: T | undefined;
+
+  constructor(readonly status: () => ServerStatus) {}
+
+  bind(value: T): void {
+    this.#value = value;
+  }
+
+  /** The part, if bound. */
+  get current(): T | undefined {
+    return this.#value;
+  }
+
+  get(): T {
+    if (this.#value !== undefined) return this.#value;
+    assertReady(this.status());
+    throw new WarrenError("internal", "the server is ready but a part of it was never bound");
+  }
+}
+
 type Target = SandboxService & ClusterNodeService & SandboxRouter;
 
 /**
- * Stands in for the orchestrator while the server starts (host setup, accelerator probe,
- * base template), so that the port answers at once: the API 503, the proxy 502, until
- * `bind()` hands over the real one.
+ * The orchestrator before it exists, as the API and the proxy see it (both take it at once,
+ * the port answering while the server starts): each call goes to what `bind()` handed over,
+ * or fails as `Late.get()` does; the proxy's routing answers 502, and stop listeners wait.
  */
 export class LateBound implements Target {
-  #target: Target | undefined;
+  readonly #late: Late<Target>;
   readonly #pending = new Set<(id: string) => void>();
 
-  constructor(readonly startingStatus: () => ServerStatus) {}
+  constructor(readonly startingStatus: () => ServerStatus) {
+    this.#late = new Late(startingStatus);
+  }
 
   bind(target: Target): void {
-    this.#target = target;
+    this.#late.bind(target);
     for (const listener of this.#pending) target.onSandboxStopped(listener);
     this.#pending.clear();
   }
 
+  /** The orchestrator, once bound. */
+  get current(): Target | undefined {
+    return this.#late.current;
+  }
+
   get #real(): Target {
-    if (this.#target) return this.#target;
-    assertReady(this.startingStatus());
-    throw new WarrenError("internal", "the server is ready but has no orchestrator bound");
+    return this.#late.get();
   }
 
   status(): ServerStatus {
-    return this.#target?.status() ?? this.startingStatus();
+    return this.#late.current?.status() ?? this.startingStatus();
   }
   stats(): NodeStats {
     return this.#real.stats();
@@ -126,13 +157,15 @@ export class LateBound implements Target {
     return this.#real.deleteTemplate(templateId);
   }
   route(id: string, port: number): Promise<RouteResult> {
-    return this.#target ? this.#target.route(id, port) : Promise.resolve({ kind: "not_found" });
+    const target = this.#late.current;
+    return target ? target.route(id, port) : Promise.resolve({ kind: "not_found" });
   }
   sandboxWithToken(matches: (envdAccessToken: string) => boolean): string | undefined {
-    return this.#target?.sandboxWithToken(matches);
+    return this.#late.current?.sandboxWithToken(matches);
   }
   onSandboxStopped(listener: (id: string) => void): () => void {
-    if (this.#target) return this.#target.onSandboxStopped(listener);
+    const target = this.#late.current;
+    if (target) return target.onSandboxStopped(listener);
     this.#pending.add(listener);
     return () => this.#pending.delete(listener);
   }

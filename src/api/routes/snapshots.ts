@@ -4,7 +4,8 @@
  */
 import type { FastifyInstance } from "fastify";
 import type { ForkInput, SnapshotInfo, SpillingForkResult } from "../../orchestrator/index.js";
-import { ERROR_KINDS, type ErrorReason, kindOf } from "../../shared/index.js";
+import { apiErrorEntry } from "../../relay/index.js";
+import { WarrenError } from "../../shared/index.js";
 import type { ApiContext } from "../api-context.js";
 import { optionalSecondsToMs, queryInteger } from "../input.js";
 import { DEFAULT_PAGE_LIMIT, decodeNextToken, MAX_PAGE_LIMIT, paginate } from "../pagination.js";
@@ -82,17 +83,8 @@ export function forkInput(body: ForkBody | null, maxTimeoutMs: number): ForkInpu
 /** One child of a fork as E2B's `SandboxForkResult`, or where another node starts it. */
 export function forkResultJson(result: SpillingForkResult, domain: string | null) {
   if ("sandbox" in result) return { sandbox: toSandboxJson(result.sandbox, domain) };
-  if ("error" in result) return { error: forkErrorJson(result.error) };
+  if ("error" in result) {
+    return { error: apiErrorEntry(new WarrenError(result.error.reason, result.error.message)) };
+  }
   return { spilled: { snapshotID: result.spilled.snapshotId } };
-}
-
-/** A child that did not start, as E2B's `Error` (code = the HTTP status its reason maps to). */
-function forkErrorJson(error: { reason: ErrorReason; message: string }) {
-  const kind = kindOf(error.reason);
-  return {
-    code: ERROR_KINDS[kind].status,
-    message: error.message,
-    error_code: kind,
-    reason: error.reason,
-  };
 }

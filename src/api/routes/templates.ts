@@ -27,12 +27,14 @@ import {
 
 const MAX_LOGS_OFFSET = 10_000_000;
 
+/** The template build API, or why there is none (yet): not started, or not served here. */
+function buildsOf(context: ApiContext): TemplateBuilds {
+  if (!context.builds) throw new WarrenError("unavailable", "this server builds no templates");
+  return context.builds();
+}
+
 export function registerTemplateRoutes(app: FastifyInstance, context: ApiContext): void {
-  const builds = (): TemplateBuilds => {
-    const service = context.builds?.();
-    if (!service) throw new WarrenError("unavailable", "template builds are not available yet");
-    return service;
-  };
+  const builds = () => buildsOf(context);
 
   app.post<{ Body: BuildRequestBody }>(
     "/v3/templates",
@@ -148,8 +150,7 @@ export function registerUploadRoute(app: FastifyInstance, context: ApiContext): 
     uploads.put<{ Params: FileParams; Querystring: UploadQuery }>(
       "/templates/:templateID/files/:hash",
       async (request, reply) => {
-        const service = context.builds?.();
-        if (!service) throw new WarrenError("unavailable", "template builds are not available yet");
+        const service = buildsOf(context);
         const { templateID, hash } = request.params;
         const length = request.headers["content-length"];
         const declared = length === undefined ? undefined : Number(length);

@@ -1,6 +1,11 @@
 export { type AccelProbeResult, probeAccelerator } from "./accel.js";
 export { type AccelChoice, type AccelChoiceOptions, chooseAccelerator } from "./accel-choice.js";
 export { limitsFor, type VmCgroup, VmCgroups, type VmLimits } from "./cgroups.js";
+export {
+  createQemuDriver,
+  type QemuDriverConfig,
+  type QemuDriverSetup,
+} from "./create-qemu-driver.js";
 export { QemuDriver, type QemuDriverOptions, qemuVersion } from "./driver.js";
 export { enableKsm } from "./memory-merge.js";
 export { Qcow2DiskChains } from "./qcow2-disk-chains.js";

@@ -1,0 +1,178 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Duplex } from "node:stream";
+import { INTERNAL_PATHS } from "../protocol/index.js";
+import { apiError, proxyRefusal, sendError, writeSocketError } from "../relay/index.js";
+import { authenticate } from "../shared/api-key-auth.js";
+import { type Logger, WarrenError } from "../shared/index.js";
+import type { GatewayCluster, NodeRow } from "./cluster.js";
+import type { Creates } from "./creates.js";
+import { forkAcrossNodes } from "./forks.js";
+import { forwardRequest, forwardUpgrade, type NodeAgents, type NodeTarget } from "./forward.js";
+import type { InternalCalls } from "./internal-calls.js";
+import { mergeLists } from "./lists.js";
+import type { NodeDirectory } from "./node-directory.js";
+import { readBody, sandboxRefusal, sendJson } from "./respond.js";
+import { classify, type GatewayRoute } from "./routes.js";
+import type { SandboxLocator } from "./sandbox-locator.js";
+
+const MAX_CREATE_BODY = 1024 * 1024;
+const MAX_FORK_BODY = 1024 * 1024;
+/** How long a node has to take a drain or undrain (it answers once started). */
+const NODE_ACTION_TIMEOUT_MS = 10_000;
+
+export interface GatewayParts {
+  readonly cluster: GatewayCluster;
+  readonly apiKeys: () => ReadonlySet<string>;
+  readonly domain?: string;
+  readonly agents: NodeAgents;
+  readonly directory: NodeDirectory;
+  readonly creates: Creates;
+  readonly locator: SandboxLocator;
+  readonly internal: InternalCalls;
+  readonly heartbeatTimeoutMs: number;
+  readonly idleTimeoutMs: number;
+  readonly logger: Logger;
+}
+
+/** What the gateway does with each request and upgrade (routes.ts says which kind it is). */
+export class GatewayHandler {
+  constructor(private readonly p: GatewayParts) {}
+
+  readonly onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+    const route = classify(req, this.p.domain);
+    this.#handle(req, res, route).catch((err: unknown) => {
+      if (!(err instanceof WarrenError))
+        this.p.logger.error({ err, route: route.kind }, "gateway.error");
+      if (route.kind === "proxy") sendError(res, sandboxRefusal(route.sandboxId, err));
+      else sendError(res, apiError(err));
+    });
+  };
+
+  readonly onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
+    const route = classify(req, this.p.domain);
+    if (route.kind !== "proxy") {
+      socket.destroy();
+      return;
+    }
+    const { agents, idleTimeoutMs } = this.p;
+    this.p.locator
+      .locate(route.sandboxId)
+      .then(({ target }) => forwardUpgrade(req, socket, head, target, { agents, idleTimeoutMs }))
+      .then((outcome) => {
+        if (outcome.kind === "unreachable") throw outcome.error;
+      })
+      .catch((err: unknown) => writeSocketError(socket, sandboxRefusal(route.sandboxId, err)));
+  };
+
+  /** What needs no API key (sandbox traffic: the node checks its tokens), then the API. */
+  async #handle(req: IncomingMessage, res: ServerResponse, route: GatewayRoute): Promise<void> {
+    const { locator } = this.p;
+    switch (route.kind) {
+      case "proxy":
+        // What stops it is refused as a node's proxy refuses (onRequest's catch).
+        return this.#relay(req, res, (await locator.locate(route.sandboxId)).target);
+      case "proxy_invalid":
+        return sendError(res, proxyRefusal({ message: route.message, code: 400 }));
+      case "health": {
+        const nodes = await this.p.directory.nodes();
+        const up = nodes.filter((node) => node.state === "up").length;
+        return sendJson(res, 200, { status: "ok", role: "gateway", nodes: nodes.length, up });
+      }
+      case "templates":
+        if (!route.signedUpload) authenticate(req.headers, this.p.apiKeys());
+        return this.#relay(req, res, await locator.templateNode());
+      default:
+        authenticate(req.headers, this.p.apiKeys());
+        return this.#api(req, res, route);
+    }
+  }
+
+  async #api(req: IncomingMessage, res: ServerResponse, route: GatewayRoute): Promise<void> {
+    const { directory, locator } = this.p;
+    switch (route.kind) {
+      case "create":
+        return this.p.creates.handle(req, res, await readBody(req, MAX_CREATE_BODY));
+      case "list": {
+        const up = (await directory.nodes()).filter((node) => node.state !== "down");
+        const merged = await mergeLists(req, up, this.p.agents, route.version, 30_000);
+        return sendJson(res, merged.status, merged.body, merged.headers);
+      }
+      case "snapshots":
+        return this.#relay(req, res, await locator.templateNode());
+      case "sandbox": {
+        if (req.method === "POST" && route.action === "fork") {
+          return this.#fork(req, res, route.sandboxId);
+        }
+        const resuming =
+          req.method === "POST" && (route.action === "resume" || route.action === "connect");
+        return this.#relay(req, res, (await locator.locate(route.sandboxId, resuming)).target);
+      }
+      case "nodes":
+        return sendJson(res, 200, (await directory.nodes()).map(nodeJson));
+      case "node_action":
+        return this.#nodeAction(res, route.nodeId, route.action);
+      default:
+        throw new WarrenError("route_not_found", `no route ${req.method} ${pathOf(req)}`);
+    }
+  }
+
+  async #relay(req: IncomingMessage, res: ServerResponse, target: NodeTarget): Promise<void> {
+    const { agents, idleTimeoutMs } = this.p;
+    const outcome = await forwardRequest(req, res, target, { agents, idleTimeoutMs });
+    if (outcome.kind === "unreachable") throw outcome.error;
+  }
+
+  /** A fork: relayed to the source's node, or spread over nodes when it lacks room. */
+  async #fork(req: IncomingMessage, res: ServerResponse, sandboxId: string): Promise<void> {
+    const { agents, idleTimeoutMs } = this.p;
+    const { target, location } = await this.p.locator.locate(sandboxId);
+    const body = await readBody(req, MAX_FORK_BODY);
+    const spread = await forkAcrossNodes(req, res, body, sandboxId, location, {
+      directory: this.p.directory,
+      agents,
+      heartbeatTimeoutMs: this.p.heartbeatTimeoutMs,
+      timeoutMs: idleTimeoutMs,
+      internalHeaders: this.p.internal.headers,
+      logger: this.p.logger,
+    });
+    if (spread) return;
+    const outcome = await forwardRequest(req, res, target, { agents, body, idleTimeoutMs });
+    if (outcome.kind === "unreachable") throw outcome.error;
+  }
+
+  async #nodeAction(res: ServerResponse, nodeId: string, action: string): Promise<void> {
+    const state = action === "drain" ? "draining" : action === "undrain" ? "up" : undefined;
+    if (!state)
+      throw new WarrenError("route_not_found", `no node action '${action}': drain or undrain`);
+    const node = await this.p.directory.node(nodeId);
+    if (!node) throw new WarrenError("not_found", `node ${nodeId} not found`);
+    await this.p.cluster.setNodeState(nodeId, state);
+    await this.p.directory.refresh();
+    // The node acts at once; should it not hear this, its next heartbeat reads the state.
+    if (node.state !== "down") {
+      const path = state === "draining" ? INTERNAL_PATHS.drain : INTERNAL_PATHS.undrain;
+      await this.p.internal
+        .post({ nodeId, url: node.url }, path, NODE_ACTION_TIMEOUT_MS)
+        .catch((err: unknown) =>
+          this.p.logger.warn({ err, nodeId, action }, "gateway.node_action_unheard"),
+        );
+    }
+    res.statusCode = 204;
+    res.end();
+  }
+}
+
+function pathOf(req: IncomingMessage): string {
+  return new URL(req.url ?? "/", "http://gateway").pathname;
+}
+
+function nodeJson(node: NodeRow) {
+  return {
+    nodeID: node.id,
+    url: node.url,
+    state: node.state,
+    lastHeartbeat: node.lastHeartbeat,
+    capacity: node.capacity,
+    load: node.load,
+  };
+}

@@ -1,0 +1,38 @@
+import { CLUSTER_KEY_HEADER } from "../protocol/index.js";
+import { WarrenError } from "../shared/index.js";
+import type { NodeAgents, NodeTarget } from "./forward.js";
+import { answerError, callNode } from "./node-call.js";
+
+/** An internal call's answer is empty or an error's JSON. */
+const MAX_ANSWER_BYTES = 64 * 1024;
+
+/**
+ * The gateway's own calls on nodes' internal API (protocol's INTERNAL_PATHS), with the
+ * cluster key and nothing of a client's: a node takes no API key there.
+ */
+export class InternalCalls {
+  /** What every internal call carries (also the fork spill's, which reads its answer). */
+  readonly headers: Readonly<Record<string, string>>;
+
+  constructor(
+    clusterKey: string,
+    private readonly agents: NodeAgents,
+  ) {
+    this.headers = { [CLUSTER_KEY_HEADER]: clusterKey };
+  }
+
+  /** POSTs `path` with no body; a node's error answer, or none, is thrown as a WarrenError. */
+  async post(target: NodeTarget, path: string, timeoutMs: number): Promise<void> {
+    const answer = await callNode(undefined, target, this.agents, {
+      method: "POST",
+      path,
+      headers: this.headers,
+      timeoutMs,
+      maxBytes: MAX_ANSWER_BYTES,
+    }).catch((err: unknown) => {
+      const why = err instanceof Error ? err.message : String(err);
+      throw new WarrenError("node_unreachable", `node ${target.nodeId}: ${why}`, { cause: err });
+    });
+    if (answer.status >= 300) throw answerError(answer, target.nodeId);
+  }
+}

@@ -1,0 +1,132 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Duplex } from "node:stream";
+import { fileURLToPath } from "node:url";
+import type { Logger } from "pino";
+import { createApi } from "../api/index.js";
+import type { TemplateBuilds } from "../builds/index.js";
+import { SandboxProxy } from "../proxy/index.js";
+import { apiError, sendError } from "../relay/index.js";
+import { authenticate } from "../shared/api-key-auth.js";
+import type { Config } from "../shared/config.js";
+import type { LiveApiKeys } from "./api-keys.js";
+import { dashboardFiles } from "./dashboard-files.js";
+import type { Late, LateBound } from "./late-bound.js";
+import type { NodeMetrics } from "./prometheus.js";
+import { listenTls } from "./tls-listener.js";
+
+/** The dashboard's built files (`npm run build`): from the bundle in dist/server or from source. */
+const DASHBOARD_DIR = fileURLToPath(new URL("../../dist/dashboard", import.meta.url));
+
+export interface FrontOptions {
+  readonly config: Readonly<Config>;
+  readonly logger: Logger;
+  readonly apiKeys: LiveApiKeys;
+  /** The orchestrator, once the node has started. */
+  readonly orchestrator: LateBound;
+  readonly builds: Late<TemplateBuilds>;
+  /** The cluster key, once the node has joined its cluster (nodes in a cluster only). */
+  readonly clusterKey: Late<string>;
+  readonly metrics: NodeMetrics;
+}
+
+export interface Front {
+  /** Where it listens, e.g. http://127.0.0.1:3000. */
+  readonly url: string;
+  /** Cuts the proxy's open streams, which would hold the HTTP server open. */
+  stopProxy(): void;
+  close(): Promise<void>;
+}
+
+/**
+ * The node's one port, answering at once (the API 503, the proxy 502, while the node
+ * starts): a request with sandbox routing (an E2b-Sandbox-Id header, a `<port>-<id>.` Host
+ * or a signed file URL) goes to the proxy, a scrape to the metrics, the dashboard's files to
+ * it, the rest to the API. In domain mode an HTTPS listener serves the same.
+ */
+export async function listenFront(options: FrontOptions): Promise<Front> {
+  const { config, logger, apiKeys, metrics } = options;
+  const proxy = new SandboxProxy({
+    router: options.orchestrator,
+    domain: config.domain,
+    idleTimeoutMs: config.proxyIdleTimeoutMs,
+    headTimeoutMs: config.proxyHeadTimeoutMs,
+    logger: logger.child({ component: "proxy" }),
+  });
+  const dashboard = config.dashboard === "on" ? dashboardFiles(DASHBOARD_DIR) : undefined;
+  let handleApi: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
+  const onRequest = (req: IncomingMessage, res: ServerResponse) => {
+    if (proxy.matches(req)) proxy.handleRequest(req, res);
+    else if (isScrape(req)) serveMetrics(req, res, metrics, config, apiKeys.keys);
+    else if (dashboard?.matches(req)) dashboard.serve(req, res).catch(() => res.destroy());
+    else handleApi?.(req, res);
+  };
+  const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (proxy.matches(req)) proxy.handleUpgrade(req, socket, head);
+    else socket.destroy();
+  };
+  let http: Server | undefined;
+  const api = createApi({
+    service: options.orchestrator,
+    builds: () => options.builds.get(),
+    apiKeys: () => apiKeys.keys,
+    domain: config.domain ?? null,
+    defaultTimeoutMs: config.defaultTimeoutMs,
+    maxTimeoutMs: config.maxTimeoutMs,
+    logger: logger.child({ component: "api" }),
+    onAnswered: (status, reason) => metrics.apiAnswered(status, reason),
+    ...(config.databaseUrl
+      ? {
+          internal: {
+            service: options.orchestrator,
+            clusterKey: () => options.clusterKey.current,
+          },
+        }
+      : {}),
+    serverFactory: (handler) => {
+      handleApi = handler;
+      http = createServer(onRequest);
+      http.on("upgrade", onUpgrade);
+      return http;
+    },
+  });
+  await api.listen({ host: config.host, port: config.port });
+  const address = http?.address() as AddressInfo;
+  const log = logger.child({ component: "server" });
+  const tls = await listenTls(config, onRequest, onUpgrade, log).catch(async (err: unknown) => {
+    await api.close();
+    throw err;
+  });
+  return {
+    url: `http://${config.host}:${address.port}`,
+    stopProxy: () => proxy.close(),
+    async close() {
+      await tls?.close();
+      await api.close();
+    },
+  };
+}
+
+/** `GET /metrics` of the node itself (a sandbox's own /metrics goes through the proxy). */
+function isScrape(req: IncomingMessage): boolean {
+  return (
+    req.method === "GET" && (req.url === "/metrics" || req.url?.startsWith("/metrics?") === true)
+  );
+}
+
+/** A Prometheus scrape, behind an API key unless WARREN_METRICS_AUTH=none. */
+function serveMetrics(
+  req: IncomingMessage,
+  res: ServerResponse,
+  metrics: NodeMetrics,
+  config: Readonly<Config>,
+  keys: ReadonlySet<string>,
+): void {
+  try {
+    if (config.metricsAuth === "api-key") authenticate(req.headers, keys);
+  } catch (err) {
+    sendError(res, apiError(err, { "www-authenticate": "Bearer" }));
+    return;
+  }
+  metrics.handle(req, res).catch(() => res.destroy());
+}

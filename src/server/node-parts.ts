@@ -1,0 +1,247 @@
+import { writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import type { Logger } from "pino";
+import { registryImages, TemplateBuilds } from "../builds/index.js";
+import { type Catalog, PostgresCatalog, PostgresCluster, SqliteCatalog } from "../catalog/index.js";
+import { ensureHostSetup, type GuestArtifacts } from "../host-setup/index.js";
+import { NetnsSlotPool, slotNamesFor } from "../network/index.js";
+import {
+  type CapacityLimits,
+  EnvdGuestAgent,
+  Orchestrator,
+  type StateLayout,
+} from "../orchestrator/index.js";
+import { type Config, hostResources } from "../shared/config.js";
+import { WarrenError } from "../shared/index.js";
+import { openSharedStore } from "../store/index.js";
+import {
+  createQemuDriver,
+  type QemuDriverConfig,
+  type QemuDriverSetup,
+} from "../vmm/qemu/index.js";
+import type { CloseStack } from "./close-stack.js";
+import { joinCluster } from "./cluster-membership.js";
+import { startKilledPurge } from "./killed-purge.js";
+import type { Late, LateBound } from "./late-bound.js";
+import type { NodeMetrics } from "./prometheus.js";
+
+/** What starting the node's parts needs, and where it hands them over. */
+export interface NodePartsInput {
+  readonly config: Readonly<Config>;
+  /** The root logger: each part gets its component's child. */
+  readonly logger: Logger;
+  readonly layout: StateLayout;
+  /** Where this node answers (registered with the cluster unless WARREN_NODE_URL says). */
+  readonly url: string;
+  /** Told what the start is doing (the API's 503 says it). */
+  readonly step: (message: string) => void;
+  readonly orchestrator: LateBound;
+  readonly builds: Late<TemplateBuilds>;
+  readonly clusterKey: Late<string>;
+  readonly metrics: NodeMetrics;
+  /** Each part started is added, to be stopped with the server. */
+  readonly closers: CloseStack;
+}
+
+/**
+ * Starts what runs sandboxes, in order: the host and guest images, the VMM driver, the
+ * catalog (and the cluster's, in one), the orchestrator with its base template, the template
+ * builds; binds them to the front; then, in a cluster, joins it (gateways route here from then).
+ */
+export async function startNodeParts(input: NodePartsInput): Promise<void> {
+  const { config, logger, closers } = input;
+  const log = logger.child({ component: "server" });
+  if (config.sharedStore && !config.databaseUrl) {
+    throw new WarrenError(
+      "invalid_argument",
+      "WARREN_SHARED_STORE is a cluster setting: set WARREN_DATABASE_URL too, or unset it",
+    );
+  }
+  const images = await ensureHostSetup({ dataDir: config.dataDir, imagesDir: config.imagesDir });
+  input.step("choosing the accelerator");
+  let orchestrator: Orchestrator | undefined;
+  // Restores happen only once the orchestrator runs (it checksums captures).
+  const vmm = await startVmm(input, images, async (dir) => orchestrator?.sealedFiles(dir));
+  // The OOM killer takes a VM (VMM_OOM_SCORE_ADJ) long before the server supervising them.
+  await writeFile("/proc/self/oom_score_adj", "-500").catch((err: unknown) =>
+    log.warn({ err }, "server.oom_score_unchanged"),
+  );
+  const { catalog, cluster } = await openCatalogs(input);
+  const limits = capacityLimits(config);
+  const started = newOrchestrator(input, { images, vmm, catalog, cluster, limits });
+  orchestrator = started;
+  closers.add("orchestrator", () => started.close());
+  input.metrics.follow(started);
+  input.step("preparing the base template");
+  await started.start();
+  const purge = startKilledPurge(catalog, {
+    retentionMs: config.killedRetentionMs,
+    logger: logger.child({ component: "catalog" }),
+  });
+  closers.add("killed purge", () => purge.stop()); // before the orchestrator closes the catalog
+  const builds = newTemplateBuilds(input, { catalog, orchestrator: started, images });
+  input.metrics.follow(builds);
+  await builds.start();
+  closers.add("template builds", () => builds.close());
+  input.builds.bind(builds);
+  input.orchestrator.bind(started);
+  if (cluster) {
+    // Registered once recovery is done and the API serves: gateways may route here now.
+    const membership = await joinCluster({
+      config,
+      cluster,
+      orchestrator: started,
+      limits,
+      url: input.url,
+      logger: logger.child({ component: "cluster" }),
+    });
+    closers.add("cluster membership", () => membership.stop());
+  }
+  log.info({ url: input.url }, "server.ready");
+}
+
+async function startVmm(
+  input: NodePartsInput,
+  images: GuestArtifacts,
+  sealedFiles: QemuDriverConfig["sealedFiles"],
+): Promise<QemuDriverSetup> {
+  const { config } = input;
+  const vmm = await createQemuDriver({
+    accel: config.accel,
+    kernel: images.kernel,
+    initramfs: images.initramfs,
+    accelCacheFile: join(config.dataDir, "accel.json"),
+    cgroupName: `${config.networkPrefix}-vms`,
+    runDir: input.layout.runDir,
+    vmmUidBase: config.vmmUidBase,
+    vmmUidCount: config.vmmUidCount,
+    tcgCacheMiB: config.tcgCacheMiB,
+    guestAslr: config.guestAslr === "auto" ? undefined : config.guestAslr === "on",
+    mergeMemory: config.ksm === "on",
+    sealedFiles,
+    logger: input.logger.child({ component: "vmm" }),
+  });
+  input.closers.add("vmm watchdog", () => vmm.close());
+  const { accel, reason, source } = vmm.accelerator;
+  input.logger
+    .child({ component: "server" })
+    .info({ accelerator: accel, reason, source, qemu: vmm.qemuVersion }, "server.accelerator");
+  return vmm;
+}
+
+/** The node's catalog: SQLite alone, or in a cluster the shared PostgreSQL, scoped to this node. */
+async function openCatalogs(
+  input: NodePartsInput,
+): Promise<{ catalog: Catalog; cluster?: PostgresCluster }> {
+  const { config, layout } = input;
+  if (!config.databaseUrl) return { catalog: await SqliteCatalog.open(layout.catalog) };
+  const connectionString = config.databaseUrl;
+  const catalog = await PostgresCatalog.open({ connectionString, nodeId: config.nodeId });
+  const cluster = await PostgresCluster.open({ connectionString });
+  input.closers.add("cluster catalog", async () => {
+    // Leaving, not dead: "down" set by the node itself reports nothing lost (its sandboxes
+    // are paused, rows kept) and gateways route nothing here until it is back.
+    await cluster
+      .setNodeState(config.nodeId, "down")
+      .catch((err: unknown) => input.logger.warn({ err }, "cluster.leave_failed"));
+    await cluster.close();
+  });
+  input.clusterKey.bind(await cluster.clusterKey());
+  return { catalog, cluster };
+}
+
+function capacityLimits(config: Readonly<Config>): CapacityLimits {
+  const host = hostResources();
+  return {
+    maxSandboxes: config.maxSandboxes,
+    maxVcpus: Math.floor(host.cpus * config.vcpuOvercommit),
+    maxMemoryMiB: Math.floor(host.memoryMiB * config.memoryOvercommit),
+    memoryReserveMiB: config.memoryReserveMiB,
+  };
+}
+
+function newOrchestrator(
+  input: NodePartsInput,
+  parts: {
+    images: GuestArtifacts;
+    vmm: QemuDriverSetup;
+    catalog: Catalog;
+    cluster?: PostgresCluster;
+    limits: CapacityLimits;
+  },
+): Orchestrator {
+  const { config, logger } = input;
+  return new Orchestrator({
+    catalog: parts.catalog,
+    driver: parts.vmm.driver,
+    disks: parts.vmm.disks,
+    slots: new NetnsSlotPool({
+      size: config.slotPoolSize,
+      baseCidr: config.networkCidr,
+      ...slotNamesFor(config.networkPrefix),
+      logger: logger.child({ component: "network" }),
+    }),
+    agent: new EnvdGuestAgent(),
+    images: parts.images,
+    layout: input.layout,
+    limits: parts.limits,
+    templateShape: { vcpus: config.templateVcpus, memoryMiB: config.templateMemoryMiB },
+    defaultTimeoutMs: config.defaultTimeoutMs,
+    maxForkCount: config.maxForkCount,
+    flattenDepth: config.flattenDepth,
+    maxConcurrentStarts: config.maxConcurrentStarts || hostResources().cpus * 2,
+    pool: {
+      baseFloor: config.poolSize,
+      maxPerTemplate: config.poolMaxPerTemplate,
+      maxMemoryMiB: config.poolMaxMemoryMiB,
+      idleMs: config.poolIdleMs,
+      minAvailableMiB: config.poolMinAvailableMiB,
+    },
+    accelerator: { accel: parts.vmm.accelerator.accel, reason: parts.vmm.accelerator.reason },
+    logger: logger.child({ component: "orchestrator" }),
+    shared: parts.cluster && sharedSnapshots(input, parts.cluster),
+    metricsIntervalMs: config.metricsIntervalMs,
+  });
+}
+
+/** WARREN_SHARED_STORE, as snapshots publish to and fetch from it; none without it. */
+function sharedSnapshots(input: NodePartsInput, cluster: PostgresCluster) {
+  const { config } = input;
+  if (!config.sharedStore) return undefined;
+  const store = openSharedStore(config.sharedStore, {
+    region: config.s3Region,
+    ...(config.s3Endpoint && { endpoint: config.s3Endpoint, forcePathStyle: true }),
+  });
+  input.closers.add("shared store", () => store.close());
+  return {
+    publish: store.publish.bind(store),
+    fetch: store.fetch.bind(store),
+    delete: store.delete.bind(store),
+    markPublished: (id: string) => cluster.markPublished(id),
+    copiesMaxBytes: config.storeCacheMiB * 1024 * 1024,
+  };
+}
+
+function newTemplateBuilds(
+  input: NodePartsInput,
+  parts: { catalog: Catalog; orchestrator: Orchestrator; images: GuestArtifacts },
+): TemplateBuilds {
+  const { config } = input;
+  const host = hostResources();
+  return new TemplateBuilds({
+    catalog: parts.catalog,
+    host: parts.orchestrator,
+    images: registryImages({
+      cacheDir: join(dirname(parts.images.baseRootfs), "oci"),
+      mirrors: config.registryMirrors,
+      insecureRegistries: config.insecureRegistries,
+    }),
+    dir: join(config.dataDir, "builds"),
+    logger: input.logger.child({ component: "builds" }),
+    uploadLimitBytes: config.buildUploadLimitMiB * 1024 * 1024,
+    stepTimeoutMs: config.buildStepTimeoutMs,
+    readyTimeoutMs: config.buildReadyTimeoutMs,
+    maxVcpus: host.cpus * 4,
+    maxMemoryMiB: Math.floor(host.memoryMiB / 2),
+  });
+}

@@ -1,0 +1,80 @@
+import type { Logger } from "../../shared/index.js";
+import type { Accelerator } from "../driver.js";
+import { type AccelChoice, chooseAccelerator } from "./accel-choice.js";
+import { VmCgroups } from "./cgroups.js";
+import { QemuDriver, type QemuDriverOptions, qemuVersion } from "./driver.js";
+import { enableKsm } from "./memory-merge.js";
+import { Qcow2DiskChains } from "./qcow2-disk-chains.js";
+import { VmmIdentities } from "./vmm-ids.js";
+import { startVmmWatchdog } from "./watchdog.js";
+
+/** What a node's QEMU is set up from: its slice of the server's settings. */
+export interface QemuDriverConfig {
+  /** Configured accelerator; "auto" probes once per host (cached in `accelCacheFile`). */
+  readonly accel: Accelerator | "auto";
+  /** The guest kernel and initramfs the probe boots. */
+  readonly kernel: string;
+  readonly initramfs: string;
+  readonly accelCacheFile: string;
+  /** The server's cgroup for its VMs (one per server on a host: named by its network prefix). */
+  readonly cgroupName: string;
+  /** VMs' runtime directories: the watchdog's fallback finds their QEMUs by it. */
+  readonly runDir: string;
+  /** A uid of its own per running VM, from this range. */
+  readonly vmmUidBase: number;
+  readonly vmmUidCount: number;
+  readonly tcgCacheMiB: number;
+  /** Undefined: the driver's default (off under TCG). */
+  readonly guestAslr?: boolean;
+  /** KSM over every VMM's memory (WARREN_KSM=on): started host-wide here. */
+  readonly mergeMemory: boolean;
+  readonly sealedFiles: QemuDriverOptions["sealedFiles"];
+  readonly logger: Logger;
+}
+
+export interface QemuDriverSetup {
+  readonly driver: QemuDriver;
+  /** The qcow2 chains the driver makes overlays with; the orchestrator flattens through them. */
+  readonly disks: Qcow2DiskChains;
+  readonly accelerator: AccelChoice;
+  readonly qemuVersion: string;
+  /** Stops the watchdog: once the VMs are stopped, the server may end without killing them. */
+  close(): void;
+}
+
+/**
+ * A node's VMM driver with its containment: QEMU's version and accelerator, KSM when asked,
+ * the VMs' cgroups (emptied of what an earlier run left), the watchdog that kills every VM
+ * when the server dies, however it ends, and a uid per VM.
+ */
+export async function createQemuDriver(config: QemuDriverConfig): Promise<QemuDriverSetup> {
+  const { logger } = config;
+  const version = await qemuVersion();
+  const accelerator = await chooseAccelerator({
+    configured: config.accel,
+    kernel: config.kernel,
+    initramfs: config.initramfs,
+    qemuVersion: version,
+    cacheFile: config.accelCacheFile,
+  });
+  if (config.mergeMemory) await enableKsm();
+  const cgroups = VmCgroups.detect(config.cgroupName);
+  if (cgroups) {
+    const killed = await cgroups.sweep();
+    if (killed > 0) logger.warn({ count: killed }, "vmm.leftovers_killed");
+  } else logger.warn({}, "vmm.no_cgroups: VMs run without cgroup limits");
+  const watchdog = startVmmWatchdog(cgroups, config.runDir);
+  const disks = new Qcow2DiskChains();
+  const driver = new QemuDriver({
+    accel: accelerator.accel,
+    disks,
+    qemuVersion: version,
+    identities: new VmmIdentities(config.vmmUidBase, config.vmmUidCount),
+    cgroups,
+    tcgCacheMiB: config.tcgCacheMiB,
+    guestAslr: config.guestAslr,
+    mergeMemory: config.mergeMemory,
+    sealedFiles: config.sealedFiles,
+  });
+  return { driver, disks, accelerator, qemuVersion: version, close: () => watchdog.stop() };
+}
