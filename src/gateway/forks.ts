@@ -57,9 +57,9 @@ interface Shape {
  * all (`POST /sandboxes/:id/fork`); undefined when it has room, and the request is relayed
  * as it is. Otherwise the source's node starts what fits (`local`) from one capture and
  * publishes it; the rest go to the other nodes with room, each starting its share from that
- * capture, so every child starts from the same instant (both on the internal node API). The answer is the
- * source node's, its spilled entries replaced by the other nodes' results, in order; a child
- * no node had room for is a `cluster_full` error result.
+ * capture, so every child starts from the same instant (both calls on the internal node
+ * API). The answer is the source node's, its spilled entries replaced by the other nodes'
+ * results, in order; a child no node had room for is a `cluster_full` error result.
  */
 export async function forkAcrossNodes(
   req: IncomingMessage,
@@ -81,11 +81,10 @@ export async function forkAcrossNodes(
   if (local >= wanted) return false;
 
   for (let i = 0; i < local; i++) directory.reserve(source, shape);
-  const internal = options.internalHeaders;
   const first = await callNode(req, target(source), options.agents, {
     method: "POST",
     path: INTERNAL_PATHS.spillingFork(sandboxId),
-    headers: internal,
+    headers: options.internalHeaders,
     body: { ...request, local },
     timeoutMs: options.timeoutMs,
     maxBytes: MAX_FORK_ANSWER,
@@ -102,53 +101,19 @@ export async function forkAcrossNodes(
     return true;
   }
 
-  // Shares of the spilled children, best nodes first, each within its room.
-  const shares: { node: NodeRow; count: number }[] = [];
-  let left = spilledAt.length;
-  const ranked = rankNodes(
-    await directory.nodes(),
-    { templateId: "", ...shape },
-    directory.reserved,
-    {
-      heartbeatTimeoutMs: options.heartbeatTimeoutMs,
-      sinceReadMs: directory.sinceReadMs,
-      exclude: new Set([source.id]),
-    },
-  );
-  for (const node of ranked) {
-    if (left === 0) break;
-    const share = Math.min(left, fits(node, directory.reserved.get(node.id), shape));
-    if (share === 0) continue;
-    for (let i = 0; i < share; i++) directory.reserve(node, shape);
-    shares.push({ node, count: share });
-    left -= share;
-  }
+  const { shares, left } = await shareOut(spilledAt.length, source, shape, options);
   const spillBody = {
     ...(request.timeout !== undefined && { timeout: request.timeout }),
     ...(request.metadata !== undefined && { metadata: request.metadata }),
   };
   const answers = await Promise.all(
-    shares.map(async ({ node, count: share }): Promise<ChildResult[]> => {
-      let answer: NodeAnswer;
-      try {
-        answer = await callNode(req, target(node), options.agents, {
-          method: "POST",
-          path: INTERNAL_PATHS.forkFromCapture(sandboxId, snapshotId),
-          headers: internal,
-          body: { ...spillBody, count: share },
-          timeoutMs: options.timeoutMs,
-          maxBytes: MAX_FORK_ANSWER,
-        });
-      } catch (err) {
-        const why = err instanceof Error ? err.message : String(err);
-        return failed(share, new WarrenError("node_unreachable", `node ${node.id}: ${why}`));
-      }
-      const { status, json } = answer;
-      if (status === 201 && Array.isArray(json) && json.length === share) {
-        return json as ChildResult[];
-      }
-      return failed(share, answerError(answer, node.id));
-    }),
+    shares.map(({ node, count: share }) =>
+      childrenOn(req, node, share, {
+        path: INTERNAL_PATHS.forkFromCapture(sandboxId, snapshotId),
+        body: { ...spillBody, count: share },
+        options,
+      }),
+    ),
   );
   const spilled = [
     ...answers.flat(),
@@ -170,6 +135,69 @@ export async function forkAcrossNodes(
   );
   sendJson(res, 201, results);
   return true;
+}
+
+interface Share {
+  readonly node: NodeRow;
+  readonly count: number;
+}
+
+/** Shares of `count` spilled children, best nodes first, each within its room (reserved). */
+async function shareOut(
+  count: number,
+  source: NodeRow,
+  shape: Shape,
+  options: ForkSpillOptions,
+): Promise<{ shares: Share[]; left: number }> {
+  const { directory } = options;
+  const shares: Share[] = [];
+  let left = count;
+  const ranked = rankNodes(
+    await directory.nodes(),
+    { templateId: "", ...shape },
+    directory.reserved,
+    {
+      heartbeatTimeoutMs: options.heartbeatTimeoutMs,
+      sinceReadMs: directory.sinceReadMs,
+      exclude: new Set([source.id]),
+    },
+  );
+  for (const node of ranked) {
+    if (left === 0) break;
+    const share = Math.min(left, fits(node, directory.reserved.get(node.id), shape));
+    if (share === 0) continue;
+    for (let i = 0; i < share; i++) directory.reserve(node, shape);
+    shares.push({ node, count: share });
+    left -= share;
+  }
+  return { shares, left };
+}
+
+/** A node's share of the children from the capture: its results, or an error entry each. */
+async function childrenOn(
+  req: IncomingMessage,
+  node: NodeRow,
+  share: number,
+  call: { path: string; body: unknown; options: ForkSpillOptions },
+): Promise<ChildResult[]> {
+  const { options } = call;
+  let answer: NodeAnswer;
+  try {
+    answer = await callNode(req, target(node), options.agents, {
+      method: "POST",
+      path: call.path,
+      headers: options.internalHeaders,
+      body: call.body,
+      timeoutMs: options.timeoutMs,
+      maxBytes: MAX_FORK_ANSWER,
+    });
+  } catch (err) {
+    const why = err instanceof Error ? err.message : String(err);
+    return failed(share, new WarrenError("node_unreachable", `node ${node.id}: ${why}`));
+  }
+  const { status, json } = answer;
+  if (status === 201 && Array.isArray(json) && json.length === share) return json as ChildResult[];
+  return failed(share, answerError(answer, node.id));
 }
 
 function parse(body: Buffer): ForkBody | undefined {

@@ -1,7 +1,7 @@
 // What every DiskChains must do: flatten a snapshot's disk onto an ancestor's only when the
 // plan is committed, keep what the guest reads, refuse what is not below, and after a crash
 // between plan and commit finish or drop the flatten by the checksum the catalog recorded
-// (the protocol SnapshotStore follows). Runs on FakeDiskChains in the unit tier
+// (the protocol Snapshots follows). Runs on FakeDiskChains in the unit tier
 // (test/unit/contracts/) and on Qcow2DiskChains with real qcow2 chains in the e2e tier
 // (test/e2e/vmm/disk-chains-contract.test.ts).
 import assert from "node:assert/strict";
