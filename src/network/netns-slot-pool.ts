@@ -84,6 +84,8 @@ export class NetnsSlotPool implements SlotPool {
   readonly #inUse = new Set<NetworkSlot>();
   #settings: Promise<SlotSettings> | undefined;
   #refilling: Promise<void> | undefined;
+  /** The slot the refill is making now; its index is taken already. */
+  #making: Promise<NetworkSlot> | undefined;
   #closed = false;
 
   constructor(options: NetnsSlotPoolOptions = {}) {
@@ -158,14 +160,16 @@ export class NetnsSlotPool implements SlotPool {
 
   /**
    * Hands out a slot with `policy` (default: the pool's default policy). Takes an idle slot
-   * or creates one; throws WarrenError resource_exhausted when maxSlots are in use, and
-   * EgressPolicyError (before touching anything) for a bad policy.
+   * or creates one; when only the refill's slot in the making stands at maxSlots, waits for
+   * it (one creation, each command of which is bounded). Throws WarrenError
+   * resource_exhausted when maxSlots are in use, and EgressPolicyError (before touching
+   * anything) for a bad policy.
    */
   async acquire(policy?: EgressPolicy): Promise<NetworkSlot> {
     const wanted = policy ? validateEgressPolicy(policy) : this.#defaultPolicy;
     this.#checkOpen();
     const settings = await this.#ready();
-    const slot = this.#idle.shift() ?? (await this.#create(settings, wanted));
+    const slot = await this.#take(settings, wanted);
     this.#inUse.add(slot);
     try {
       if (!sameEgressPolicy(slot.policy, wanted)) await slot.setPolicy(wanted);
@@ -258,6 +262,20 @@ export class NetnsSlotPool implements SlotPool {
     };
   }
 
+  /** An idle slot, a new one, or the one the refill is making when it holds the last index. */
+  async #take(settings: SlotSettings, policy: EgressPolicy): Promise<NetworkSlot> {
+    for (;;) {
+      const idle = this.#idle.shift();
+      if (idle) return idle;
+      if (!this.#making || this.#taken.size < this.#maxSlots) {
+        return this.#create(settings, policy);
+      }
+      // Its slot goes idle when made (or its index comes free when it fails): look again.
+      await this.#making.catch(() => {});
+      this.#checkOpen();
+    }
+  }
+
   async #create(settings: SlotSettings, policy = this.#defaultPolicy): Promise<NetworkSlot> {
     for (;;) {
       const index = this.#freeIndex();
@@ -307,7 +325,14 @@ export class NetnsSlotPool implements SlotPool {
     if (this.#refilling || this.#closed) return;
     const loop = async () => {
       while (!this.#closed && this.#idle.length < this.#size && this.#taken.size < this.#maxSlots) {
-        const slot = await this.#create(settings);
+        this.#making = this.#create(settings);
+        let slot: NetworkSlot;
+        try {
+          slot = await this.#making;
+        } finally {
+          // In the same step as the push below: a waiting acquire sees the slot or the maker.
+          this.#making = undefined;
+        }
         if (this.#closed) await this.#destroy(slot);
         else this.#idle.push(slot);
       }
