@@ -4,7 +4,7 @@ import { apiErrorEntry } from "../relay/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { NodeRow, SandboxLocation } from "./cluster.js";
 import type { NodeAgents, NodeTarget } from "./forward.js";
-import { answerError, callNode, type NodeAnswer } from "./node-call.js";
+import { answerError, callNode, type NodeAnswer, nodeUnreachable } from "./node-call.js";
 import type { NodeDirectory } from "./node-directory.js";
 import { freeRoom, type Reserved, rankNodes } from "./placement.js";
 import { sendJson } from "./respond.js";
@@ -192,8 +192,7 @@ async function childrenOn(
       maxBytes: MAX_FORK_ANSWER,
     });
   } catch (err) {
-    const why = err instanceof Error ? err.message : String(err);
-    return failed(share, new WarrenError("node_unreachable", `node ${node.id}: ${why}`));
+    return failed(share, nodeUnreachable(node.id, err));
   }
   const { status, json } = answer;
   if (status === 201 && Array.isArray(json) && json.length === share) return json as ChildResult[];

@@ -1,7 +1,6 @@
 import { CLUSTER_KEY_HEADER } from "../protocol/index.js";
-import { WarrenError } from "../shared/index.js";
 import type { NodeAgents, NodeTarget } from "./forward.js";
-import { answerError, callNode } from "./node-call.js";
+import { answerError, callNode, nodeUnreachable } from "./node-call.js";
 
 /** An internal call's answer is empty or an error's JSON. */
 const MAX_ANSWER_BYTES = 64 * 1024;
@@ -30,8 +29,7 @@ export class InternalCalls {
       timeoutMs,
       maxBytes: MAX_ANSWER_BYTES,
     }).catch((err: unknown) => {
-      const why = err instanceof Error ? err.message : String(err);
-      throw new WarrenError("node_unreachable", `node ${target.nodeId}: ${why}`, { cause: err });
+      throw nodeUnreachable(target.nodeId, err);
     });
     if (answer.status >= 300) throw answerError(answer, target.nodeId);
   }

@@ -74,3 +74,9 @@ export function answerError(answer: NodeAnswer, nodeId: string): WarrenError {
     `node ${nodeId}: ${typeof message === "string" ? message : `answered ${status}`}`,
   );
 }
+
+/** A node that gave no answer to a call of the gateway's own. */
+export function nodeUnreachable(nodeId: string, err: unknown): WarrenError {
+  const why = err instanceof Error ? err.message : String(err);
+  return new WarrenError("node_unreachable", `node ${nodeId}: ${why}`, { cause: err });
+}

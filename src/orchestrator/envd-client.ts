@@ -1,5 +1,5 @@
 import { Agent } from "node:http";
-import { type Client, createClient } from "@connectrpc/connect";
+import { type Client, createClient, type Transport } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Filesystem } from "../protocol/gen/filesystem/filesystem_pb.js";
 import { Process } from "../protocol/gen/process/process_pb.js";
@@ -42,24 +42,41 @@ export interface EnvdRequestOptions {
  */
 export class EnvdClient {
   readonly host: string;
-  readonly process: Client<typeof Process>;
-  readonly filesystem: Client<typeof Filesystem>;
   readonly #token: string | undefined;
+  readonly #readMaxBytes: number;
   readonly #agent = new Agent({ keepAlive: true });
+  #transport: Transport | undefined;
+  #process: Client<typeof Process> | undefined;
+  #filesystem: Client<typeof Filesystem> | undefined;
 
   constructor(host: string, options: EnvdClientOptions) {
     this.host = host;
     this.#token = options.token;
-    const transport = createConnectTransport({
-      baseUrl: `http://${host}:${ENVD_PORT}`,
+    this.#readMaxBytes = options.readMaxBytes;
+  }
+
+  /** The Connect process service (made on first use: most calls are plain requests). */
+  get process(): Client<typeof Process> {
+    this.#process ??= createClient(Process, this.#connect());
+    return this.#process;
+  }
+
+  /** The Connect filesystem service (made on first use). */
+  get filesystem(): Client<typeof Filesystem> {
+    this.#filesystem ??= createClient(Filesystem, this.#connect());
+    return this.#filesystem;
+  }
+
+  #connect(): Transport {
+    this.#transport ??= createConnectTransport({
+      baseUrl: `http://${this.host}:${ENVD_PORT}`,
       httpVersion: "1.1",
       useBinaryFormat: false,
       acceptCompression: [],
-      readMaxBytes: options.readMaxBytes,
+      readMaxBytes: this.#readMaxBytes,
       nodeOptions: { agent: this.#agent, maxHeaderSize: GUEST_HEAD_MAX_BYTES },
     });
-    this.process = createClient(Process, transport);
-    this.filesystem = createClient(Filesystem, transport);
+    return this.#transport;
   }
 
   /** One bounded exchange with envd (`guestRequest`). */

@@ -67,8 +67,9 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
     log.warn({ err }, "server.oom_score_unchanged"),
   );
   const { catalog, cluster } = await openCatalogs(input);
-  const limits = capacityLimits(config);
-  const started = newOrchestrator(input, { images, vmm, catalog, cluster, limits });
+  const host = hostResources();
+  const limits = capacityLimits(config, host);
+  const started = newOrchestrator(input, { images, vmm, catalog, cluster, limits, host });
   orchestrator = started;
   closers.add("orchestrator", () => started.close());
   input.metrics.follow(started);
@@ -79,7 +80,7 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
     logger: logger.child({ component: "catalog" }),
   });
   closers.add("killed purge", () => purge.stop()); // before the orchestrator closes the catalog
-  const builds = newTemplateBuilds(input, { catalog, orchestrator: started, images });
+  const builds = newTemplateBuilds(input, { catalog, orchestrator: started, images, host });
   input.metrics.follow(builds);
   await builds.start();
   closers.add("template builds", () => builds.close());
@@ -150,8 +151,10 @@ async function openCatalogs(
   return { catalog, cluster };
 }
 
-function capacityLimits(config: Readonly<Config>): CapacityLimits {
-  const host = hostResources();
+/** This machine's cores and memory (`hostResources`), which the limits are shares of. */
+type HostResources = ReturnType<typeof hostResources>;
+
+function capacityLimits(config: Readonly<Config>, host: HostResources): CapacityLimits {
   return {
     maxSandboxes: config.maxSandboxes,
     maxVcpus: Math.floor(host.cpus * config.vcpuOvercommit),
@@ -168,6 +171,7 @@ function newOrchestrator(
     catalog: Catalog;
     cluster?: PostgresCluster;
     limits: CapacityLimits;
+    host: HostResources;
   },
 ): Orchestrator {
   const { config, logger } = input;
@@ -189,7 +193,7 @@ function newOrchestrator(
     defaultTimeoutMs: config.defaultTimeoutMs,
     maxForkCount: config.maxForkCount,
     flattenDepth: config.flattenDepth,
-    maxConcurrentStarts: config.maxConcurrentStarts || hostResources().cpus * 2,
+    maxConcurrentStarts: config.maxConcurrentStarts || parts.host.cpus * 2,
     pool: {
       baseFloor: config.poolSize,
       maxPerTemplate: config.poolMaxPerTemplate,
@@ -224,10 +228,15 @@ function sharedSnapshots(input: NodePartsInput, cluster: PostgresCluster) {
 
 function newTemplateBuilds(
   input: NodePartsInput,
-  parts: { catalog: Catalog; orchestrator: Orchestrator; images: GuestArtifacts },
+  parts: {
+    catalog: Catalog;
+    orchestrator: Orchestrator;
+    images: GuestArtifacts;
+    host: HostResources;
+  },
 ): TemplateBuilds {
   const { config } = input;
-  const host = hostResources();
+  const { host } = parts;
   return new TemplateBuilds({
     catalog: parts.catalog,
     host: parts.orchestrator,
