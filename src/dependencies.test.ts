@@ -21,11 +21,12 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   catalog: ["shared"],
   store: ["shared"],
   tls: ["shared"],
-  orchestrator: ["vmm", "network", "host-setup", "catalog", "protocol", "shared"],
+  tenancy: ["catalog", "shared"],
+  orchestrator: ["vmm", "network", "host-setup", "tenancy", "catalog", "protocol", "shared"],
   builds: ["orchestrator", "oci-images", "catalog", "protocol", "shared"],
   // Relays HTTP requests and upgrades; writes error answers for every server.
   relay: ["shared"],
-  api: ["builds", "orchestrator", "relay", "protocol", "shared"],
+  api: ["builds", "orchestrator", "tenancy", "catalog", "relay", "protocol", "shared"],
   proxy: ["orchestrator", "relay", "protocol", "shared"],
   server: [
     "api",
@@ -40,10 +41,11 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "catalog",
     "store",
     "tls",
+    "tenancy",
     "protocol",
     "shared",
   ],
-  gateway: ["catalog", "relay", "protocol", "shared"],
+  gateway: ["tenancy", "catalog", "relay", "protocol", "shared"],
   cli: ["protocol", "shared"],
   // Runs in a browser: the generated envd client only.
   dashboard: ["protocol"],

@@ -98,20 +98,27 @@ export class Builder {
     this.#o = options;
   }
 
-  /** Runs the build; resolves with its final layer (what sandboxes restore). */
+  /**
+   * Runs the build for `team` (its build VMs are the team's, and its steps' layers are cached
+   * for that team alone); resolves with its final layer (what sandboxes restore).
+   */
   async run(
+    team: string,
     spec: BuildSpec,
     shape: BuildShape,
     log: BuildLog,
     made: MadeLayers,
     signal: AbortSignal,
   ): Promise<TemplateRow> {
-    const base = await this.#baseLayer(spec, shape, log, made, signal).catch((err: unknown) => {
-      throw failure("base", err);
-    });
+    const base = await this.#baseLayer(team, spec, shape, log, made, signal).catch(
+      (err: unknown) => {
+        throw failure("base", err);
+      },
+    );
     let current = base.layer;
     let context = base.context;
-    let key = base.key;
+    // A team's steps are its own: another team's identical steps never reuse its layers.
+    let key = teamKey(base.key, team);
     let vm: BuildVm | undefined;
     try {
       for (const step of spec.steps) {
@@ -132,7 +139,7 @@ export class Builder {
           log.add("info", `[${label}] ${describe(step)}`, label);
           continue;
         }
-        vm ??= await this.#startVm(current, log, label, signal);
+        vm ??= await this.#startVm(team, current, log, label, signal);
         log.add("info", `[${label}] ${describe(step)}`, label);
         const started = performance.now();
         context = await runStep(
@@ -153,7 +160,7 @@ export class Builder {
           return cached;
         }
       }
-      vm ??= await this.#startVm(current, log, "finalize", signal);
+      vm ??= await this.#startVm(team, current, log, "finalize", signal);
       return await this.#finalize(vm, spec, context, finalKey, log, made, signal).catch(
         (err: unknown) => {
           throw failure("finalize", err);
@@ -169,6 +176,7 @@ export class Builder {
 
   /** The source as a layer: a template as it is, or an image (or a reshaped base) booted cold. */
   async #baseLayer(
+    team: string,
     spec: BuildSpec,
     shape: BuildShape,
     log: BuildLog,
@@ -180,7 +188,7 @@ export class Builder {
     const source = spec.source;
     if (source.kind === "template" || isBaseImage(source.reference)) {
       const reference = source.kind === "template" ? source.reference : "base";
-      const template = await host.findTemplate(reference);
+      const template = await host.findTemplate(reference, team);
       const sameShape =
         (!shape.explicit && source.kind === "template") ||
         (template.vcpus === shape.vcpus && template.memoryMiB === shape.memoryMiB);
@@ -282,6 +290,7 @@ export class Builder {
   }
 
   async #startVm(
+    team: string,
     layer: TemplateRow,
     log: BuildLog,
     step: string,
@@ -291,6 +300,7 @@ export class Builder {
     const started = performance.now();
     const sandbox = await this.#o.host
       .create({
+        teamId: team,
         templateId: layer.id,
         timeoutMs: BUILD_VM_TTL_MS,
         metadata: {},
@@ -452,6 +462,11 @@ export function isBaseImage(reference: string): boolean {
 export function cacheKey(parent: string, step: NumberedStep): string {
   const { number: _number, force: _force, ...definition } = step;
   return digest(parent, JSON.stringify(definition));
+}
+
+/** The key a team's step layers chain from: its source's, and the team. */
+export function teamKey(sourceKey: string, team: string): string {
+  return digest("team", team, sourceKey);
 }
 
 export function layerId(key: string): string {

@@ -12,6 +12,7 @@ import {
   LifecycleEvents,
   newId,
   splitTag,
+  visibleTo,
 } from "../orchestrator/index.js";
 import { ENVD_VERSION } from "../protocol/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
@@ -31,7 +32,7 @@ import {
 
 export interface TemplateBuildsOptions {
   readonly catalog: Catalog;
-  readonly host: BuildHost & { deleteTemplate(templateId: string): Promise<void> };
+  readonly host: BuildHost & { deleteTemplate(templateId: string, teamId?: string): Promise<void> };
   readonly images?: ImageSource;
   /** Holds `files/` (uploaded archives) and `logs/` (one log per build). */
   readonly dir: string;
@@ -111,20 +112,26 @@ export class TemplateBuilds implements EventSource {
     await Promise.all([...this.#running.values()].map((run) => run.done));
   }
 
-  async requestBuild(request: BuildRequest): Promise<RequestedBuild> {
+  /**
+   * Every method takes the team it acts for (`team`): it sees and changes only that team's
+   * templates and builds (another team's read as not found) and the shared ones (`base`).
+   * Undefined is the admin's view: every team's. A build is always some team's.
+   */
+  async requestBuild(team: string, request: BuildRequest): Promise<RequestedBuild> {
     const { catalog, host } = this.#o;
     const { name, tags } = parseName(request.name, request.tags);
     const existing = await catalog.getTemplate(name);
-    if (existing && existing.kind !== "build") {
-      throw new WarrenError(
-        "template_name_taken",
-        `'${name}' is a ${existing.kind === "base" ? "built-in template" : "snapshot"}: choose another name`,
-      );
+    const builds = await catalog.listBuilds();
+    const takenByOther =
+      (existing !== undefined && existing.teamId !== team) ||
+      builds.some((b) => b.name === name && b.teamId !== team);
+    if (existing?.kind === "base" || (existing && existing.kind !== "build") || takenByOther) {
+      const what =
+        existing?.kind === "base" ? "a built-in template" : takenByOther ? "taken" : "a snapshot";
+      throw new WarrenError("template_name_taken", `'${name}' is ${what}: choose another name`);
     }
     // Every build of a name builds one template, also before the first one succeeded.
-    const earlier = existing
-      ? undefined
-      : (await catalog.listBuilds()).find((b) => b.name === name);
+    const earlier = existing ? undefined : builds.find((b) => b.name === name);
     const templateId = existing?.id ?? earlier?.templateId ?? newId();
     const explicit = request.cpuCount !== undefined || request.memoryMB !== undefined;
     const shape: BuildShape = {
@@ -142,6 +149,7 @@ export class TemplateBuilds implements EventSource {
     const now = new Date().toISOString();
     const build: BuildRow = {
       id: crypto.randomUUID(),
+      teamId: team,
       templateId,
       name,
       tags,
@@ -167,11 +175,12 @@ export class TemplateBuilds implements EventSource {
 
   /** Whether a COPY step's files are here, else where to PUT them (`baseUrl` + signed path). */
   async fileUploadLink(
+    team: string | undefined,
     templateId: string,
     hash: string,
     baseUrl: string,
   ): Promise<{ present: boolean; url?: string }> {
-    await this.#template(templateId);
+    await this.#template(templateId, team);
     if (await this.#files.has(hash)) return { present: true };
     const query = this.#files.signedQuery(templateId, hash);
     return {
@@ -191,8 +200,13 @@ export class TemplateBuilds implements EventSource {
   }
 
   /** Starts a requested build in the background; its progress is the status call's. */
-  async startBuild(templateId: string, buildId: string, definition: unknown): Promise<void> {
-    const build = await this.#build(templateId, buildId);
+  async startBuild(
+    team: string | undefined,
+    templateId: string,
+    buildId: string,
+    definition: unknown,
+  ): Promise<void> {
+    const build = await this.#build(templateId, buildId, team);
     if (build.status !== "waiting" || this.#running.has(buildId)) {
       throw new WarrenError("build_in_progress", `build ${buildId} was already started`);
     }
@@ -221,7 +235,7 @@ export class TemplateBuilds implements EventSource {
       const started = performance.now();
       log.add("info", `Building template ${build.name} (${templateId}), build ${buildId}`);
       try {
-        const layer = await this.#builder.run(spec, shape, log, made, abort.signal);
+        const layer = await this.#builder.run(build.teamId, spec, shape, log, made, abort.signal);
         await this.#publish(running, layer, made);
         log.add("info", `Build finished in ${((performance.now() - started) / 1000).toFixed(1)} s`);
       } catch (err) {
@@ -235,8 +249,13 @@ export class TemplateBuilds implements EventSource {
     this.#running.set(buildId, { abort, done });
   }
 
-  async status(templateId: string, buildId: string, logsOffset = 0): Promise<BuildInfo> {
-    const build = await this.#build(templateId, buildId);
+  async status(
+    team: string | undefined,
+    templateId: string,
+    buildId: string,
+    logsOffset = 0,
+  ): Promise<BuildInfo> {
+    const build = await this.#build(templateId, buildId, team);
     const log = this.#log(buildId);
     return {
       templateID: build.templateId,
@@ -251,11 +270,12 @@ export class TemplateBuilds implements EventSource {
   }
 
   async logs(
+    team: string | undefined,
     templateId: string,
     buildId: string,
     query: { cursor?: number; limit?: number; direction?: string; level?: string },
   ): Promise<{ logs: LogEntry[] }> {
-    await this.#build(templateId, buildId);
+    await this.#build(templateId, buildId, team);
     const direction = query.direction ?? "forward";
     if (direction !== "forward" && direction !== "backward") {
       throw new WarrenError("invalid_argument", "direction must be forward or backward");
@@ -275,10 +295,12 @@ export class TemplateBuilds implements EventSource {
   }
 
   /** Every template a client can use or is building: built, snapshots and base. */
-  async list(): Promise<TemplateSummary[]> {
+  async list(team: string | undefined): Promise<TemplateSummary[]> {
     const { catalog } = this.#o;
-    const builds = await catalog.listBuilds();
-    const rows = (await catalog.listTemplates()).filter((t) => t.kind !== "layer");
+    const builds = (await catalog.listBuilds()).filter((b) => ownedBy(b, team));
+    const rows = (await catalog.listTemplates()).filter(
+      (t) => t.kind !== "layer" && visibleTo(t, team),
+    );
     const byTemplate = groupBy(builds, (b) => b.templateId);
     const summaries = rows.map((row) => summary(row, byTemplate.get(row.id) ?? []));
     // Templates whose first build has not succeeded yet.
@@ -289,8 +311,8 @@ export class TemplateBuilds implements EventSource {
     return summaries;
   }
 
-  async get(templateId: string): Promise<TemplateDetail> {
-    const { row, builds } = await this.#template(templateId);
+  async get(team: string | undefined, templateId: string): Promise<TemplateDetail> {
+    const { row, builds } = await this.#template(templateId, team);
     const first = row?.createdAt ?? builds[0]?.createdAt ?? new Date().toISOString();
     const names = row ? [...row.aliases] : builds.slice(-1).map((b) => b.name);
     return {
@@ -317,9 +339,12 @@ export class TemplateBuilds implements EventSource {
   }
 
   /** `GET /templates/aliases/{alias}`. */
-  async alias(name: string): Promise<{ templateID: string; public: boolean }> {
+  async alias(
+    team: string | undefined,
+    name: string,
+  ): Promise<{ templateID: string; public: boolean }> {
     const row = await this.#o.catalog.getTemplate(name);
-    if (!row || row.kind === "layer" || !row.aliases.includes(name)) {
+    if (!row || row.kind === "layer" || !row.aliases.includes(name) || !visibleTo(row, team)) {
       throw new WarrenError("template_not_found", `no template is named '${name}'`);
     }
     return { templateID: row.id, public: false };
@@ -329,11 +354,15 @@ export class TemplateBuilds implements EventSource {
    * Deletes a template by id or name: a built one with its builds, tags and the layers no
    * other build uses; others (snapshots) as the orchestrator deletes them.
    */
-  async delete(reference: string): Promise<void> {
+  async delete(team: string | undefined, reference: string): Promise<void> {
     const { catalog, host } = this.#o;
-    const row = await catalog.getTemplate(reference.replace(/:default$/, ""));
-    const builds = await catalog.listBuilds(row?.id ?? reference);
-    if (row?.kind !== "build" && builds.length === 0) return host.deleteTemplate(reference);
+    const found = await catalog.getTemplate(reference.replace(/:default$/, ""));
+    const row = found && visibleTo(found, team) ? found : undefined;
+    const builds = (await catalog.listBuilds(row?.id ?? reference)).filter((b) => ownedBy(b, team));
+    if (found && !row) {
+      throw new WarrenError("template_not_found", `template '${reference}' not found`);
+    }
+    if (row?.kind !== "build" && builds.length === 0) return host.deleteTemplate(reference, team);
     const templateId = row?.id ?? reference;
     for (const build of builds) {
       if (this.#running.has(build.id)) {
@@ -356,13 +385,14 @@ export class TemplateBuilds implements EventSource {
 
   /** `POST /templates/tags`: the build `target` (`name:tag`) names gets `tags` too. */
   async assignTags(
+    team: string | undefined,
     target: string,
     tags: readonly string[],
   ): Promise<{ buildID: string; tags: string[] }> {
     const { catalog } = this.#o;
     const { name, tag } = splitTag(target);
     const row = await catalog.getTemplate(name);
-    if (row?.kind !== "build") {
+    if (row?.kind !== "build" || !visibleTo(row, team)) {
       throw new WarrenError("template_not_found", `no built template is named '${name}'`);
     }
     const source = await catalog.getTag(row.id, tag ?? DEFAULT_TAG);
@@ -376,10 +406,10 @@ export class TemplateBuilds implements EventSource {
   }
 
   /** `DELETE /templates/tags`. */
-  async removeTags(name: string, tags: readonly string[]): Promise<void> {
+  async removeTags(team: string | undefined, name: string, tags: readonly string[]): Promise<void> {
     const { catalog } = this.#o;
     const row = await catalog.getTemplate(name);
-    if (row?.kind !== "build") {
+    if (row?.kind !== "build" || !visibleTo(row, team)) {
       throw new WarrenError("template_not_found", `no built template is named '${name}'`);
     }
     for (const tag of tags.map(checkTag)) {
@@ -394,9 +424,10 @@ export class TemplateBuilds implements EventSource {
   }
 
   async listTags(
+    team: string | undefined,
     templateId: string,
   ): Promise<{ tag: string; buildID: string; createdAt: string }[]> {
-    const { row } = await this.#template(templateId);
+    const { row } = await this.#template(templateId, team);
     if (!row) return [];
     return (await this.#o.catalog.listTags(row.id)).map((t) => ({
       tag: t.tag,
@@ -478,20 +509,27 @@ export class TemplateBuilds implements EventSource {
     return row;
   }
 
-  async #build(templateId: string, buildId: string): Promise<BuildRow> {
+  async #build(templateId: string, buildId: string, team: string | undefined): Promise<BuildRow> {
     const build = await this.#o.catalog.getBuild(buildId);
-    if (!build || (build.templateId !== templateId && build.name !== templateId)) {
+    const matches = build && (build.templateId === templateId || build.name === templateId);
+    if (!build || !matches || !ownedBy(build, team)) {
       throw new WarrenError("build_not_found", `template ${templateId} has no build ${buildId}`);
     }
     return build;
   }
 
   /** A template by id or name with its builds; template_not_found when neither is known. */
-  async #template(reference: string): Promise<{ row?: TemplateRow; builds: BuildRow[] }> {
+  async #template(
+    reference: string,
+    team: string | undefined,
+  ): Promise<{ row?: TemplateRow; builds: BuildRow[] }> {
     const { catalog } = this.#o;
+    const owned = (builds: BuildRow[]) => builds.filter((b) => ownedBy(b, team));
     const row = await catalog.getTemplate(reference);
-    if (row && row.kind !== "layer") return { row, builds: await catalog.listBuilds(row.id) };
-    const builds = await catalog.listBuilds(reference);
+    if (row && row.kind !== "layer" && visibleTo(row, team)) {
+      return { row, builds: owned(await catalog.listBuilds(row.id)) };
+    }
+    const builds = row ? [] : owned(await catalog.listBuilds(reference));
     if (builds.length === 0) {
       throw new WarrenError("template_not_found", `template '${reference}' not found`);
     }
@@ -526,9 +564,15 @@ export class TemplateBuilds implements EventSource {
 }
 
 /** The template row a build's result makes: its name, its layer's snapshot, shape and defaults. */
+/** A build is its team's; undefined (the admin) sees every team's. */
+function ownedBy(build: BuildRow, team: string | undefined): boolean {
+  return team === undefined || build.teamId === team;
+}
+
 function templateRow(build: BuildRow, layer: TemplateRow): TemplateRow {
   return {
     id: build.templateId,
+    teamId: build.teamId,
     aliases: [build.name],
     kind: "build",
     snapshotId: layer.snapshotId,

@@ -1,9 +1,9 @@
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import { INTERNAL_PATHS } from "../protocol/index.js";
 import { apiError, proxyRefusal, sendError, writeSocketError } from "../relay/index.js";
-import { authenticate } from "../shared/api-key-auth.js";
 import { type Logger, WarrenError } from "../shared/index.js";
+import { type Caller, requireAdmin } from "../tenancy/index.js";
 import type { GatewayCluster, NodeRow } from "./cluster.js";
 import type { Creates } from "./creates.js";
 import { forkAcrossNodes } from "./forks.js";
@@ -22,7 +22,8 @@ const NODE_ACTION_TIMEOUT_MS = 10_000;
 
 export interface GatewayParts {
   readonly cluster: GatewayCluster;
-  readonly apiKeys: () => ReadonlySet<string>;
+  /** Who a request is from (a team's key, or the admin token): 401 when neither. */
+  readonly authenticate: (headers: IncomingHttpHeaders) => Promise<Caller>;
   readonly domain?: string;
   readonly agents: NodeAgents;
   readonly directory: NodeDirectory;
@@ -79,11 +80,15 @@ export class GatewayHandler {
         return sendJson(res, 200, { status: "ok", role: "gateway", nodes: nodes.length, up });
       }
       case "templates":
-        if (!route.signedUpload) authenticate(req.headers, this.p.apiKeys());
+        if (!route.signedUpload) await this.p.authenticate(req.headers);
         return this.#relay(req, res, await locator.templateNode());
-      default:
-        authenticate(req.headers, this.p.apiKeys());
+      default: {
+        const caller = await this.p.authenticate(req.headers);
+        if (route.kind === "nodes" || route.kind === "node_action") {
+          requireAdmin(caller, "the cluster's nodes");
+        }
         return this.#api(req, res, route);
+      }
     }
   }
 

@@ -1,7 +1,9 @@
+import type { IncomingHttpHeaders } from "node:http";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { INTERNAL_PATHS } from "../protocol/index.js";
 import { type Logger, silentLogger } from "../shared/index.js";
+import type { Caller } from "../tenancy/index.js";
 import type { GatewayCluster } from "./cluster.js";
 import { Creates } from "./creates.js";
 import { NodeAgents } from "./forward.js";
@@ -12,7 +14,8 @@ import { SandboxLocator } from "./sandbox-locator.js";
 export interface GatewayOptions {
   readonly cluster: GatewayCluster;
   /** Keys accepted on the API (the nodes accept the same: the gateway relays the client's). */
-  readonly apiKeys: () => ReadonlySet<string>;
+  /** Who a request is from (a team's key in the cluster catalog, or the admin token). */
+  readonly authenticate: (headers: IncomingHttpHeaders) => Promise<Caller>;
   /** Sandbox Host names are `<port>-<id>.<domain>` when set. */
   readonly domain?: string;
   readonly host: string;
@@ -57,7 +60,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   const internal = new InternalCalls(await cluster.clusterKey(), agents);
   const handler = new GatewayHandler({
     cluster,
-    apiKeys: options.apiKeys,
+    authenticate: options.authenticate,
     domain: options.domain,
     agents,
     directory,

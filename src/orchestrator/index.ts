@@ -25,6 +25,6 @@ export {
 } from "./lifecycle-events.js";
 export { Orchestrator, type OrchestratorOptions } from "./orchestrator.js";
 export { assertReady } from "./readiness.js";
-export { splitTag } from "./templates.js";
+export { splitTag, visibleTo } from "./templates.js";
 export type * from "./types.js";
 export type { PoolSettings } from "./warm-pool.js";

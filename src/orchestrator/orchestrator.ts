@@ -21,6 +21,7 @@ import { requireState, SandboxTable } from "./sandbox-table.js";
 import { SandboxVms } from "./sandbox-vms.js";
 import { templateStart } from "./snapshot-templates.js";
 import { type SharedSnapshots, Snapshots } from "./snapshots.js";
+import { type TeamLimitsLookup, TeamQuotas } from "./team-quotas.js";
 import { metricsWithin, sandboxLogs, takeMetricsSample } from "./telemetry.js";
 import { findTemplate } from "./templates.js";
 import type {
@@ -85,6 +86,8 @@ export interface OrchestratorOptions {
   readonly shared?: SharedSnapshots;
   /** Background metrics sampling of running sandboxes (MetricsSampler); 0 or unset: off. */
   readonly metricsIntervalMs?: number;
+  /** Each team's limits (the team catalog); unset: no team quotas. */
+  readonly teamLimits?: TeamLimitsLookup;
 }
 
 /**
@@ -171,6 +174,7 @@ export class Orchestrator
       catalog,
       table: this.#table,
       capacity,
+      quotas: new TeamQuotas(options.teamLimits, () => this.#table.values().map((l) => l.row)),
       vms,
       pool: this.#pool,
       snapshots: this.#snapshots,
@@ -368,7 +372,10 @@ export class Orchestrator
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
     assertReady(this.#status);
     const { catalog } = this.#o;
-    const template = await findTemplate(catalog, input.templateId, { layers: input.internal });
+    const template = await findTemplate(catalog, input.templateId, {
+      layers: input.internal,
+      teamId: input.teamId,
+    });
     // Checked before anything is reserved: a bad list is the caller's 400.
     validateEgressPolicy(egressPolicyOf(input.network, input.allowInternetAccess));
     const config: SandboxConfig = {
@@ -379,6 +386,7 @@ export class Orchestrator
       ...(input.internal && { internal: true }),
     };
     const row = newRow({
+      teamId: input.teamId,
       templateId: template.id,
       alias: template.aliases[0],
       shape: template,
@@ -644,8 +652,8 @@ export class Orchestrator
     return this.#forks.listSnapshots(filter);
   }
 
-  async deleteTemplate(templateId: string): Promise<void> {
-    return this.#forks.deleteTemplate(templateId);
+  async deleteTemplate(templateId: string, teamId?: string): Promise<void> {
+    return this.#forks.deleteTemplate(templateId, teamId);
   }
 
   // ---- TemplateHost -------------------------------------------------------------------------
@@ -662,8 +670,8 @@ export class Orchestrator
     return this.#o.images.baseRootfs;
   }
 
-  findTemplate(reference: string): Promise<TemplateRow> {
-    return findTemplate(this.#o.catalog, reference);
+  findTemplate(reference: string, teamId?: string): Promise<TemplateRow> {
+    return findTemplate(this.#o.catalog, reference, { teamId });
   }
 
   guestEndpoint(sandboxId: string): { host: string; accessToken?: string } {

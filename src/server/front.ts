@@ -7,9 +7,8 @@ import { createApi } from "../api/index.js";
 import type { TemplateBuilds } from "../builds/index.js";
 import { SandboxProxy } from "../proxy/index.js";
 import { apiError, sendError } from "../relay/index.js";
-import { authenticate } from "../shared/api-key-auth.js";
 import type { Config } from "../shared/config.js";
-import type { LiveApiKeys } from "./api-keys.js";
+import type { Authenticator, TeamAdmin } from "../tenancy/index.js";
 import { dashboardFiles } from "./dashboard-files.js";
 import type { Late, LateBound } from "./late-bound.js";
 import type { NodeMetrics } from "./prometheus.js";
@@ -21,7 +20,10 @@ const DASHBOARD_DIR = fileURLToPath(new URL("../../dist/dashboard", import.meta.
 export interface FrontOptions {
   readonly config: Readonly<Config>;
   readonly logger: Logger;
-  readonly apiKeys: LiveApiKeys;
+  /** Who a request is from (team key or admin token). */
+  readonly authenticator: Authenticator;
+  /** Teams and keys, once the catalog is open (throws 503 until then). */
+  readonly teamAdmin: () => TeamAdmin;
   /** The orchestrator, once the node has started. */
   readonly orchestrator: LateBound;
   readonly builds: Late<TemplateBuilds>;
@@ -45,7 +47,7 @@ export interface Front {
  * it, the rest to the API. In domain mode an HTTPS listener serves the same.
  */
 export async function listenFront(options: FrontOptions): Promise<Front> {
-  const { config, logger, apiKeys, metrics } = options;
+  const { config, logger, authenticator, metrics } = options;
   const proxy = new SandboxProxy({
     router: options.orchestrator,
     domain: config.domain,
@@ -57,7 +59,7 @@ export async function listenFront(options: FrontOptions): Promise<Front> {
   let handleApi: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
   const onRequest = (req: IncomingMessage, res: ServerResponse) => {
     if (proxy.matches(req)) proxy.handleRequest(req, res);
-    else if (isScrape(req)) serveMetrics(req, res, metrics, config, apiKeys.keys);
+    else if (isScrape(req)) serveMetrics(req, res, metrics, config, authenticator);
     else if (dashboard?.matches(req)) dashboard.serve(req, res).catch(() => res.destroy());
     else handleApi?.(req, res);
   };
@@ -69,7 +71,8 @@ export async function listenFront(options: FrontOptions): Promise<Front> {
   const api = createApi({
     service: options.orchestrator,
     builds: () => options.builds.get(),
-    apiKeys: () => apiKeys.keys,
+    authenticate: (headers) => authenticator.authenticate(headers),
+    teamAdmin: options.teamAdmin,
     domain: config.domain ?? null,
     defaultTimeoutMs: config.defaultTimeoutMs,
     maxTimeoutMs: config.maxTimeoutMs,
@@ -120,13 +123,14 @@ function serveMetrics(
   res: ServerResponse,
   metrics: NodeMetrics,
   config: Readonly<Config>,
-  keys: ReadonlySet<string>,
+  authenticator: Authenticator,
 ): void {
-  try {
-    if (config.metricsAuth === "api-key") authenticate(req.headers, keys);
-  } catch (err) {
-    sendError(res, apiError(err, { "www-authenticate": "Bearer" }));
-    return;
-  }
-  metrics.handle(req, res).catch(() => res.destroy());
+  const authorized =
+    config.metricsAuth === "api-key" ? authenticator.authenticateAdmin(req.headers) : undefined;
+  Promise.resolve(authorized)
+    .then(() => metrics.handle(req, res))
+    .catch((err: unknown) => {
+      if (res.headersSent) res.destroy();
+      else sendError(res, apiError(err, { "www-authenticate": "Bearer" }));
+    });
 }

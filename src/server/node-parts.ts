@@ -2,7 +2,13 @@ import { writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import { registryImages, TemplateBuilds } from "../builds/index.js";
-import { type Catalog, PostgresCatalog, PostgresCluster, SqliteCatalog } from "../catalog/index.js";
+import {
+  type Catalog,
+  PostgresCatalog,
+  PostgresCluster,
+  SqliteCatalog,
+  type TeamCatalog,
+} from "../catalog/index.js";
 import { ensureHostSetup, type GuestArtifacts } from "../host-setup/index.js";
 import { NetnsSlotPool, slotNamesFor } from "../network/index.js";
 import {
@@ -38,6 +44,8 @@ export interface NodePartsInput {
   readonly orchestrator: LateBound;
   readonly builds: Late<TemplateBuilds>;
   readonly clusterKey: Late<string>;
+  /** Teams and their keys, bound as soon as the catalog is open. */
+  readonly teams: Late<TeamCatalog>;
   readonly metrics: NodeMetrics;
   /** Each part started is added, to be stopped with the server. */
   readonly closers: CloseStack;
@@ -66,10 +74,11 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   await writeFile("/proc/self/oom_score_adj", "-500").catch((err: unknown) =>
     log.warn({ err }, "server.oom_score_unchanged"),
   );
-  const { catalog, cluster } = await openCatalogs(input);
+  const { catalog, cluster, teams } = await openCatalogs(input);
+  input.teams.bind(teams);
   const host = hostResources();
   const limits = capacityLimits(config, host);
-  const started = newOrchestrator(input, { images, vmm, catalog, cluster, limits, host });
+  const started = newOrchestrator(input, { images, vmm, catalog, cluster, limits, host, teams });
   orchestrator = started;
   closers.add("orchestrator", () => started.close());
   input.metrics.follow(started);
@@ -133,9 +142,12 @@ async function startVmm(
 /** The node's catalog: SQLite alone, or in a cluster the shared PostgreSQL, scoped to this node. */
 async function openCatalogs(
   input: NodePartsInput,
-): Promise<{ catalog: Catalog; cluster?: PostgresCluster }> {
+): Promise<{ catalog: Catalog; cluster?: PostgresCluster; teams: TeamCatalog }> {
   const { config, layout } = input;
-  if (!config.databaseUrl) return { catalog: await SqliteCatalog.open(layout.catalog) };
+  if (!config.databaseUrl) {
+    const catalog = await SqliteCatalog.open(layout.catalog);
+    return { catalog, teams: catalog.teams };
+  }
   const connectionString = config.databaseUrl;
   const catalog = await PostgresCatalog.open({ connectionString, nodeId: config.nodeId });
   const cluster = await PostgresCluster.open({ connectionString });
@@ -148,7 +160,7 @@ async function openCatalogs(
     await cluster.close();
   });
   input.clusterKey.bind(await cluster.clusterKey());
-  return { catalog, cluster };
+  return { catalog, cluster, teams: catalog.teams };
 }
 
 /** This machine's cores and memory (`hostResources`), which the limits are shares of. */
@@ -172,6 +184,7 @@ function newOrchestrator(
     cluster?: PostgresCluster;
     limits: CapacityLimits;
     host: HostResources;
+    teams: TeamCatalog;
   },
 ): Orchestrator {
   const { config, logger } = input;
@@ -189,6 +202,7 @@ function newOrchestrator(
     images: parts.images,
     layout: input.layout,
     limits: parts.limits,
+    teamLimits: async (teamId) => (await parts.teams.getTeam(teamId))?.limits,
     templateShape: { vcpus: config.templateVcpus, memoryMiB: config.templateMemoryMiB },
     defaultTimeoutMs: config.defaultTimeoutMs,
     maxForkCount: config.maxForkCount,

@@ -110,6 +110,16 @@ const SETTINGS = {
     parse: list,
     expects: "a comma-separated list",
   },
+  adminToken: {
+    env: "WARREN_ADMIN_TOKEN",
+    doc: "The admin token (X-Admin-Token), instead of <data dir>/secrets/admin-token. A cluster's nodes and gateways must share one: the gateway passes the admin's requests to the nodes.",
+    default: (): string | undefined => undefined,
+    parse: (text: string) => {
+      if (text.trim().length < 16) throw new Error("must be at least 16 characters");
+      return text.trim();
+    },
+    expects: "a secret of at least 16 characters",
+  },
   domain: {
     env: "WARREN_DOMAIN",
     doc: "Domain mode (docs/domains.md): the SDK's E2B_DOMAIN. Warren then also serves HTTPS on WARREN_TLS_PORT for api.<domain> (the API) and <port>-<id>.<domain> (sandbox ports), and create/connect answers carry it as `domain`.",

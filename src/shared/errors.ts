@@ -188,6 +188,22 @@ export const ERROR_REASONS = {
     kind: "unauthenticated",
     doc: "A file upload link is expired, forged or for another file: ask for a new one.",
   },
+  quota_exceeded: {
+    kind: "resource_exhausted",
+    doc: "The team is at one of its quotas (the message names it: running sandboxes, vCPUs, memory, disk, builds in flight or upload bytes): kill or pause sandboxes, wait for builds, or ask the operator for a larger quota.",
+  },
+  admin_required: {
+    kind: "permission_denied",
+    doc: "The route shows or changes the whole node or cluster, or other teams (`/node`, `/metrics`, drain, teams): send the admin token (`X-Admin-Token`), not a team's API key.",
+  },
+  team_not_found: {
+    kind: "not_found",
+    doc: "No team has this id (or it is not the caller's): check the id with `warren team ls`.",
+  },
+  api_key_not_found: {
+    kind: "not_found",
+    doc: "The team has no API key with this id: list them with `GET /api-keys` or `warren key ls`.",
+  },
 } as const satisfies Record<string, ReasonSpec>;
 
 export type ErrorReason = ErrorKind | keyof typeof ERROR_REASONS;

@@ -59,6 +59,7 @@ export type FakeNodeSettings = Partial<
     | "envdDeadlineMs"
     | "startPermitLeaseMs"
     | "metricsIntervalMs"
+    | "teamLimits"
   >
 > & {
   readonly maxSandboxes?: number;
@@ -230,6 +231,7 @@ export class FakeNode {
       envdDeadlineMs: s.envdDeadlineMs ?? 2_000,
       startPermitLeaseMs: s.startPermitLeaseMs,
       metricsIntervalMs: s.metricsIntervalMs,
+      teamLimits: s.teamLimits,
       templateSettleMs: 0,
     });
     await this.orchestrator.start();

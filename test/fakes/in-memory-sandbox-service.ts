@@ -94,6 +94,7 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
     const startedAt = overrides.startedAt ?? new Date(this.clock);
     const info: Mutable<SandboxInfo> = {
       sandboxId,
+      teamId: "default",
       templateId: "base",
       clientId: "warren",
       state: "running",
@@ -159,6 +160,7 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
       denyOut: [...input.network.denyOut],
     });
     const sandbox = this.start({
+      teamId: input.teamId,
       templateId: template,
       metadata: input.metadata,
       timeoutMs: input.timeoutMs,
@@ -182,6 +184,7 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
   list(filter: ListFilter): SandboxInfo[] {
     this.record("list", filter);
     return [...this.sandboxes.values()]
+      .filter((s) => filter.teamId === undefined || s.teamId === filter.teamId)
       .filter((s) => filter.states === undefined || filter.states.includes(s.state))
       .filter((s) => Object.entries(filter.metadata ?? {}).every(([k, v]) => s.metadata[k] === v))
       .filter(
@@ -413,6 +416,7 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
     const templateId = `tpl${this.nextId++}`;
     const info: SnapshotInfo = {
       templateId,
+      teamId: this.find(sandboxId).teamId,
       snapshotId: `${input.name ?? templateId}:default`,
       names: input.name ? [`${input.name}:default`] : [],
       sandboxId,
@@ -422,9 +426,14 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
     return info;
   }
 
-  async listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
+  async listSnapshots(filter: {
+    sandboxId?: string;
+    name?: string;
+    teamId?: string;
+  }): Promise<SnapshotInfo[]> {
     this.record("listSnapshots", filter);
     return this.snapshots
+      .filter((s) => filter.teamId === undefined || s.teamId === filter.teamId)
       .filter((s) => !filter.sandboxId || s.sandboxId === filter.sandboxId)
       .filter(
         (s) =>

@@ -12,7 +12,9 @@ import type {
   NodeState,
   SandboxLocation,
 } from "../cluster.js";
+import type { TeamCatalog } from "../teams.js";
 import { CatalogPool, type PoolOptions, rowsOf } from "./pool.js";
+import { PostgresTeams } from "./postgres-teams.js";
 import { type SandboxRecord, toSandboxRow } from "./rows.js";
 
 interface NodeRecord {
@@ -92,9 +94,12 @@ const SQL = {
  */
 export class PostgresCluster implements ClusterCatalog {
   readonly #db: CatalogPool;
+  /** Teams and their keys (the gateway authenticates every request with them). */
+  readonly teams: TeamCatalog;
 
   private constructor(db: CatalogPool) {
     this.#db = db;
+    this.teams = new PostgresTeams(db);
   }
 
   static async open(options: PoolOptions): Promise<PostgresCluster> {

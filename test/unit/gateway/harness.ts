@@ -17,6 +17,7 @@ import { Semaphore } from "../../../src/orchestrator/semaphore.js";
 import { sandboxRow } from "../../contracts/catalog.contract.js";
 import { InMemoryCluster } from "../../fakes/in-memory-cluster.js";
 import { InMemorySandboxService } from "../../fakes/in-memory-sandbox-service.js";
+import { testAuth } from "../../helpers/auth.js";
 
 export const API_KEY = "e2b_0123456789abcdef";
 
@@ -74,7 +75,7 @@ export async function startTestCluster(options: {
   const start = () =>
     startGateway({
       cluster,
-      apiKeys: () => new Set([API_KEY]),
+      authenticate: testAuth(() => new Set([API_KEY])),
       host: "127.0.0.1",
       port: 0,
       refreshMs: 50,
@@ -155,7 +156,7 @@ async function startStandInNode(
   let server: Server | undefined;
   const api = createApi({
     service,
-    apiKeys: () => new Set([API_KEY]),
+    authenticate: testAuth(() => new Set([API_KEY])),
     internal: { service, clusterKey: () => clusterKey },
     serverFactory: (handler) => {
       server = createServer((req, res) => {
