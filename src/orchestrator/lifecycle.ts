@@ -5,6 +5,7 @@ import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { Vm } from "../vmm/index.js";
 import type { Capacity } from "./capacity.js";
+import type { DiskSpace } from "./disk-space.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
 import { configOf, type LiveSandbox, sandboxInfo } from "./live-sandbox.js";
 import { egressPolicyOf } from "./network-config.js";
@@ -20,6 +21,8 @@ export interface LifecycleOptions {
   readonly catalog: Catalog;
   readonly table: SandboxTable;
   readonly capacity: Capacity;
+  /** Free-disk admission of new sandboxes (their disk layers grow in the data dir). */
+  readonly disk: DiskSpace;
   readonly vms: SandboxVms;
   readonly pool: WarmPool;
   readonly snapshots: Snapshots;
@@ -78,6 +81,7 @@ export class Lifecycle {
   ): Promise<SandboxInfo> {
     const { catalog, table, capacity, pool } = this.#o;
     const snapshotId = fresh.snapshotId as string;
+    this.#o.disk.admit("creating a sandbox");
     const warm = template && pool.take(template);
     crashPoint("lifecycle.launch.after-take");
     // A warmed VMM brings its id (its runtime dir is named after it) and its capacity share.

@@ -5,6 +5,7 @@ import { type Logger, WarrenError } from "../shared/index.js";
 import type { DiskChains, MachineShape, VmmDriver } from "../vmm/index.js";
 import { type BaseTemplateOptions, bootTemplate, ensureBaseTemplate } from "./base-template.js";
 import { Capacity, type CapacityLimits } from "./capacity.js";
+import { DiskSpace, type StatDisk } from "./disk-space.js";
 import { Forks } from "./forks.js";
 import type { GuestAgent } from "./guest-agent.js";
 import { ensureLayout, type StateLayout } from "./layout.js";
@@ -85,6 +86,8 @@ export interface OrchestratorOptions {
   readonly shared?: SharedSnapshots;
   /** Background metrics sampling of running sandboxes (MetricsSampler); 0 or unset: off. */
   readonly metricsIntervalMs?: number;
+  /** statfs of the data dir, for free-disk admission (tests pass their own). */
+  readonly statDisk?: StatDisk;
 }
 
 /**
@@ -108,6 +111,7 @@ export class Orchestrator
   readonly #table = new SandboxTable();
   readonly #pool: WarmPool;
   readonly #capacity: Capacity;
+  readonly #disk: DiskSpace;
   readonly #snapshots: Snapshots;
   readonly #lifecycle: Lifecycle;
   readonly #forks: Forks;
@@ -126,6 +130,12 @@ export class Orchestrator
     this.#events = events;
     const capacity = new Capacity(options.limits);
     this.#capacity = capacity;
+    const disk = new DiskSpace(
+      layout.dataDir,
+      options.limits.diskReserveMiB ?? 0,
+      options.statDisk,
+    );
+    this.#disk = disk;
     this.#snapshots = new Snapshots({
       catalog,
       driver,
@@ -171,6 +181,7 @@ export class Orchestrator
       catalog,
       table: this.#table,
       capacity,
+      disk,
       vms,
       pool: this.#pool,
       snapshots: this.#snapshots,
@@ -684,6 +695,17 @@ export class Orchestrator
 
   async bootTemplate(input: BootTemplateInput): Promise<TemplateRow> {
     assertReady(this.#status);
+    const { diskSizeMiB, memoryMiB } = input.shape;
+    // A qcow2 disk is thin: a larger one costs nothing until its guest fills the host's disk.
+    const ceiling = this.#disk.ceilingMiB();
+    if (diskSizeMiB !== undefined && diskSizeMiB > ceiling) {
+      throw new WarrenError(
+        "invalid_argument",
+        `a template disk of ${diskSizeMiB} MiB is more than this node could ever hold: at most ${ceiling} MiB (the data dir's filesystem less WARREN_DISK_RESERVE_MIB)`,
+      );
+    }
+    // Its capture writes the guest's memory.
+    this.#disk.admit("booting a template", memoryMiB * 1024 * 1024);
     return bootTemplate(this.#bootOptions(), input);
   }
 

@@ -116,6 +116,14 @@ export const ERROR_REASONS = {
     kind: "resource_exhausted",
     doc: "The host's available memory is down to its reserve (WARREN_MEMORY_RESERVE_MIB): no VM is started until some is freed. Retry after Retry-After, or kill sandboxes.",
   },
+  disk_pressure: {
+    kind: "insufficient_storage",
+    doc: "The data directory's filesystem would be left with less free space than its reserve (WARREN_DISK_RESERVE_MIB): no sandbox is created, template build started or file upload taken until disk is freed (delete templates, snapshots or paused sandboxes). No Retry-After: it frees only when someone frees it.",
+  },
+  quota_exceeded: {
+    kind: "resource_exhausted",
+    doc: "A quota would be exceeded; the message names which (e.g. `upload bytes`: the template build uploads held on disk, WARREN_BUILD_UPLOADS_MAX_MIB) and how much is in use. Free some (uploads no build uses are collected after WARREN_BUILD_UPLOAD_RETENTION_MS; deleting a template removes its uploads) and retry.",
+  },
   network_exhausted: {
     kind: "resource_exhausted",
     doc: "Every network slot of the node is in use: retry later.",
