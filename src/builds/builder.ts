@@ -7,6 +7,7 @@
  */
 import { createHash } from "node:crypto";
 import { stat } from "node:fs/promises";
+import type { Readable } from "node:stream";
 import type { Catalog, TemplateRow } from "../catalog/index.js";
 import type { SandboxService, TemplateHost } from "../orchestrator/index.js";
 import { type Logger, toWarrenError, WarrenError } from "../shared/index.js";
@@ -23,12 +24,19 @@ export interface BuilderOptions {
   readonly catalog: Catalog;
   readonly host: BuildHost;
   readonly images?: ImageSource;
-  readonly files: (hash: string) => Promise<Buffer>;
   readonly logger: Logger;
   /** Longest a step's command may run. */
   readonly stepTimeoutMs: number;
   /** Longest the ready check may keep failing after the start command started. */
   readonly readyTimeoutMs: number;
+}
+
+/** A build's COPY archives by files hash, opened by the caller for the build's life. */
+export interface BuildArchives {
+  /** SHA-256 of the archive's bytes: part of its COPY layer's cache key. */
+  digest(hash: string): string;
+  /** The archive's bytes from its start, as a stream (read once per pass). */
+  read(hash: string): Readable;
 }
 
 /** What a build asks for besides its steps. */
@@ -109,6 +117,7 @@ export class Builder {
     log: BuildLog,
     made: MadeLayers,
     signal: AbortSignal,
+    archives: BuildArchives,
   ): Promise<TemplateRow> {
     const base = await this.#baseLayer(team, spec, shape, log, made, signal).catch(
       (err: unknown) => {
@@ -123,7 +132,12 @@ export class Builder {
     try {
       for (const step of spec.steps) {
         const label = String(step.number);
-        key = cacheKey(key, step);
+        // A COPY's layer is its bytes': the files hash is only the client's name for them.
+        key = cacheKey(
+          key,
+          step,
+          step.type === "COPY" ? archives.digest(step.filesHash) : undefined,
+        );
         if (!vm && !(spec.force || step.force)) {
           const cached = await this.#cached(key);
           if (cached) {
@@ -139,7 +153,7 @@ export class Builder {
           log.add("info", `[${label}] ${describe(step)}`, label);
           continue;
         }
-        vm ??= await this.#startVm(team, current, log, label, signal);
+        vm ??= await this.#startVm(team, current, log, label, signal, archives);
         log.add("info", `[${label}] ${describe(step)}`, label);
         const started = performance.now();
         context = await runStep(
@@ -160,7 +174,7 @@ export class Builder {
           return cached;
         }
       }
-      vm ??= await this.#startVm(team, current, log, "finalize", signal);
+      vm ??= await this.#startVm(team, current, log, "finalize", signal, archives);
       return await this.#finalize(vm, spec, context, finalKey, log, made, signal).catch(
         (err: unknown) => {
           throw failure("finalize", err);
@@ -295,6 +309,7 @@ export class Builder {
     log: BuildLog,
     step: string,
     signal: AbortSignal,
+    archives: BuildArchives,
   ): Promise<BuildVm> {
     signal.throwIfAborted();
     const started = performance.now();
@@ -316,7 +331,7 @@ export class Builder {
       });
     log.add("debug", `build VM ${sandbox.sandboxId} up in ${seconds(started)}`, step);
     const { host, accessToken } = this.#o.host.guestEndpoint(sandbox.sandboxId);
-    return new BuildVm(sandbox.sandboxId, new GuestShell(host, accessToken), this.#o.files);
+    return new BuildVm(sandbox.sandboxId, new GuestShell(host, accessToken), archives);
   }
 
   async #capture(
@@ -431,13 +446,13 @@ class BuildVm {
   constructor(
     readonly sandboxId: string,
     readonly shell: GuestShell,
-    readonly files: (hash: string) => Promise<Buffer>,
+    readonly archives: BuildArchives,
   ) {}
 
   io(log: BuildLog, step: string, signal: AbortSignal, timeoutMs: number) {
     return {
       shell: this.shell,
-      files: this.files,
+      files: (hash: string) => this.archives.read(hash),
       onLine: (line: string) => log.add("info", line, step),
       signal,
       timeoutMs,
@@ -458,10 +473,14 @@ export function isBaseImage(reference: string): boolean {
   return name === BASE_IMAGE;
 }
 
-/** A step's layer is found by its parent's key, its definition and its files' hash. */
-export function cacheKey(parent: string, step: NumberedStep): string {
+/**
+ * A step's layer is found by its parent's key, its definition and, for a COPY, the SHA-256
+ * of its archive's bytes (`archive`): two uploads under one files hash are two layers.
+ */
+export function cacheKey(parent: string, step: NumberedStep, archive?: string): string {
   const { number: _number, force: _force, ...definition } = step;
-  return digest(parent, JSON.stringify(definition));
+  const text = JSON.stringify(definition);
+  return archive === undefined ? digest(parent, text) : digest(parent, text, archive);
 }
 
 /** The key a team's step layers chain from: its source's, and the team. */

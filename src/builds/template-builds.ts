@@ -7,18 +7,27 @@ import { join } from "node:path";
 import type { Readable } from "node:stream";
 import type { BuildRow, Catalog, TemplateRow } from "../catalog/index.js";
 import {
+  DiskSpace,
   type EventListener,
   type EventSource,
   LifecycleEvents,
   newId,
+  type StatDisk,
   splitTag,
   visibleTo,
 } from "../orchestrator/index.js";
 import { ENVD_VERSION } from "../protocol/index.js";
-import { type Logger, WarrenError } from "../shared/index.js";
-import { BuildFiles } from "./build-files.js";
+import { type Logger, Quota, WarrenError } from "../shared/index.js";
+import { BuildFiles, type OpenedArchive } from "./build-files.js";
 import { BuildLog, type LogEntry, type LogLevel } from "./build-log.js";
-import { Builder, BuildFailed, type BuildHost, type BuildShape, MadeLayers } from "./builder.js";
+import {
+  type BuildArchives,
+  Builder,
+  BuildFailed,
+  type BuildHost,
+  type BuildShape,
+  MadeLayers,
+} from "./builder.js";
 import { checkTag, DEFAULT_TAG, parseName } from "./names.js";
 import { parseBuildSpec } from "./spec.js";
 import type { ImageSource } from "./types.js";
@@ -37,7 +46,16 @@ export interface TemplateBuildsOptions {
   /** Holds `files/` (uploaded archives) and `logs/` (one log per build). */
   readonly dir: string;
   readonly logger: Logger;
+  /** Largest single upload. */
   readonly uploadLimitBytes: number;
+  /** Most bytes all uploads may hold on disk together (`upload bytes` quota); default none. */
+  readonly uploadQuotaBytes?: number;
+  /** How long an upload is kept after its last use (BuildFiles.collect). Default 1 day. */
+  readonly uploadRetentionMs?: number;
+  /** Free disk (MiB) uploads and builds never eat into (DiskSpace); 0 or unset: off. */
+  readonly diskReserveMiB?: number;
+  /** statfs of `dir` (tests pass their own). */
+  readonly statDisk?: StatDisk;
   readonly stepTimeoutMs: number;
   readonly readyTimeoutMs: number;
   /** Largest cpuCount and memoryMB a build may ask for. */
@@ -57,13 +75,20 @@ export interface BuildRequest {
 const STATUS_LOG_LIMIT = 100;
 const MAX_LOGS_LIMIT = 100;
 const KEPT_LOGS = 32;
+const DEFAULT_UPLOAD_RETENTION_MS = 24 * 60 * 60 * 1000;
+/** Uploads are swept at least this far apart, and at most (retention permitting) this. */
+const SWEEP_MIN_MS = 60_000;
+const SWEEP_MAX_MS = 60 * 60 * 1000;
+const MiB = 1024 * 1024;
 
 export class TemplateBuilds implements EventSource {
   readonly #o: TemplateBuildsOptions;
   /** `build.ready`, `build.failed` (the orchestrator's events.ts). */
   readonly #events: LifecycleEvents;
   readonly #files: BuildFiles;
+  readonly #disk: DiskSpace;
   readonly #builder: Builder;
+  #sweep: NodeJS.Timeout | undefined;
   readonly #logsDir: string;
   /**
    * Logs of running builds and of the last KEPT_LOGS finished ones (the SDK polls a finished
@@ -77,20 +102,32 @@ export class TemplateBuilds implements EventSource {
   constructor(options: TemplateBuildsOptions) {
     this.#o = options;
     this.#events = new LifecycleEvents({ logger: options.logger, catalog: options.catalog });
-    this.#files = new BuildFiles(join(options.dir, "files"), options.uploadLimitBytes);
+    this.#disk = new DiskSpace(options.dir, options.diskReserveMiB ?? 0, options.statDisk);
+    this.#files = new BuildFiles({
+      dir: join(options.dir, "files"),
+      maxBytes: options.uploadLimitBytes,
+      quota: new Quota(
+        "upload bytes",
+        () => options.uploadQuotaBytes ?? Number.POSITIVE_INFINITY,
+        "WARREN_BUILD_UPLOADS_MAX_MIB",
+      ),
+      disk: this.#disk,
+    });
     this.#logsDir = join(options.dir, "logs");
     this.#builder = new Builder({
       catalog: options.catalog,
       host: options.host,
       images: options.images,
-      files: (hash) => this.#files.read(hash),
       logger: options.logger,
       stepTimeoutMs: options.stepTimeoutMs,
       readyTimeoutMs: options.readyTimeoutMs,
     });
   }
 
-  /** Builds an earlier process left unfinished failed: their VMs died with it. */
+  /**
+   * Builds an earlier process left unfinished failed: their VMs died with it. Uploads unused
+   * for the retention are collected, now and from then on; the rest count against the quota.
+   */
   async start(): Promise<void> {
     for (const build of await this.#o.catalog.listBuilds()) {
       if (build.status !== "building" && build.status !== "waiting") continue;
@@ -99,6 +136,19 @@ export class TemplateBuilds implements EventSource {
         reason: { message: "the server restarted before the build finished: build again" },
       });
     }
+    const retentionMs = this.#o.uploadRetentionMs ?? DEFAULT_UPLOAD_RETENTION_MS;
+    await this.#files.collect(retentionMs);
+    await this.#files.recount();
+    clearInterval(this.#sweep);
+    this.#sweep = setInterval(
+      () => {
+        this.#files.collect(retentionMs).catch((err: unknown) => {
+          this.#o.logger.warn({ err }, "build.upload_sweep_failed");
+        });
+      },
+      Math.min(Math.max(retentionMs, SWEEP_MIN_MS), SWEEP_MAX_MS),
+    );
+    this.#sweep.unref();
   }
 
   /** Builds ending, as they end: the node's metrics follow them. */
@@ -108,6 +158,7 @@ export class TemplateBuilds implements EventSource {
 
   /** Stops running builds (each cleans up as a failed build does). */
   async close(): Promise<void> {
+    clearInterval(this.#sweep);
     for (const run of this.#running.values()) run.abort.abort(new Error("the server is stopping"));
     await Promise.all([...this.#running.values()].map((run) => run.done));
   }
@@ -142,8 +193,15 @@ export class TemplateBuilds implements EventSource {
         this.#integer("memoryMB", request.memoryMB, 128, this.#o.maxMemoryMiB) ??
         host.templateShape.memoryMiB,
       explicit,
+      // A template's disk is thin: bounded by what this node could ever hold, not by what
+      // it has free now (which creates and builds are admitted by).
       ...(request.minFreeDiskMb !== undefined && {
-        minFreeDiskMiB: this.#integer("minFreeDiskMb", request.minFreeDiskMb, 1, 1024 * 1024),
+        minFreeDiskMiB: this.#integer(
+          "minFreeDiskMb",
+          request.minFreeDiskMb,
+          1,
+          this.#disk.ceilingMiB(),
+        ),
       }),
     };
     const now = new Date().toISOString();
@@ -173,15 +231,19 @@ export class TemplateBuilds implements EventSource {
     };
   }
 
-  /** Whether a COPY step's files are here, else where to PUT them (`baseUrl` + signed path). */
+  /**
+   * Whether this template's COPY files with `hash` are here, else where to PUT them
+   * (`baseUrl` + signed path). Another template's upload under the same hash does not count.
+   */
   async fileUploadLink(
     team: string | undefined,
-    templateId: string,
+    reference: string,
     hash: string,
     baseUrl: string,
   ): Promise<{ present: boolean; url?: string }> {
-    await this.#template(templateId, team);
-    if (await this.#files.has(hash)) return { present: true };
+    const { row, builds } = await this.#template(reference, team);
+    const templateId = row?.id ?? builds[0]?.templateId ?? reference;
+    if (await this.#files.has(templateId, hash)) return { present: true };
     const query = this.#files.signedQuery(templateId, hash);
     return {
       present: false,
@@ -189,14 +251,18 @@ export class TemplateBuilds implements EventSource {
     };
   }
 
+  /**
+   * Stores an upload made through a link `fileUploadLink` signed: within the size limit,
+   * the `upload bytes` quota and the disk reserve, and matching its Content-Digest if sent.
+   */
   acceptUpload(
     templateId: string,
     hash: string,
     link: { expires?: string; signature?: string },
     body: Readable,
-    declaredBytes?: number,
+    options: { declaredBytes?: number; contentDigest?: string } = {},
   ): Promise<void> {
-    return this.#files.accept(templateId, hash, link, body, declaredBytes);
+    return this.#files.accept(templateId, hash, link, body, options);
   }
 
   /** Starts a requested build in the background; its progress is the status call's. */
@@ -211,36 +277,46 @@ export class TemplateBuilds implements EventSource {
       throw new WarrenError("build_in_progress", `build ${buildId} was already started`);
     }
     const spec = parseBuildSpec(definition);
-    for (const step of spec.steps) {
-      if (step.type === "COPY" && !(await this.#files.has(step.filesHash))) {
-        throw new WarrenError(
-          "build_invalid",
-          `step ${step.number} (COPY ${step.src}): its files (hash ${step.filesHash}) were not uploaded`,
-        );
-      }
-    }
     const shape = this.#requested.get(buildId) ?? {
       vcpus: build.vcpus,
       memoryMiB: build.memoryMiB,
       explicit: true,
     };
-    this.#requested.delete(buildId);
-    const log = BuildLog.create(this.#logsDir, buildId);
-    this.#logs.set(buildId, log);
+    // Each capture writes the build VM's memory.
+    this.#disk.admit("starting the build", shape.memoryMiB * MiB);
+    const archives = await this.#openArchives(build.templateId, spec.steps);
     const running = { ...build, status: "building" as const, updatedAt: new Date().toISOString() };
-    await this.#o.catalog.putBuild(running);
+    let log: BuildLog;
+    try {
+      log = BuildLog.create(this.#logsDir, buildId);
+      await this.#o.catalog.putBuild(running);
+    } catch (err) {
+      await archives.close();
+      throw err;
+    }
+    this.#requested.delete(buildId);
+    this.#logs.set(buildId, log);
     const abort = new AbortController();
     const made = new MadeLayers();
     const done = (async () => {
       const started = performance.now();
       log.add("info", `Building template ${build.name} (${templateId}), build ${buildId}`);
       try {
-        const layer = await this.#builder.run(build.teamId, spec, shape, log, made, abort.signal);
+        const layer = await this.#builder.run(
+          build.teamId,
+          spec,
+          shape,
+          log,
+          made,
+          abort.signal,
+          archives,
+        );
         await this.#publish(running, layer, made);
         log.add("info", `Build finished in ${((performance.now() - started) / 1000).toFixed(1)} s`);
       } catch (err) {
         await this.#fail(running, err, made, log);
       } finally {
+        await archives.close();
         log.close();
         this.#running.delete(buildId);
         this.#forgetOldLogs();
@@ -381,6 +457,7 @@ export class TemplateBuilds implements EventSource {
       await this.#dropLayers(build.layers.filter((id) => !stillUsed.has(id)));
       await catalog.deleteBuild(build.id);
     }
+    await this.#files.drop(templateId);
   }
 
   /** `POST /templates/tags`: the build `target` (`name:tag`) names gets `tags` too. */
@@ -437,6 +514,47 @@ export class TemplateBuilds implements EventSource {
   }
 
   // ---- internals ----------------------------------------------------------------------------
+
+  /**
+   * The template's archives of the build's COPY steps, opened for the build's life (a
+   * re-upload or a collection meanwhile does not take them away), or build_invalid naming
+   * the first step whose files were not uploaded.
+   */
+  async #openArchives(
+    templateId: string,
+    steps: ReturnType<typeof parseBuildSpec>["steps"],
+  ): Promise<BuildArchives & { close(): Promise<void> }> {
+    const opened = new Map<string, OpenedArchive>();
+    const close = async () => {
+      for (const archive of opened.values()) await archive.handle.close().catch(() => {});
+    };
+    try {
+      for (const step of steps) {
+        if (step.type !== "COPY" || opened.has(step.filesHash)) continue;
+        const archive = await this.#files.open(templateId, step.filesHash).catch(() => {
+          throw new WarrenError(
+            "build_invalid",
+            `step ${step.number} (COPY ${step.src}): its files (hash ${step.filesHash}) were not uploaded`,
+          );
+        });
+        opened.set(step.filesHash, archive);
+      }
+    } catch (err) {
+      await close();
+      throw err;
+    }
+    const get = (hash: string) => {
+      const archive = opened.get(hash);
+      if (!archive) throw new WarrenError("internal", `no archive was opened for ${hash}`);
+      return archive;
+    };
+    return {
+      digest: (hash) => get(hash).digest,
+      // Positional reads: every stream reads the whole file, however many there are.
+      read: (hash) => get(hash).handle.createReadStream({ start: 0, autoClose: false }),
+      close,
+    };
+  }
 
   /** A successful build: its tags point at it (the template row follows `default`). */
   async #publish(build: BuildRow, layer: TemplateRow, made: MadeLayers): Promise<void> {

@@ -15,10 +15,6 @@ export interface TeamLimits {
   readonly maxMemoryMiB?: number;
   /** Disk of the team's sandboxes, running and paused (a paused sandbox keeps its disk). */
   readonly maxDiskGiB?: number;
-  /** Template builds waiting or building at once. */
-  readonly maxBuilds?: number;
-  /** Bytes of template build uploads kept for the team. */
-  readonly maxUploadBytes?: number;
 }
 
 export const TEAM_LIMIT_KEYS = [
@@ -26,8 +22,6 @@ export const TEAM_LIMIT_KEYS = [
   "maxVcpus",
   "maxMemoryMiB",
   "maxDiskGiB",
-  "maxBuilds",
-  "maxUploadBytes",
 ] as const satisfies readonly (keyof TeamLimits)[];
 
 export interface TeamRow {

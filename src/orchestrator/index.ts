@@ -1,5 +1,6 @@
 export { BASE_TEMPLATE } from "./base-template.js";
 export type { CapacityLimits } from "./capacity.js";
+export { DiskSpace, type DiskStats, type StatDisk, statDisk } from "./disk-space.js";
 export {
   EnvdClient,
   type EnvdClientOptions,

@@ -5,6 +5,7 @@ import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { Vm } from "../vmm/index.js";
 import type { Capacity } from "./capacity.js";
+import type { DiskSpace } from "./disk-space.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
 import { configOf, type LiveSandbox, sandboxInfo } from "./live-sandbox.js";
 import { egressPolicyOf } from "./network-config.js";
@@ -22,6 +23,8 @@ export interface LifecycleOptions {
   readonly table: SandboxTable;
   readonly capacity: Capacity;
   readonly quotas: TeamQuotas;
+  /** Free-disk admission of new sandboxes (their disk layers grow in the data dir). */
+  readonly disk: DiskSpace;
   readonly vms: SandboxVms;
   readonly pool: WarmPool;
   readonly snapshots: Snapshots;
@@ -80,6 +83,7 @@ export class Lifecycle {
   ): Promise<SandboxInfo> {
     const { catalog, table, capacity, pool, quotas } = this.#o;
     const snapshotId = fresh.snapshotId as string;
+    this.#o.disk.admit("creating a sandbox");
     const limits = await quotas.limitsOf(fresh);
     // The team's share first: a team over its quota takes nothing from the node or the pool.
     const releaseTeam = quotas.reserve(fresh, limits, { newDisk: true });

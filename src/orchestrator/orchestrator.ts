@@ -5,6 +5,7 @@ import { type Logger, WarrenError } from "../shared/index.js";
 import type { DiskChains, MachineShape, VmmDriver } from "../vmm/index.js";
 import { type BaseTemplateOptions, bootTemplate, ensureBaseTemplate } from "./base-template.js";
 import { Capacity, type CapacityLimits } from "./capacity.js";
+import { DiskSpace, type StatDisk } from "./disk-space.js";
 import { Forks } from "./forks.js";
 import type { GuestAgent } from "./guest-agent.js";
 import { ensureLayout, type StateLayout } from "./layout.js";
@@ -88,6 +89,8 @@ export interface OrchestratorOptions {
   readonly metricsIntervalMs?: number;
   /** Each team's limits (the team catalog); unset: no team quotas. */
   readonly teamLimits?: TeamLimitsLookup;
+  /** statfs of the data dir, for free-disk admission (tests pass their own). */
+  readonly statDisk?: StatDisk;
 }
 
 /**
@@ -111,6 +114,7 @@ export class Orchestrator
   readonly #table = new SandboxTable();
   readonly #pool: WarmPool;
   readonly #capacity: Capacity;
+  readonly #disk: DiskSpace;
   readonly #snapshots: Snapshots;
   readonly #lifecycle: Lifecycle;
   readonly #forks: Forks;
@@ -129,6 +133,12 @@ export class Orchestrator
     this.#events = events;
     const capacity = new Capacity(options.limits);
     this.#capacity = capacity;
+    const disk = new DiskSpace(
+      layout.dataDir,
+      options.limits.diskReserveMiB ?? 0,
+      options.statDisk,
+    );
+    this.#disk = disk;
     this.#snapshots = new Snapshots({
       catalog,
       driver,
@@ -175,6 +185,7 @@ export class Orchestrator
       table: this.#table,
       capacity,
       quotas: new TeamQuotas(options.teamLimits, () => this.#table.values().map((l) => l.row)),
+      disk,
       vms,
       pool: this.#pool,
       snapshots: this.#snapshots,
@@ -692,6 +703,17 @@ export class Orchestrator
 
   async bootTemplate(input: BootTemplateInput): Promise<TemplateRow> {
     assertReady(this.#status);
+    const { diskSizeMiB, memoryMiB } = input.shape;
+    // A qcow2 disk is thin: a larger one costs nothing until its guest fills the host's disk.
+    const ceiling = this.#disk.ceilingMiB();
+    if (diskSizeMiB !== undefined && diskSizeMiB > ceiling) {
+      throw new WarrenError(
+        "invalid_argument",
+        `a template disk of ${diskSizeMiB} MiB is more than this node could ever hold: at most ${ceiling} MiB (the data dir's filesystem less WARREN_DISK_RESERVE_MIB)`,
+      );
+    }
+    // Its capture writes the guest's memory.
+    this.#disk.admit("booting a template", memoryMiB * 1024 * 1024);
     return bootTemplate(this.#bootOptions(), input);
   }
 

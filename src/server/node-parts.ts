@@ -172,6 +172,7 @@ function capacityLimits(config: Readonly<Config>, host: HostResources): Capacity
     maxVcpus: Math.floor(host.cpus * config.vcpuOvercommit),
     maxMemoryMiB: Math.floor(host.memoryMiB * config.memoryOvercommit),
     memoryReserveMiB: config.memoryReserveMiB,
+    diskReserveMiB: config.diskReserveMiB,
   };
 }
 
@@ -262,6 +263,9 @@ function newTemplateBuilds(
     dir: join(config.dataDir, "builds"),
     logger: input.logger.child({ component: "builds" }),
     uploadLimitBytes: config.buildUploadLimitMiB * 1024 * 1024,
+    uploadQuotaBytes: config.buildUploadsMaxMiB * 1024 * 1024,
+    uploadRetentionMs: config.buildUploadRetentionMs,
+    diskReserveMiB: config.diskReserveMiB,
     stepTimeoutMs: config.buildStepTimeoutMs,
     readyTimeoutMs: config.buildReadyTimeoutMs,
     maxVcpus: host.cpus * 4,

@@ -214,6 +214,13 @@ const SETTINGS = {
     parse: int(0),
     expects: "a non-negative integer (MiB)",
   },
+  diskReserveMiB: {
+    env: "WARREN_DISK_RESERVE_MIB",
+    doc: "Free disk in the data dir's filesystem that nothing new may eat into: a create (or fork child), a template build's start or a file upload that would leave less is refused with 507 disk_pressure. A template's disk (minFreeDiskMb) may be at most the filesystem's size less this. 0 turns the check off.",
+    default: () => 2_048,
+    parse: int(0),
+    expects: "a non-negative integer (MiB)",
+  },
   templateVcpus: {
     env: "WARREN_TEMPLATE_VCPUS",
     doc: "vCPUs of the built-in base template (E2B's has 2; under TCG each vCPU is one more host thread on the same cores).",
@@ -269,6 +276,20 @@ const SETTINGS = {
     default: () => 4_096,
     parse: int(1),
     expects: "a positive integer (MiB)",
+  },
+  buildUploadsMaxMiB: {
+    env: "WARREN_BUILD_UPLOADS_MAX_MIB",
+    doc: "Most disk all template build uploads (COPY archives) may hold together; an upload past it is refused with 429 quota_exceeded (upload bytes).",
+    default: () => 16_384,
+    parse: int(1),
+    expects: "a positive integer (MiB)",
+  },
+  buildUploadRetentionMs: {
+    env: "WARREN_BUILD_UPLOAD_RETENTION_MS",
+    doc: "How long an uploaded COPY archive is kept after its last use (its upload, the SDK finding it present, a build starting with it); then it is removed and the SDK uploads it again when a build needs it. Swept at start and every retention (1 min to 1 h apart); a template's delete removes its uploads at once.",
+    default: () => 86_400_000,
+    parse: int(1_000),
+    expects: "milliseconds ≥ 1000",
   },
   buildStepTimeoutMs: {
     env: "WARREN_BUILD_STEP_TIMEOUT_MS",

@@ -63,6 +63,8 @@ export type FakeNodeSettings = Partial<
   >
 > & {
   readonly maxSandboxes?: number;
+  /** Free disk creates leave (WARREN_DISK_RESERVE_MIB) in the real temporary data dir; default 0. */
+  readonly diskReserveMiB?: number;
   readonly maxSlots?: number;
   /** Warmed VMMs base keeps (`pool.baseFloor`); default 0. */
   readonly poolSize?: number;
@@ -212,7 +214,12 @@ export class FakeNode {
       agent: life.bind(this.agent),
       images: this.images,
       layout: this.layout,
-      limits: { maxSandboxes: s.maxSandboxes ?? 4, maxVcpus: 64, maxMemoryMiB: 64 * 1024 },
+      limits: {
+        maxSandboxes: s.maxSandboxes ?? 4,
+        maxVcpus: 64,
+        maxMemoryMiB: 64 * 1024,
+        diskReserveMiB: s.diskReserveMiB ?? 0,
+      },
       templateShape: { vcpus: 1, memoryMiB: 512 },
       maxForkCount: s.maxForkCount ?? 4,
       flattenDepth: s.flattenDepth ?? 0,

@@ -146,7 +146,8 @@ export function registerTemplateRoutes(app: FastifyInstance, context: ApiContext
 
 /**
  * `PUT` of an upload link: no API key (the SDK sends none), authorized by the link's
- * signature; the body (any content type) streams to disk, bounded by the builds' limit.
+ * signature; the body (any content type) streams to disk, bounded by the builds' limit,
+ * quota and disk reserve, and checked against a `Content-Digest` (sha-256) when one is sent.
  */
 export function registerUploadRoute(app: FastifyInstance, context: ApiContext): void {
   app.register(async (uploads) => {
@@ -159,8 +160,11 @@ export function registerUploadRoute(app: FastifyInstance, context: ApiContext): 
         const service = buildsOf(context);
         const { templateID, hash } = request.params;
         const length = request.headers["content-length"];
-        const declared = length === undefined ? undefined : Number(length);
-        await service.acceptUpload(templateID, hash, request.query, request.raw, declared);
+        const digest = request.headers["content-digest"];
+        await service.acceptUpload(templateID, hash, request.query, request.raw, {
+          ...(length !== undefined && { declaredBytes: Number(length) }),
+          ...(typeof digest === "string" && { contentDigest: digest }),
+        });
         return reply.code(201).send();
       },
     );
