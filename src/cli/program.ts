@@ -35,10 +35,10 @@ export function buildProgram(): Program {
       "--url <url>",
       "the server (default: WARREN_URL, else this host's http://127.0.0.1:3000)",
     )
-    .option("--api-key <key>", "a team's API key (default: WARREN_API_KEY, else as below)")
+    .option("--api-key <key>", "a team's API key: that team only (default: WARREN_API_KEY)")
     .option(
       "--admin-token <token>",
-      "the node's admin token: every team (default: WARREN_ADMIN_TOKEN, else the local server's, else its API key)",
+      "the node's admin token: every team (default: WARREN_ADMIN_TOKEN; on the node as root, its secrets/admin-token, else its secrets/api-key)",
     )
     .showHelpAfterError("(warren --help for the commands, warren <command> --help for one)")
     .exitOverride()
