@@ -7,6 +7,7 @@ import { WarrenError } from "../shared/index.js";
 import { BlobCache } from "./blob-cache.js";
 import { type ImageRunConfig, parseImageConfig } from "./image-config.js";
 import { formatImageReference, manifestSelector, parseImageReference } from "./image-reference.js";
+import { ImageTree } from "./image-tree.js";
 import { applyLayer } from "./layer-apply.js";
 import {
   describePlatforms,
@@ -21,7 +22,6 @@ import {
   type RegistryCredentials,
 } from "./registry-credentials.js";
 import type { RegistryEndpointOptions } from "./registry-endpoints.js";
-import { resolveInRoot } from "./root-path.js";
 import { ensureGuestUser } from "./user-account.js";
 
 /** Bumped when the rootfs made from an image changes (a new recipe rebuilds cached images). */
@@ -284,9 +284,7 @@ async function buildRootfs(
     }
     const user = await ensureGuestUser(root, { setOwners: preserveOwners });
     // As a container runtime does: the image's working directory exists when it starts.
-    if (config.workingDir) {
-      await mkdir(await resolveInRoot(root, config.workingDir), { recursive: true, mode: 0o755 });
-    }
+    if (config.workingDir) await makeWorkingDir(root, config.workingDir);
     progress(
       `pull ${name}: unpacked ${formatMiB(unpacked)}${user.added ? `, added user ${user.uid}:${user.gid} (${user.shell})` : ""} (${formatDuration(Date.now() - t1)})`,
     );
@@ -316,6 +314,16 @@ async function buildRootfs(
     return record;
   } finally {
     await rm(work, { recursive: true, force: true });
+  }
+}
+
+/** The image's working directory, made inside the image (never through a link out of it). */
+async function makeWorkingDir(root: string, path: string): Promise<void> {
+  const tree = await ImageTree.open(root);
+  try {
+    await (await tree.directory(path, { create: true }))?.close();
+  } finally {
+    await tree.close();
   }
 }
 
