@@ -47,6 +47,14 @@ export class RegistryClient {
     this.#options = options;
   }
 
+  /**
+   * The repository this client pulls from, as a URL (`https://ghcr.io/v2/org/app`): the cache
+   * remembers which repository served which blob.
+   */
+  get source(): string {
+    return `${this.#base}/v2/${this.#ref.repository}`;
+  }
+
   /** The manifest (or index) for a tag or digest; a digest given is checked against the bytes. */
   async getManifest(selector: string): Promise<FetchedManifest> {
     const url = `${this.#base}/v2/${this.#ref.repository}/manifests/${selector}`;
