@@ -91,6 +91,7 @@ export async function pullImage(options: PullImageOptions): Promise<PulledImage>
     options.credentials ?? null,
     options.mirrors?.[ref.registry] ?? null,
     options.insecureRegistries ?? [],
+    options.privateRegistries ?? [],
   ]);
   const pending = pullsInFlight.get(key);
   if (pending) return pending;
@@ -122,6 +123,7 @@ async function pullOnce(options: PullImageOptions): Promise<PulledImage> {
   const client = new RegistryClient(ref, {
     ...(options.mirrors ? { mirrors: options.mirrors } : {}),
     ...(options.insecureRegistries ? { insecureRegistries: options.insecureRegistries } : {}),
+    ...(options.privateRegistries ? { privateRegistries: options.privateRegistries } : {}),
     ...(credentials ? { credentials } : {}),
     ...(options.signal ? { signal: options.signal } : {}),
   });
