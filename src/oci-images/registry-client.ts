@@ -96,7 +96,7 @@ export class RegistryClient {
     const { response, done, touch } = await this.#get(url, {}, `blob ${blob.digest}`);
     const body = response.body;
     async function* chunks(): AsyncIterable<Uint8Array> {
-      for await (const chunk of body as AsyncIterable<Buffer>) {
+      for await (const chunk of body) {
         touch();
         yield chunk;
       }
@@ -182,10 +182,20 @@ export class RegistryClient {
         destinations: this.#destinations,
         role,
       });
+      // A body cut short (the idle timeout, the caller's signal, a reset) says why, as a
+      // failed request would.
+      const signal = controller.signal;
+      async function* body(): AsyncIterable<Buffer> {
+        try {
+          yield* response.body;
+        } catch (err) {
+          throw fetchFailure(url, err, signal);
+        }
+      }
       return {
-        response,
+        response: { ...response, body: body() },
         done: () => {
-          response.body.destroy();
+          response.destroy();
           done();
         },
         touch,
@@ -330,7 +340,7 @@ async function readLimited(response: RegistryAnswer, max: number, url: string): 
   }
   const parts: Buffer[] = [];
   let total = 0;
-  for await (const chunk of response.body as AsyncIterable<Buffer>) {
+  for await (const chunk of response.body) {
     total += chunk.byteLength;
     if (total > max) {
       throw new WarrenError("image_invalid", `${url} is over the ${max}-byte limit`);

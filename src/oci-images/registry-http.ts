@@ -37,7 +37,8 @@ export interface RegistryAnswer {
   readonly status: number;
   readonly url: URL;
   header(name: string): string | undefined;
-  readonly body: IncomingMessage;
+  readonly body: AsyncIterable<Buffer>;
+  destroy(): void;
 }
 
 /**
@@ -78,6 +79,7 @@ export async function registryGet(
         return Array.isArray(value) ? value[0] : value;
       },
       body,
+      destroy: () => body.destroy(),
     };
   }
 }
