@@ -18,10 +18,13 @@ export interface RegistryEndpointOptions {
 
 /** The hosts the operator vouched for: mirrors, insecure and private registries. */
 export function registryDestinations(options: RegistryEndpointOptions = {}): RegistryDestinations {
-  const insecure = new Set((options.insecureRegistries ?? []).map((host) => host.toLowerCase()));
+  // As a URL's `host` says it: lowercase, no default port (HTTP's for insecure, else HTTPS's).
+  const asHost = (entry: string, defaultPort: string) =>
+    entry.toLowerCase().replace(new RegExp(`:${defaultPort}$`), "");
+  const insecure = new Set((options.insecureRegistries ?? []).map((host) => asHost(host, "80")));
   const trusted = new Set([
     ...insecure,
-    ...(options.privateRegistries ?? []).map((host) => host.toLowerCase()),
+    ...(options.privateRegistries ?? []).map((host) => asHost(host, "443")),
   ]);
   for (const mirror of Object.values(options.mirrors ?? {})) {
     const host = URL.canParse(mirror) ? new URL(mirror).host : undefined;
