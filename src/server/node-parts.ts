@@ -259,6 +259,7 @@ function newTemplateBuilds(
       cacheDir: join(dirname(parts.images.baseRootfs), "oci"),
       mirrors: config.registryMirrors,
       insecureRegistries: config.insecureRegistries,
+      privateRegistries: config.privateRegistries,
     }),
     dir: join(config.dataDir, "builds"),
     logger: input.logger.child({ component: "builds" }),

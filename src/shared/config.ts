@@ -399,7 +399,14 @@ const SETTINGS = {
   },
   insecureRegistries: {
     env: "WARREN_INSECURE_REGISTRIES",
-    doc: "Registries and mirrors (comma-separated host[:port]) that image pulls may reach over plain HTTP.",
+    doc: "Registries and mirrors (comma-separated host[:port]) that image pulls may reach over plain HTTP (and on any address, as WARREN_PRIVATE_REGISTRIES).",
+    default: (): string[] => [],
+    parse: hostList,
+    expects: "comma-separated host[:port] entries",
+  },
+  privateRegistries: {
+    env: "WARREN_PRIVATE_REGISTRIES",
+    doc: "Registries (comma-separated host[:port]) that image pulls may reach on loopback, private or link-local addresses, e.g. a registry on the LAN. Any other registry named in fromImage, and every token realm and redirect, must resolve to public addresses (over HTTPS); mirrors and insecure registries are allowed anywhere.",
     default: (): string[] => [],
     parse: hostList,
     expects: "comma-separated host[:port] entries",
