@@ -5,7 +5,13 @@
  */
 import { join } from "node:path";
 import type { Readable } from "node:stream";
-import type { BuildRow, Catalog, TemplateRow } from "../catalog/index.js";
+import {
+  type BuildRow,
+  type Catalog,
+  DEFAULT_TEAM_ID,
+  type TeamLimits,
+  type TemplateRow,
+} from "../catalog/index.js";
 import {
   DiskSpace,
   type EventListener,
@@ -29,7 +35,7 @@ import {
   MadeLayers,
 } from "./builder.js";
 import { checkTag, DEFAULT_TAG, parseName } from "./names.js";
-import { parseBuildSpec } from "./spec.js";
+import { type BuildSpec, parseBuildSpec } from "./spec.js";
 import type { ImageSource } from "./types.js";
 import {
   type BuildInfo,
@@ -48,8 +54,13 @@ export interface TemplateBuildsOptions {
   readonly logger: Logger;
   /** Largest single upload. */
   readonly uploadLimitBytes: number;
-  /** Most bytes all uploads may hold on disk together (`upload bytes` quota); default none. */
+  /**
+   * Most bytes the uploads of one team's templates may hold on disk (`upload bytes` quota);
+   * a team's `maxUploadBytes` may lower it. Default none.
+   */
   readonly uploadQuotaBytes?: number;
+  /** A team's limits (its builds in flight, its upload bytes); unset: none. */
+  readonly teamLimits?: (teamId: string) => Promise<TeamLimits | undefined>;
   /** How long an upload is kept after its last use (BuildFiles.collect). Default 1 day. */
   readonly uploadRetentionMs?: number;
   /** Free disk (MiB) uploads and builds never eat into (DiskSpace); 0 or unset: off. */
@@ -97,7 +108,16 @@ export class TemplateBuilds implements EventSource {
   readonly #logs = new Map<string, BuildLog>();
   /** Shapes of requested builds, until they start. */
   readonly #requested = new Map<string, BuildShape>();
-  readonly #running = new Map<string, { abort: AbortController; done: Promise<void> }>();
+  readonly #running = new Map<
+    string,
+    { abort: AbortController; done: Promise<void>; team: string }
+  >();
+  /** Each template's team, for whose quota its uploads count (read at start, kept by requestBuild). */
+  readonly #teamOf = new Map<string, string>();
+  /** Builds past the builds quota's check, not yet running: they count as in flight. */
+  readonly #starting = new Map<string, string>();
+  /** Teams' `maxUploadBytes`, as last read (an upload link is asked for before each upload). */
+  readonly #uploadLimits = new Map<string, number>();
 
   constructor(options: TemplateBuildsOptions) {
     this.#o = options;
@@ -108,9 +128,15 @@ export class TemplateBuilds implements EventSource {
       maxBytes: options.uploadLimitBytes,
       quota: new Quota(
         "upload bytes",
-        () => options.uploadQuotaBytes ?? Number.POSITIVE_INFINITY,
-        "WARREN_BUILD_UPLOADS_MAX_MIB",
+        (team) =>
+          Math.min(
+            options.uploadQuotaBytes ?? Number.POSITIVE_INFINITY,
+            this.#uploadLimits.get(team) ?? Number.POSITIVE_INFINITY,
+          ),
+        "WARREN_BUILD_UPLOADS_MAX_MIB, or the team's maxUploadBytes",
       ),
+      // Uploads count against the team of the template they are for.
+      ownerOf: (templateId) => this.#teamOf.get(templateId) ?? DEFAULT_TEAM_ID,
       disk: this.#disk,
     });
     this.#logsDir = join(options.dir, "logs");
@@ -130,6 +156,7 @@ export class TemplateBuilds implements EventSource {
    */
   async start(): Promise<void> {
     for (const build of await this.#o.catalog.listBuilds()) {
+      this.#teamOf.set(build.templateId, build.teamId);
       if (build.status !== "building" && build.status !== "waiting") continue;
       await this.#finish(build, {
         status: "error",
@@ -205,6 +232,7 @@ export class TemplateBuilds implements EventSource {
       }),
     };
     const now = new Date().toISOString();
+    this.#teamOf.set(templateId, team);
     const build: BuildRow = {
       id: crypto.randomUUID(),
       teamId: team,
@@ -243,6 +271,10 @@ export class TemplateBuilds implements EventSource {
   ): Promise<{ present: boolean; url?: string }> {
     const { row, builds } = await this.#template(reference, team);
     const templateId = row?.id ?? builds[0]?.templateId ?? reference;
+    const owner = this.#teamOf.get(templateId) ?? row?.teamId ?? DEFAULT_TEAM_ID;
+    const limit = (await this.#o.teamLimits?.(owner))?.maxUploadBytes;
+    if (limit === undefined) this.#uploadLimits.delete(owner);
+    else this.#uploadLimits.set(owner, limit);
     if (await this.#files.has(templateId, hash)) return { present: true };
     const query = this.#files.signedQuery(templateId, hash);
     return {
@@ -277,6 +309,27 @@ export class TemplateBuilds implements EventSource {
       throw new WarrenError("build_in_progress", `build ${buildId} was already started`);
     }
     const spec = parseBuildSpec(definition);
+    const maxBuilds = (await this.#o.teamLimits?.(build.teamId))?.maxBuilds;
+    const inFlight =
+      [...this.#running.values()].filter((r) => r.team === build.teamId).length +
+      [...this.#starting.values()].filter((t) => t === build.teamId).length;
+    if (maxBuilds !== undefined && inFlight >= maxBuilds) {
+      throw new WarrenError(
+        "quota_exceeded",
+        `team ${build.teamId} is at its quota of builds in flight: ${inFlight} building, limit ${maxBuilds}; wait for one to finish`,
+      );
+    }
+    // Counted from here, before the first wait: two starts cannot both take the last place.
+    this.#starting.set(buildId, build.teamId);
+    try {
+      await this.#launch(build, templateId, spec);
+    } finally {
+      this.#starting.delete(buildId);
+    }
+  }
+
+  async #launch(build: BuildRow, templateId: string, spec: BuildSpec): Promise<void> {
+    const buildId = build.id;
     const shape = this.#requested.get(buildId) ?? {
       vcpus: build.vcpus,
       memoryMiB: build.memoryMiB,
@@ -322,7 +375,7 @@ export class TemplateBuilds implements EventSource {
         this.#forgetOldLogs();
       }
     })();
-    this.#running.set(buildId, { abort, done });
+    this.#running.set(buildId, { abort, done, team: build.teamId });
   }
 
   async status(

@@ -15,6 +15,10 @@ export interface TeamLimits {
   readonly maxMemoryMiB?: number;
   /** Disk of the team's sandboxes, running and paused (a paused sandbox keeps its disk). */
   readonly maxDiskGiB?: number;
+  /** Template builds building at once. */
+  readonly maxBuilds?: number;
+  /** Bytes of template build uploads kept for the team's templates. */
+  readonly maxUploadBytes?: number;
 }
 
 export const TEAM_LIMIT_KEYS = [
@@ -22,6 +26,8 @@ export const TEAM_LIMIT_KEYS = [
   "maxVcpus",
   "maxMemoryMiB",
   "maxDiskGiB",
+  "maxBuilds",
+  "maxUploadBytes",
 ] as const satisfies readonly (keyof TeamLimits)[];
 
 export interface TeamRow {

@@ -89,7 +89,13 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
     logger: logger.child({ component: "catalog" }),
   });
   closers.add("killed purge", () => purge.stop()); // before the orchestrator closes the catalog
-  const builds = newTemplateBuilds(input, { catalog, orchestrator: started, images, host });
+  const builds = newTemplateBuilds(input, {
+    catalog,
+    orchestrator: started,
+    images,
+    host,
+    teams,
+  });
   input.metrics.follow(builds);
   await builds.start();
   closers.add("template builds", () => builds.close());
@@ -248,6 +254,7 @@ function newTemplateBuilds(
     orchestrator: Orchestrator;
     images: GuestArtifacts;
     host: HostResources;
+    teams: TeamCatalog;
   },
 ): TemplateBuilds {
   const { config } = input;
@@ -265,6 +272,7 @@ function newTemplateBuilds(
     logger: input.logger.child({ component: "builds" }),
     uploadLimitBytes: config.buildUploadLimitMiB * 1024 * 1024,
     uploadQuotaBytes: config.buildUploadsMaxMiB * 1024 * 1024,
+    teamLimits: async (teamId) => (await parts.teams.getTeam(teamId))?.limits,
     uploadRetentionMs: config.buildUploadRetentionMs,
     diskReserveMiB: config.diskReserveMiB,
     stepTimeoutMs: config.buildStepTimeoutMs,

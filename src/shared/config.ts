@@ -279,7 +279,7 @@ const SETTINGS = {
   },
   buildUploadsMaxMiB: {
     env: "WARREN_BUILD_UPLOADS_MAX_MIB",
-    doc: "Most disk all template build uploads (COPY archives) may hold together; an upload past it is refused with 429 quota_exceeded (upload bytes).",
+    doc: "Most disk the template build uploads (COPY archives) of one team may hold together (a team's maxUploadBytes may lower it); an upload past it is refused with 429 quota_exceeded (upload bytes). The disk reserve (WARREN_DISK_RESERVE_MIB) bounds them all.",
     default: () => 16_384,
     parse: int(1),
     expects: "a positive integer (MiB)",

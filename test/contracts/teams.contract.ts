@@ -48,7 +48,10 @@ export function teamsContract(name: string, open: () => Promise<TeamsHarness>): 
 
     it("puts, replaces name and limits (keeping createdAt), lists and deletes teams", async (t) => {
       const teams = await use(t);
-      const a = team({ id: "team-a", limits: { maxSandboxes: 2, maxDiskGiB: 10 } });
+      const a = team({
+        id: "team-a",
+        limits: { maxSandboxes: 2, maxDiskGiB: 10, maxUploadBytes: 1_000_000 },
+      });
       await teams.putTeam(a);
       assert.deepEqual(await teams.getTeam("team-a"), a);
       await teams.putTeam({
