@@ -44,6 +44,7 @@ import type {
   SandboxMetric,
   SandboxRouter,
   SandboxService,
+  SandboxSpan,
   ServerStatus,
   SnapshotInfo,
   SpillingForkInput,
@@ -314,6 +315,16 @@ export class Orchestrator
   }
 
   /** Where each running or paused sandbox came from, found in the snapshots it stands on. */
+  async teamHistory(teamId: string): Promise<SandboxSpan[]> {
+    return (await this.#o.catalog.listSandboxes())
+      .filter((row) => row.teamId === teamId && !configOf(row).internal)
+      .map((row) => ({
+        startedAt: new Date(row.startedAt),
+        // A killed row's updatedAt is its kill (nothing changes it after).
+        ...(row.state === "killed" && { endedAt: new Date(row.updatedAt) }),
+      }));
+  }
+
   async lineage(): Promise<SandboxLineage[]> {
     const { catalog } = this.#o;
     // Forks of one source share their chains: each snapshot read once per call.

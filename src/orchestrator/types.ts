@@ -164,6 +164,12 @@ export interface SnapshotInfo {
   readonly createdAt: Date;
 }
 
+/** One sandbox's life: started, and ended unless it still runs or is paused. */
+export interface SandboxSpan {
+  readonly startedAt: Date;
+  readonly endedAt?: Date;
+}
+
 /** A node's load as its cluster heartbeats report it (Orchestrator.load()). */
 export interface NodeLoad {
   readonly sandboxes: number;
@@ -212,6 +218,11 @@ export interface SandboxService {
   stats(): NodeStats;
   /** Where each running or paused sandbox came from (the dashboard's fork trees). */
   lineage(): Promise<SandboxLineage[]>;
+  /**
+   * When each of the team's sandboxes on this node started and (killed ones) ended, kept
+   * rows included: its concurrency and start rate over time (E2B's team metrics).
+   */
+  teamHistory(teamId: string): Promise<SandboxSpan[]>;
   create(input: CreateSandboxInput): Promise<SandboxInfo>;
   /** Throws not_found for unknown or killed ids. */
   get(sandboxId: string): SandboxInfo;

@@ -15,6 +15,7 @@ import type {
   SandboxMetric,
   SandboxRouter,
   SandboxService,
+  SandboxSpan,
   ServerStatus,
   SnapshotInfo,
   SpillingForkInput,
@@ -87,6 +88,9 @@ export class LateBound implements Target {
   }
   async lineage(): Promise<SandboxLineage[]> {
     return this.#real.lineage();
+  }
+  teamHistory(teamId: string): Promise<SandboxSpan[]> {
+    return this.#real.teamHistory(teamId);
   }
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
     return this.#real.create(input);

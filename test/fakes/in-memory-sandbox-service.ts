@@ -22,6 +22,7 @@ import type {
   ResumeOptions,
   SandboxInfo,
   SandboxLineage,
+  SandboxSpan,
   SandboxLogEntry,
   SandboxMetric,
   SandboxService,
@@ -111,6 +112,7 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
       ...overrides,
     };
     this.sandboxes.set(sandboxId, info);
+    this.#spans.set(sandboxId, { teamId: info.teamId, startedAt: info.startedAt });
     return info;
   }
 
@@ -137,6 +139,15 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
         memoryMiB: running.reduce((n, s) => n + s.memoryMiB, 0),
       },
     };
+  }
+
+  readonly #spans = new Map<string, SandboxSpan & { teamId: string }>();
+
+  async teamHistory(teamId: string): Promise<SandboxSpan[]> {
+    this.record("teamHistory", teamId);
+    return [...this.#spans.values()]
+      .filter((span) => span.teamId === teamId)
+      .map(({ teamId: _team, ...span }) => span);
   }
 
   /** Fork children record their source (`forkedFrom`); the rest came from templates. */
@@ -553,6 +564,8 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
     this.#timers.delete(sandboxId);
     this.#madeFrom.delete(sandboxId);
     this.sandboxes.delete(sandboxId);
+    const span = this.#spans.get(sandboxId);
+    if (span) this.#spans.set(sandboxId, { ...span, endedAt: new Date(this.clock) });
   }
 
   private setState(sandbox: Mutable<SandboxInfo>, state: PublicState): void {

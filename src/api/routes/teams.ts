@@ -10,6 +10,8 @@ import { WarrenError } from "../../shared/index.js";
 import { parseLimits, requireAdmin, type TeamAdmin } from "../../tenancy/index.js";
 import type { ApiContext } from "../api-context.js";
 import { callerOf } from "../caller.js";
+import { queryInteger } from "../input.js";
+import { maxTeamMetric, teamMetrics } from "../team-metrics.js";
 
 interface TeamParams {
   teamID: string;
@@ -103,6 +105,32 @@ export function registerTeamRoutes(app: FastifyInstance, context: ApiContext): v
     },
   );
 
+  // E2B's team metrics: the caller's own team (the admin's: any team's).
+  app.get<{ Params: TeamParams; Querystring: { start?: string; end?: string } }>(
+    "/teams/:teamID/metrics",
+    async (request) => {
+      const { startS, endS } = metricsWindow(request.query);
+      const spans = await context.service.teamHistory(await ownTeamId(request, admin));
+      return teamMetrics(spans, startS, endS);
+    },
+  );
+
+  app.get<{
+    Params: TeamParams;
+    Querystring: { start?: string; end?: string; metric?: string };
+  }>("/teams/:teamID/metrics/max", async (request) => {
+    const metric = METRICS[request.query.metric ?? ""];
+    if (!metric) {
+      throw new WarrenError(
+        "invalid_argument",
+        "querystring/metric must be concurrent_sandboxes or sandbox_start_rate",
+      );
+    }
+    const { startS, endS } = metricsWindow(request.query);
+    const spans = await context.service.teamHistory(await ownTeamId(request, admin));
+    return maxTeamMetric(teamMetrics(spans, startS, endS), metric);
+  });
+
   // A team's own keys: its key, or the admin token with X-Team-ID.
   app.get("/api-keys", async (request) => {
     return (await admin().listKeys(ownTeam(request))).map(keyJson);
@@ -134,6 +162,33 @@ export function registerTeamRoutes(app: FastifyInstance, context: ApiContext): v
     await admin().deleteKey(ownTeam(request), request.params.apiKeyID);
     return reply.code(204).send();
   });
+}
+
+const METRICS: Record<string, "concurrentSandboxes" | "sandboxStartRate"> = {
+  concurrent_sandboxes: "concurrentSandboxes",
+  sandbox_start_rate: "sandboxStartRate",
+};
+
+/** The window of a metrics query: unix seconds, default the last 15 minutes, at most 31 days. */
+function metricsWindow(query: { start?: string; end?: string }): { startS: number; endS: number } {
+  const nowS = Math.floor(Date.now() / 1000);
+  const endS = queryInteger("end", query.end, { min: 0, max: 4_102_444_800 }) ?? nowS;
+  const startS = queryInteger("start", query.start, { min: 0, max: endS }) ?? endS - 900;
+  if (endS - startS > 31 * 86_400) {
+    throw new WarrenError("invalid_argument", "the window from start to end is at most 31 days");
+  }
+  return { startS, endS };
+}
+
+/** The `{teamID}` of a metrics route: the caller's own team; another team's reads as unknown. */
+async function ownTeamId(request: FastifyRequest<{ Params: TeamParams }>, admin: () => TeamAdmin) {
+  const { teamID } = request.params;
+  const { teamId, admin: isAdmin } = callerOf(request);
+  if (teamId === teamID || (isAdmin && teamId === undefined)) {
+    await admin().team(teamID);
+    return teamID;
+  }
+  throw new WarrenError("team_not_found", `no team has the id '${teamID}'`);
 }
 
 /** The team whose keys `/api-keys` lists: the caller's; the admin must name one. */

@@ -145,3 +145,30 @@ test("limits are checked: unknown keys and negative numbers are a 400 naming the
   });
   assert.equal(negative.statusCode, 400);
 });
+
+test("team metrics: the team's concurrency and start rate over time, its own team only", async () => {
+  const { call, service, asAdmin } = twoTeams();
+  const made = await call("POST", "/admin/teams", { ...asAdmin, body: { name: "m" } });
+  const { apiKey, teamID } = made.json() as { apiKey: string; teamID: string };
+  const one = await call("POST", "/v2/sandboxes", { apiKey, body: {} });
+  await call("POST", "/v2/sandboxes", { apiKey, body: {} });
+  await call("DELETE", `/sandboxes/${(one.json() as { sandboxID: string }).sandboxID}`, { apiKey });
+  service.seed({ sandboxId: "other" }); // the default team's: not counted
+  const start = Date.parse("2030-01-01T00:00:00.000Z") / 1000;
+  const window = `start=${start}&end=${start + 60}`;
+  const points = (await call("GET", `/teams/${teamID}/metrics?${window}`, { apiKey })).json() as {
+    concurrentSandboxes: number;
+  }[];
+  assert.equal(points.at(-1)?.concurrentSandboxes, 1);
+  const max = await call(
+    "GET",
+    `/teams/${teamID}/metrics/max?metric=concurrent_sandboxes&${window}`,
+    { apiKey },
+  );
+  assert.equal(max.statusCode, 200);
+  assert.equal((max.json() as { value: number }).value, 2);
+  // Another team's metrics read as an unknown team.
+  assert.equal((await call("GET", `/teams/${teamID}/metrics`)).statusCode, 404);
+  const bad = await call("GET", `/teams/${teamID}/metrics/max?metric=nope`, { apiKey });
+  assert.equal(bad.statusCode, 400);
+});
