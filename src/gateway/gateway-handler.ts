@@ -3,8 +3,8 @@ import type { Duplex } from "node:stream";
 import { INTERNAL_PATHS } from "../protocol/index.js";
 import { apiError, proxyRefusal, sendError, writeSocketError } from "../relay/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
-import { type Caller, requireAdmin } from "../tenancy/index.js";
-import type { GatewayCluster, NodeRow } from "./cluster.js";
+import { actingTeam, type Caller, requireAdmin } from "../tenancy/index.js";
+import type { GatewayCluster, NodeRow, SandboxLocation } from "./cluster.js";
 import type { Creates } from "./creates.js";
 import { forkAcrossNodes } from "./forks.js";
 import { forwardRequest, forwardUpgrade, type NodeAgents, type NodeTarget } from "./forward.js";
@@ -14,6 +14,7 @@ import type { NodeDirectory } from "./node-directory.js";
 import { readBody, sandboxRefusal, sendJson } from "./respond.js";
 import { classify, type GatewayRoute } from "./routes.js";
 import type { SandboxLocator } from "./sandbox-locator.js";
+import type { TeamAdmission } from "./team-admission.js";
 
 const MAX_CREATE_BODY = 1024 * 1024;
 const MAX_FORK_BODY = 1024 * 1024;
@@ -24,6 +25,8 @@ export interface GatewayParts {
   readonly cluster: GatewayCluster;
   /** Who a request is from (a team's key, or the admin token): 401 when neither. */
   readonly authenticate: (headers: IncomingHttpHeaders) => Promise<Caller>;
+  /** Team quotas across the cluster (creates and forks). */
+  readonly teams: TeamAdmission;
   readonly domain?: string;
   readonly agents: NodeAgents;
   readonly directory: NodeDirectory;
@@ -57,7 +60,7 @@ export class GatewayHandler {
     }
     const { agents, idleTimeoutMs } = this.p;
     this.p.locator
-      .locate(route.sandboxId)
+      .locate(route.sandboxId, SANDBOX_TRAFFIC)
       .then(({ target }) => forwardUpgrade(req, socket, head, target, { agents, idleTimeoutMs }))
       .then((outcome) => {
         if (outcome.kind === "unreachable") throw outcome.error;
@@ -71,7 +74,7 @@ export class GatewayHandler {
     switch (route.kind) {
       case "proxy":
         // What stops it is refused as a node's proxy refuses (onRequest's catch).
-        return this.#relay(req, res, (await locator.locate(route.sandboxId)).target);
+        return this.#relay(req, res, (await locator.locate(route.sandboxId, SANDBOX_TRAFFIC)).target);
       case "proxy_invalid":
         return sendError(res, proxyRefusal({ message: route.message, code: 400 }));
       case "health": {
@@ -87,16 +90,28 @@ export class GatewayHandler {
         if (route.kind === "nodes" || route.kind === "node_action") {
           requireAdmin(caller, "the cluster's nodes");
         }
-        return this.#api(req, res, route);
+        return this.#api(req, res, route, caller);
       }
     }
   }
 
-  async #api(req: IncomingMessage, res: ServerResponse, route: GatewayRoute): Promise<void> {
+  async #api(
+    req: IncomingMessage,
+    res: ServerResponse,
+    route: GatewayRoute,
+    caller: Caller,
+  ): Promise<void> {
     const { directory, locator } = this.p;
     switch (route.kind) {
-      case "create":
-        return this.p.creates.handle(req, res, await readBody(req, MAX_CREATE_BODY));
+      case "create": {
+        const body = await readBody(req, MAX_CREATE_BODY);
+        const release = await this.p.teams.admit(actingTeam(caller), 1);
+        try {
+          return await this.p.creates.handle(req, res, body);
+        } finally {
+          release();
+        }
+      }
       case "list": {
         const up = (await directory.nodes()).filter((node) => node.state !== "down");
         const merged = await mergeLists(req, up, this.p.agents, route.version, 30_000);
@@ -106,11 +121,12 @@ export class GatewayHandler {
         return this.#relay(req, res, await locator.templateNode());
       case "sandbox": {
         if (req.method === "POST" && route.action === "fork") {
-          return this.#fork(req, res, route.sandboxId);
+          return this.#fork(req, res, route.sandboxId, caller);
         }
         const resuming =
           req.method === "POST" && (route.action === "resume" || route.action === "connect");
-        return this.#relay(req, res, (await locator.locate(route.sandboxId, resuming)).target);
+        const { target } = await locator.locate(route.sandboxId, caller, resuming);
+        return this.#relay(req, res, target);
       }
       case "nodes":
         return sendJson(res, 200, (await directory.nodes()).map(nodeJson));
@@ -128,10 +144,32 @@ export class GatewayHandler {
   }
 
   /** A fork: relayed to the source's node, or spread over nodes when it lacks room. */
-  async #fork(req: IncomingMessage, res: ServerResponse, sandboxId: string): Promise<void> {
+  async #fork(
+    req: IncomingMessage,
+    res: ServerResponse,
+    sandboxId: string,
+    caller: Caller,
+  ): Promise<void> {
     const { agents, idleTimeoutMs } = this.p;
-    const { target, location } = await this.p.locator.locate(sandboxId);
+    const { target, location } = await this.p.locator.locate(sandboxId, caller);
     const body = await readBody(req, MAX_FORK_BODY);
+    const release = await this.p.teams.admit(location.teamId, forkCountOf(body));
+    try {
+      await this.#spreadFork(req, res, body, sandboxId, target, location);
+    } finally {
+      release();
+    }
+  }
+
+  async #spreadFork(
+    req: IncomingMessage,
+    res: ServerResponse,
+    body: Buffer,
+    sandboxId: string,
+    target: NodeTarget,
+    location: SandboxLocation,
+  ): Promise<void> {
+    const { agents, idleTimeoutMs } = this.p;
     const spread = await forkAcrossNodes(req, res, body, sandboxId, location, {
       directory: this.p.directory,
       agents,
@@ -180,4 +218,17 @@ function nodeJson(node: NodeRow) {
     capacity: node.capacity,
     load: node.load,
   };
+}
+
+/** Sandbox traffic carries no API key: the node checks the sandbox's own tokens. */
+const SANDBOX_TRAFFIC: Caller = { teamId: undefined, admin: false };
+
+/** Children a fork body asks for (1 when absent or unreadable: the node refuses a bad body). */
+function forkCountOf(body: Buffer): number {
+  try {
+    const count = (JSON.parse(body.toString("utf8")) as { count?: unknown } | null)?.count;
+    return typeof count === "number" && Number.isInteger(count) && count > 0 ? count : 1;
+  } catch {
+    return 1;
+  }
 }

@@ -5,6 +5,7 @@ import { INTERNAL_PATHS } from "../protocol/index.js";
 import { type Logger, silentLogger } from "../shared/index.js";
 import type { Caller } from "../tenancy/index.js";
 import type { GatewayCluster } from "./cluster.js";
+import { TeamAdmission } from "./team-admission.js";
 import { Creates } from "./creates.js";
 import { NodeAgents } from "./forward.js";
 import { GatewayHandler } from "./gateway-handler.js";
@@ -61,6 +62,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   const handler = new GatewayHandler({
     cluster,
     authenticate: options.authenticate,
+    teams: new TeamAdmission(cluster, cluster.teams),
     domain: options.domain,
     agents,
     directory,

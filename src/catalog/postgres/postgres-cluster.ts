@@ -66,7 +66,7 @@ const SQL = {
     RETURNING s.id, s.node_id, lost.state AS was`,
   locateSandbox: `
     SELECT s.node_id, n.url AS node_url, s.state, n.state AS node_state, s.ended_reason,
-      s.vcpus, s.memory_mib
+      s.vcpus, s.memory_mib, s.team_id
     FROM sandboxes s JOIN nodes n ON n.id = s.node_id WHERE s.id = $1`,
   listSandboxes: `
     SELECT * FROM sandboxes
@@ -168,6 +168,7 @@ export class PostgresCluster implements ClusterCatalog {
 
   async locateSandbox(id: string): Promise<SandboxLocation | undefined> {
     const [row] = await this.#db.query<{
+      team_id: string;
       node_id: string;
       node_url: string;
       state: SandboxState;
@@ -178,6 +179,7 @@ export class PostgresCluster implements ClusterCatalog {
     }>(`locate sandbox ${id}`, SQL.locateSandbox, [id]);
     if (!row) return undefined;
     return {
+      teamId: row.team_id,
       nodeId: row.node_id,
       nodeUrl: row.node_url,
       state: row.state,

@@ -61,7 +61,7 @@ export async function startTestCluster(options: {
   const nodes: StandInNode[] = [];
   const cluster = new InMemoryCluster();
   for (let i = 0; i < options.nodes; i++) {
-    const node = await startStandInNode(`node${i}`, cluster.key, options);
+    const node = await startStandInNode(`node${i}`, cluster, options);
     recordSandboxes(node.service, cluster.catalog(node.id));
     nodes.push(node);
     // Room in vCPUs and memory for every sandbox it may hold: the count is what binds.
@@ -75,7 +75,7 @@ export async function startTestCluster(options: {
   const start = () =>
     startGateway({
       cluster,
-      authenticate: testAuth(() => new Set([API_KEY])),
+      authenticate: testAuth(() => new Set([API_KEY]), cluster.teams),
       host: "127.0.0.1",
       port: 0,
       refreshMs: 50,
@@ -147,7 +147,7 @@ export async function startTestCluster(options: {
 
 async function startStandInNode(
   id: string,
-  clusterKey: string,
+  { key: clusterKey, teams }: InMemoryCluster,
   { maxSandboxes, createCost }: { maxSandboxes?: number; createCost?: CreateCost },
 ): Promise<StandInNode> {
   const service = new InMemorySandboxService({ idPrefix: id, maxSandboxes });
@@ -156,7 +156,7 @@ async function startStandInNode(
   let server: Server | undefined;
   const api = createApi({
     service,
-    authenticate: testAuth(() => new Set([API_KEY])),
+    authenticate: testAuth(() => new Set([API_KEY]), teams),
     internal: { service, clusterKey: () => clusterKey },
     serverFactory: (handler) => {
       server = createServer((req, res) => {
@@ -199,6 +199,7 @@ function recordSandboxes(service: InMemorySandboxService, catalog: Catalog): voi
     catalog.insertSandbox(
       sandboxRow({
         id: info.sandboxId,
+        teamId: info.teamId,
         templateId: info.templateId,
         vcpus: info.cpuCount,
         memoryMiB: info.memoryMiB,
