@@ -74,7 +74,11 @@ export class GatewayHandler {
     switch (route.kind) {
       case "proxy":
         // What stops it is refused as a node's proxy refuses (onRequest's catch).
-        return this.#relay(req, res, (await locator.locate(route.sandboxId, SANDBOX_TRAFFIC)).target);
+        return this.#relay(
+          req,
+          res,
+          (await locator.locate(route.sandboxId, SANDBOX_TRAFFIC)).target,
+        );
       case "proxy_invalid":
         return sendError(res, proxyRefusal({ message: route.message, code: 400 }));
       case "health": {
@@ -150,7 +154,6 @@ export class GatewayHandler {
     sandboxId: string,
     caller: Caller,
   ): Promise<void> {
-    const { agents, idleTimeoutMs } = this.p;
     const { target, location } = await this.p.locator.locate(sandboxId, caller);
     const body = await readBody(req, MAX_FORK_BODY);
     const release = await this.p.teams.admit(location.teamId, forkCountOf(body));

@@ -1,17 +1,16 @@
-import type { IncomingHttpHeaders } from "node:http";
-import { createServer, type Server } from "node:http";
+import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { INTERNAL_PATHS } from "../protocol/index.js";
 import { type Logger, silentLogger } from "../shared/index.js";
 import type { Caller } from "../tenancy/index.js";
 import type { GatewayCluster } from "./cluster.js";
-import { TeamAdmission } from "./team-admission.js";
 import { Creates } from "./creates.js";
 import { NodeAgents } from "./forward.js";
 import { GatewayHandler } from "./gateway-handler.js";
 import { InternalCalls } from "./internal-calls.js";
 import { NodeDirectory } from "./node-directory.js";
 import { SandboxLocator } from "./sandbox-locator.js";
+import { TeamAdmission } from "./team-admission.js";
 export interface GatewayOptions {
   readonly cluster: GatewayCluster;
   /** Keys accepted on the API (the nodes accept the same: the gateway relays the client's). */

@@ -1,5 +1,5 @@
-import type { Caller } from "../tenancy/index.js";
 import { WarrenError } from "../shared/index.js";
+import type { Caller } from "../tenancy/index.js";
 import type { SandboxLocation } from "./cluster.js";
 import type { NodeTarget } from "./forward.js";
 import { type RelocateOptions, relocatePaused } from "./relocate.js";
