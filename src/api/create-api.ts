@@ -101,7 +101,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
   });
   app.setErrorHandler(handleError);
   app.setNotFoundHandler(handleNotFound);
-  registerHealthRoutes(app, context);
+  registerHealthRoutes(app, context, options.apiKeys);
   registerUploadRoute(app, context);
   if (options.internal) registerInternalRoutes(app, context, options.internal);
 

@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import { INTERNAL_PATHS } from "../protocol/index.js";
 import { apiError, proxyRefusal, sendError, writeSocketError } from "../relay/index.js";
-import { authenticate } from "../shared/api-key-auth.js";
+import { authenticate, isValidApiKey, presentedApiKey } from "../shared/api-key-auth.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { GatewayCluster, NodeRow } from "./cluster.js";
 import type { Creates } from "./creates.js";
@@ -74,9 +74,13 @@ export class GatewayHandler {
       case "proxy_invalid":
         return sendError(res, proxyRefusal({ message: route.message, code: 400 }));
       case "health": {
+        // Open, for load balancers; the cluster's size is for callers with a key.
+        const own = { status: "ok", role: "gateway" };
+        if (!isValidApiKey(presentedApiKey(req.headers), this.p.apiKeys()))
+          return sendJson(res, 200, own);
         const nodes = await this.p.directory.nodes();
         const up = nodes.filter((node) => node.state === "up").length;
-        return sendJson(res, 200, { status: "ok", role: "gateway", nodes: nodes.length, up });
+        return sendJson(res, 200, { ...own, nodes: nodes.length, up });
       }
       case "templates":
         if (!route.signedUpload) authenticate(req.headers, this.p.apiKeys());

@@ -570,7 +570,7 @@ async function expectStatus(
 }
 
 async function health(server: TestServer): Promise<{ pooledVmms?: number }> {
-  const res = await fetch(`${server.url}/health`);
+  const res = await fetch(`${server.url}/health`, { headers: { "x-api-key": server.apiKey } });
   return (await res.json()) as { pooledVmms?: number };
 }
 

@@ -57,7 +57,8 @@ test("/health needs no key and answers while starting; API routes are 503 until 
 
   const health = await call("GET", "/health", { apiKey: null });
   assert.equal(health.statusCode, 200);
-  assert.deepEqual(health.json(), {
+  assert.deepEqual(health.json(), { status: "starting" });
+  assert.deepEqual((await call("GET", "/health")).json(), {
     status: "starting",
     accelerator: "tcg",
     message: "building base",
@@ -78,6 +79,29 @@ test("/health needs no key and answers while starting; API routes are 503 until 
   service.serverStatus = { phase: "ready", accelerator: "kvm" };
   assert.equal((await call("GET", "/v2/sandboxes")).statusCode, 200);
   assert.deepEqual((await call("GET", "/health")).json(), { status: "ready", accelerator: "kvm" });
+});
+
+test("/health tells strangers the status only: why a start failed, and how, is for keys", async () => {
+  const { call, service } = useApi();
+  service.serverStatus = {
+    phase: "failed",
+    accelerator: "tcg",
+    acceleratorReason: "/dev/kvm: permission denied for uid 0 on host build-7",
+    message: "cannot open /var/lib/warren/catalog.sqlite: SQLITE_CORRUPT",
+    pooledVmms: 2,
+  };
+  for (const apiKey of [null, "not-a-key"]) {
+    const res = await call("GET", "/health", { apiKey });
+    assert.equal(res.statusCode, 200);
+    assert.deepEqual(res.json(), { status: "failed" }, `key: ${apiKey}`);
+  }
+  assert.deepEqual((await call("GET", "/health")).json(), {
+    status: "failed",
+    accelerator: "tcg",
+    acceleratorReason: "/dev/kvm: permission denied for uid 0 on host build-7",
+    message: "cannot open /var/lib/warren/catalog.sqlite: SQLITE_CORRUPT",
+    pooledVmms: 2,
+  });
 });
 
 test("unknown routes and methods are JSON 404s", async () => {
