@@ -86,7 +86,10 @@ try {
     await burst(`burst of ${BURST} creates → command: bench-env, burst ${i}`);
     await sleep(15_000); // time for the pool to grow toward the demand it saw
   }
-  const health = (await (await fetch(`${server.url}/health`)).json()) as Record<string, unknown>;
+  const res = await fetch(`${server.url}/health`, {
+    headers: { "x-admin-token": server.adminToken },
+  });
+  const health = (await res.json()) as Record<string, unknown>;
   extra.pooledVmmsAtEnd = health.pooledVmms;
 } finally {
   await server.stop();

@@ -34,7 +34,10 @@ const since = (t: number) => performance.now() - t;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function pooled(server: TestServer): Promise<number> {
-  const health = (await (await fetch(`${server.url}/health`)).json()) as { pooledVmms?: number };
+  const res = await fetch(`${server.url}/health`, {
+    headers: { "x-admin-token": server.adminToken },
+  });
+  const health = (await res.json()) as { pooledVmms?: number };
   return health.pooledVmms ?? 0;
 }
 

@@ -43,17 +43,17 @@ function buildAddon(dir, name, sources) {
   return target;
 }
 
-step("native addons inotify, system (agent), memmerge (server)");
+step("native addons inotify, system (agent), memmerge, tapfd (server)");
 /** src/agent/native/<name>/: <name>.c and its binding.gyp. */
 const agentAddon = (name) =>
   buildAddon(join(root, "src", "agent", "native", name), name, [`${name}.c`, "binding.gyp"]);
 const inotifyAddon = agentAddon("inotify");
 const systemAddon = agentAddon("system");
-const memMergeAddon = buildAddon(
-  join(root, "src", "vmm", "qemu", "native", "memmerge"),
-  "memmerge",
-  ["memmerge.c", "binding.gyp"],
-);
+/** src/vmm/qemu/native/<name>/: <name>.c and its binding.gyp. */
+const serverAddon = (name) =>
+  buildAddon(join(root, "src", "vmm", "qemu", "native", name), name, [`${name}.c`, "binding.gyp"]);
+const memMergeAddon = serverAddon("memmerge");
+const tapFdAddon = serverAddon("tapfd");
 
 /** What both bundles (agent and server) share: one ESM file for Node 20 with a source map. */
 const NODE_BUNDLE = {
@@ -108,6 +108,7 @@ await build({
 const serverRelease = join(root, "dist", "server", "build", "Release");
 mkdirSync(serverRelease, { recursive: true });
 copyFileSync(memMergeAddon, join(serverRelease, "memmerge.node"));
+copyFileSync(tapFdAddon, join(serverRelease, "tapfd.node"));
 step(`server ready in ${join(root, "dist", "server")}`);
 
 step("bundling the gateway");

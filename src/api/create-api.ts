@@ -107,7 +107,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
   });
   app.setErrorHandler(handleError);
   app.setNotFoundHandler(handleNotFound);
-  registerHealthRoutes(app, context);
+  registerHealthRoutes(app, context, options.authenticate);
   registerUploadRoute(app, context);
   if (options.internal) registerInternalRoutes(app, context, options.internal);
 

@@ -82,9 +82,13 @@ export class GatewayHandler {
       case "proxy_invalid":
         return sendError(res, proxyRefusal({ message: route.message, code: 400 }));
       case "health": {
+        // Open, for load balancers; the cluster's size is the admin's.
+        const own = { status: "ok", role: "gateway" };
+        const caller = await this.p.authenticate(req.headers).catch(() => undefined);
+        if (!caller?.admin) return sendJson(res, 200, own);
         const nodes = await this.p.directory.nodes();
         const up = nodes.filter((node) => node.state === "up").length;
-        return sendJson(res, 200, { status: "ok", role: "gateway", nodes: nodes.length, up });
+        return sendJson(res, 200, { ...own, nodes: nodes.length, up });
       }
       case "templates":
         if (!route.signedUpload) await this.p.authenticate(req.headers);

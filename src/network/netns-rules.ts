@@ -38,13 +38,20 @@ export function netnsRuleset(
     "*filter",
     ":INPUT DROP [0:0]",
     ":FORWARD DROP [0:0]",
-    ":OUTPUT ACCEPT [0:0]",
+    ":OUTPUT DROP [0:0]",
     `:${EGRESS_CHAIN} - [0:0]`,
     `:${REJECT_CHAIN} - [0:0]`,
     // Nothing in the namespace serves anyone: neither the guest (tap0) nor the host side
     // may open connections to the namespace's own addresses.
     "-A INPUT -i lo -j ACCEPT",
     "-A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
+    // Nor does anything in it open connections: whatever runs in the namespace (a VMM that
+    // opens its tap itself, one its guest took over) would leave by the host's NAT around
+    // the egress policy, which polices forwarded traffic only. What the kernel itself sends
+    // about forwarded packets (the refusals' resets and ICMP errors) is RELATED to them;
+    // no unprivileged process can make a packet RELATED.
+    "-A OUTPUT -o lo -j ACCEPT",
+    "-A OUTPUT -m conntrack --ctstate RELATED -j ACCEPT",
     // A guest may only send from its own address (no spoofing past the SNAT).
     `-A FORWARD -i ${TAP_NAME} ! -s ${guest} -j DROP`,
     // Host-initiated connections (DNATed above), both directions, whatever the policy.

@@ -50,6 +50,7 @@ import type {
   SpillingForkInput,
   SpillingForkResult,
   TemplateHost,
+  WakeCheck,
 } from "./types.js";
 import { type PoolSettings, WarmPool } from "./warm-pool.js";
 
@@ -750,8 +751,8 @@ export class Orchestrator
 
   // ---- SandboxRouter ------------------------------------------------------------------------
 
-  async route(sandboxId: string, port: number): Promise<RouteResult> {
-    return routeSandbox(this.#routing, sandboxId, port);
+  async route(sandboxId: string, port: number, mayWake: WakeCheck): Promise<RouteResult> {
+    return routeSandbox(this.#routing, sandboxId, port, mayWake);
   }
 
   onSandboxStopped(listener: (sandboxId: string) => void): () => void {

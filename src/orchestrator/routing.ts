@@ -1,8 +1,9 @@
 import { ENVD_PORT } from "../protocol/index.js";
 import type { Logger } from "../shared/index.js";
+import type { LiveSandbox } from "./live-sandbox.js";
 import { configOf } from "./live-sandbox.js";
 import type { SandboxTable } from "./sandbox-table.js";
-import type { RouteResult } from "./types.js";
+import type { RouteAccess, RouteResult, WakeCheck } from "./types.js";
 
 export interface RoutingOptions {
   readonly table: SandboxTable;
@@ -15,12 +16,14 @@ export interface RoutingOptions {
 
 /**
  * Where the proxy sends a sandbox's traffic. A paused sandbox with autoResume is resumed
- * first; a request arriving mid-transition waits for it (it queues on the sandbox's lock).
+ * first, if `mayWake` lets this request wake it; a request arriving mid-transition waits
+ * for it (it queues on the sandbox's lock).
  */
 export async function routeSandbox(
   options: RoutingOptions,
   sandboxId: string,
   port: number,
+  mayWake: WakeCheck,
 ): Promise<RouteResult> {
   const { table } = options;
   const live = table.find(sandboxId);
@@ -30,6 +33,8 @@ export async function routeSandbox(
     // A filesystem-only pause is resumed by connect alone (a reboot), as in E2B.
     const wakes = config.lifecycle.autoResume && !config.pausedWithoutMemory;
     if (!wakes || !options.ready()) return { kind: "not_found" };
+    // Before anything moves: a stranger holding the URL wakes (and so pays for) nothing.
+    if (!mayWake(accessOf(live, port))) return { kind: "wake_refused" };
     try {
       await options.resume(sandboxId);
     } catch (err) {
@@ -48,17 +53,23 @@ export async function routeSandbox(
   if (live.row.state !== "running" || !live.slot || !table.has(sandboxId)) {
     return { kind: "not_found" };
   }
-  const config = configOf(live.row);
   return {
     kind: "ok",
     route: {
-      sandboxId,
+      ...accessOf(live, port),
       host: live.slot.hostAddress,
       port,
-      trafficAccessToken: live.row.trafficAccessToken,
-      allowPublicTraffic: config.network.allowPublicTraffic || port === ENVD_PORT,
-      maskRequestHost: config.network.maskRequestHost,
-      envdAccessToken: live.row.envdAccessToken,
+      maskRequestHost: configOf(live.row).network.maskRequestHost,
     },
+  };
+}
+
+/** What the sandbox asks of traffic to `port`: envd's port is always public (envd checks). */
+function accessOf(live: LiveSandbox, port: number): RouteAccess {
+  return {
+    sandboxId: live.row.id,
+    allowPublicTraffic: configOf(live.row).network.allowPublicTraffic || port === ENVD_PORT,
+    trafficAccessToken: live.row.trafficAccessToken,
+    envdAccessToken: live.row.envdAccessToken,
   };
 }

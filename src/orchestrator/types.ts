@@ -358,16 +358,34 @@ export interface ProxyRoute {
   readonly envdAccessToken?: string;
 }
 
+/** What a sandbox asks of a request to the port routed (checked by the proxy). */
+export type RouteAccess = Pick<
+  ProxyRoute,
+  "sandboxId" | "allowPublicTraffic" | "trafficAccessToken" | "envdAccessToken"
+>;
+
+/**
+ * Whether a request may wake a paused sandbox: it carries what the sandbox asks of traffic
+ * to that port (E2B's auto-resume checks: the traffic token on a private sandbox's app
+ * ports, envd's token on a secure sandbox's envd port). Asked before any resume.
+ */
+export type WakeCheck = (access: RouteAccess) => boolean;
+
 export type RouteResult =
   | { readonly kind: "ok"; readonly route: ProxyRoute }
   /** Unknown, killed, or paused without autoResume: 502 "The sandbox was not found". */
   | { readonly kind: "not_found" }
+  /** Paused with autoResume, but the request may not wake it (WakeCheck): 403, still paused. */
+  | { readonly kind: "wake_refused" }
   /** Mid-transition (pausing, killing): 409. */
   | { readonly kind: "conflict"; readonly message: string };
 
 export interface SandboxRouter {
-  /** Resolves a sandbox's port, resuming a paused sandbox with autoResume first. */
-  route(sandboxId: string, port: number): Promise<RouteResult>;
+  /**
+   * Resolves a sandbox's port, resuming a paused sandbox with autoResume first when
+   * `mayWake` lets the request wake it.
+   */
+  route(sandboxId: string, port: number, mayWake: WakeCheck): Promise<RouteResult>;
   /**
    * Called when a sandbox stops serving traffic (paused, killed, crashed): the proxy then
    * cuts its open streams and drops its connection pool. Returns an unsubscribe function.

@@ -8,6 +8,29 @@ export const ROUTING_HEADERS: ReadonlySet<string> = new Set([
   "e2b-traffic-access-token",
 ]);
 
+/** `Authorization` carrying an API key (`e2b_…`) or an E2B access token (`sk_e2b_…`). */
+const WARREN_BEARER = /^\s*bearer\s+(sk_)?e2b_/i;
+
+/**
+ * The caller's credentials for Warren's API, never a sandbox's business: a guest that read
+ * them could drive every sandbox the key reaches. `X-API-Key` is the API's key header (the
+ * SDK sends it to the API only; a client sending it to a sandbox URL did so by mistake), so
+ * it always goes. `Authorization` goes only when it carries an API key (`Bearer e2b_…`) or
+ * an E2B access token (`Bearer sk_e2b_…`): envd picks its user from `Basic` auth, and an
+ * app in the guest may check bearer tokens of its own.
+ */
+export function withoutCallerCredentials(rawHeaders: readonly string[]): string[] {
+  const kept: string[] = [];
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = (rawHeaders[i] ?? "").toLowerCase();
+    const value = rawHeaders[i + 1] ?? "";
+    if (name === "x-api-key") continue;
+    if (name === "authorization" && WARREN_BEARER.test(value)) continue;
+    kept.push(rawHeaders[i] ?? "", value);
+  }
+  return kept;
+}
+
 const INTERNAL = ENVD_INTERNAL_PATHS.map((path) => path.toLowerCase());
 
 /**

@@ -16,10 +16,11 @@ import {
   writeSocketError,
 } from "../relay/index.js";
 import { type Logger, silentLogger, WarrenError } from "../shared/index.js";
-import { isInternalEnvdPath, ROUTING_HEADERS, tokenMatches } from "./access.js";
+import { isInternalEnvdPath, ROUTING_HEADERS, withoutCallerCredentials } from "./access.js";
 import { durationMs, type Exchange, requestOptions, upgradeOptions } from "./exchange.js";
 import { openLoopbackTunnel } from "./loopback-tunnel.js";
 import { signedFileRequest, signedWith } from "./signed-file.js";
+import { mayWake, single, trafficTokenRefusal, WAKE_REFUSED } from "./traffic-access.js";
 
 export interface SandboxProxyOptions {
   /** Where each sandbox's ports are; tells the proxy when a sandbox stops. */
@@ -52,9 +53,6 @@ const DEFAULT_IDLE_TIMEOUT_MS = 620_000;
 
 /** Longest envd may take to reach a port on the guest's loopback. */
 const LOOPBACK_TUNNEL_TIMEOUT_MS = 10_000;
-
-/** The traffic access token header, required on app ports of private sandboxes. */
-const TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token";
 
 /** One sandbox's keep-alive pool and the exchanges open with it. */
 interface SandboxConnections {
@@ -187,7 +185,7 @@ export class SandboxProxy {
     }
     let result: Awaited<ReturnType<SandboxRouter["route"]>>;
     try {
-      result = await this.#router.route(sandboxId, port);
+      result = await this.#router.route(sandboxId, port, (access) => mayWake(req, port, access));
     } catch (err) {
       const known = err instanceof WarrenError;
       this.#logger.warn(
@@ -203,18 +201,18 @@ export class SandboxProxy {
     if (result.kind === "conflict") {
       return { ok: false, body: { sandboxId, message: result.message, code: 409 } };
     }
+    if (result.kind === "wake_refused") {
+      return { ok: false, body: { sandboxId, message: WAKE_REFUSED, code: 403 } };
+    }
     if (this.#closed) {
       return { ok: false, body: { message: "The proxy is shutting down", code: 503 } };
     }
     const route = result.route;
-    if (port !== ENVD_PORT && !route.allowPublicTraffic) {
-      const token = single(req.headers[TRAFFIC_TOKEN_HEADER]);
-      if (!tokenMatches(token, route.trafficAccessToken)) {
-        const message = `${token === undefined ? "Missing" : "Invalid"} ${TRAFFIC_TOKEN_HEADER} header`;
-        return { ok: false, body: { sandboxId, message, code: 403 } };
-      }
+    const refusal = trafficTokenRefusal(req, port, route);
+    if (refusal !== undefined) {
+      return { ok: false, body: { sandboxId, message: refusal, code: 403 } };
     }
-    const headers = relayRequestHeaders(req.rawHeaders, {
+    const headers = relayRequestHeaders(withoutCallerCredentials(req.rawHeaders), {
       ...forwardingOf(req),
       host: upstreamHost(req, route, port),
       drop: ROUTING_HEADERS,
@@ -344,8 +342,4 @@ function positive(name: string, value: number | undefined, fallback: number): nu
     throw new WarrenError("invalid_argument", `${name} must be a number greater than 0`);
   }
   return chosen;
-}
-
-function single(value: string | string[] | undefined): string | undefined {
-  return Array.isArray(value) ? value[0] : value;
 }

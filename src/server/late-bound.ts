@@ -20,6 +20,7 @@ import type {
   SnapshotInfo,
   SpillingForkInput,
   SpillingForkResult,
+  WakeCheck,
 } from "../orchestrator/index.js";
 import { assertReady } from "../orchestrator/index.js";
 import { WarrenError } from "../shared/index.js";
@@ -160,9 +161,9 @@ export class LateBound implements Target {
   async deleteTemplate(templateId: string): Promise<void> {
     return this.#real.deleteTemplate(templateId);
   }
-  route(id: string, port: number): Promise<RouteResult> {
+  route(id: string, port: number, mayWake: WakeCheck): Promise<RouteResult> {
     const target = this.#late.current;
-    return target ? target.route(id, port) : Promise.resolve({ kind: "not_found" });
+    return target ? target.route(id, port, mayWake) : Promise.resolve({ kind: "not_found" });
   }
   sandboxWithToken(matches: (envdAccessToken: string) => boolean): string | undefined {
     return this.#late.current?.sandboxWithToken(matches);

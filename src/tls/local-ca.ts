@@ -38,6 +38,11 @@ export interface LocalCertificate extends TlsIdentity {
   readonly caFile: string;
   /** A new certificate was issued (first start, another domain, or its expiry was near). */
   readonly issued: boolean;
+  /**
+   * Set when an existing CA was replaced by a new one, and why: clients that trusted the
+   * old `ca.crt` must trust the new one (and should drop the old).
+   */
+  readonly caReplaced?: string;
 }
 
 /** Files in the directory: the CA's key and the server key are root's alone (0600). */
@@ -49,19 +54,29 @@ const FILES = {
 } as const;
 
 /**
- * A local certificate authority, made once in `dir` (`ca.crt`, which clients trust, and its
- * key), and a wildcard server certificate for the domain signed by it, issued again when it
- * is within 30 days of expiry, for another domain, or not the CA's. ECDSA P-256 keys.
+ * A local certificate authority for the domain, made once in `dir` (`ca.crt`, which clients
+ * trust, and its key), and a wildcard server certificate for the domain signed by it,
+ * issued again when it is within 30 days of expiry, for another domain, or not the CA's.
+ * ECDSA P-256 keys.
+ *
+ * The CA can vouch for the domain's names alone (critical X.509 name constraints: the
+ * domain and its subdomains permitted, every IP address excluded; server authentication
+ * only): whoever trusts it trusts nothing else to it, even if its key leaks. A CA found
+ * without those constraints for this domain (made before them, or for another domain) is
+ * replaced by a new one, its key overwritten: `caReplaced` says so, and why.
  */
 export async function ensureLocalCertificate(options: LocalCaOptions): Promise<LocalCertificate> {
   const now = options.now?.() ?? new Date();
   const { dir, domain } = options;
   await mkdir(dir, { recursive: true, mode: 0o755 });
-  const ca = (await loadCa(dir)) ?? (await createCa(dir, now));
+  const found = await loadCa(dir);
+  const unfit = found && caUnfitFor(found, domain);
+  const ca = found && !unfit ? found : await createCa(dir, domain, now);
+  const replaced = unfit ? { caReplaced: unfit } : {};
   const path = (name: keyof typeof FILES) => join(dir, FILES[name]);
   const current = await readPair(path("cert"), path("key"));
   if (current && stillGood(current.certificate, ca.certificate, domain, now)) {
-    return { ...current.identity, caFile: path("caCert"), issued: false };
+    return { ...current.identity, caFile: path("caCert"), issued: false, ...replaced };
   }
   const leafKeys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
   const leaf = await x509.X509CertificateGenerator.create({
@@ -96,6 +111,7 @@ export async function ensureLocalCertificate(options: LocalCaOptions): Promise<L
     notAfter: new Date(leaf.notAfter),
     caFile: path("caCert"),
     issued: true,
+    ...replaced,
   };
 }
 
@@ -129,7 +145,17 @@ async function loadCa(dir: string): Promise<LoadedCa | undefined> {
   };
 }
 
-async function createCa(dir: string, now: Date): Promise<LoadedCa> {
+/** Why a CA found in the directory may not serve `domain`, or undefined when it may. */
+function caUnfitFor(ca: LoadedCa, domain: string): string | undefined {
+  const found = new x509.X509Certificate(ca.pem).getExtension(NAME_CONSTRAINTS_OID);
+  if (!found) return "the CA had no name constraints";
+  const expected = Buffer.from(nameConstraints(domain));
+  if (!found.critical || !Buffer.from(found.value).equals(expected))
+    return "the CA is for another domain";
+  return undefined;
+}
+
+async function createCa(dir: string, domain: string, now: Date): Promise<LoadedCa> {
   const keys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
   const ca = await x509.X509CertificateGenerator.createSelfSigned({
     serialNumber: serial(),
@@ -144,6 +170,9 @@ async function createCa(dir: string, now: Date): Promise<LoadedCa> {
         x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign,
         true,
       ),
+      new x509.Extension(NAME_CONSTRAINTS_OID, true, nameConstraints(domain)),
+      // Server certificates only (clients that chain EKUs refuse others: S/MIME, code).
+      new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
       await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
     ],
   });
@@ -157,6 +186,35 @@ async function createCa(dir: string, now: Date): Promise<LoadedCa> {
     publicKey: keys.publicKey,
     signingKey: keys.privateKey,
   };
+}
+
+const NAME_CONSTRAINTS_OID = "2.5.29.30";
+
+/**
+ * The DER of a NameConstraints extension (RFC 5280 4.2.1.10) permitting the DNS subtree of
+ * `domain` (the domain and every name under it) and excluding every IPv4 and IPv6 address.
+ * Written out here: @peculiar/x509 has no class for it.
+ */
+function nameConstraints(domain: string): ArrayBuffer {
+  const subtree = (generalName: Buffer) => der(0x30, generalName);
+  const value = der(
+    0x30,
+    der(0xa0, subtree(der(0x82, Buffer.from(domain, "ascii")))), // permitted: dNSName
+    der(
+      0xa1, // excluded: iPAddress, address and mask all zero (every address)
+      subtree(der(0x87, Buffer.alloc(8))),
+      subtree(der(0x87, Buffer.alloc(32))),
+    ),
+  );
+  return new Uint8Array(value).buffer;
+}
+
+/** One DER element: tag, definite length, contents. */
+function der(tag: number, ...contents: Buffer[]): Buffer {
+  const body = Buffer.concat(contents);
+  const n = body.length;
+  const length = n < 0x80 ? [n] : n < 0x100 ? [0x81, n] : [0x82, (n >> 8) & 0xff, n & 0xff];
+  return Buffer.concat([Buffer.from([tag, ...length]), body]);
 }
 
 function stillGood(leaf: X509Certificate, ca: X509Certificate, domain: string, now: Date): boolean {

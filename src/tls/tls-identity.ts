@@ -100,6 +100,13 @@ export class CertificateKeeper {
       keeper = new CertificateKeeper(options, identity, await filesStamp(source));
     } else {
       const local = await ensureLocalCertificate({ dir: source.dir, domain });
+      if (local.caReplaced) {
+        // Clients that trusted the old ca.crt must be given the new one.
+        options.logger.warn(
+          { domain, ca: local.caFile, reason: local.caReplaced },
+          "tls.ca_replaced",
+        );
+      }
       if (local.issued) {
         options.logger.info(
           { domain, notAfter: local.notAfter.toISOString(), ca: local.caFile },

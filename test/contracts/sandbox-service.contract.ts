@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { describe, it, type TestContext } from "node:test";
 import type {
   CreateSandboxInput,
+  RouteAccess,
   SandboxInfo,
   SandboxLifecycle,
   SandboxRouter,
@@ -46,6 +47,9 @@ export interface SandboxServiceHarness {
 }
 
 const ENVD_PORT = 49983;
+
+/** The proxy's wake check for a request carrying whatever the sandbox asks. */
+const anyRequest = () => true;
 
 /** A create input with the defaults the API fills in; `over` replaces fields. */
 export function createInput(
@@ -360,7 +364,7 @@ export function sandboxServiceContract(
         if (!needs(t, h, "router")) return;
         const info = await create(h, { lifecycle: lifecycle({ autoResume: true }) });
         await h.service.pause(info.sandboxId);
-        const routed = await h.router.route(info.sandboxId, 8080);
+        const routed = await h.router.route(info.sandboxId, 8080, anyRequest);
         assert.equal(routed.kind, "ok", "traffic resumed it");
         assert.equal(h.service.get(info.sandboxId).state, "running");
 
@@ -368,7 +372,7 @@ export function sandboxServiceContract(
         const gate = h.faults?.holdStarts();
         const connecting = h.service.connect(info.sandboxId, undefined);
         await gate?.reached();
-        const racing = h.router.route(info.sandboxId, ENVD_PORT);
+        const racing = h.router.route(info.sandboxId, ENVD_PORT, anyRequest);
         gate?.open();
         const [connected, route] = await Promise.all([connecting, racing]);
         assert.equal(connected.resumed, true);
@@ -382,9 +386,51 @@ export function sandboxServiceContract(
         if (!needs(t, h, "router")) return;
         const info = await create(h);
         await h.service.pause(info.sandboxId);
-        assert.deepEqual(await h.router.route(info.sandboxId, 8080), { kind: "not_found" });
+        assert.deepEqual(await h.router.route(info.sandboxId, 8080, anyRequest), {
+          kind: "not_found",
+        });
         assert.equal(h.service.get(info.sandboxId).state, "paused", "not resumed");
-        assert.deepEqual(await h.router.route("nosuchsandbox", 8080), { kind: "not_found" });
+        assert.deepEqual(await h.router.route("nosuchsandbox", 8080, anyRequest), {
+          kind: "not_found",
+        });
+      });
+
+      it("a request that may not wake it leaves it paused; the check is asked before any resume", async (t) => {
+        const h = await use(t);
+        if (!needs(t, h, "router")) return;
+        const info = await create(h, {
+          secure: true,
+          lifecycle: lifecycle({ autoResume: true }),
+          network: { allowOut: [], denyOut: [], allowPublicTraffic: false },
+        });
+        await h.service.pause(info.sandboxId);
+        const asked: RouteAccess[] = [];
+        const refuse = (access: RouteAccess) => {
+          asked.push(access);
+          assert.equal(h.service.get(info.sandboxId).state, "paused", "asked before the resume");
+          return false;
+        };
+        assert.deepEqual(await h.router.route(info.sandboxId, 8080, refuse), {
+          kind: "wake_refused",
+        });
+        assert.deepEqual(await h.router.route(info.sandboxId, ENVD_PORT, refuse), {
+          kind: "wake_refused",
+        });
+        assert.equal(h.service.get(info.sandboxId).state, "paused", "not resumed");
+        assert.deepEqual(asked, [
+          {
+            sandboxId: info.sandboxId,
+            allowPublicTraffic: false,
+            trafficAccessToken: info.trafficAccessToken,
+            envdAccessToken: info.envdAccessToken,
+          },
+          {
+            sandboxId: info.sandboxId,
+            allowPublicTraffic: true,
+            trafficAccessToken: info.trafficAccessToken,
+            envdAccessToken: info.envdAccessToken,
+          },
+        ]);
       });
     });
 

@@ -570,7 +570,9 @@ async function expectStatus(
 }
 
 async function health(server: TestServer): Promise<{ pooledVmms?: number }> {
-  const res = await fetch(`${server.url}/health`);
+  const res = await fetch(`${server.url}/health`, {
+    headers: { "x-admin-token": server.adminToken },
+  });
   return (await res.json()) as { pooledVmms?: number };
 }
 

@@ -118,7 +118,11 @@ describe("kill", () => {
 
 describe("the server", () => {
   it("reports readiness and the accelerator it chose on GET /health", async () => {
-    const res = await fetch(`${server.url}/health`);
+    const open = await fetch(`${server.url}/health`);
+    assert.deepEqual(await open.json(), { status: "ready" }, "without a key: the status alone");
+    const res = await fetch(`${server.url}/health`, {
+      headers: { "x-admin-token": server.adminToken },
+    });
     assert.equal(res.status, 200);
     const body = (await res.json()) as { status: string; accelerator: string };
     assert.equal(body.status, "ready");

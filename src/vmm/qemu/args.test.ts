@@ -55,7 +55,7 @@ describe("qemuArgs", () => {
     assert.ok(
       value(args, "-drive").some((d) => d.startsWith("id=agent,") && d.includes("readonly=on")),
     );
-    assert.deepEqual(value(args, "-netdev"), ["tap,id=net0,ifname=tap0,script=no,downscript=no"]);
+    assert.deepEqual(value(args, "-netdev"), ["tap,id=net0,fd=3"]);
     assert.deepEqual(value(args, "-append"), ["console=ttyS0 warren.test=1"]);
     assert.ok(!args.includes("-incoming"));
     assert.ok(value(args, "-sandbox")[0]?.startsWith("on,"));

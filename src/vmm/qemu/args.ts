@@ -83,12 +83,18 @@ export function kernelCommandLine(spec: VmSpec, options: KernelOptions = {}): st
     .join(" ");
 }
 
+/**
+ * The descriptor QEMU finds its tap on (spawn's stdio slot 3): the server opens the tap in
+ * the slot's namespace and QEMU runs in an empty one (qemu-process.ts, tap-fd.ts).
+ */
+export const TAP_FD = 3;
+
 function netdev(spec: VmSpec): string[] {
   const net = spec.network;
   if (net.kind === "none") return [];
   const backend =
     net.kind === "tap"
-      ? `tap,id=net0,ifname=${net.tap},script=no,downscript=no`
+      ? `tap,id=net0,fd=${TAP_FD}`
       : `user,id=net0${net.forwards.map((f) => `,hostfwd=tcp:127.0.0.1:${f.hostPort}-:${f.guestPort}`).join("")}`;
   return ["-netdev", backend, "-device", `virtio-net-device,netdev=net0,mac=${GUEST_MAC}`];
 }

@@ -67,8 +67,16 @@ export async function launch(
   qmpSocket: string,
   options: QemuProcessOptions & { onExit?: () => Promise<void> } = {},
 ): Promise<{ proc: QemuProcess; qmp: QmpClient }> {
-  const proc = new QemuProcess(spec.id, args, spec.network, options);
   const { onExit } = options;
+  let proc: QemuProcess;
+  try {
+    proc = new QemuProcess(spec.id, args, spec.network, options);
+  } catch (err) {
+    // Nothing was spawned (its tap could not be opened): give back what was set up for it.
+    await onExit?.();
+    await rm(spec.runtimeDir, { recursive: true, force: true });
+    throw err;
+  }
   if (onExit) void proc.exited.then(onExit);
   try {
     await waitForSocket(qmpSocket, proc);

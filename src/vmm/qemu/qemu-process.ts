@@ -1,10 +1,12 @@
-import { type ChildProcess, spawn } from "node:child_process";
-import { readdirSync } from "node:fs";
+import { type ChildProcess, type StdioOptions, spawn } from "node:child_process";
+import { closeSync, readdirSync } from "node:fs";
 import { setPriority } from "node:os";
 import type { ExitInfo, VmNetwork } from "../driver.js";
 import { VmmError } from "../errors.js";
+import { TAP_FD } from "./args.js";
 import { ConsoleTail } from "./console.js";
 import { spawnMergeable } from "./memory-merge.js";
+import { openTap } from "./tap-fd.js";
 
 export const QEMU_BINARY = "qemu-system-x86_64";
 
@@ -19,7 +21,7 @@ export const VMM_OOM_SCORE_ADJ = 800;
 /**
  * Runs before QEMU, in the process that becomes QEMU (each step execs the next, keeping the
  * pid): set the OOM score, join the VM's cgroups (so everything QEMU allocates, from its
- * first page, is charged to them), then exec the rest (`ip netns exec … qemu`).
+ * first page, is charged to them), then exec the rest (`unshare --net … qemu`).
  * Arguments: <oom score> <cgroup.procs file>... -- <command...>.
  */
 const LAUNCHER = `echo "$1" > /proc/self/oom_score_adj || exit 125
@@ -35,7 +37,10 @@ export interface QemuProcessOptions {
   readonly cgroupProcs?: readonly string[];
 }
 
-/** One QEMU process: started inside the VM's network namespace, watched until it exits. */
+/**
+ * One QEMU process: started in a network namespace of its own holding the VM's tap open,
+ * watched until it exits.
+ */
 export class QemuProcess {
   readonly child: ChildProcess;
   readonly exited: Promise<ExitInfo>;
@@ -49,15 +54,24 @@ export class QemuProcess {
     network: VmNetwork,
     options: QemuProcessOptions = {},
   ) {
-    // `ip netns exec` enters the namespace and execs QEMU in place: the pid is QEMU's.
+    // With a tap, QEMU gets it open (descriptor TAP_FD, opened in the slot's namespace) and
+    // runs in a network namespace of its own with nothing in it, not even a loopback that
+    // is up: taken over by its guest, it has the guest's NIC (policed like the guest) and
+    // no network of its own. `unshare` execs QEMU in place: the pid is QEMU's.
+    const tap = network.kind === "tap" ? openTap(network.netns, network.tap, vmId) : undefined;
     const qemu =
-      network.kind === "tap"
-        ? ["ip", "netns", "exec", network.netns, QEMU_BINARY, ...args]
-        : [QEMU_BINARY, ...args];
+      tap === undefined ? [QEMU_BINARY, ...args] : ["unshare", "--net", "--", QEMU_BINARY, ...args];
     const argv = ["-c", LAUNCHER, "warren-vmm", String(VMM_OOM_SCORE_ADJ)];
     argv.push(...(options.cgroupProcs ?? []), "--", ...qemu);
-    const start = () => spawn("sh", argv, { stdio: ["ignore", "pipe", "pipe"] });
-    this.child = options.mergeable ? spawnMergeable(start) : start();
+    const stdio: StdioOptions = ["ignore", "pipe", "pipe"];
+    if (tap !== undefined) stdio[TAP_FD] = tap;
+    const start = () => spawn("sh", argv, { stdio });
+    try {
+      this.child = options.mergeable ? spawnMergeable(start) : start();
+    } finally {
+      // The child has its own copy (or failed to start): the server keeps none.
+      if (tap !== undefined) closeSync(tap);
+    }
     this.child.stdout?.on("data", (chunk: Buffer) => this.console.append(chunk));
     this.child.stderr?.setEncoding("utf8");
     this.child.stderr?.on("data", (chunk: string) => {

@@ -13,7 +13,7 @@ import { runEnv, runPoolOptions } from "../../helpers/run-env.js";
 import { CleanupStack } from "./cleanup-stack.js";
 import { FakeGuest, TAP_OWNER } from "./fake-guest.js";
 import { FAKENET, FakeNet } from "./fake-net.js";
-import { hostConnect } from "./netns-agent.js";
+import { hostConnect, NetnsAgent } from "./netns-agent.js";
 
 // One slot with a fake guest (a stand-in for QEMU and the VM, see FakeGuest), and a fake
 // internet (FakeNet) behind the host: the slot's egress interface is the fake net's veth,
@@ -140,6 +140,32 @@ test("a policy change takes effect on a running guest, open connections included
 
   await withPolicy({});
   assert.deepEqual(await reachable([public1]), [public1]);
+});
+
+test("a refusal reaches the guest at once: a reset, not a silence", async () => {
+  await withPolicy({ allowInternet: false });
+  const reply = await guest.agent.connect(public1, NET_PORT, 2000);
+  assert.deepEqual(reply, { ok: false, error: "ECONNREFUSED" });
+});
+
+test("nothing in the slot's namespace itself opens a connection, root included, whatever the policy", async () => {
+  // What would run there (a VMM that opens its tap itself, or one taken over by its guest)
+  // must not leave by the host's NAT around the policy, which polices forwarded packets.
+  await withPolicy({ allowOut: ["0.0.0.0/0", "192.168.77.0/24"] });
+  assert.deepEqual(await reachable(ALL), ALL, "the guest reaches them");
+  const inSlot = await NetnsAgent.start(slot.netnsPath);
+  try {
+    const targets = [
+      ...[...ALL, FAKENET.lan1].map((host) => ({ host, port: NET_PORT })),
+      ...[FAKENET.hostAddress, slot.hostVethAddress].map((host) => ({ host, port: hostPort })),
+    ];
+    for (const { host, port } of targets) {
+      const reply = await inSlot.connect(host, port, 1000);
+      assert.equal(reply.ok, false, `the namespace reached ${host}: ${JSON.stringify(reply)}`);
+    }
+  } finally {
+    await inSlot.close();
+  }
 });
 
 test("the host reaches the guest whatever the policy", async () => {

@@ -1,8 +1,10 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { WarrenError } from "../../../src/shared/errors.js";
-import { testAuth } from "../../helpers/auth.js";
+import { TEST_ADMIN_TOKEN, testAuth } from "../../helpers/auth.js";
 import { API_KEY, errorOf, useApi } from "./api-harness.js";
+
+const asAdmin = { apiKey: null, headers: { "x-admin-token": TEST_ADMIN_TOKEN } };
 
 // Auth, readiness, and the rule that every error is E2B's {code, message} JSON.
 
@@ -58,7 +60,8 @@ test("/health needs no key and answers while starting; API routes are 503 until 
 
   const health = await call("GET", "/health", { apiKey: null });
   assert.equal(health.statusCode, 200);
-  assert.deepEqual(health.json(), {
+  assert.deepEqual(health.json(), { status: "starting" });
+  assert.deepEqual((await call("GET", "/health", asAdmin)).json(), {
     status: "starting",
     accelerator: "tcg",
     message: "building base",
@@ -78,7 +81,34 @@ test("/health needs no key and answers while starting; API routes are 503 until 
 
   service.serverStatus = { phase: "ready", accelerator: "kvm" };
   assert.equal((await call("GET", "/v2/sandboxes")).statusCode, 200);
-  assert.deepEqual((await call("GET", "/health")).json(), { status: "ready", accelerator: "kvm" });
+  assert.deepEqual((await call("GET", "/health", asAdmin)).json(), {
+    status: "ready",
+    accelerator: "kvm",
+  });
+});
+
+test("/health tells strangers the status only: why a start failed, and how, is the admin's", async () => {
+  const { call, service } = useApi();
+  service.serverStatus = {
+    phase: "failed",
+    accelerator: "tcg",
+    acceleratorReason: "/dev/kvm: permission denied for uid 0 on host build-7",
+    message: "cannot open /var/lib/warren/catalog.sqlite: SQLITE_CORRUPT",
+    pooledVmms: 2,
+  };
+  // A team's key is no admin: the node's configuration is not its to read.
+  for (const apiKey of [null, "not-a-key", API_KEY]) {
+    const res = await call("GET", "/health", { apiKey });
+    assert.equal(res.statusCode, 200);
+    assert.deepEqual(res.json(), { status: "failed" }, `key: ${apiKey}`);
+  }
+  assert.deepEqual((await call("GET", "/health", asAdmin)).json(), {
+    status: "failed",
+    accelerator: "tcg",
+    acceleratorReason: "/dev/kvm: permission denied for uid 0 on host build-7",
+    message: "cannot open /var/lib/warren/catalog.sqlite: SQLITE_CORRUPT",
+    pooledVmms: 2,
+  });
 });
 
 test("unknown routes and methods are JSON 404s", async () => {

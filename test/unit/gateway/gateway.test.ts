@@ -327,6 +327,17 @@ describe("gateway: routing", () => {
     assert.equal(traffic.status, 200);
   });
 
+  it("tells strangers its /health status only; how many nodes are up is the admin's", async () => {
+    const c = await cluster({ nodes: 2 });
+    for (const apiKey of [null, "wrong", API_KEY]) {
+      const res = await c.call("GET", "/health", { apiKey });
+      assert.equal(res.status, 200);
+      assert.deepEqual(await res.json(), { status: "ok", role: "gateway" }, `key: ${apiKey}`);
+    }
+    const res = await c.call("GET", "/health", asAdmin);
+    assert.deepEqual(await res.json(), { status: "ok", role: "gateway", nodes: 2, up: 2 });
+  });
+
   it("keeps routing across a gateway restart (it holds no state)", async () => {
     const c = await cluster({ nodes: 3 });
     const ids = [await createdId(c), await createdId(c), await createdId(c)];

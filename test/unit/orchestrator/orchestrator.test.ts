@@ -179,7 +179,7 @@ describe("Orchestrator (on fakes)", () => {
         (await node.catalog.getSandbox(info.sandboxId))?.config.pausedWithoutMemory,
         true,
       );
-      const route = await node.orchestrator.route(info.sandboxId, 8000);
+      const route = await node.orchestrator.route(info.sandboxId, 8000, () => true);
       assert.equal(route.kind, "not_found", "traffic never wakes it");
       await assert.rejects(node.orchestrator.fork(info.sandboxId, { count: 1 }), {
         reason: "sandbox_paused",

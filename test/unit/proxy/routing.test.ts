@@ -125,6 +125,36 @@ test("header routing: e2b-sandbox-id and -port on localhost; routing headers not
   assert.equal(envd.headers["x-upstream"], "envd");
 });
 
+test("the caller's API key never reaches a sandbox: X-API-Key and Bearer e2b_… are dropped, the app's own credentials kept", {
+  timeout: 10_000,
+}, async () => {
+  const key = "e2b_0123456789abcdef0123456789abcdef01234567";
+  const seen = async (port: number, headers: Record<string, string>) => {
+    const res = await send(proxyPort, {
+      path: "/",
+      headers: { host: `${port}-abc.example.test`, ...headers },
+    });
+    return echoOf(res.body).headers;
+  };
+  for (const port of [ENVD_PORT, 3000]) {
+    const apiKey = await seen(port, { "x-api-key": key });
+    assert.equal(apiKey["x-api-key"], undefined, `X-API-Key on port ${port}`);
+    const bearer = await seen(port, { authorization: `Bearer ${key}` });
+    assert.equal(bearer.authorization, undefined, `Authorization: Bearer e2b_… on port ${port}`);
+    const accessToken = await seen(port, { authorization: "bearer sk_e2b_0123456789abcdef" });
+    assert.equal(accessToken.authorization, undefined, `an E2B access token on port ${port}`);
+  }
+  // envd picks its user from Basic auth; an app checks its own bearer tokens.
+  const basic = `Basic ${Buffer.from("user:").toString("base64")}`;
+  assert.equal((await seen(ENVD_PORT, { authorization: basic })).authorization, basic);
+  const jwt = "Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig";
+  assert.equal((await seen(3000, { authorization: jwt })).authorization, jwt);
+  assert.equal(
+    (await seen(3000, { "x-access-token": "envd-token" }))["x-access-token"],
+    "envd-token",
+  );
+});
+
 test("matches(): sandbox requests only", { timeout: 10_000 }, async () => {
   const proxy = new SandboxProxy({ router, domain: "sbx.example.test" });
   const anyDomain = new SandboxProxy({ router });

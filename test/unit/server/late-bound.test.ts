@@ -25,7 +25,7 @@ describe("LateBound before bind", () => {
       message: "the server is starting: building the base template",
     });
     assert.throws(() => late.list({}), { reason: "not_ready" });
-    assert.deepEqual(await late.route("abc", 8080), { kind: "not_found" });
+    assert.deepEqual(await late.route("abc", 8080, () => true), { kind: "not_found" });
     status = { phase: "failed", message: "no KVM and no QEMU" };
     await assert.rejects(late.pause("abc"), {
       reason: "start_failed",

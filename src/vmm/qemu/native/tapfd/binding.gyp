@@ -1,0 +1,9 @@
+{
+  "targets": [
+    {
+      "target_name": "tapfd",
+      "sources": ["tapfd.c"],
+      "cflags": ["-Wall", "-Wextra", "-O2"]
+    }
+  ]
+}
