@@ -28,7 +28,7 @@ await db.connect();
 async function gateway(method: string, path: string): Promise<void> {
   const res = await fetch(`${cluster.gateway.url}${path}`, {
     method,
-    headers: { "x-api-key": cluster.apiKey },
+    headers: { "x-admin-token": cluster.adminToken },
   });
   if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${await res.text()}`);
 }

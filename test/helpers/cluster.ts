@@ -54,6 +54,8 @@ export interface TestCluster {
   /** The same database from the host (the test's own reads). */
   readonly hostDatabaseUrl: string;
   readonly apiKey: string;
+  /** The cluster's admin token (WARREN_ADMIN_TOKEN of the gateway and every node). */
+  readonly adminToken: string;
   readonly nodes: ClusterNode[];
   /** The S3 server of `store: "s3"`. */
   readonly s3?: S3TestServer;
@@ -86,6 +88,8 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
   const run = runEnv();
   const base = runBlockBase();
   const apiKey = `e2b_${randomBytes(20).toString("hex")}`;
+  // One admin token for the whole cluster: the gateway passes the admin's calls to nodes.
+  const adminToken = `warren_admin_${randomBytes(24).toString("hex")}`;
   const hosts: NetnsHost[] = [];
   const cleanups: (() => Promise<void>)[] = [];
   const cleanup = async () => {
@@ -148,6 +152,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
           WARREN_DATABASE_URL: nodeDatabaseUrl(host.hostAddress),
           WARREN_NODE_ID: id,
           WARREN_API_KEYS: apiKey,
+          WARREN_ADMIN_TOKEN: adminToken,
           WARREN_HEARTBEAT_MS: "500",
           ...storeEnv,
           ...options.nodeEnv,
@@ -168,6 +173,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
     const gatewayEnv = {
       WARREN_DATABASE_URL: hostDatabaseUrl,
       WARREN_API_KEYS: apiKey,
+      WARREN_ADMIN_TOKEN: adminToken,
       WARREN_HOST: "127.0.0.1",
       WARREN_PORT: String(gatewayPort),
       WARREN_NODE_DOWN_AFTER_MS: "3000",
@@ -183,6 +189,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
       databaseUrl: nodeDatabaseUrl(hosts[0]?.hostAddress ?? "127.0.0.1"),
       hostDatabaseUrl,
       apiKey,
+      adminToken,
       nodes,
       s3,
       gateway,

@@ -89,7 +89,7 @@ describe("auto-resume through the proxy", () => {
     const host = `${ENVD_PORT}-${info.sandboxId}.example.test`;
     const url = (expiration: number) => {
       const signature = fileSignature("/etc/hostname", "read", "user", token, expiration);
-      return `/files?path=%2Fetc%2Fhostname&username=user&signature=${signature}&signature_expiration=${expiration}`;
+      return `/files?path=%2Fetc%2Fhostname&username=user&signature=${encodeURIComponent(signature)}&signature_expiration=${expiration}`;
     };
     const now = Math.floor(Date.now() / 1000);
     await send(port, { path: url(now - 10), headers: { host } });
