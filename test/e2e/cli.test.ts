@@ -211,8 +211,11 @@ describe("warren, the command", () => {
     assert.equal(missing.stderr.split("\n").filter(Boolean).length, 1, missing.stderr);
   });
 
-  it("top prints the node's totals and the sandboxes", async () => {
-    const screen = await ok(["top", "--once"]);
+  it("top prints the node's totals and the sandboxes (with the admin token), a team's alone with its key", async () => {
+    const team = await ok(["top", "--once"]);
+    assert.doesNotMatch(team, /node {2}sandboxes \d+\/\d+/, "a team's key sees no node totals");
+    assert.match(team, new RegExp(`${id}\\s+base\\s+running`));
+    const screen = await ok(["top", "--once", "--admin-token", server.adminToken]);
     assert.match(screen, /^warren top /);
     assert.match(screen, /node {2}sandboxes \d+\/\d+ {2}vCPUs \d+\/\d+/);
     assert.match(screen, new RegExp(`${id}\\s+base\\s+running`));
