@@ -6,3 +6,4 @@ export * from "./internal-api.js";
 export * from "./node-view.js";
 export * from "./sandbox-list.js";
 export * from "./sandbox-target.js";
+export type { TeamLimitsView, TeamUsageView, TeamView } from "./teams-view.js";

@@ -152,7 +152,10 @@ describe("the dashboard in Chromium", () => {
     assert.match(await text(page.locator("#node")), /\d+ VMMs? ready for \d+ templates?/);
     await shot("05-node");
     await page.goto(`${server.url}/dashboard/#/teams`);
-    await page.locator("#teams td", { hasText: /^default$/ }).first().waitFor();
+    await page
+      .locator("#teams td", { hasText: /^default$/ })
+      .first()
+      .waitFor();
     assert.match(await text(page.locator("#teams")), /\d+ of (\d+|∞)/, "usage of the quotas");
     await shot("05-teams");
   });

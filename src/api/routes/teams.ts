@@ -6,6 +6,7 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { ApiKeyRow, TeamRow } from "../../catalog/index.js";
 import type { SandboxService } from "../../orchestrator/index.js";
+import type { TeamView } from "../../protocol/index.js";
 import { WarrenError } from "../../shared/index.js";
 import { parseLimits, requireAdmin, type TeamAdmin } from "../../tenancy/index.js";
 import type { ApiContext } from "../api-context.js";
@@ -204,7 +205,7 @@ function ownTeam(request: FastifyRequest): string {
 }
 
 /** A team with what it holds on this node now. */
-function teamJson(team: TeamRow, service: SandboxService) {
+function teamJson(team: TeamRow, service: SandboxService): TeamView {
   const usage = { sandboxes: 0, vcpus: 0, memoryMiB: 0, diskMiB: 0 };
   for (const sandbox of service.list({ teamId: team.id })) {
     usage.diskMiB += sandbox.diskSizeMiB;

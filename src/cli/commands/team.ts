@@ -1,27 +1,13 @@
 import type { Command } from "commander";
+import type { TeamLimitsView, TeamView } from "../../protocol/teams-view.js";
 import { api } from "../context.js";
 import { ApiError, CliError, usage } from "../errors.js";
 import { age, printJson, printTable } from "../output.js";
 import type { Connect } from "../program.js";
 
-/** A team's quotas (`Limits` of the teams API): an absent field is no limit. */
-export interface Limits {
-  maxSandboxes?: number;
-  maxVcpus?: number;
-  maxMemoryMiB?: number;
-  maxDiskGiB?: number;
-  maxBuilds?: number;
-  maxUploadBytes?: number;
-}
-
-/** What `GET /admin/teams` answers of each team. */
-export interface TeamSummary {
-  teamID: string;
-  name: string;
-  createdAt: string;
-  limits: Limits;
-  usage: { sandboxes: number; vcpus: number; memoryMiB: number; diskMiB: number };
-}
+/** A team's quotas, and a team as `GET /admin/teams` answers (protocol's shapes). */
+export type Limits = TeamLimitsView;
+export type TeamSummary = TeamView;
 
 /** What `POST /admin/teams` answers: the team and its first key, shown this once. */
 interface CreatedTeam {

@@ -1,3 +1,4 @@
+import type { TeamLimitsView, TeamView } from "../../protocol/teams-view.js";
 /**
  * The node's API, same origin as the dashboard, with what the user signed in with: a team's
  * API key (sent as `X-API-Key`: that team's sandboxes and templates) or the node's admin
@@ -178,21 +179,6 @@ export interface BuildStatus {
   logEntries: { timestamp: string; level: string; message: string }[];
 }
 
-/** A team's quotas: an absent field is no limit. */
-export interface Limits {
-  maxSandboxes?: number;
-  maxVcpus?: number;
-  maxMemoryMiB?: number;
-  maxDiskGiB?: number;
-  maxBuilds?: number;
-  maxUploadBytes?: number;
-}
-
-/** What `GET /admin/teams` answers of each team. */
-export interface TeamSummary {
-  teamID: string;
-  name: string;
-  createdAt: string;
-  limits: Limits;
-  usage: { sandboxes: number; vcpus: number; memoryMiB: number; diskMiB: number };
-}
+/** A team's quotas, and a team as `GET /admin/teams` answers (protocol's shapes). */
+export type Limits = TeamLimitsView;
+export type TeamSummary = TeamView;
