@@ -43,7 +43,8 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "protocol",
     "shared",
   ],
-  gateway: ["catalog", "relay", "protocol", "shared"],
+  // tls: its certificate from the cluster CA, and the node names it checks.
+  gateway: ["catalog", "relay", "tls", "protocol", "shared"],
   cli: ["protocol", "shared"],
   // Runs in a browser: the generated envd client only.
   dashboard: ["protocol"],

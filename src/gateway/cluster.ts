@@ -9,5 +9,5 @@ export type { NodeRow, NodeState, SandboxLocation } from "../catalog/index.js";
  */
 export type GatewayCluster = Pick<
   ClusterCatalog,
-  "listNodes" | "setNodeState" | "markDownStale" | "locateSandbox" | "claimSandbox" | "clusterKey"
+  "listNodes" | "setNodeState" | "markDownStale" | "locateSandbox" | "claimSandbox"
 >;

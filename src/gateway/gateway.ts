@@ -2,6 +2,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { INTERNAL_PATHS } from "../protocol/index.js";
 import { type Logger, silentLogger } from "../shared/index.js";
+import type { ClusterCredentials } from "../tls/index.js";
 import type { GatewayCluster } from "./cluster.js";
 import { Creates } from "./creates.js";
 import { NodeAgents } from "./forward.js";
@@ -11,6 +12,11 @@ import { NodeDirectory } from "./node-directory.js";
 import { SandboxLocator } from "./sandbox-locator.js";
 export interface GatewayOptions {
   readonly cluster: GatewayCluster;
+  /**
+   * The gateway's certificate from the cluster CA (`loadClusterCredentials(dir, "gateway")`):
+   * every connection to a node is made with it, to a node whose certificate names it.
+   */
+  readonly credentials: ClusterCredentials;
   /** Keys accepted on the API (the nodes accept the same: the gateway relays the client's). */
   readonly apiKeys: () => ReadonlySet<string>;
   /** Sandbox Host names are `<port>-<id>.<domain>` when set. */
@@ -47,14 +53,14 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   const idleTimeoutMs = options.idleTimeoutMs ?? 620_000;
   const heartbeatTimeoutMs = options.downAfterMs ?? 10_000;
   const { cluster } = options;
-  const agents = new NodeAgents();
+  const agents = new NodeAgents(options.credentials, logger);
   const directory = new NodeDirectory({
     cluster,
     refreshMs: options.refreshMs ?? 1000,
     downAfterMs: heartbeatTimeoutMs,
     logger,
   });
-  const internal = new InternalCalls(await cluster.clusterKey(), agents);
+  const internal = new InternalCalls(agents);
   const handler = new GatewayHandler({
     cluster,
     apiKeys: options.apiKeys,

@@ -1,24 +1,18 @@
-import "reflect-metadata"; // @peculiar/x509's dependency injection needs it, once, first
-import {
-  createPrivateKey,
-  type KeyObject,
-  randomBytes,
-  webcrypto,
-  X509Certificate,
-} from "node:crypto";
-import { chmod, mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { createPrivateKey, type KeyObject, webcrypto, X509Certificate } from "node:crypto";
+import { mkdir, readFile } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join } from "node:path";
-import * as x509 from "@peculiar/x509";
+import {
+  ALGORITHM,
+  type CryptoKey,
+  DAY_MS,
+  pkcs8Pem,
+  serial,
+  writeAtomically,
+  x509,
+} from "./certificate-kit.js";
 import type { TlsIdentity } from "./tls-identity.js";
 
-// Node's WebCrypto, typed as Node's (the DOM's Crypto type is not in this project's libs).
-x509.cryptoProvider.set(webcrypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
-
-type CryptoKey = webcrypto.CryptoKey;
-
-const ALGORITHM = { name: "ECDSA", namedCurve: "P-256", hash: "SHA-256" } as const;
-const DAY_MS = 86_400_000;
 const CA_VALIDITY_DAYS = 3650;
 /** Browsers refuse server certificates valid for more than 398 days; 90 is what ACME issues. */
 const LEAF_VALIDITY_DAYS = 90;
@@ -193,24 +187,4 @@ async function readPair(certFile: string, keyFile: string): Promise<Pair | undef
   } catch {
     return undefined; // unreadable: made again
   }
-}
-
-function serial(): string {
-  const bytes = randomBytes(16);
-  bytes[0] = (bytes[0] as number) & 0x7f; // positive
-  return bytes.toString("hex");
-}
-
-async function pkcs8Pem(key: CryptoKey): Promise<string> {
-  const der = Buffer.from(await webcrypto.subtle.exportKey("pkcs8", key));
-  return createPrivateKey({ key: der, format: "der", type: "pkcs8" })
-    .export({ type: "pkcs8", format: "pem" })
-    .toString();
-}
-
-async function writeAtomically(path: string, text: string, mode: number): Promise<void> {
-  const temp = `${path}.${randomBytes(4).toString("hex")}.tmp`;
-  await writeFile(temp, text, { mode });
-  await chmod(temp, mode); // whatever the umask
-  await rename(temp, path);
 }

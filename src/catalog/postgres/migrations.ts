@@ -134,6 +134,12 @@ export const MIGRATIONS: readonly string[] = [
     value TEXT NOT NULL
   );
   `,
+  // The cluster key retired: gateways and nodes prove who they are with certificates from
+  // the cluster CA, which is not in the database. A key anyone with the database URL could
+  // read is no credential; none is kept.
+  `
+  DROP TABLE cluster_secrets;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
