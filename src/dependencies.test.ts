@@ -45,7 +45,8 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   ],
   // tls: its certificate from the cluster CA, and the node names it checks.
   gateway: ["catalog", "relay", "tls", "protocol", "shared"],
-  cli: ["protocol", "shared"],
+  // tls: `warren cluster` issues the cluster's certificates.
+  cli: ["tls", "protocol", "shared"],
   // Runs in a browser: the generated envd client only.
   dashboard: ["protocol"],
 };

@@ -1,7 +1,5 @@
-import "reflect-metadata"; // @peculiar/x509's dependency injection needs it, once, first
 import { createPrivateKey, randomBytes, webcrypto } from "node:crypto";
 import { chmod, rename, writeFile } from "node:fs/promises";
-import * as x509 from "@peculiar/x509";
 
 /**
  * What both CAs (domain mode's local CA, the cluster CA) make certificates with: ECDSA P-256
@@ -9,10 +7,25 @@ import * as x509 from "@peculiar/x509";
  * atomically with their mode set whatever the umask.
  */
 
-// Node's WebCrypto, typed as Node's (the DOM's Crypto type is not in this project's libs).
-x509.cryptoProvider.set(webcrypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
+export type X509 = typeof import("@peculiar/x509");
 
-export { x509 };
+let x509: Promise<X509> | undefined;
+
+/**
+ * @peculiar/x509, loaded on first use: it (and reflect-metadata) take most of a second to
+ * load, which only the code that makes certificates should pay (the `warren` command loads
+ * this component for `warren cluster` alone; checking certificates needs node:crypto only).
+ */
+export function loadX509(): Promise<X509> {
+  x509 ??= (async () => {
+    await import("reflect-metadata"); // its dependency injection needs it, once, first
+    const lib = await import("@peculiar/x509");
+    // Node's WebCrypto, typed as Node's (the DOM's Crypto type is not in this project's libs).
+    lib.cryptoProvider.set(webcrypto as unknown as Parameters<typeof lib.cryptoProvider.set>[0]);
+    return lib;
+  })();
+  return x509;
+}
 
 export type CryptoKey = webcrypto.CryptoKey;
 

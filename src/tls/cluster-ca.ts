@@ -2,7 +2,14 @@ import { createPrivateKey, webcrypto, X509Certificate } from "node:crypto";
 import { mkdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { WarrenError } from "../shared/index.js";
-import { ALGORITHM, DAY_MS, pkcs8Pem, serial, writeAtomically, x509 } from "./certificate-kit.js";
+import {
+  ALGORITHM,
+  DAY_MS,
+  loadX509,
+  pkcs8Pem,
+  serial,
+  writeAtomically,
+} from "./certificate-kit.js";
 import { type ClusterIdentity, identityUri } from "./cluster-identity.js";
 
 /**
@@ -27,6 +34,7 @@ export async function createClusterCa(
   options: { readonly name?: string; readonly now?: Date } = {},
 ): Promise<{ readonly certFile: string; readonly keyFile: string }> {
   const now = options.now ?? new Date();
+  const x509 = await loadX509();
   await mkdir(dir, { recursive: true, mode: 0o700 });
   const certFile = join(dir, CA_FILES.cert);
   const keyFile = join(dir, CA_FILES.key);
@@ -97,6 +105,7 @@ export async function issueClusterCertificate(options: IssueOptions): Promise<Is
     throw new WarrenError("invalid_argument", (err as Error).message);
   }
   const ca = await loadCa(options.caDir);
+  const x509 = await loadX509();
   const keys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
   const notAfter = new Date(
     Math.min(now.getTime() + days * DAY_MS, new Date(ca.certificate.validTo).getTime()),

@@ -6,10 +6,10 @@ import {
   ALGORITHM,
   type CryptoKey,
   DAY_MS,
+  loadX509,
   pkcs8Pem,
   serial,
   writeAtomically,
-  x509,
 } from "./certificate-kit.js";
 import type { TlsIdentity } from "./tls-identity.js";
 
@@ -57,6 +57,7 @@ export async function ensureLocalCertificate(options: LocalCaOptions): Promise<L
   if (current && stillGood(current.certificate, ca.certificate, domain, now)) {
     return { ...current.identity, caFile: path("caCert"), issued: false };
   }
+  const x509 = await loadX509();
   const leafKeys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
   const leaf = await x509.X509CertificateGenerator.create({
     serialNumber: serial(),
@@ -124,6 +125,7 @@ async function loadCa(dir: string): Promise<LoadedCa | undefined> {
 }
 
 async function createCa(dir: string, now: Date): Promise<LoadedCa> {
+  const x509 = await loadX509();
   const keys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
   const ca = await x509.X509CertificateGenerator.createSelfSigned({
     serialNumber: serial(),

@@ -16,7 +16,7 @@ import { type Front, listenFront } from "../../../src/server/front.js";
 import { Late, LateBound } from "../../../src/server/late-bound.js";
 import { NodeMetrics } from "../../../src/server/prometheus.js";
 import { loadConfig } from "../../../src/shared/config.js";
-import { ALGORITHM, pkcs8Pem, serial, x509 } from "../../../src/tls/certificate-kit.js";
+import { ALGORITHM, loadX509, pkcs8Pem, serial } from "../../../src/tls/certificate-kit.js";
 import {
   type ClusterCredentials,
   type ClusterIdentity,
@@ -96,6 +96,7 @@ after(async () => {
  * still refuse it for naming no gateway.
  */
 async function bothWays(model: ClusterCredentials): Promise<ClusterCredentials> {
+  const x509 = await loadX509();
   const caKey = await readFile(join(dir, "ca", "ca.key"), "utf8");
   const signingKey = await webcrypto.subtle.importKey(
     "pkcs8",
