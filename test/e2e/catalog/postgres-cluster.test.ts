@@ -45,30 +45,34 @@ clusterContract("postgres", async () => {
 });
 
 describe("PostgresCluster: no credential in the database", () => {
-  it("an upgraded cluster's database loses the cluster key it held (cluster_secrets), which any holder of its URL could read", async (t) => {
+  it("an upgraded cluster's database loses the cluster key it held (cluster_secrets), which any holder of its URL could read", async () => {
     const name = `retired_key_${++databases}`;
     const connectionString = await server.createDatabase(name);
-    t.after(() => server.dropDatabase(name));
     // The database as the release before left it: every step up to the cluster key's, a key in it.
     const db = new pg.Client({ connectionString });
     await db.connect();
-    t.after(() => db.end());
-    const upToKey = MIGRATIONS.findIndex((step) => step.includes("CREATE TABLE cluster_secrets"));
-    assert.ok(upToKey >= 0);
-    await db.query(
-      "CREATE TABLE warren_schema (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-    );
-    for (let v = 0; v <= upToKey; v++) {
-      await db.query(MIGRATIONS[v] as string);
-      await db.query("INSERT INTO warren_schema (version) VALUES ($1)", [v + 1]);
-    }
-    await db.query("INSERT INTO cluster_secrets (name, value) VALUES ('cluster_key', 'k')");
+    let cluster: PostgresCluster | undefined;
+    try {
+      const upToKey = MIGRATIONS.findIndex((step) => step.includes("CREATE TABLE cluster_secrets"));
+      assert.ok(upToKey >= 0);
+      await db.query(
+        "CREATE TABLE warren_schema (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+      );
+      for (let v = 0; v <= upToKey; v++) {
+        await db.query(MIGRATIONS[v] as string);
+        await db.query("INSERT INTO warren_schema (version) VALUES ($1)", [v + 1]);
+      }
+      await db.query("INSERT INTO cluster_secrets (name, value) VALUES ('cluster_key', 'k')");
 
-    const cluster = await PostgresCluster.open({ connectionString });
-    t.after(() => cluster.close());
-    const { rows } = await db.query<{ table: string | null }>(
-      "SELECT to_regclass('cluster_secrets')::text AS table",
-    );
-    assert.deepEqual(rows, [{ table: null }], "the table of the cluster key is gone");
+      cluster = await PostgresCluster.open({ connectionString });
+      const { rows } = await db.query<{ table: string | null }>(
+        "SELECT to_regclass('cluster_secrets')::text AS table",
+      );
+      assert.deepEqual(rows, [{ table: null }], "the table of the cluster key is gone");
+    } finally {
+      await cluster?.close();
+      await db.end();
+      await server.dropDatabase(name);
+    }
   });
 });
