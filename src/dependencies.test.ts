@@ -21,11 +21,12 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   catalog: ["shared"],
   store: ["shared"],
   tls: ["shared"],
-  orchestrator: ["vmm", "network", "host-setup", "catalog", "protocol", "shared"],
+  tenancy: ["catalog", "shared"],
+  orchestrator: ["vmm", "network", "host-setup", "tenancy", "catalog", "protocol", "shared"],
   builds: ["orchestrator", "oci-images", "catalog", "protocol", "shared"],
   // Relays HTTP requests and upgrades; writes error answers for every server.
   relay: ["shared"],
-  api: ["builds", "orchestrator", "relay", "protocol", "shared"],
+  api: ["builds", "orchestrator", "tenancy", "catalog", "relay", "protocol", "shared"],
   proxy: ["orchestrator", "relay", "protocol", "shared"],
   server: [
     "api",
@@ -40,11 +41,12 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "catalog",
     "store",
     "tls",
+    "tenancy",
     "protocol",
     "shared",
   ],
   // tls: its certificate from the cluster CA, and the node names it checks.
-  gateway: ["catalog", "relay", "tls", "protocol", "shared"],
+  gateway: ["tenancy", "catalog", "relay", "tls", "protocol", "shared"],
   // tls: `warren cluster` issues the cluster's certificates.
   cli: ["tls", "protocol", "shared"],
   // Runs in a browser: the generated envd client only.

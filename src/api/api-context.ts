@@ -1,11 +1,14 @@
 import type { TemplateBuilds } from "../builds/index.js";
 import type { SandboxService } from "../orchestrator/index.js";
+import type { TeamAdmin } from "../tenancy/index.js";
 
 /** What every route group is handed: the service and the settings of `createApi`. */
 export interface ApiContext {
   readonly service: SandboxService;
   /** The template build API; throws (503) while the node starts. Absent: its routes answer 503. */
   readonly builds?: () => TemplateBuilds;
+  /** Teams and keys; throws (503) while the node starts. Absent: their routes answer 503. */
+  readonly teamAdmin?: () => TeamAdmin;
   /** Returned as `domain` in Sandbox responses; null: the SDK uses its E2B_DOMAIN. */
   readonly domain: string | null;
   /** TTL when a create (or refresh) does not name one. */

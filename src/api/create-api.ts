@@ -2,6 +2,7 @@
  * `createApi()`: the E2B control-plane REST API as a fastify instance (not listening).
  * The server composes it with the orchestrator's `SandboxService`; tests `inject()` into it.
  */
+import type { IncomingHttpHeaders } from "node:http";
 import fastify, {
   type FastifyBaseLogger,
   type FastifyInstance,
@@ -11,8 +12,9 @@ import fastify, {
 import type { Logger } from "pino";
 import type { TemplateBuilds } from "../builds/index.js";
 import { assertReady, type SandboxService } from "../orchestrator/index.js";
-import { authenticate } from "../shared/api-key-auth.js";
+import type { Caller, TeamAdmin } from "../tenancy/index.js";
 import type { ApiContext } from "./api-context.js";
+import { ownedSandbox } from "./caller.js";
 import { registerCors } from "./cors.js";
 import {
   formatSchemaErrors,
@@ -30,6 +32,7 @@ import { registerNetworkRoutes } from "./routes/sandbox-network.js";
 import { registerTelemetryRoutes } from "./routes/sandbox-telemetry.js";
 import { registerSandboxRoutes } from "./routes/sandboxes.js";
 import { registerSnapshotRoutes } from "./routes/snapshots.js";
+import { registerTeamRoutes } from "./routes/teams.js";
 import { registerTemplateRoutes, registerUploadRoute } from "./routes/templates.js";
 
 export interface ApiOptions {
@@ -39,8 +42,10 @@ export interface ApiOptions {
    * Absent: its routes answer 503.
    */
   readonly builds?: () => TemplateBuilds;
-  /** Valid API keys, read on every request (rotation needs no restart). */
-  readonly apiKeys: () => ReadonlySet<string>;
+  /** Who a request is from: its team (API key) or the admin (401 when neither). */
+  readonly authenticate: (headers: IncomingHttpHeaders) => Promise<Caller>;
+  /** Teams and keys (the admin's and `/api-keys` routes); throws 503 while the node starts. */
+  readonly teamAdmin?: () => TeamAdmin;
   /** `domain` of Sandbox responses. Default null: the SDK uses its own E2B_DOMAIN. */
   readonly domain?: string | null;
   /** TTL of a sandbox created without `timeout`. Default 300 000 (E2B's 300 s). */
@@ -67,6 +72,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
   const context: ApiContext = {
     service: options.service,
     builds: options.builds,
+    teamAdmin: options.teamAdmin,
     domain: options.domain ?? null,
     defaultTimeoutMs: options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS,
     maxTimeoutMs: options.maxTimeoutMs ?? MAX_TIMEOUT_MS,
@@ -105,13 +111,18 @@ export function createApi(options: ApiOptions): FastifyInstance {
   registerUploadRoute(app, context);
   if (options.internal) registerInternalRoutes(app, context, options.internal);
 
-  // Every other route: API key, then readiness, then a well-formed sandbox id.
+  // Every other route: the caller (API key or admin token), then readiness, then a
+  // well-formed sandbox id that the caller's team owns.
   app.register(async (api) => {
-    api.addHook("onRequest", async (request) => authenticate(request.headers, options.apiKeys()));
+    api.addHook("onRequest", async (request) => {
+      request.caller = await options.authenticate(request.headers);
+    });
     api.addHook("onRequest", async () => checkReady(context.service));
     api.addHook("preValidation", async (request) => {
       const { sandboxID } = request.params as { sandboxID?: string };
-      if (sandboxID !== undefined) checkSandboxId(sandboxID);
+      if (sandboxID === undefined) return;
+      checkSandboxId(sandboxID);
+      ownedSandbox(context.service, request.caller as Caller, sandboxID);
     });
     registerSandboxRoutes(api, context);
     registerLifecycleRoutes(api, context);
@@ -120,6 +131,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
     registerNetworkRoutes(api, context);
     registerTemplateRoutes(api, context);
     registerNodeRoutes(api, context);
+    registerTeamRoutes(api, context);
   });
   return app;
 }

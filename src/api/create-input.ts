@@ -11,6 +11,7 @@ import type { NetworkConfigBody, NewSandboxBody } from "./schemas.js";
 export const DEFAULT_TEMPLATE = "base";
 
 export function toCreateInput(
+  teamId: string,
   body: NewSandboxBody,
   version: "v1" | "v2",
   context: Pick<ApiContext, "defaultTimeoutMs" | "maxTimeoutMs">,
@@ -36,6 +37,7 @@ export function toCreateInput(
     throw invalid("body/network/allowPublicTraffic", "false requires secure: true");
   }
   return {
+    teamId,
     templateId: body.templateID ?? DEFAULT_TEMPLATE,
     timeoutMs:
       body.timeout === undefined

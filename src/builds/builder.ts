@@ -7,6 +7,7 @@
  */
 import { createHash } from "node:crypto";
 import { stat } from "node:fs/promises";
+import type { Readable } from "node:stream";
 import type { Catalog, TemplateRow } from "../catalog/index.js";
 import type { SandboxService, TemplateHost } from "../orchestrator/index.js";
 import { type Logger, toWarrenError, WarrenError } from "../shared/index.js";
@@ -23,12 +24,19 @@ export interface BuilderOptions {
   readonly catalog: Catalog;
   readonly host: BuildHost;
   readonly images?: ImageSource;
-  readonly files: (hash: string) => Promise<Buffer>;
   readonly logger: Logger;
   /** Longest a step's command may run. */
   readonly stepTimeoutMs: number;
   /** Longest the ready check may keep failing after the start command started. */
   readonly readyTimeoutMs: number;
+}
+
+/** A build's COPY archives by files hash, opened by the caller for the build's life. */
+export interface BuildArchives {
+  /** SHA-256 of the archive's bytes: part of its COPY layer's cache key. */
+  digest(hash: string): string;
+  /** The archive's bytes from its start, as a stream (read once per pass). */
+  read(hash: string): Readable;
 }
 
 /** What a build asks for besides its steps. */
@@ -98,25 +106,38 @@ export class Builder {
     this.#o = options;
   }
 
-  /** Runs the build; resolves with its final layer (what sandboxes restore). */
+  /**
+   * Runs the build for `team` (its build VMs are the team's, and its steps' layers are cached
+   * for that team alone); resolves with its final layer (what sandboxes restore).
+   */
   async run(
+    team: string,
     spec: BuildSpec,
     shape: BuildShape,
     log: BuildLog,
     made: MadeLayers,
     signal: AbortSignal,
+    archives: BuildArchives,
   ): Promise<TemplateRow> {
-    const base = await this.#baseLayer(spec, shape, log, made, signal).catch((err: unknown) => {
-      throw failure("base", err);
-    });
+    const base = await this.#baseLayer(team, spec, shape, log, made, signal).catch(
+      (err: unknown) => {
+        throw failure("base", err);
+      },
+    );
     let current = base.layer;
     let context = base.context;
-    let key = base.key;
+    // A team's steps are its own: another team's identical steps never reuse its layers.
+    let key = teamKey(base.key, team);
     let vm: BuildVm | undefined;
     try {
       for (const step of spec.steps) {
         const label = String(step.number);
-        key = cacheKey(key, step);
+        // A COPY's layer is its bytes': the files hash is only the client's name for them.
+        key = cacheKey(
+          key,
+          step,
+          step.type === "COPY" ? archives.digest(step.filesHash) : undefined,
+        );
         if (!vm && !(spec.force || step.force)) {
           const cached = await this.#cached(key);
           if (cached) {
@@ -132,7 +153,7 @@ export class Builder {
           log.add("info", `[${label}] ${describe(step)}`, label);
           continue;
         }
-        vm ??= await this.#startVm(current, log, label, signal);
+        vm ??= await this.#startVm(team, current, log, label, signal, archives);
         log.add("info", `[${label}] ${describe(step)}`, label);
         const started = performance.now();
         context = await runStep(
@@ -153,7 +174,7 @@ export class Builder {
           return cached;
         }
       }
-      vm ??= await this.#startVm(current, log, "finalize", signal);
+      vm ??= await this.#startVm(team, current, log, "finalize", signal, archives);
       return await this.#finalize(vm, spec, context, finalKey, log, made, signal).catch(
         (err: unknown) => {
           throw failure("finalize", err);
@@ -169,6 +190,7 @@ export class Builder {
 
   /** The source as a layer: a template as it is, or an image (or a reshaped base) booted cold. */
   async #baseLayer(
+    team: string,
     spec: BuildSpec,
     shape: BuildShape,
     log: BuildLog,
@@ -180,7 +202,7 @@ export class Builder {
     const source = spec.source;
     if (source.kind === "template" || isBaseImage(source.reference)) {
       const reference = source.kind === "template" ? source.reference : "base";
-      const template = await host.findTemplate(reference);
+      const template = await host.findTemplate(reference, team);
       const sameShape =
         (!shape.explicit && source.kind === "template") ||
         (template.vcpus === shape.vcpus && template.memoryMiB === shape.memoryMiB);
@@ -282,15 +304,18 @@ export class Builder {
   }
 
   async #startVm(
+    team: string,
     layer: TemplateRow,
     log: BuildLog,
     step: string,
     signal: AbortSignal,
+    archives: BuildArchives,
   ): Promise<BuildVm> {
     signal.throwIfAborted();
     const started = performance.now();
     const sandbox = await this.#o.host
       .create({
+        teamId: team,
         templateId: layer.id,
         timeoutMs: BUILD_VM_TTL_MS,
         metadata: {},
@@ -306,7 +331,7 @@ export class Builder {
       });
     log.add("debug", `build VM ${sandbox.sandboxId} up in ${seconds(started)}`, step);
     const { host, accessToken } = this.#o.host.guestEndpoint(sandbox.sandboxId);
-    return new BuildVm(sandbox.sandboxId, new GuestShell(host, accessToken), this.#o.files);
+    return new BuildVm(sandbox.sandboxId, new GuestShell(host, accessToken), archives);
   }
 
   async #capture(
@@ -421,13 +446,13 @@ class BuildVm {
   constructor(
     readonly sandboxId: string,
     readonly shell: GuestShell,
-    readonly files: (hash: string) => Promise<Buffer>,
+    readonly archives: BuildArchives,
   ) {}
 
   io(log: BuildLog, step: string, signal: AbortSignal, timeoutMs: number) {
     return {
       shell: this.shell,
-      files: this.files,
+      files: (hash: string) => this.archives.read(hash),
       onLine: (line: string) => log.add("info", line, step),
       signal,
       timeoutMs,
@@ -448,10 +473,19 @@ export function isBaseImage(reference: string): boolean {
   return name === BASE_IMAGE;
 }
 
-/** A step's layer is found by its parent's key, its definition and its files' hash. */
-export function cacheKey(parent: string, step: NumberedStep): string {
+/**
+ * A step's layer is found by its parent's key, its definition and, for a COPY, the SHA-256
+ * of its archive's bytes (`archive`): two uploads under one files hash are two layers.
+ */
+export function cacheKey(parent: string, step: NumberedStep, archive?: string): string {
   const { number: _number, force: _force, ...definition } = step;
-  return digest(parent, JSON.stringify(definition));
+  const text = JSON.stringify(definition);
+  return archive === undefined ? digest(parent, text) : digest(parent, text, archive);
+}
+
+/** The key a team's step layers chain from: its source's, and the team. */
+export function teamKey(sourceKey: string, team: string): string {
+  return digest("team", team, sourceKey);
 }
 
 export function layerId(key: string): string {

@@ -1,3 +1,4 @@
+import type { Readable } from "node:stream";
 import { EnvdClient, replyExcerpt } from "../orchestrator/index.js";
 import { WarrenError } from "../shared/index.js";
 
@@ -185,11 +186,12 @@ export class GuestShell {
 
   /**
    * Writes `data` to `path` in the guest as `user` (envd's `/files`, octet-stream), whole
-   * within `timeoutMs` (a guest may read it one byte a second, or never).
+   * within `timeoutMs` (a guest may read it one byte a second, or never). A stream is sent
+   * as it is read (chunked), so an archive of any size costs the host no memory.
    */
   async upload(
     path: string,
-    data: Uint8Array,
+    data: Uint8Array | Readable,
     user: string,
     options: { signal?: AbortSignal; timeoutMs: number },
   ): Promise<void> {

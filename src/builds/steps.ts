@@ -4,6 +4,7 @@
  * they work in any image, even one without tar or useradd.
  */
 import { randomBytes } from "node:crypto";
+import type { Readable } from "node:stream";
 import { linkSafeArchive } from "./copy-archive.js";
 import type { CommandContext, GuestShell, RunResult } from "./guest-shell.js";
 import type { BuildStep } from "./spec.js";
@@ -80,8 +81,8 @@ if [ ! -d "$1" ]; then $b mkdir -p "$1"; $b chown "$2:$($b id -gn "$2")" "$1"; f
 
 export interface StepIo {
   readonly shell: GuestShell;
-  /** The archive of a COPY step's files. */
-  readonly files: (hash: string) => Promise<Buffer>;
+  /** The archive of a COPY step's files, from its start (a new stream per call). */
+  readonly files: (hash: string) => Readable;
   readonly onLine: (line: string) => void;
   readonly signal: AbortSignal;
   readonly timeoutMs: number;
@@ -122,7 +123,8 @@ export async function runStep(
       );
       return context;
     case "COPY": {
-      const archive = await linkSafeArchive(await io.files(step.filesHash));
+      // Streamed from the upload on disk to the guest: never held whole in memory.
+      const archive = await linkSafeArchive(() => io.files(step.filesHash));
       const guestPath = `/tmp/.warren-upload-${randomBytes(6).toString("hex")}.tar`;
       await io.shell.upload(guestPath, archive, "root", {
         signal: io.signal,

@@ -5,21 +5,37 @@
  */
 import { join } from "node:path";
 import type { Readable } from "node:stream";
-import type { BuildRow, Catalog, TemplateRow } from "../catalog/index.js";
 import {
+  type BuildRow,
+  type Catalog,
+  DEFAULT_TEAM_ID,
+  type TeamLimits,
+  type TemplateRow,
+} from "../catalog/index.js";
+import {
+  DiskSpace,
   type EventListener,
   type EventSource,
   LifecycleEvents,
   newId,
+  type StatDisk,
   splitTag,
+  visibleTo,
 } from "../orchestrator/index.js";
 import { ENVD_VERSION } from "../protocol/index.js";
-import { type Logger, WarrenError } from "../shared/index.js";
-import { BuildFiles } from "./build-files.js";
+import { type Logger, Quota, WarrenError } from "../shared/index.js";
+import { BuildFiles, type OpenedArchive } from "./build-files.js";
 import { BuildLog, type LogEntry, type LogLevel } from "./build-log.js";
-import { Builder, BuildFailed, type BuildHost, type BuildShape, MadeLayers } from "./builder.js";
+import {
+  type BuildArchives,
+  Builder,
+  BuildFailed,
+  type BuildHost,
+  type BuildShape,
+  MadeLayers,
+} from "./builder.js";
 import { checkTag, DEFAULT_TAG, parseName } from "./names.js";
-import { parseBuildSpec } from "./spec.js";
+import { type BuildSpec, parseBuildSpec } from "./spec.js";
 import type { ImageSource } from "./types.js";
 import {
   type BuildInfo,
@@ -31,12 +47,26 @@ import {
 
 export interface TemplateBuildsOptions {
   readonly catalog: Catalog;
-  readonly host: BuildHost & { deleteTemplate(templateId: string): Promise<void> };
+  readonly host: BuildHost & { deleteTemplate(templateId: string, teamId?: string): Promise<void> };
   readonly images?: ImageSource;
   /** Holds `files/` (uploaded archives) and `logs/` (one log per build). */
   readonly dir: string;
   readonly logger: Logger;
+  /** Largest single upload. */
   readonly uploadLimitBytes: number;
+  /**
+   * Most bytes the uploads of one team's templates may hold on disk (`upload bytes` quota);
+   * a team's `maxUploadBytes` may lower it. Default none.
+   */
+  readonly uploadQuotaBytes?: number;
+  /** A team's limits (its builds in flight, its upload bytes); unset: none. */
+  readonly teamLimits?: (teamId: string) => Promise<TeamLimits | undefined>;
+  /** How long an upload is kept after its last use (BuildFiles.collect). Default 1 day. */
+  readonly uploadRetentionMs?: number;
+  /** Free disk (MiB) uploads and builds never eat into (DiskSpace); 0 or unset: off. */
+  readonly diskReserveMiB?: number;
+  /** statfs of `dir` (tests pass their own). */
+  readonly statDisk?: StatDisk;
   readonly stepTimeoutMs: number;
   readonly readyTimeoutMs: number;
   /** Largest cpuCount and memoryMB a build may ask for. */
@@ -56,13 +86,20 @@ export interface BuildRequest {
 const STATUS_LOG_LIMIT = 100;
 const MAX_LOGS_LIMIT = 100;
 const KEPT_LOGS = 32;
+const DEFAULT_UPLOAD_RETENTION_MS = 24 * 60 * 60 * 1000;
+/** Uploads are swept at least this far apart, and at most (retention permitting) this. */
+const SWEEP_MIN_MS = 60_000;
+const SWEEP_MAX_MS = 60 * 60 * 1000;
+const MiB = 1024 * 1024;
 
 export class TemplateBuilds implements EventSource {
   readonly #o: TemplateBuildsOptions;
   /** `build.ready`, `build.failed` (the orchestrator's events.ts). */
   readonly #events: LifecycleEvents;
   readonly #files: BuildFiles;
+  readonly #disk: DiskSpace;
   readonly #builder: Builder;
+  #sweep: NodeJS.Timeout | undefined;
   readonly #logsDir: string;
   /**
    * Logs of running builds and of the last KEPT_LOGS finished ones (the SDK polls a finished
@@ -71,33 +108,74 @@ export class TemplateBuilds implements EventSource {
   readonly #logs = new Map<string, BuildLog>();
   /** Shapes of requested builds, until they start. */
   readonly #requested = new Map<string, BuildShape>();
-  readonly #running = new Map<string, { abort: AbortController; done: Promise<void> }>();
+  readonly #running = new Map<
+    string,
+    { abort: AbortController; done: Promise<void>; team: string }
+  >();
+  /** Each template's team, for whose quota its uploads count (read at start, kept by requestBuild). */
+  readonly #teamOf = new Map<string, string>();
+  /** Builds past the builds quota's check, not yet running: they count as in flight. */
+  readonly #starting = new Map<string, string>();
+  /** Teams' `maxUploadBytes`, as last read (an upload link is asked for before each upload). */
+  readonly #uploadLimits = new Map<string, number>();
 
   constructor(options: TemplateBuildsOptions) {
     this.#o = options;
     this.#events = new LifecycleEvents({ logger: options.logger, catalog: options.catalog });
-    this.#files = new BuildFiles(join(options.dir, "files"), options.uploadLimitBytes);
+    this.#disk = new DiskSpace(options.dir, options.diskReserveMiB ?? 0, options.statDisk);
+    this.#files = new BuildFiles({
+      dir: join(options.dir, "files"),
+      maxBytes: options.uploadLimitBytes,
+      quota: new Quota(
+        "upload bytes",
+        (team) =>
+          Math.min(
+            options.uploadQuotaBytes ?? Number.POSITIVE_INFINITY,
+            this.#uploadLimits.get(team) ?? Number.POSITIVE_INFINITY,
+          ),
+        "WARREN_BUILD_UPLOADS_MAX_MIB, or the team's maxUploadBytes",
+      ),
+      // Uploads count against the team of the template they are for.
+      ownerOf: (templateId) => this.#teamOf.get(templateId) ?? DEFAULT_TEAM_ID,
+      disk: this.#disk,
+    });
     this.#logsDir = join(options.dir, "logs");
     this.#builder = new Builder({
       catalog: options.catalog,
       host: options.host,
       images: options.images,
-      files: (hash) => this.#files.read(hash),
       logger: options.logger,
       stepTimeoutMs: options.stepTimeoutMs,
       readyTimeoutMs: options.readyTimeoutMs,
     });
   }
 
-  /** Builds an earlier process left unfinished failed: their VMs died with it. */
+  /**
+   * Builds an earlier process left unfinished failed: their VMs died with it. Uploads unused
+   * for the retention are collected, now and from then on; the rest count against the quota.
+   */
   async start(): Promise<void> {
     for (const build of await this.#o.catalog.listBuilds()) {
+      this.#teamOf.set(build.templateId, build.teamId);
       if (build.status !== "building" && build.status !== "waiting") continue;
       await this.#finish(build, {
         status: "error",
         reason: { message: "the server restarted before the build finished: build again" },
       });
     }
+    const retentionMs = this.#o.uploadRetentionMs ?? DEFAULT_UPLOAD_RETENTION_MS;
+    await this.#files.collect(retentionMs);
+    await this.#files.recount();
+    clearInterval(this.#sweep);
+    this.#sweep = setInterval(
+      () => {
+        this.#files.collect(retentionMs).catch((err: unknown) => {
+          this.#o.logger.warn({ err }, "build.upload_sweep_failed");
+        });
+      },
+      Math.min(Math.max(retentionMs, SWEEP_MIN_MS), SWEEP_MAX_MS),
+    );
+    this.#sweep.unref();
   }
 
   /** Builds ending, as they end: the node's metrics follow them. */
@@ -107,24 +185,31 @@ export class TemplateBuilds implements EventSource {
 
   /** Stops running builds (each cleans up as a failed build does). */
   async close(): Promise<void> {
+    clearInterval(this.#sweep);
     for (const run of this.#running.values()) run.abort.abort(new Error("the server is stopping"));
     await Promise.all([...this.#running.values()].map((run) => run.done));
   }
 
-  async requestBuild(request: BuildRequest): Promise<RequestedBuild> {
+  /**
+   * Every method takes the team it acts for (`team`): it sees and changes only that team's
+   * templates and builds (another team's read as not found) and the shared ones (`base`).
+   * Undefined is the admin's view: every team's. A build is always some team's.
+   */
+  async requestBuild(team: string, request: BuildRequest): Promise<RequestedBuild> {
     const { catalog, host } = this.#o;
     const { name, tags } = parseName(request.name, request.tags);
     const existing = await catalog.getTemplate(name);
-    if (existing && existing.kind !== "build") {
-      throw new WarrenError(
-        "template_name_taken",
-        `'${name}' is a ${existing.kind === "base" ? "built-in template" : "snapshot"}: choose another name`,
-      );
+    const builds = await catalog.listBuilds();
+    const takenByOther =
+      (existing !== undefined && existing.teamId !== team) ||
+      builds.some((b) => b.name === name && b.teamId !== team);
+    if (existing?.kind === "base" || (existing && existing.kind !== "build") || takenByOther) {
+      const what =
+        existing?.kind === "base" ? "a built-in template" : takenByOther ? "taken" : "a snapshot";
+      throw new WarrenError("template_name_taken", `'${name}' is ${what}: choose another name`);
     }
     // Every build of a name builds one template, also before the first one succeeded.
-    const earlier = existing
-      ? undefined
-      : (await catalog.listBuilds()).find((b) => b.name === name);
+    const earlier = existing ? undefined : builds.find((b) => b.name === name);
     const templateId = existing?.id ?? earlier?.templateId ?? newId();
     const explicit = request.cpuCount !== undefined || request.memoryMB !== undefined;
     const shape: BuildShape = {
@@ -135,13 +220,22 @@ export class TemplateBuilds implements EventSource {
         this.#integer("memoryMB", request.memoryMB, 128, this.#o.maxMemoryMiB) ??
         host.templateShape.memoryMiB,
       explicit,
+      // A template's disk is thin: bounded by what this node could ever hold, not by what
+      // it has free now (which creates and builds are admitted by).
       ...(request.minFreeDiskMb !== undefined && {
-        minFreeDiskMiB: this.#integer("minFreeDiskMb", request.minFreeDiskMb, 1, 1024 * 1024),
+        minFreeDiskMiB: this.#integer(
+          "minFreeDiskMb",
+          request.minFreeDiskMb,
+          1,
+          this.#disk.ceilingMiB(),
+        ),
       }),
     };
     const now = new Date().toISOString();
+    this.#teamOf.set(templateId, team);
     const build: BuildRow = {
       id: crypto.randomUUID(),
+      teamId: team,
       templateId,
       name,
       tags,
@@ -165,14 +259,23 @@ export class TemplateBuilds implements EventSource {
     };
   }
 
-  /** Whether a COPY step's files are here, else where to PUT them (`baseUrl` + signed path). */
+  /**
+   * Whether this template's COPY files with `hash` are here, else where to PUT them
+   * (`baseUrl` + signed path). Another template's upload under the same hash does not count.
+   */
   async fileUploadLink(
-    templateId: string,
+    team: string | undefined,
+    reference: string,
     hash: string,
     baseUrl: string,
   ): Promise<{ present: boolean; url?: string }> {
-    await this.#template(templateId);
-    if (await this.#files.has(hash)) return { present: true };
+    const { row, builds } = await this.#template(reference, team);
+    const templateId = row?.id ?? builds[0]?.templateId ?? reference;
+    const owner = this.#teamOf.get(templateId) ?? row?.teamId ?? DEFAULT_TEAM_ID;
+    const limit = (await this.#o.teamLimits?.(owner))?.maxUploadBytes;
+    if (limit === undefined) this.#uploadLimits.delete(owner);
+    else this.#uploadLimits.set(owner, limit);
+    if (await this.#files.has(templateId, hash)) return { present: true };
     const query = this.#files.signedQuery(templateId, hash);
     return {
       present: false,
@@ -180,63 +283,108 @@ export class TemplateBuilds implements EventSource {
     };
   }
 
+  /**
+   * Stores an upload made through a link `fileUploadLink` signed: within the size limit,
+   * the `upload bytes` quota and the disk reserve, and matching its Content-Digest if sent.
+   */
   acceptUpload(
     templateId: string,
     hash: string,
     link: { expires?: string; signature?: string },
     body: Readable,
-    declaredBytes?: number,
+    options: { declaredBytes?: number; contentDigest?: string } = {},
   ): Promise<void> {
-    return this.#files.accept(templateId, hash, link, body, declaredBytes);
+    return this.#files.accept(templateId, hash, link, body, options);
   }
 
   /** Starts a requested build in the background; its progress is the status call's. */
-  async startBuild(templateId: string, buildId: string, definition: unknown): Promise<void> {
-    const build = await this.#build(templateId, buildId);
+  async startBuild(
+    team: string | undefined,
+    templateId: string,
+    buildId: string,
+    definition: unknown,
+  ): Promise<void> {
+    const build = await this.#build(templateId, buildId, team);
     if (build.status !== "waiting" || this.#running.has(buildId)) {
       throw new WarrenError("build_in_progress", `build ${buildId} was already started`);
     }
     const spec = parseBuildSpec(definition);
-    for (const step of spec.steps) {
-      if (step.type === "COPY" && !(await this.#files.has(step.filesHash))) {
-        throw new WarrenError(
-          "build_invalid",
-          `step ${step.number} (COPY ${step.src}): its files (hash ${step.filesHash}) were not uploaded`,
-        );
-      }
+    const maxBuilds = (await this.#o.teamLimits?.(build.teamId))?.maxBuilds;
+    const inFlight =
+      [...this.#running.values()].filter((r) => r.team === build.teamId).length +
+      [...this.#starting.values()].filter((t) => t === build.teamId).length;
+    if (maxBuilds !== undefined && inFlight >= maxBuilds) {
+      throw new WarrenError(
+        "quota_exceeded",
+        `team ${build.teamId} is at its quota of builds in flight: ${inFlight} building, limit ${maxBuilds}; wait for one to finish`,
+      );
     }
+    // Counted from here, before the first wait: two starts cannot both take the last place.
+    this.#starting.set(buildId, build.teamId);
+    try {
+      await this.#launch(build, templateId, spec);
+    } finally {
+      this.#starting.delete(buildId);
+    }
+  }
+
+  async #launch(build: BuildRow, templateId: string, spec: BuildSpec): Promise<void> {
+    const buildId = build.id;
     const shape = this.#requested.get(buildId) ?? {
       vcpus: build.vcpus,
       memoryMiB: build.memoryMiB,
       explicit: true,
     };
-    this.#requested.delete(buildId);
-    const log = BuildLog.create(this.#logsDir, buildId);
-    this.#logs.set(buildId, log);
+    // Each capture writes the build VM's memory.
+    this.#disk.admit("starting the build", shape.memoryMiB * MiB);
+    const archives = await this.#openArchives(build.templateId, spec.steps);
     const running = { ...build, status: "building" as const, updatedAt: new Date().toISOString() };
-    await this.#o.catalog.putBuild(running);
+    let log: BuildLog;
+    try {
+      log = BuildLog.create(this.#logsDir, buildId);
+      await this.#o.catalog.putBuild(running);
+    } catch (err) {
+      await archives.close();
+      throw err;
+    }
+    this.#requested.delete(buildId);
+    this.#logs.set(buildId, log);
     const abort = new AbortController();
     const made = new MadeLayers();
     const done = (async () => {
       const started = performance.now();
       log.add("info", `Building template ${build.name} (${templateId}), build ${buildId}`);
       try {
-        const layer = await this.#builder.run(spec, shape, log, made, abort.signal);
+        const layer = await this.#builder.run(
+          build.teamId,
+          spec,
+          shape,
+          log,
+          made,
+          abort.signal,
+          archives,
+        );
         await this.#publish(running, layer, made);
         log.add("info", `Build finished in ${((performance.now() - started) / 1000).toFixed(1)} s`);
       } catch (err) {
         await this.#fail(running, err, made, log);
       } finally {
+        await archives.close();
         log.close();
         this.#running.delete(buildId);
         this.#forgetOldLogs();
       }
     })();
-    this.#running.set(buildId, { abort, done });
+    this.#running.set(buildId, { abort, done, team: build.teamId });
   }
 
-  async status(templateId: string, buildId: string, logsOffset = 0): Promise<BuildInfo> {
-    const build = await this.#build(templateId, buildId);
+  async status(
+    team: string | undefined,
+    templateId: string,
+    buildId: string,
+    logsOffset = 0,
+  ): Promise<BuildInfo> {
+    const build = await this.#build(templateId, buildId, team);
     const log = this.#log(buildId);
     return {
       templateID: build.templateId,
@@ -251,11 +399,12 @@ export class TemplateBuilds implements EventSource {
   }
 
   async logs(
+    team: string | undefined,
     templateId: string,
     buildId: string,
     query: { cursor?: number; limit?: number; direction?: string; level?: string },
   ): Promise<{ logs: LogEntry[] }> {
-    await this.#build(templateId, buildId);
+    await this.#build(templateId, buildId, team);
     const direction = query.direction ?? "forward";
     if (direction !== "forward" && direction !== "backward") {
       throw new WarrenError("invalid_argument", "direction must be forward or backward");
@@ -275,10 +424,12 @@ export class TemplateBuilds implements EventSource {
   }
 
   /** Every template a client can use or is building: built, snapshots and base. */
-  async list(): Promise<TemplateSummary[]> {
+  async list(team: string | undefined): Promise<TemplateSummary[]> {
     const { catalog } = this.#o;
-    const builds = await catalog.listBuilds();
-    const rows = (await catalog.listTemplates()).filter((t) => t.kind !== "layer");
+    const builds = (await catalog.listBuilds()).filter((b) => ownedBy(b, team));
+    const rows = (await catalog.listTemplates()).filter(
+      (t) => t.kind !== "layer" && visibleTo(t, team),
+    );
     const byTemplate = groupBy(builds, (b) => b.templateId);
     const summaries = rows.map((row) => summary(row, byTemplate.get(row.id) ?? []));
     // Templates whose first build has not succeeded yet.
@@ -289,8 +440,8 @@ export class TemplateBuilds implements EventSource {
     return summaries;
   }
 
-  async get(templateId: string): Promise<TemplateDetail> {
-    const { row, builds } = await this.#template(templateId);
+  async get(team: string | undefined, templateId: string): Promise<TemplateDetail> {
+    const { row, builds } = await this.#template(templateId, team);
     const first = row?.createdAt ?? builds[0]?.createdAt ?? new Date().toISOString();
     const names = row ? [...row.aliases] : builds.slice(-1).map((b) => b.name);
     return {
@@ -317,9 +468,12 @@ export class TemplateBuilds implements EventSource {
   }
 
   /** `GET /templates/aliases/{alias}`. */
-  async alias(name: string): Promise<{ templateID: string; public: boolean }> {
+  async alias(
+    team: string | undefined,
+    name: string,
+  ): Promise<{ templateID: string; public: boolean }> {
     const row = await this.#o.catalog.getTemplate(name);
-    if (!row || row.kind === "layer" || !row.aliases.includes(name)) {
+    if (!row || row.kind === "layer" || !row.aliases.includes(name) || !visibleTo(row, team)) {
       throw new WarrenError("template_not_found", `no template is named '${name}'`);
     }
     return { templateID: row.id, public: false };
@@ -329,11 +483,15 @@ export class TemplateBuilds implements EventSource {
    * Deletes a template by id or name: a built one with its builds, tags and the layers no
    * other build uses; others (snapshots) as the orchestrator deletes them.
    */
-  async delete(reference: string): Promise<void> {
+  async delete(team: string | undefined, reference: string): Promise<void> {
     const { catalog, host } = this.#o;
-    const row = await catalog.getTemplate(reference.replace(/:default$/, ""));
-    const builds = await catalog.listBuilds(row?.id ?? reference);
-    if (row?.kind !== "build" && builds.length === 0) return host.deleteTemplate(reference);
+    const found = await catalog.getTemplate(reference.replace(/:default$/, ""));
+    const row = found && visibleTo(found, team) ? found : undefined;
+    const builds = (await catalog.listBuilds(row?.id ?? reference)).filter((b) => ownedBy(b, team));
+    if (found && !row) {
+      throw new WarrenError("template_not_found", `template '${reference}' not found`);
+    }
+    if (row?.kind !== "build" && builds.length === 0) return host.deleteTemplate(reference, team);
     const templateId = row?.id ?? reference;
     for (const build of builds) {
       if (this.#running.has(build.id)) {
@@ -352,17 +510,19 @@ export class TemplateBuilds implements EventSource {
       await this.#dropLayers(build.layers.filter((id) => !stillUsed.has(id)));
       await catalog.deleteBuild(build.id);
     }
+    await this.#files.drop(templateId);
   }
 
   /** `POST /templates/tags`: the build `target` (`name:tag`) names gets `tags` too. */
   async assignTags(
+    team: string | undefined,
     target: string,
     tags: readonly string[],
   ): Promise<{ buildID: string; tags: string[] }> {
     const { catalog } = this.#o;
     const { name, tag } = splitTag(target);
     const row = await catalog.getTemplate(name);
-    if (row?.kind !== "build") {
+    if (row?.kind !== "build" || !visibleTo(row, team)) {
       throw new WarrenError("template_not_found", `no built template is named '${name}'`);
     }
     const source = await catalog.getTag(row.id, tag ?? DEFAULT_TAG);
@@ -376,10 +536,10 @@ export class TemplateBuilds implements EventSource {
   }
 
   /** `DELETE /templates/tags`. */
-  async removeTags(name: string, tags: readonly string[]): Promise<void> {
+  async removeTags(team: string | undefined, name: string, tags: readonly string[]): Promise<void> {
     const { catalog } = this.#o;
     const row = await catalog.getTemplate(name);
-    if (row?.kind !== "build") {
+    if (row?.kind !== "build" || !visibleTo(row, team)) {
       throw new WarrenError("template_not_found", `no built template is named '${name}'`);
     }
     for (const tag of tags.map(checkTag)) {
@@ -394,9 +554,10 @@ export class TemplateBuilds implements EventSource {
   }
 
   async listTags(
+    team: string | undefined,
     templateId: string,
   ): Promise<{ tag: string; buildID: string; createdAt: string }[]> {
-    const { row } = await this.#template(templateId);
+    const { row } = await this.#template(templateId, team);
     if (!row) return [];
     return (await this.#o.catalog.listTags(row.id)).map((t) => ({
       tag: t.tag,
@@ -406,6 +567,47 @@ export class TemplateBuilds implements EventSource {
   }
 
   // ---- internals ----------------------------------------------------------------------------
+
+  /**
+   * The template's archives of the build's COPY steps, opened for the build's life (a
+   * re-upload or a collection meanwhile does not take them away), or build_invalid naming
+   * the first step whose files were not uploaded.
+   */
+  async #openArchives(
+    templateId: string,
+    steps: ReturnType<typeof parseBuildSpec>["steps"],
+  ): Promise<BuildArchives & { close(): Promise<void> }> {
+    const opened = new Map<string, OpenedArchive>();
+    const close = async () => {
+      for (const archive of opened.values()) await archive.handle.close().catch(() => {});
+    };
+    try {
+      for (const step of steps) {
+        if (step.type !== "COPY" || opened.has(step.filesHash)) continue;
+        const archive = await this.#files.open(templateId, step.filesHash).catch(() => {
+          throw new WarrenError(
+            "build_invalid",
+            `step ${step.number} (COPY ${step.src}): its files (hash ${step.filesHash}) were not uploaded`,
+          );
+        });
+        opened.set(step.filesHash, archive);
+      }
+    } catch (err) {
+      await close();
+      throw err;
+    }
+    const get = (hash: string) => {
+      const archive = opened.get(hash);
+      if (!archive) throw new WarrenError("internal", `no archive was opened for ${hash}`);
+      return archive;
+    };
+    return {
+      digest: (hash) => get(hash).digest,
+      // Positional reads: every stream reads the whole file, however many there are.
+      read: (hash) => get(hash).handle.createReadStream({ start: 0, autoClose: false }),
+      close,
+    };
+  }
 
   /** A successful build: its tags point at it (the template row follows `default`). */
   async #publish(build: BuildRow, layer: TemplateRow, made: MadeLayers): Promise<void> {
@@ -478,20 +680,27 @@ export class TemplateBuilds implements EventSource {
     return row;
   }
 
-  async #build(templateId: string, buildId: string): Promise<BuildRow> {
+  async #build(templateId: string, buildId: string, team: string | undefined): Promise<BuildRow> {
     const build = await this.#o.catalog.getBuild(buildId);
-    if (!build || (build.templateId !== templateId && build.name !== templateId)) {
+    const matches = build && (build.templateId === templateId || build.name === templateId);
+    if (!build || !matches || !ownedBy(build, team)) {
       throw new WarrenError("build_not_found", `template ${templateId} has no build ${buildId}`);
     }
     return build;
   }
 
   /** A template by id or name with its builds; template_not_found when neither is known. */
-  async #template(reference: string): Promise<{ row?: TemplateRow; builds: BuildRow[] }> {
+  async #template(
+    reference: string,
+    team: string | undefined,
+  ): Promise<{ row?: TemplateRow; builds: BuildRow[] }> {
     const { catalog } = this.#o;
+    const owned = (builds: BuildRow[]) => builds.filter((b) => ownedBy(b, team));
     const row = await catalog.getTemplate(reference);
-    if (row && row.kind !== "layer") return { row, builds: await catalog.listBuilds(row.id) };
-    const builds = await catalog.listBuilds(reference);
+    if (row && row.kind !== "layer" && visibleTo(row, team)) {
+      return { row, builds: owned(await catalog.listBuilds(row.id)) };
+    }
+    const builds = row ? [] : owned(await catalog.listBuilds(reference));
     if (builds.length === 0) {
       throw new WarrenError("template_not_found", `template '${reference}' not found`);
     }
@@ -526,9 +735,15 @@ export class TemplateBuilds implements EventSource {
 }
 
 /** The template row a build's result makes: its name, its layer's snapshot, shape and defaults. */
+/** A build is its team's; undefined (the admin) sees every team's. */
+function ownedBy(build: BuildRow, team: string | undefined): boolean {
+  return team === undefined || build.teamId === team;
+}
+
 function templateRow(build: BuildRow, layer: TemplateRow): TemplateRow {
   return {
     id: build.templateId,
+    teamId: build.teamId,
     aliases: [build.name],
     kind: "build",
     snapshotId: layer.snapshotId,

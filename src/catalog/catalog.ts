@@ -17,6 +17,8 @@ export type SandboxState =
 
 export interface SandboxRow {
   readonly id: string;
+  /** The team that owns it (teams.ts); only that team's keys reach it. */
+  readonly teamId: string;
   readonly templateId: string;
   readonly alias?: string;
   readonly state: SandboxState;
@@ -42,6 +44,8 @@ export interface SandboxRow {
 
 export interface TemplateRow {
   readonly id: string;
+  /** The team that owns it; absent: every team's (the built-in `base`, build layers). */
+  readonly teamId?: string;
   /** Names it is found by besides its id (e.g. "base"). Unique across templates. */
   readonly aliases: readonly string[];
   /**
@@ -66,6 +70,8 @@ export type BuildStatus = "waiting" | "building" | "ready" | "error";
 /** One run of the template build API: requested, then started with its steps. */
 export interface BuildRow {
   readonly id: string;
+  /** The team that requested it. */
+  readonly teamId: string;
   /** The E2B template id it builds (the "build" template row once a build succeeded). */
   readonly templateId: string;
   /** The name the template is found by. */
@@ -143,6 +149,7 @@ export type SandboxPatch = Partial<Omit<SandboxRow, "id">>;
 
 /** Keys a patch may not clear (given as undefined): every catalog refuses with invalid_argument. */
 export const REQUIRED_SANDBOX_KEYS = [
+  "teamId",
   "templateId",
   "state",
   "clientId",

@@ -64,6 +64,8 @@ export interface NodeRow {
 
 /** Where a gateway sends a sandbox's traffic. */
 export interface SandboxLocation {
+  /** The team that owns it: a gateway routes another team's request nowhere. */
+  readonly teamId: string;
   readonly nodeId: string;
   readonly nodeUrl: string;
   /** The sandbox's own state ("killed" rows are history: route nothing to them). */

@@ -28,3 +28,12 @@ export type { PoolOptions as PostgresOptions } from "./postgres/pool.js";
 export { PostgresCatalog, type PostgresCatalogOptions } from "./postgres/postgres-catalog.js";
 export { PostgresCluster } from "./postgres/postgres-cluster.js";
 export { SqliteCatalog } from "./sqlite/sqlite-catalog.js";
+export {
+  type ApiKeyRow,
+  DEFAULT_TEAM_ID,
+  type KeyMask,
+  TEAM_LIMIT_KEYS,
+  type TeamCatalog,
+  type TeamLimits,
+  type TeamRow,
+} from "./teams.js";

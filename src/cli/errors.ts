@@ -29,3 +29,16 @@ export function describeError(err: unknown, url: string | undefined): string {
   if (message === "fetch failed" && cause) return describeError(cause, url);
   return message.split("\n")[0] ?? message;
 }
+
+/** The server refused a call: its status, its own message and reason (`admin_required`, …). */
+export class ApiError extends CliError {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly detail: string,
+    readonly reason: string | undefined,
+  ) {
+    super(message);
+    this.name = "ApiError";
+  }
+}

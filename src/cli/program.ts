@@ -5,14 +5,16 @@ import { clusterCommands } from "./commands/cluster.js";
 import { completionCommand } from "./commands/completion.js";
 import { execCommands } from "./commands/exec.js";
 import { forkCommands } from "./commands/fork.js";
+import { keyCommands } from "./commands/key.js";
 import { sandboxCommands } from "./commands/sandbox.js";
 import { serviceCommands } from "./commands/service.js";
+import { teamCommands } from "./commands/team.js";
 import { templateCommands } from "./commands/template.js";
 import { topCommand } from "./commands/top.js";
-import { type Connection, resolveConnection, useForSdk } from "./context.js";
+import { type Connection, type CredentialNeed, resolveConnection } from "./context.js";
 
-/** Resolves the connection for a command (from its flags and the environment), once. */
-export type Connect = (command: Command) => Connection;
+/** Resolves the connection for a command (from its flags and the environment). */
+export type Connect = (command: Command, need?: CredentialNeed) => Connection;
 
 export interface Program {
   readonly command: Command;
@@ -23,9 +25,8 @@ export interface Program {
 /** The `warren` command tree. */
 export function buildProgram(): Program {
   let connection: Connection | undefined;
-  const connect: Connect = (command) => {
-    connection = resolveConnection(command.optsWithGlobals());
-    useForSdk(connection);
+  const connect: Connect = (command, need) => {
+    connection = resolveConnection(command.optsWithGlobals(), need);
     return connection;
   };
   const program = new Command("warren")
@@ -35,7 +36,11 @@ export function buildProgram(): Program {
       "--url <url>",
       "the server (default: WARREN_URL, else this host's http://127.0.0.1:3000)",
     )
-    .option("--api-key <key>", "its API key (default: WARREN_API_KEY, else the local server's)")
+    .option("--api-key <key>", "a team's API key: that team only (default: WARREN_API_KEY)")
+    .option(
+      "--admin-token <token>",
+      "the node's admin token: every team (default: WARREN_ADMIN_TOKEN; on the node as root, its secrets/admin-token, else its secrets/api-key)",
+    )
     .showHelpAfterError("(warren --help for the commands, warren <command> --help for one)")
     .exitOverride()
     .configureOutput({
@@ -49,6 +54,8 @@ export function buildProgram(): Program {
   forkCommands(program, connect);
   templateCommands(program, connect);
   topCommand(program, connect);
+  teamCommands(program, connect);
+  keyCommands(program, connect);
   serviceCommands(program);
   clusterCommands(program);
   completionCommand(program);

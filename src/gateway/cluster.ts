@@ -1,4 +1,4 @@
-import type { ClusterCatalog } from "../catalog/index.js";
+import type { ClusterCatalog, TeamCatalog } from "../catalog/index.js";
 
 export type { NodeRow, NodeState, SandboxLocation } from "../catalog/index.js";
 
@@ -9,5 +9,13 @@ export type { NodeRow, NodeState, SandboxLocation } from "../catalog/index.js";
  */
 export type GatewayCluster = Pick<
   ClusterCatalog,
-  "listNodes" | "setNodeState" | "markDownStale" | "locateSandbox" | "claimSandbox"
->;
+  | "listNodes"
+  | "setNodeState"
+  | "markDownStale"
+  | "locateSandbox"
+  | "claimSandbox"
+  | "listSandboxes"
+> & {
+  /** Teams and their limits (team quotas across nodes). */
+  readonly teams: Pick<TeamCatalog, "getTeam">;
+};

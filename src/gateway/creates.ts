@@ -23,8 +23,8 @@ export interface CreatesOptions {
  */
 const ASSUMED_SHAPE = { vcpus: 1, memoryMiB: 256 } as const;
 
-/** Node answers that mean "not here, try another": out of room, or not ready yet. */
-const TRY_ANOTHER = new Set([429, 503]);
+/** Node answers that mean "not here, try another": out of room or disk, or not ready yet. */
+const TRY_ANOTHER = new Set([429, 503, 507]);
 
 /**
  * Places creates (`POST /sandboxes`, `POST /v2/sandboxes`). Nodes are tried best first

@@ -1,10 +1,10 @@
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import { INTERNAL_PATHS } from "../protocol/index.js";
 import { apiError, proxyRefusal, sendError, writeSocketError } from "../relay/index.js";
-import { authenticate } from "../shared/api-key-auth.js";
 import { type Logger, WarrenError } from "../shared/index.js";
-import type { GatewayCluster, NodeRow } from "./cluster.js";
+import { actingTeam, type Caller, requireAdmin } from "../tenancy/index.js";
+import type { GatewayCluster, NodeRow, SandboxLocation } from "./cluster.js";
 import type { Creates } from "./creates.js";
 import { forkAcrossNodes } from "./forks.js";
 import { forwardRequest, forwardUpgrade, type NodeAgents, type NodeTarget } from "./forward.js";
@@ -14,6 +14,7 @@ import type { NodeDirectory } from "./node-directory.js";
 import { readBody, sandboxRefusal, sendJson } from "./respond.js";
 import { classify, type GatewayRoute } from "./routes.js";
 import type { SandboxLocator } from "./sandbox-locator.js";
+import type { TeamAdmission } from "./team-admission.js";
 
 const MAX_CREATE_BODY = 1024 * 1024;
 const MAX_FORK_BODY = 1024 * 1024;
@@ -22,7 +23,10 @@ const NODE_ACTION_TIMEOUT_MS = 10_000;
 
 export interface GatewayParts {
   readonly cluster: GatewayCluster;
-  readonly apiKeys: () => ReadonlySet<string>;
+  /** Who a request is from (a team's key, or the admin token): 401 when neither. */
+  readonly authenticate: (headers: IncomingHttpHeaders) => Promise<Caller>;
+  /** Team quotas across the cluster (creates and forks). */
+  readonly teams: TeamAdmission;
   readonly domain?: string;
   readonly agents: NodeAgents;
   readonly directory: NodeDirectory;
@@ -56,7 +60,7 @@ export class GatewayHandler {
     }
     const { agents, idleTimeoutMs } = this.p;
     this.p.locator
-      .locate(route.sandboxId)
+      .locate(route.sandboxId, SANDBOX_TRAFFIC)
       .then(({ target }) => forwardUpgrade(req, socket, head, target, { agents, idleTimeoutMs }))
       .then((outcome) => {
         if (outcome.kind === "unreachable") throw outcome.error;
@@ -70,7 +74,11 @@ export class GatewayHandler {
     switch (route.kind) {
       case "proxy":
         // What stops it is refused as a node's proxy refuses (onRequest's catch).
-        return this.#relay(req, res, (await locator.locate(route.sandboxId)).target);
+        return this.#relay(
+          req,
+          res,
+          (await locator.locate(route.sandboxId, SANDBOX_TRAFFIC)).target,
+        );
       case "proxy_invalid":
         return sendError(res, proxyRefusal({ message: route.message, code: 400 }));
       case "health": {
@@ -79,19 +87,35 @@ export class GatewayHandler {
         return sendJson(res, 200, { status: "ok", role: "gateway", nodes: nodes.length, up });
       }
       case "templates":
-        if (!route.signedUpload) authenticate(req.headers, this.p.apiKeys());
+        if (!route.signedUpload) await this.p.authenticate(req.headers);
         return this.#relay(req, res, await locator.templateNode());
-      default:
-        authenticate(req.headers, this.p.apiKeys());
-        return this.#api(req, res, route);
+      default: {
+        const caller = await this.p.authenticate(req.headers);
+        if (route.kind === "nodes" || route.kind === "node_action") {
+          requireAdmin(caller, "the cluster's nodes");
+        }
+        return this.#api(req, res, route, caller);
+      }
     }
   }
 
-  async #api(req: IncomingMessage, res: ServerResponse, route: GatewayRoute): Promise<void> {
+  async #api(
+    req: IncomingMessage,
+    res: ServerResponse,
+    route: GatewayRoute,
+    caller: Caller,
+  ): Promise<void> {
     const { directory, locator } = this.p;
     switch (route.kind) {
-      case "create":
-        return this.p.creates.handle(req, res, await readBody(req, MAX_CREATE_BODY));
+      case "create": {
+        const body = await readBody(req, MAX_CREATE_BODY);
+        const release = await this.p.teams.admit(actingTeam(caller), 1);
+        try {
+          return await this.p.creates.handle(req, res, body);
+        } finally {
+          release();
+        }
+      }
       case "list": {
         const up = (await directory.nodes()).filter((node) => node.state !== "down");
         const merged = await mergeLists(req, up, this.p.agents, route.version, 30_000);
@@ -101,11 +125,12 @@ export class GatewayHandler {
         return this.#relay(req, res, await locator.templateNode());
       case "sandbox": {
         if (req.method === "POST" && route.action === "fork") {
-          return this.#fork(req, res, route.sandboxId);
+          return this.#fork(req, res, route.sandboxId, caller);
         }
         const resuming =
           req.method === "POST" && (route.action === "resume" || route.action === "connect");
-        return this.#relay(req, res, (await locator.locate(route.sandboxId, resuming)).target);
+        const { target } = await locator.locate(route.sandboxId, caller, resuming);
+        return this.#relay(req, res, target);
       }
       case "nodes":
         return sendJson(res, 200, (await directory.nodes()).map(nodeJson));
@@ -123,10 +148,31 @@ export class GatewayHandler {
   }
 
   /** A fork: relayed to the source's node, or spread over nodes when it lacks room. */
-  async #fork(req: IncomingMessage, res: ServerResponse, sandboxId: string): Promise<void> {
-    const { agents, idleTimeoutMs } = this.p;
-    const { target, location } = await this.p.locator.locate(sandboxId);
+  async #fork(
+    req: IncomingMessage,
+    res: ServerResponse,
+    sandboxId: string,
+    caller: Caller,
+  ): Promise<void> {
+    const { target, location } = await this.p.locator.locate(sandboxId, caller);
     const body = await readBody(req, MAX_FORK_BODY);
+    const release = await this.p.teams.admit(location.teamId, forkCountOf(body));
+    try {
+      await this.#spreadFork(req, res, body, sandboxId, target, location);
+    } finally {
+      release();
+    }
+  }
+
+  async #spreadFork(
+    req: IncomingMessage,
+    res: ServerResponse,
+    body: Buffer,
+    sandboxId: string,
+    target: NodeTarget,
+    location: SandboxLocation,
+  ): Promise<void> {
+    const { agents, idleTimeoutMs } = this.p;
     const spread = await forkAcrossNodes(req, res, body, sandboxId, location, {
       directory: this.p.directory,
       agents,
@@ -174,4 +220,17 @@ function nodeJson(node: NodeRow) {
     capacity: node.capacity,
     load: node.load,
   };
+}
+
+/** Sandbox traffic carries no API key: the node checks the sandbox's own tokens. */
+const SANDBOX_TRAFFIC: Caller = { teamId: undefined, admin: false };
+
+/** Children a fork body asks for (1 when absent or unreadable: the node refuses a bad body). */
+function forkCountOf(body: Buffer): number {
+  try {
+    const count = (JSON.parse(body.toString("utf8")) as { count?: unknown } | null)?.count;
+    return typeof count === "number" && Number.isInteger(count) && count > 0 ? count : 1;
+  } catch {
+    return 1;
+  }
 }

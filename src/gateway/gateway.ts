@@ -1,7 +1,8 @@
-import { createServer, type Server } from "node:http";
+import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { INTERNAL_PATHS } from "../protocol/index.js";
 import { type Logger, silentLogger } from "../shared/index.js";
+import type { Caller } from "../tenancy/index.js";
 import type { ClusterCredentials } from "../tls/index.js";
 import type { GatewayCluster } from "./cluster.js";
 import { Creates } from "./creates.js";
@@ -10,6 +11,7 @@ import { GatewayHandler } from "./gateway-handler.js";
 import { InternalCalls } from "./internal-calls.js";
 import { NodeDirectory } from "./node-directory.js";
 import { SandboxLocator } from "./sandbox-locator.js";
+import { TeamAdmission } from "./team-admission.js";
 export interface GatewayOptions {
   readonly cluster: GatewayCluster;
   /**
@@ -18,7 +20,8 @@ export interface GatewayOptions {
    */
   readonly credentials: ClusterCredentials;
   /** Keys accepted on the API (the nodes accept the same: the gateway relays the client's). */
-  readonly apiKeys: () => ReadonlySet<string>;
+  /** Who a request is from (a team's key in the cluster catalog, or the admin token). */
+  readonly authenticate: (headers: IncomingHttpHeaders) => Promise<Caller>;
   /** Sandbox Host names are `<port>-<id>.<domain>` when set. */
   readonly domain?: string;
   readonly host: string;
@@ -63,7 +66,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   const internal = new InternalCalls(agents);
   const handler = new GatewayHandler({
     cluster,
-    apiKeys: options.apiKeys,
+    authenticate: options.authenticate,
+    teams: new TeamAdmission(cluster, cluster.teams),
     domain: options.domain,
     agents,
     directory,

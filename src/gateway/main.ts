@@ -1,7 +1,9 @@
+import { randomBytes } from "node:crypto";
 import pino from "pino";
 import { PostgresCluster } from "../catalog/index.js";
 import { loadConfig } from "../shared/config.js";
 import { logDestination } from "../shared/log-destination.js";
+import { Authenticator } from "../tenancy/index.js";
 import { type ClusterCredentials, loadClusterCredentials } from "../tls/index.js";
 import { startGateway } from "./gateway.js";
 
@@ -35,10 +37,16 @@ async function main(): Promise<void> {
   for (const warning of credentials.warnings) logger.warn({ warning }, "gateway.tls_warning");
   const cluster = await PostgresCluster.open({ connectionString: config.databaseUrl });
   const keys = new Set(config.apiKeys);
+  const authenticator = new Authenticator({
+    // Without a configured admin token the admin routes are closed: nothing can match it.
+    adminToken: config.adminToken ?? randomBytes(32).toString("hex"),
+    fileKeys: () => keys,
+    teams: () => cluster.teams,
+  });
   const gateway = await startGateway({
     cluster,
     credentials,
-    apiKeys: () => keys,
+    authenticate: (headers) => authenticator.authenticate(headers),
     domain: config.domain,
     host: config.host,
     port: config.port,

@@ -1,4 +1,5 @@
 import { WarrenError } from "../shared/index.js";
+import type { Caller } from "../tenancy/index.js";
 import type { SandboxLocation } from "./cluster.js";
 import type { NodeTarget } from "./forward.js";
 import { type RelocateOptions, relocatePaused } from "./relocate.js";
@@ -16,9 +17,17 @@ export class SandboxLocator {
    * Where a sandbox is, or why it cannot be reached. `resuming`: a resume or connect, which
    * moves a paused sandbox off a node that is down or draining (relocatePaused).
    */
-  async locate(sandboxId: string, resuming = false): Promise<Located> {
+  /**
+   * Where the sandbox is, for `caller`: another team's sandbox reads as unknown, before
+   * anything is moved or relayed (a node's own check would come too late for a relocation
+   * or a fork spread over nodes with the cluster's credentials).
+   */
+  async locate(sandboxId: string, caller: Caller, resuming = false): Promise<Located> {
     const { cluster } = this.o;
     let location = await cluster.locateSandbox(sandboxId);
+    if (location && caller.teamId !== undefined && location.teamId !== caller.teamId) {
+      location = undefined;
+    }
     if (resuming && location?.state === "paused" && location.nodeState !== "up") {
       const moved = await relocatePaused(sandboxId, location, this.o);
       if (moved) return { target: moved, location };

@@ -185,3 +185,37 @@ it("stops at the size bound and on a corrupt archive", async () => {
     (err: Error & { reason?: string }) => err.reason === "image_invalid",
   );
 });
+
+it("sets no owner, mode or time through a link that replaced a directory of the same layer", async () => {
+  const { root, outside } = await freshRoot();
+  const secret = join(outside, "secret");
+  const before = await stat(secret);
+  await apply(
+    root,
+    makeTar([
+      { path: "d/", type: "Directory", mode: 0o7777 },
+      { path: "d", type: "SymbolicLink", linkpath: secret },
+      { path: "e/", type: "Directory", mode: 0o4777 },
+      { path: "e", type: "SymbolicLink", linkpath: outside },
+    ]),
+  );
+  assert.equal((await readlink(join(root, "d"))).toString(), secret);
+  const after = await stat(secret);
+  assert.deepEqual(
+    [after.mode, after.mtimeMs, after.uid],
+    [before.mode, before.mtimeMs, before.uid],
+    "the host file's mode, time and owner are its own",
+  );
+  const dir = await stat(outside);
+  assert.notEqual(dir.mtimeMs, 1_700_000_000_000, "the host directory's time is its own");
+  assert.equal(await readFile(secret, "utf8"), "untouched");
+});
+
+it("removes nothing outside the root for a whiteout of . or ..", async () => {
+  const { root, outside } = await freshRoot();
+  for (const path of [".wh...", ".wh..", "sub/.wh..."]) {
+    await apply(root, makeTar([{ path: "sub/keep", content: "k" }, { path }])).catch(() => {});
+  }
+  assert.equal(await readFile(join(outside, "secret"), "utf8"), "untouched");
+  assert.equal(await readFile(join(root, "sub/keep"), "utf8"), "k");
+});

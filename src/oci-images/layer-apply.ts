@@ -1,24 +1,18 @@
 import { once } from "node:events";
-import {
-  chmod,
-  chown,
-  lchown,
-  link,
-  lstat,
-  lutimes,
-  mkdir,
-  open,
-  readdir,
-  rm,
-  symlink,
-  utimes,
-} from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { type FileHandle, lchown, link, lutimes, mkdir, open, rm, symlink } from "node:fs/promises";
 import { Readable } from "node:stream";
 import { Parser, type ReadEntry } from "tar";
 import { WarrenError } from "../shared/index.js";
+import {
+  cleanComponents,
+  type ImageDir,
+  type ImageEntry,
+  ImageTree,
+  lstatEntry,
+  OPEN_DIRECTORY,
+  OPEN_NEW,
+} from "./image-tree.js";
 import { decompressor, sniffCompression } from "./layer-decompress.js";
-import { cleanComponents, resolveInRoot } from "./root-path.js";
 
 const WHITEOUT_PREFIX = ".wh.";
 const OPAQUE_WHITEOUT = ".wh..wh..opq";
@@ -44,15 +38,29 @@ export interface LayerStats {
  * Applies one layer (a tar stream, gzip or zstd compressed or not) onto `root`, as OCI's
  * image-layer spec says: entries in order, replacing what lower layers left; `.wh.<name>`
  * deletes `<name>`; `.wh..wh..opq` empties its directory of lower layers' entries; hard links
- * point at paths inside the root. Every path is resolved inside the root as a chroot would
- * (root-path.ts), and no write follows a symlink at its last component, so a hostile layer
- * cannot write outside the root.
+ * point at paths inside the root. Every path is resolved inside the root as a chroot would,
+ * directory by directory through open descriptors (image-tree.ts), and nothing done to an
+ * entry follows a symlink at it, so a hostile layer cannot read, write, chown, chmod or touch
+ * anything outside the root.
  */
 export async function applyLayer(
   source: Readable,
   options: ApplyLayerOptions,
 ): Promise<LayerStats> {
-  const applier = new LayerApplier(options);
+  const tree = await ImageTree.open(options.root);
+  try {
+    return await applyTo(tree, source, options);
+  } finally {
+    await tree.close();
+  }
+}
+
+async function applyTo(
+  tree: ImageTree,
+  source: Readable,
+  options: ApplyLayerOptions,
+): Promise<LayerStats> {
+  const applier = new LayerApplier(tree, options);
   const parser = new Parser({ strict: true });
   let failure: unknown;
   let chain = Promise.resolve();
@@ -118,8 +126,9 @@ async function peek(source: Readable): Promise<[Buffer, Readable]> {
 }
 
 class LayerApplier {
+  readonly #tree: ImageTree;
   readonly #options: ApplyLayerOptions;
-  /** Host paths this layer wrote: an opaque whiteout keeps them. */
+  /** Paths (inside the image) this layer wrote: an opaque whiteout keeps them. */
   readonly #written = new Set<string>();
   /** Directories' times, set once the layer is done (writing inside changes them). */
   readonly #dirTimes: [string, Date][] = [];
@@ -128,7 +137,8 @@ class LayerApplier {
   #whiteouts = 0;
   #skippedNodes = 0;
 
-  constructor(options: ApplyLayerOptions) {
+  constructor(tree: ImageTree, options: ApplyLayerOptions) {
+    this.#tree = tree;
     this.#options = options;
   }
 
@@ -143,7 +153,6 @@ class LayerApplier {
 
   async apply(entry: ReadEntry): Promise<void> {
     this.#entries++;
-    const root = this.#options.root;
     const components = cleanComponents(entry.path);
     const name = components.at(-1);
     if (name?.startsWith(WHITEOUT_PREFIX)) {
@@ -151,13 +160,28 @@ class LayerApplier {
       await this.#whiteout(components);
       return;
     }
-    const target = await resolveInRoot(root, components.join("/"));
-    if (target === root) {
+    if (name === undefined) {
       entry.resume();
-      if (entry.type === "Directory") await this.#setMeta(root, entry, false);
+      if (entry.type === "Directory") {
+        const root = await this.#tree.root();
+        try {
+          await this.#setDirectoryMeta(root.handle, "/", entry);
+        } finally {
+          await root.close();
+        }
+      }
       return;
     }
-    await this.#ensureParent(target);
+    // Parents as directories; a lower layer's file in the way makes the image invalid.
+    const target = (await this.#tree.entry(components.join("/"), { create: true })) as ImageEntry;
+    try {
+      await this.#applyAt(target, entry, components);
+    } finally {
+      await target.dir.close();
+    }
+  }
+
+  async #applyAt(target: ImageEntry, entry: ReadEntry, components: string[]): Promise<void> {
     switch (entry.type) {
       case "Directory":
         entry.resume();
@@ -168,25 +192,18 @@ class LayerApplier {
       case "ContiguousFile":
         await this.#file(target, entry);
         break;
-      case "SymbolicLink":
+      case "SymbolicLink": {
         entry.resume();
         await this.#replace(target);
-        await symlink(entry.linkpath ?? "", target);
-        await this.#setMeta(target, entry, true);
+        await symlink(entry.linkpath ?? "", target.at);
+        const mtime = entry.mtime ?? new Date(0);
+        if (this.#options.preserveOwners) await lchown(target.at, entry.uid ?? 0, entry.gid ?? 0);
+        await lutimes(target.at, mtime, mtime);
         break;
+      }
       case "Link": {
         entry.resume();
-        const source = await resolveInRoot(root, entry.linkpath ?? "");
-        const st = await lstat(source).catch(() => undefined);
-        if (!st || st.isDirectory()) {
-          throw new WarrenError(
-            "image_invalid",
-            `layer hard-links /${components.join("/")} to ${entry.linkpath}, which is ${st ? "a directory" : "missing"}`,
-          );
-        }
-        if (source === target) break;
-        await this.#replace(target);
-        await link(source, target);
+        await this.#hardLink(target, entry, components);
         break;
       }
       case "CharacterDevice":
@@ -203,61 +220,84 @@ class LayerApplier {
           `layer entry /${components.join("/")} has unsupported tar type ${entry.type}`,
         );
     }
-    this.#written.add(target);
+    this.#written.add(target.path);
   }
 
+  /** Sets directories' times last, each reopened without following a link put there since. */
   async finish(): Promise<void> {
     for (const [path, mtime] of this.#dirTimes.reverse()) {
-      await utimes(path, mtime, mtime).catch(() => {});
+      const dir = await this.#tree.directory(path).catch(() => undefined);
+      if (!dir) continue;
+      try {
+        // The path may have been replaced by a link to a directory elsewhere in the image.
+        if (dir.path === path) await dir.handle.utimes(mtime, mtime);
+      } finally {
+        await dir.close();
+      }
+    }
+  }
+
+  async #hardLink(target: ImageEntry, entry: ReadEntry, components: string[]): Promise<void> {
+    const source = await this.#tree.entry(entry.linkpath ?? "");
+    try {
+      const st = source ? await lstatEntry(source.at) : undefined;
+      if (!source || !st || st.isDirectory()) {
+        throw new WarrenError(
+          "image_invalid",
+          `layer hard-links /${components.join("/")} to ${entry.linkpath}, which is ${st ? "a directory" : "missing"}`,
+        );
+      }
+      if (source.path === target.path) return;
+      await this.#replace(target);
+      // link(2) links a symlink itself, never what it points at.
+      await link(source.at, target.at);
+    } finally {
+      await source?.dir.close();
     }
   }
 
   async #whiteout(components: string[]): Promise<void> {
     this.#whiteouts++;
-    const root = this.#options.root;
-    const name = components.at(-1) ?? "";
-    const dir = dirname(await resolveInRoot(root, components.join("/")));
-    if (name === OPAQUE_WHITEOUT) {
-      const children = await readdir(dir).catch(() => [] as string[]);
-      for (const child of children) {
-        const path = join(dir, child);
-        if (!this.#written.has(path)) await rm(path, { recursive: true, force: true });
-      }
-      return;
-    }
-    const victim = join(dir, name.slice(WHITEOUT_PREFIX.length));
-    // rm removes a symlink itself, never what it points at.
-    if (victim !== root && dir.startsWith(root)) await rm(victim, { recursive: true, force: true });
-  }
-
-  /** Parents as directories; a lower layer's file in the way makes the image invalid. */
-  async #ensureParent(target: string): Promise<void> {
+    const marker = await this.#tree.entry(components.join("/"));
+    if (!marker) return;
+    const { dir, name } = marker;
     try {
-      await mkdir(dirname(target), { recursive: true, mode: 0o755 });
-    } catch (err) {
-      throw new WarrenError(
-        "image_invalid",
-        `layer writes ${target.slice(this.#options.root.length)} below something that is not a directory`,
-        { cause: err },
-      );
+      if (name === OPAQUE_WHITEOUT) {
+        for (const child of await dir.list()) {
+          if (!this.#written.has(dir.child(child))) await removeEntry(dir, child);
+        }
+        return;
+      }
+      const victim = name.slice(WHITEOUT_PREFIX.length);
+      if (victim === "" || victim === "." || victim === "..") {
+        throw new WarrenError("image_invalid", `layer has a whiteout of ${victim} in ${dir.path}`);
+      }
+      await removeEntry(dir, victim);
+    } finally {
+      await dir.close();
     }
   }
 
   /** Removes what stands at `target`, unless it is a directory a directory entry keeps. */
-  async #replace(target: string, keepDirectory = false): Promise<boolean> {
-    const st = await lstat(target).catch(() => undefined);
+  async #replace(target: ImageEntry, keepDirectory = false): Promise<boolean> {
+    const st = await lstatEntry(target.at);
     if (!st) return false;
     if (keepDirectory && st.isDirectory()) return true;
-    await rm(target, { recursive: true, force: true });
+    await removeEntry(target.dir, target.name);
     return false;
   }
 
-  async #directory(target: string, entry: ReadEntry): Promise<void> {
-    if (!(await this.#replace(target, true))) await mkdir(target, { mode: 0o700 });
-    await this.#setMeta(target, entry, false);
+  async #directory(target: ImageEntry, entry: ReadEntry): Promise<void> {
+    if (!(await this.#replace(target, true))) await mkdir(target.at, { mode: 0o700 });
+    const handle = await open(target.at, OPEN_DIRECTORY);
+    try {
+      await this.#setDirectoryMeta(handle, target.path, entry);
+    } finally {
+      await handle.close();
+    }
   }
 
-  async #file(target: string, entry: ReadEntry): Promise<void> {
+  async #file(target: ImageEntry, entry: ReadEntry): Promise<void> {
     const size = entry.size ?? 0;
     if (this.#bytes + size > this.#options.maxBytes) {
       entry.resume();
@@ -267,13 +307,12 @@ class LayerApplier {
       );
     }
     await this.#replace(target);
-    // O_EXCL: a fresh file, never one reached through a symlink put there meanwhile.
-    const handle = await open(target, "wx", 0o600);
+    // O_EXCL|O_NOFOLLOW: a fresh file, never one reached through a symlink.
+    const handle = await open(target.at, OPEN_NEW, 0o600);
     try {
       for await (const chunk of entry as AsyncIterable<Buffer>) await handle.write(chunk);
       this.#bytes += size;
-      if (this.#options.preserveOwners) await handle.chown(entry.uid ?? 0, entry.gid ?? 0);
-      await handle.chmod((entry.mode ?? 0o644) & 0o7777);
+      await this.#setMeta(handle, entry, 0o644);
       const mtime = entry.mtime ?? new Date(0);
       await handle.utimes(mtime, mtime);
     } finally {
@@ -281,16 +320,19 @@ class LayerApplier {
     }
   }
 
-  /** Owner (before the mode: chown clears setuid bits), mode and time, as the archive says. */
-  async #setMeta(target: string, entry: ReadEntry, isLink: boolean): Promise<void> {
-    const mtime = entry.mtime ?? new Date(0);
-    if (isLink) {
-      if (this.#options.preserveOwners) await lchown(target, entry.uid ?? 0, entry.gid ?? 0);
-      await lutimes(target, mtime, mtime);
-      return;
-    }
-    if (this.#options.preserveOwners) await chown(target, entry.uid ?? 0, entry.gid ?? 0);
-    await chmod(target, (entry.mode ?? 0o755) & 0o7777);
-    this.#dirTimes.push([target, mtime]);
+  async #setDirectoryMeta(handle: FileHandle, path: string, entry: ReadEntry): Promise<void> {
+    await this.#setMeta(handle, entry, 0o755);
+    this.#dirTimes.push([path, entry.mtime ?? new Date(0)]);
   }
+
+  /** Owner (before the mode: chown clears setuid bits), then mode, through the open handle. */
+  async #setMeta(handle: FileHandle, entry: ReadEntry, defaultMode: number): Promise<void> {
+    if (this.#options.preserveOwners) await handle.chown(entry.uid ?? 0, entry.gid ?? 0);
+    await handle.chmod((entry.mode ?? defaultMode) & 0o7777);
+  }
+}
+
+/** Removes an entry of a directory and what is under it (rm never follows a symlink). */
+async function removeEntry(dir: ImageDir, name: string): Promise<void> {
+  await rm(dir.at(name), { recursive: true, force: true });
 }

@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { readdir, readFile, rm, stat } from "node:fs/promises";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -20,6 +22,8 @@ const sha = (data: Buffer | string) => `sha256:${createHash("sha256").update(dat
  * and most registries do. It records requests so tests can see the auth dance and caching.
  */
 class FakeRegistry {
+  /** Without auth, the registry serves anyone (a registry a caller set up for the attack). */
+  constructor(readonly auth = true) {}
   readonly blobs = new Map<string, Buffer>();
   readonly manifests = new Map<string, { body: string; type: string }>();
   readonly requests: string[] = [];
@@ -60,7 +64,7 @@ class FakeRegistry {
       res.writeHead(200, { "content-type": "application/json" });
       return void res.end(JSON.stringify({ token: "good-token" }));
     }
-    if (req.headers.authorization !== "Bearer good-token") {
+    if (this.auth && req.headers.authorization !== "Bearer good-token") {
       res.writeHead(401, {
         "www-authenticate": `Bearer realm="http://${this.url}/token",service="fake-registry",scope="repository:library/app:pull"`,
         "content-type": "application/json",
@@ -226,7 +230,7 @@ it("pulls through a mirror with token auth: index → amd64, gzip/plain/zstd lay
   assert.ok((await stat(pulled.rootfs)).isFile(), "the ext4 image made by the (stand-in) mkfs");
 });
 
-it("pulls again from the cache: one manifest request, no blobs; a pinned digest needs none", async () => {
+it("pulls again from the cache: the registry asked for manifests only, a pinned digest too", async () => {
   const before = registry.requests.length;
   const runner = new TreeRecordingRunner();
   const [a, b] = await Promise.all([
@@ -234,16 +238,16 @@ it("pulls again from the cache: one manifest request, no blobs; a pinned digest 
     pullImage(options("app:1.0", { runner })),
   ]);
   assert.equal(a.rootfs, b.rootfs);
+  const pinned = await pullImage(options(`app@${indexDigest}`, { runner }));
+  assert.equal(pinned.digest, manifestDigest);
+  assert.equal(pinned.rootfs, a.rootfs);
   const made = registry.requests.slice(before);
   assert.ok(
     made.every((r) => r.includes("/manifests/") || r.includes("/token")),
     made.join(", "),
   );
+  assert.ok(made.includes(`GET /v2/library/app/manifests/${indexDigest}`), made.join(", "));
   assert.equal(runner.files.size, 0, "no second mkfs");
-  const pinned = registry.requests.length;
-  const byDigest = await pullImage(options(`app@${indexDigest}`, { runner }));
-  assert.equal(byDigest.digest, manifestDigest);
-  assert.equal(registry.requests.length, pinned, "no request at all");
 });
 
 it("names what is wrong: no such tag, no amd64, refused credentials", async () => {
@@ -267,4 +271,124 @@ it("names what is wrong: no such tag, no amd64, refused credentials", async () =
     pullImage(options("app:1.0", { insecureRegistries: [] })),
     reasonIs("invalid_argument", /WARREN_INSECURE_REGISTRIES/),
   );
+});
+
+/** Runs a program as `nobody` (a local user who is not the server's): did it work? */
+function asNobody(file: string, args: readonly string[]): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    execFile(file, args, { uid: 65534, gid: 65534 }, (err, stdout) =>
+      resolve(err ? undefined : stdout),
+    );
+  });
+}
+
+/** mkfs.ext4 stand-in that, while the unpacked tree exists, tries to use it as `nobody`. */
+class NobodyProbeRunner extends CommandRunner {
+  readonly reached: string[] = [];
+  override async run(file: string, args: readonly string[]): Promise<CommandResult> {
+    assert.equal(file, "mkfs.ext4");
+    const source = args[args.indexOf("-d") + 1] as string;
+    const suid = join(source, "usr/bin/suid-id");
+    assert.equal(
+      (await stat(suid)).mode & 0o7777,
+      0o4755,
+      "the layer's setuid bit, as root kept it",
+    );
+    const ran = await asNobody(suid, ["-u"]);
+    if (ran !== undefined)
+      this.reached.push(`ran the image's setuid id as nobody: euid ${ran.trim()}`);
+    if ((await asNobody("/bin/ls", [source])) !== undefined) this.reached.push(`listed ${source}`);
+    return { code: 0, stdout: "", stderr: "" };
+  }
+}
+
+it("keeps an image's files from local users while it unpacks and after: no setuid file to run, no blob to read", {
+  skip: process.getuid?.() === 0 ? false : "needs root: it runs probes as nobody",
+}, async () => {
+  const layer = registry.addBlob(
+    gzipSync(
+      makeTar([
+        { path: "usr/bin/suid-id", content: readFileSync("/usr/bin/id"), mode: 0o4755 },
+        { path: "etc/private", content: "the tenant's\n", mode: 0o644 },
+      ]),
+    ),
+  );
+  const config = registry.addBlob(
+    Buffer.from(JSON.stringify({ architecture: "amd64", os: "linux", config: {} })),
+  );
+  registry.addManifest(
+    "suid",
+    {
+      schemaVersion: 2,
+      mediaType: MANIFEST_MEDIA_TYPES.ociManifest,
+      config: { mediaType: "application/vnd.oci.image.config.v1+json", ...config },
+      layers: [{ mediaType: "application/vnd.oci.image.layer.v1.tar+gzip", ...layer }],
+    },
+    MANIFEST_MEDIA_TYPES.ociManifest,
+  );
+  const runner = new NobodyProbeRunner();
+  const pulled = await pullImage(options("app:suid", { runner }));
+  const blob = join(cacheDir, "blobs/sha256", layer.digest.slice("sha256:".length));
+  if ((await asNobody("/bin/cat", [blob])) !== undefined) runner.reached.push(`read ${blob}`);
+  if ((await asNobody("/bin/cat", [pulled.rootfs])) !== undefined) {
+    runner.reached.push(`read ${pulled.rootfs}`);
+  }
+  assert.deepEqual(runner.reached, [], "nobody reaches the image's files");
+  assert.equal((await stat(blob)).mode & 0o777, 0o600);
+  for (const dir of ["", "blobs", "blobs/sha256", "tmp", "rootfs"]) {
+    assert.equal(
+      (await stat(join(cacheDir, dir))).mode & 0o777,
+      0o700,
+      `${dir || "cacheDir"} is 0700`,
+    );
+  }
+});
+
+it("never hands a cached private image to a caller the registry refuses, by tag or by digest", async () => {
+  // The first test pulled app:1.0 with alice's credentials: its rootfs and blobs are cached.
+  const anonymous = { credentials: undefined };
+  for (const reference of ["app:1.0", `app@${indexDigest}`, `app@${manifestDigest}`]) {
+    await assert.rejects(
+      pullImage(options(reference, anonymous)),
+      (err: Error & { reason?: string }) =>
+        err.reason === "image_access_denied" && /refused an anonymous pull/.test(err.message),
+      `${reference} without credentials`,
+    );
+  }
+});
+
+it("gives a registry that serves a cached image's manifest but not its blobs nothing from the cache", async () => {
+  // A registry of the caller's own, open to all, with the private image's manifest (its
+  // digests are no secret) and none of its layers.
+  const copycat = new FakeRegistry(false);
+  await copycat.start();
+  try {
+    const index = registry.manifests.get(indexDigest);
+    const manifest = registry.manifests.get(manifestDigest);
+    assert.ok(index && manifest);
+    copycat.manifests.set("stolen", index);
+    copycat.manifests.set(indexDigest, index);
+    copycat.manifests.set(manifestDigest, manifest);
+    const copyOptions = {
+      reference: "app:stolen",
+      cacheDir,
+      mirrors: { "docker.io": `http://${copycat.url}` },
+      insecureRegistries: [copycat.url],
+      runner: new TreeRecordingRunner(),
+    };
+    for (const reference of ["app:stolen", `app@${manifestDigest}`]) {
+      await assert.rejects(
+        pullImage({ ...copyOptions, reference }),
+        (err: Error & { reason?: string }) =>
+          err.reason === "image_not_found" && /has no blob/.test(err.message),
+        reference,
+      );
+    }
+    assert.ok(
+      copycat.requests.some((r) => r.startsWith("GET /v2/library/app/blobs/")),
+      `the copycat was asked for the blobs: ${copycat.requests.join(", ")}`,
+    );
+  } finally {
+    await copycat.close();
+  }
 });

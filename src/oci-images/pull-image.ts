@@ -1,12 +1,13 @@
 import { randomBytes } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { CommandRunner, formatDuration, makeExt4Image } from "../host-setup/index.js";
 import { WarrenError } from "../shared/index.js";
 import { BlobCache } from "./blob-cache.js";
 import { type ImageRunConfig, parseImageConfig } from "./image-config.js";
 import { formatImageReference, manifestSelector, parseImageReference } from "./image-reference.js";
+import { ImageTree } from "./image-tree.js";
 import { applyLayer } from "./layer-apply.js";
 import {
   describePlatforms,
@@ -21,7 +22,6 @@ import {
   type RegistryCredentials,
 } from "./registry-credentials.js";
 import type { RegistryEndpointOptions } from "./registry-endpoints.js";
-import { resolveInRoot } from "./root-path.js";
 import { ensureGuestUser } from "./user-account.js";
 
 /** Bumped when the rootfs made from an image changes (a new recipe rebuilds cached images). */
@@ -91,6 +91,7 @@ export async function pullImage(options: PullImageOptions): Promise<PulledImage>
     options.credentials ?? null,
     options.mirrors?.[ref.registry] ?? null,
     options.insecureRegistries ?? [],
+    options.privateRegistries ?? [],
   ]);
   const pending = pullsInFlight.get(key);
   if (pending) return pending;
@@ -111,13 +112,7 @@ async function pullOnce(options: PullImageOptions): Promise<PulledImage> {
     sizeMiB: record.sizeMiB,
     config: record.config,
   });
-  if (ref.digest) {
-    const cached = await readRecord(cache, ref.digest);
-    if (cached) {
-      progress(`pull ${name}: cached rootfs ${cached.digest}`);
-      return result(cached);
-    }
-  }
+  await cache.prepare();
   const started = Date.now();
   const credentials = options.credentials
     ? await exchangeRegistryCredentials(options.credentials, {
@@ -128,9 +123,12 @@ async function pullOnce(options: PullImageOptions): Promise<PulledImage> {
   const client = new RegistryClient(ref, {
     ...(options.mirrors ? { mirrors: options.mirrors } : {}),
     ...(options.insecureRegistries ? { insecureRegistries: options.insecureRegistries } : {}),
+    ...(options.privateRegistries ? { privateRegistries: options.privateRegistries } : {}),
     ...(credentials ? { credentials } : {}),
     ...(options.signal ? { signal: options.signal } : {}),
   });
+  // Every pull asks the registry for the manifest with this caller's credentials, a pinned
+  // digest too: what another caller pulled is never handed out on the strength of the cache.
   const top = await client.getManifest(manifestSelector(ref));
   let parsed = parseManifest(top.body, top.contentType);
   let digest = top.digest;
@@ -153,26 +151,90 @@ async function pullOnce(options: PullImageOptions): Promise<PulledImage> {
   progress(
     `pull ${name}: manifest ${digest}, ${manifest.layers.length} layers (${formatDuration(Date.now() - started)})`,
   );
+  checkBounds(manifest, name, options);
+  // Blobs this repository has not served before are downloaded (and so proved) first.
+  await fetchBlobs(client, manifest, name, cache, progress);
   let record = await readRecord(cache, digest);
   if (record) {
     progress(`pull ${name}: cached rootfs ${digest}`);
   } else {
     let build = buildsInFlight.get(digest);
     if (!build) {
-      build = buildRootfs(client, manifest, digest, name, options).finally(() =>
+      build = buildRootfs(manifest, digest, name, options).finally(() =>
         buildsInFlight.delete(digest),
       );
       buildsInFlight.set(digest, build);
     }
     record = await build;
   }
-  // A pinned index digest finds the rootfs next time without asking the registry.
-  if (top.digest !== digest) await writeRecord(cache, top.digest, record);
   return result(record);
 }
 
+/**
+ * The cache's directories, 0700 and root's (the server's): unpacked images hold the
+ * tenants' setuid files and private data, out of every local user's reach.
+ */
+async function prepareCache(cacheDir: string, dirs: readonly string[]): Promise<void> {
+  for (const dir of [cacheDir, ...dirs]) {
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    // Made wider by an earlier version, or by a umask: narrowed on every pull.
+    await chmod(dir, 0o700);
+  }
+}
+
+function checkBounds(manifest: ImageManifest, name: string, options: PullImageOptions): void {
+  const maxDownload = options.maxDownloadBytes ?? 16 * GiB;
+  const total = manifest.layers.reduce((sum, layer) => sum + layer.size, 0);
+  if (total > maxDownload) {
+    throw new WarrenError(
+      "image_invalid",
+      `${name}: layers total ${total} bytes, over the ${maxDownload}-byte limit`,
+    );
+  }
+  if (manifest.config.size > MAX_CONFIG_BYTES) {
+    throw new WarrenError(
+      "image_invalid",
+      `${name}: config of ${manifest.config.size} bytes is too large`,
+    );
+  }
+}
+
+/** The config and layers into the blob cache, unless this repository served them before. */
+async function fetchBlobs(
+  client: RegistryClient,
+  manifest: ImageManifest,
+  name: string,
+  cache: CacheLayout,
+  progress: (line: string) => void,
+): Promise<void> {
+  await cache.blobs.fetch(client, manifest.config);
+  const layers = manifest.layers;
+  for (const [i, layer] of layers.entries()) {
+    const label = `pull ${name}: layer ${i + 1}/${layers.length} ${layer.digest.slice(0, 19)} ${formatMiB(layer.size)}`;
+    if (await cache.blobs.has(client, layer)) {
+      progress(`${label}: cached`);
+      continue;
+    }
+    const t0 = Date.now();
+    let next = 0.25;
+    await cache.blobs.fetch(client, layer, (received) => {
+      if (layer.size > 16 * MiB && received >= layer.size * next) {
+        progress(`${label}: ${Math.round(next * 100)} %`);
+        next += 0.25;
+      }
+    });
+    progress(`${label}: downloaded (${formatDuration(Date.now() - t0)})`);
+  }
+}
+
 function cacheLayout(cacheDir: string) {
+  const dirs = ["blobs", "blobs/sha256", "blobs/sources", "rootfs", "tmp"];
   return {
+    prepare: () =>
+      prepareCache(
+        cacheDir,
+        dirs.map((dir) => join(cacheDir, dir)),
+      ),
     blobs: new BlobCache(cacheDir),
     rootfsDir: join(cacheDir, "rootfs"),
     tmpDir: join(cacheDir, "tmp"),
@@ -200,7 +262,7 @@ async function writeRecord(
 ): Promise<void> {
   const path = cache.recordPath(digest);
   const temp = `${path}.${process.pid}.tmp`;
-  await writeFile(temp, `${JSON.stringify(record, null, 2)}\n`);
+  await writeFile(temp, `${JSON.stringify(record, null, 2)}\n`, { mode: 0o600 });
   await rename(temp, path);
 }
 
@@ -217,8 +279,8 @@ async function removeAbandonedWork(tmpDir: string): Promise<void> {
   }
 }
 
+/** Flattens the manifest's layers (all in the blob cache by now) into a cached ext4. */
 async function buildRootfs(
-  client: RegistryClient,
   manifest: ImageManifest,
   digest: string,
   name: string,
@@ -226,54 +288,21 @@ async function buildRootfs(
 ): Promise<RootfsRecord> {
   const cache = cacheLayout(options.cacheDir);
   const progress = options.onProgress ?? (() => {});
-  const maxDownload = options.maxDownloadBytes ?? 16 * GiB;
-  const total = manifest.layers.reduce((sum, layer) => sum + layer.size, 0);
-  if (total > maxDownload) {
-    throw new WarrenError(
-      "image_invalid",
-      `${name}: layers total ${total} bytes, over the ${maxDownload}-byte limit`,
-    );
-  }
-  if (manifest.config.size > MAX_CONFIG_BYTES) {
-    throw new WarrenError(
-      "image_invalid",
-      `${name}: config of ${manifest.config.size} bytes is too large`,
-    );
-  }
-  await mkdir(cache.tmpDir, { recursive: true });
-  await mkdir(cache.rootfsDir, { recursive: true });
   await removeAbandonedWork(cache.tmpDir);
   const hex = digest.slice("sha256:".length);
   const work = join(cache.tmpDir, `rootfs-${process.pid}-${randomBytes(4).toString("hex")}`);
   const root = join(work, "root");
   try {
-    await mkdir(root, { recursive: true, mode: 0o755 });
+    await mkdir(work, { mode: 0o700 });
+    await mkdir(root, { mode: 0o755 });
     const config = parseImageConfig(
-      await readFile(await cache.blobs.fetch(client, manifest.config), "utf8"),
+      await readFile(cache.blobs.path(manifest.config.digest), "utf8"),
     );
-    const layers = manifest.layers;
-    for (const [i, layer] of layers.entries()) {
-      options.signal?.throwIfAborted();
-      const label = `pull ${name}: layer ${i + 1}/${layers.length} ${layer.digest.slice(0, 19)} ${formatMiB(layer.size)}`;
-      if (await cache.blobs.has(layer)) {
-        progress(`${label}: cached`);
-      } else {
-        const t0 = Date.now();
-        let next = 0.25;
-        await cache.blobs.fetch(client, layer, (received) => {
-          if (layer.size > 16 * MiB && received >= layer.size * next) {
-            progress(`${label}: ${Math.round(next * 100)} %`);
-            next += 0.25;
-          }
-        });
-        progress(`${label}: downloaded (${formatDuration(Date.now() - t0)})`);
-      }
-    }
     const preserveOwners = process.getuid?.() === 0;
     let unpacked = 0;
     const maxUnpacked = options.maxUnpackedBytes ?? 32 * GiB;
     const t1 = Date.now();
-    for (const layer of layers) {
+    for (const layer of manifest.layers) {
       options.signal?.throwIfAborted();
       const stats = await applyLayer(createReadStream(cache.blobs.path(layer.digest)), {
         root,
@@ -284,9 +313,7 @@ async function buildRootfs(
     }
     const user = await ensureGuestUser(root, { setOwners: preserveOwners });
     // As a container runtime does: the image's working directory exists when it starts.
-    if (config.workingDir) {
-      await mkdir(await resolveInRoot(root, config.workingDir), { recursive: true, mode: 0o755 });
-    }
+    if (config.workingDir) await makeWorkingDir(root, config.workingDir);
     progress(
       `pull ${name}: unpacked ${formatMiB(unpacked)}${user.added ? `, added user ${user.uid}:${user.gid} (${user.shell})` : ""} (${formatDuration(Date.now() - t1)})`,
     );
@@ -300,6 +327,7 @@ async function buildRootfs(
       journal: true,
       runner: options.runner ?? new CommandRunner(),
     });
+    await chmod(image, 0o600);
     const file = `v${OCI_ROOTFS_RECIPE}-sha256-${hex}.ext4`;
     await rename(image, join(cache.rootfsDir, file));
     const record: RootfsRecord = {
@@ -316,6 +344,16 @@ async function buildRootfs(
     return record;
   } finally {
     await rm(work, { recursive: true, force: true });
+  }
+}
+
+/** The image's working directory, made inside the image (never through a link out of it). */
+async function makeWorkingDir(root: string, path: string): Promise<void> {
+  const tree = await ImageTree.open(root);
+  try {
+    await (await tree.directory(path, { create: true }))?.close();
+  } finally {
+    await tree.close();
   }
 }
 

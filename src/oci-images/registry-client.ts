@@ -2,7 +2,12 @@ import { createHash } from "node:crypto";
 import { WarrenError } from "../shared/index.js";
 import { formatImageReference, type ImageReference } from "./image-reference.js";
 import { type Descriptor, MANIFEST_ACCEPT } from "./manifest.js";
-import { type RegistryEndpointOptions, registryBaseUrl } from "./registry-endpoints.js";
+import {
+  type RegistryEndpointOptions,
+  registryBaseUrl,
+  registryDestinations,
+} from "./registry-endpoints.js";
+import { type RegistryAnswer, type RegistryDestinations, registryGet } from "./registry-http.js";
 import { parseWwwAuthenticate } from "./www-authenticate.js";
 
 /** Username and password for a registry: its own, or exchanged from cloud credentials. */
@@ -39,12 +44,22 @@ export class RegistryClient {
   readonly #ref: ImageReference;
   readonly #base: string;
   readonly #options: RegistryClientOptions;
+  readonly #destinations: RegistryDestinations;
   #authorization: string | undefined;
 
   constructor(ref: ImageReference, options: RegistryClientOptions = {}) {
     this.#ref = ref;
     this.#base = registryBaseUrl(ref.registry, options);
     this.#options = options;
+    this.#destinations = registryDestinations(options);
+  }
+
+  /**
+   * The repository this client pulls from, as a URL (`https://ghcr.io/v2/org/app`): the cache
+   * remembers which repository served which blob.
+   */
+  get source(): string {
+    return `${this.#base}/v2/${this.#ref.repository}`;
   }
 
   /** The manifest (or index) for a tag or digest; a digest given is checked against the bytes. */
@@ -62,7 +77,7 @@ export class RegistryClient {
       }
       return {
         body: bytes.toString("utf8"),
-        contentType: response.headers.get("content-type") ?? "",
+        contentType: response.header("content-type") ?? "",
         digest,
       };
     } finally {
@@ -80,12 +95,8 @@ export class RegistryClient {
     const url = `${this.#base}/v2/${this.#ref.repository}/blobs/${blob.digest}`;
     const { response, done, touch } = await this.#get(url, {}, `blob ${blob.digest}`);
     const body = response.body;
-    if (!body) {
-      done();
-      throw new WarrenError("image_pull_failed", `GET ${url} answered without a body`);
-    }
     async function* chunks(): AsyncIterable<Uint8Array> {
-      for await (const chunk of body as AsyncIterable<Uint8Array>) {
+      for await (const chunk of body) {
         touch();
         yield chunk;
       }
@@ -106,13 +117,13 @@ export class RegistryClient {
     url: string,
     headers: Record<string, string>,
     what: string,
-  ): Promise<{ response: Response; done: () => void; touch: () => void }> {
-    let response = await this.#fetch(url, headers);
+  ): Promise<{ response: RegistryAnswer; done: () => void; touch: () => void }> {
+    let response = await this.#fetch(url, headers, "registry");
     if (response.response.status === 401) {
-      const challenge = response.response.headers.get("www-authenticate") ?? "";
+      const challenge = response.response.header("www-authenticate") ?? "";
       await drain(response);
       await this.#authenticate(challenge, url);
-      response = await this.#fetch(url, headers);
+      response = await this.#fetch(url, headers, "registry");
     }
     const status = response.response.status;
     if (status >= 200 && status < 300) return response;
@@ -136,7 +147,8 @@ export class RegistryClient {
   async #fetch(
     url: string,
     headers: Record<string, string>,
-  ): Promise<{ response: Response; done: () => void; touch: () => void }> {
+    role: string,
+  ): Promise<{ response: RegistryAnswer; done: () => void; touch: () => void }> {
     const controller = new AbortController();
     const outer = this.#options.signal;
     const abortFromOuter = () => controller.abort(outer?.reason);
@@ -164,12 +176,30 @@ export class RegistryClient {
       const auth: Record<string, string> = this.#authorization
         ? { authorization: this.#authorization }
         : {};
-      const response = await fetch(url, {
+      const response = await registryGet(url, {
         headers: { ...headers, ...auth },
         signal: controller.signal,
-        redirect: "follow",
+        destinations: this.#destinations,
+        role,
       });
-      return { response, done, touch };
+      // A body cut short (the idle timeout, the caller's signal, a reset) says why, as a
+      // failed request would.
+      const signal = controller.signal;
+      async function* body(): AsyncIterable<Buffer> {
+        try {
+          yield* response.body;
+        } catch (err) {
+          throw fetchFailure(url, err, signal);
+        }
+      }
+      return {
+        response: { ...response, body: body() },
+        done: () => {
+          response.destroy();
+          done();
+        },
+        touch,
+      };
     } catch (err) {
       done();
       throw fetchFailure(url, err, controller.signal);
@@ -254,12 +284,12 @@ export class RegistryClient {
   async #fetchToken(
     url: string,
     basic: string | undefined,
-  ): Promise<{ response: Response; done: () => void }> {
+  ): Promise<{ response: RegistryAnswer; done: () => void }> {
     const saved = this.#authorization;
     // The token request carries the Basic credentials, never a previous token.
     this.#authorization = basic;
     try {
-      return await this.#fetch(url, {});
+      return await this.#fetch(url, {}, "token realm");
     } finally {
       this.#authorization = saved;
     }
@@ -268,26 +298,25 @@ export class RegistryClient {
 
 function fetchFailure(url: string, err: unknown, signal: AbortSignal): WarrenError {
   if (signal.reason instanceof WarrenError) return signal.reason;
+  // A refused destination (registry-http.ts) says so itself.
+  if (err instanceof WarrenError) return err;
   if (signal.aborted) {
     return new WarrenError("image_pull_failed", `GET ${url}: aborted`, { cause: err });
   }
-  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
-  const detail = cause?.code ?? cause?.message ?? (err as Error).message;
+  const cause = err as { code?: string; message?: string };
+  const detail = cause.code ? `${cause.code} ${cause.message ?? ""}`.trim() : cause.message;
   return new WarrenError("image_pull_failed", `GET ${url} failed: ${detail}`, { cause: err });
 }
 
-async function drain(fetched: { response: Response; done: () => void }): Promise<void> {
-  try {
-    await fetched.response.body?.cancel();
-  } catch {
-    // Nothing to keep from a body we are throwing away.
-  } finally {
-    fetched.done();
-  }
+async function drain(fetched: { response: RegistryAnswer; done: () => void }): Promise<void> {
+  fetched.done();
 }
 
 /** `: CODE message` from a registry's JSON error body, best effort and bounded. */
-async function errorDetail(fetched: { response: Response; done: () => void }): Promise<string> {
+async function errorDetail(fetched: {
+  response: RegistryAnswer;
+  done: () => void;
+}): Promise<string> {
   try {
     const text = (await readLimited(fetched.response, 64 * 1024, "")).toString("utf8");
     const json = JSON.parse(text) as { errors?: { code?: string; message?: string }[] };
@@ -301,8 +330,8 @@ async function errorDetail(fetched: { response: Response; done: () => void }): P
 }
 
 /** The whole body, refusing more than `max` bytes (a manifest that big is not one). */
-async function readLimited(response: Response, max: number, url: string): Promise<Buffer> {
-  const declared = Number(response.headers.get("content-length") ?? "0");
+async function readLimited(response: RegistryAnswer, max: number, url: string): Promise<Buffer> {
+  const declared = Number(response.header("content-length") ?? "0");
   if (declared > max) {
     throw new WarrenError(
       "image_invalid",
@@ -311,7 +340,7 @@ async function readLimited(response: Response, max: number, url: string): Promis
   }
   const parts: Buffer[] = [];
   let total = 0;
-  for await (const chunk of (response.body ?? []) as AsyncIterable<Uint8Array>) {
+  for await (const chunk of response.body) {
     total += chunk.byteLength;
     if (total > max) {
       throw new WarrenError("image_invalid", `${url} is over the ${max}-byte limit`);

@@ -99,3 +99,35 @@ it("replaces a symlinked /etc/passwd instead of writing where it points", async 
   await ensureGuestUser(root);
   assert.equal(await readFile(join(outside, "passwd"), "utf8"), "root:x:0:0::/root:/bin/sh\n");
 });
+
+it("writes, chowns and copies through no link the image planted (temp names, skel, home)", async () => {
+  // The host files a hostile image points at: they must come out as they went in.
+  const host = await imageRoot({ "key-file": "host secret\n", "skel/id_rsa": "host key\n" });
+  const hostFile = join(host, "key-file");
+  const before = await stat(hostFile);
+  const root = await imageRoot({
+    "etc/passwd": "root:x:0:0:root:/root:/bin/sh\n",
+    "etc/group": "root:x:0:\n",
+    "etc/shadow": "root:*:19000:0:99999:7:::\n",
+    "etc/gshadow": "root:*::\n",
+  });
+  for (const name of ["passwd", "group", "shadow", "gshadow"]) {
+    for (const suffix of [".warren-tmp", "+", "-", ".tmp", ".new"]) {
+      await symlink(hostFile, join(root, `etc/${name}${suffix}`));
+    }
+  }
+  await symlink(join(host, "skel"), join(root, "etc/skel"));
+  await ensureGuestUser(root, { setOwners: process.getuid?.() === 0 });
+  assert.equal(await readFile(hostFile, "utf8"), "host secret\n", "the host file is untouched");
+  const after = await stat(hostFile);
+  assert.deepEqual(
+    [after.uid, after.gid, after.mode, after.mtimeMs],
+    [before.uid, before.gid, before.mode, before.mtimeMs],
+    "nor chowned, chmodded or touched",
+  );
+  await assert.rejects(
+    readFile(join(root, "home/user/id_rsa")),
+    "a host directory's files are not copied in as /etc/skel's",
+  );
+  assert.match(await readFile(join(root, "etc/passwd"), "utf8"), /\nuser:x:1000:1000:/);
+});

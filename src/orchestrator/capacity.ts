@@ -17,6 +17,11 @@ export interface CapacityLimits {
    * 429s instead of the OOM killer. 0 turns it off.
    */
   readonly memoryReserveMiB?: number;
+  /**
+   * Free disk (the data dir's filesystem) a create never eats into (DiskSpace): below it,
+   * 507 disk_pressure. 0 or unset turns it off.
+   */
+  readonly diskReserveMiB?: number;
 }
 
 /** What starting one more VMM takes at once, whatever its guest does later (QEMU, TCG cache). */

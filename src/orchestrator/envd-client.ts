@@ -1,4 +1,5 @@
 import { Agent } from "node:http";
+import type { Readable } from "node:stream";
 import { type Client, createClient, type Transport } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Filesystem } from "../protocol/gen/filesystem/filesystem_pb.js";
@@ -19,8 +20,8 @@ export interface EnvdClientOptions {
 export interface EnvdRequestOptions {
   /** A body sent as JSON. */
   readonly json?: unknown;
-  /** A body sent as is, with `contentType`. */
-  readonly body?: string | Uint8Array;
+  /** A body sent as is, with `contentType` (a stream: as it is read, chunked). */
+  readonly body?: string | Uint8Array | Readable;
   readonly contentType?: string;
   /** Basic auth as this user (envd takes the username from it); none when absent. */
   readonly user?: string;

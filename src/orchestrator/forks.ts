@@ -160,6 +160,7 @@ export class Forks {
       Array.from({ length: count }, async (): Promise<ForkResult> => {
         try {
           const child = newRow({
+            teamId: row.teamId,
             templateId: row.templateId,
             alias: row.alias,
             shape: row,
@@ -198,6 +199,7 @@ export class Forks {
     }
     const template = await this.captureTemplate(sandboxId, {
       id: newId(),
+      teamId: this.#o.table.get(sandboxId).row.teamId,
       kind: "snapshot",
       aliases: input.name ? [input.name] : [],
     });
@@ -210,7 +212,7 @@ export class Forks {
    */
   async captureTemplate(
     sandboxId: string,
-    template: Pick<TemplateRow, "id" | "kind" | "aliases" | "config">,
+    template: Pick<TemplateRow, "id" | "kind" | "aliases" | "config" | "teamId">,
   ): Promise<TemplateRow> {
     const { catalog, events } = this.#o;
     const source = this.#o.table.get(sandboxId);
@@ -234,7 +236,11 @@ export class Forks {
     return row;
   }
 
-  listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
+  listSnapshots(filter: {
+    sandboxId?: string;
+    name?: string;
+    teamId?: string;
+  }): Promise<SnapshotInfo[]> {
     return listSnapshotTemplates(this.#o.catalog, filter);
   }
 
@@ -243,8 +249,8 @@ export class Forks {
    * template) block deletion. Its data may stay a while longer: the source sandbox's disk
    * may stand on it (`Snapshots` counts references).
    */
-  async deleteTemplate(templateId: string): Promise<void> {
-    const template = await findTemplate(this.#o.catalog, templateId);
+  async deleteTemplate(templateId: string, teamId?: string): Promise<void> {
+    const template = await findTemplate(this.#o.catalog, templateId, { teamId });
     if (template.kind === "layer") {
       throw new WarrenError("template_not_found", `template '${templateId}' not found`);
     }

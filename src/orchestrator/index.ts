@@ -1,5 +1,6 @@
 export { BASE_TEMPLATE } from "./base-template.js";
 export type { CapacityLimits } from "./capacity.js";
+export { DiskSpace, type DiskStats, type StatDisk, statDisk } from "./disk-space.js";
 export {
   EnvdClient,
   type EnvdClientOptions,
@@ -25,6 +26,6 @@ export {
 } from "./lifecycle-events.js";
 export { Orchestrator, type OrchestratorOptions } from "./orchestrator.js";
 export { assertReady } from "./readiness.js";
-export { splitTag } from "./templates.js";
+export { splitTag, visibleTo } from "./templates.js";
 export type * from "./types.js";
 export type { PoolSettings } from "./warm-pool.js";

@@ -5,6 +5,7 @@ import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { Vm } from "../vmm/index.js";
 import type { Capacity } from "./capacity.js";
+import type { DiskSpace } from "./disk-space.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
 import { configOf, type LiveSandbox, sandboxInfo } from "./live-sandbox.js";
 import { egressPolicyOf } from "./network-config.js";
@@ -12,6 +13,7 @@ import type { SandboxTable } from "./sandbox-table.js";
 import type { SandboxVms } from "./sandbox-vms.js";
 import { type Permit, Semaphore } from "./semaphore.js";
 import type { Snapshots } from "./snapshots.js";
+import type { TeamQuotas } from "./team-quotas.js";
 import { TtlTimers } from "./ttl-timers.js";
 import type { PauseOptions, ResumeOptions, SandboxInfo } from "./types.js";
 import type { PoolTemplate, WarmPool, WarmVm } from "./warm-pool.js";
@@ -20,6 +22,9 @@ export interface LifecycleOptions {
   readonly catalog: Catalog;
   readonly table: SandboxTable;
   readonly capacity: Capacity;
+  readonly quotas: TeamQuotas;
+  /** Free-disk admission of new sandboxes (their disk layers grow in the data dir). */
+  readonly disk: DiskSpace;
   readonly vms: SandboxVms;
   readonly pool: WarmPool;
   readonly snapshots: Snapshots;
@@ -76,20 +81,35 @@ export class Lifecycle {
     presentToken?: string,
     template?: PoolTemplate,
   ): Promise<SandboxInfo> {
-    const { catalog, table, capacity, pool } = this.#o;
+    const { catalog, table, capacity, pool, quotas } = this.#o;
     const snapshotId = fresh.snapshotId as string;
+    this.#o.disk.admit("creating a sandbox");
+    const limits = await quotas.limitsOf(fresh);
+    // The team's share first: a team over its quota takes nothing from the node or the pool.
+    const releaseTeam = quotas.reserve(fresh, limits, { newDisk: true });
     const warm = template && pool.take(template);
     crashPoint("lifecycle.launch.after-take");
     // A warmed VMM brings its id (its runtime dir is named after it) and its capacity share.
     const row = warm ? { ...fresh, id: warm.id } : fresh;
-    const releaseCapacity = warm ? warm.releaseCapacity : capacity.reserve(row);
+    let releaseNode: () => void;
+    try {
+      releaseNode = warm ? warm.releaseCapacity : capacity.reserve(row);
+    } catch (err) {
+      releaseTeam();
+      throw err;
+    }
+    const releaseCapacity = () => {
+      releaseTeam();
+      releaseNode();
+    };
     const live: LiveSandbox = { row, releaseCapacity, abort: new AbortController(), metrics: [] };
     try {
       await catalog.insertSandbox(row);
       crashPoint("lifecycle.launch.after-insert");
     } catch (err) {
+      releaseTeam();
       if (warm) await pool.discard(warm);
-      else releaseCapacity();
+      else releaseNode();
       throw err;
     }
     table.add(live);
@@ -182,7 +202,21 @@ export class Lifecycle {
     if (!snapshotId) {
       throw new WarrenError("internal", `paused sandbox ${live.row.id} has no snapshot`);
     }
-    live.releaseCapacity = this.#o.capacity.reserve(live.row);
+    const { quotas, capacity } = this.#o;
+    const releaseTeam = quotas.reserve(live.row, await quotas.limitsOf(live.row), {
+      newDisk: false,
+    });
+    let releaseNode: () => void;
+    try {
+      releaseNode = capacity.reserve(live.row);
+    } catch (err) {
+      releaseTeam();
+      throw err;
+    }
+    live.releaseCapacity = () => {
+      releaseTeam();
+      releaseNode();
+    };
     live.abort = new AbortController();
     const started = performance.now();
     await this.update(live, { state: "resuming" });

@@ -5,6 +5,7 @@ import type { ListFilter } from "./types.js";
 export function matchesFilter(row: SandboxRow, filter: ListFilter): boolean {
   const state = publicState(row);
   if (!state || configOf(row).internal) return false;
+  if (filter.teamId !== undefined && row.teamId !== filter.teamId) return false;
   if (filter.states && !filter.states.includes(state)) return false;
   if (filter.template && row.templateId !== filter.template && row.alias !== filter.template) {
     return false;

@@ -65,6 +65,7 @@ export function sandboxInfo(row: SandboxRow): SandboxInfo {
   const config = configOf(row);
   return {
     sandboxId: row.id,
+    teamId: row.teamId,
     templateId: row.templateId,
     alias: row.alias,
     clientId: row.clientId,
@@ -85,6 +86,7 @@ export function sandboxInfo(row: SandboxRow): SandboxInfo {
 }
 
 export interface NewRowInput {
+  readonly teamId: string;
   readonly templateId: string;
   readonly alias?: string;
   readonly shape: {
@@ -105,6 +107,7 @@ export function newRow(input: NewRowInput): SandboxRow {
   const now = new Date();
   return {
     id: newId(),
+    teamId: input.teamId,
     templateId: input.templateId,
     alias: input.alias,
     state: "creating",

@@ -5,6 +5,7 @@ import { type Logger, WarrenError } from "../shared/index.js";
 import type { DiskChains, MachineShape, VmmDriver } from "../vmm/index.js";
 import { type BaseTemplateOptions, bootTemplate, ensureBaseTemplate } from "./base-template.js";
 import { Capacity, type CapacityLimits } from "./capacity.js";
+import { DiskSpace, type StatDisk } from "./disk-space.js";
 import { Forks } from "./forks.js";
 import type { GuestAgent } from "./guest-agent.js";
 import { ensureLayout, type StateLayout } from "./layout.js";
@@ -21,6 +22,7 @@ import { requireState, SandboxTable } from "./sandbox-table.js";
 import { SandboxVms } from "./sandbox-vms.js";
 import { templateStart } from "./snapshot-templates.js";
 import { type SharedSnapshots, Snapshots } from "./snapshots.js";
+import { type TeamLimitsLookup, TeamQuotas } from "./team-quotas.js";
 import { metricsWithin, sandboxLogs, takeMetricsSample } from "./telemetry.js";
 import { findTemplate } from "./templates.js";
 import type {
@@ -42,6 +44,7 @@ import type {
   SandboxMetric,
   SandboxRouter,
   SandboxService,
+  SandboxSpan,
   ServerStatus,
   SnapshotInfo,
   SpillingForkInput,
@@ -85,6 +88,10 @@ export interface OrchestratorOptions {
   readonly shared?: SharedSnapshots;
   /** Background metrics sampling of running sandboxes (MetricsSampler); 0 or unset: off. */
   readonly metricsIntervalMs?: number;
+  /** Each team's limits (the team catalog); unset: no team quotas. */
+  readonly teamLimits?: TeamLimitsLookup;
+  /** statfs of the data dir, for free-disk admission (tests pass their own). */
+  readonly statDisk?: StatDisk;
 }
 
 /**
@@ -108,6 +115,7 @@ export class Orchestrator
   readonly #table = new SandboxTable();
   readonly #pool: WarmPool;
   readonly #capacity: Capacity;
+  readonly #disk: DiskSpace;
   readonly #snapshots: Snapshots;
   readonly #lifecycle: Lifecycle;
   readonly #forks: Forks;
@@ -126,6 +134,12 @@ export class Orchestrator
     this.#events = events;
     const capacity = new Capacity(options.limits);
     this.#capacity = capacity;
+    const disk = new DiskSpace(
+      layout.dataDir,
+      options.limits.diskReserveMiB ?? 0,
+      options.statDisk,
+    );
+    this.#disk = disk;
     this.#snapshots = new Snapshots({
       catalog,
       driver,
@@ -171,6 +185,8 @@ export class Orchestrator
       catalog,
       table: this.#table,
       capacity,
+      quotas: new TeamQuotas(options.teamLimits, () => this.#table.values().map((l) => l.row)),
+      disk,
       vms,
       pool: this.#pool,
       snapshots: this.#snapshots,
@@ -299,6 +315,16 @@ export class Orchestrator
   }
 
   /** Where each running or paused sandbox came from, found in the snapshots it stands on. */
+  async teamHistory(teamId: string): Promise<SandboxSpan[]> {
+    return (await this.#o.catalog.listSandboxes())
+      .filter((row) => row.teamId === teamId && !configOf(row).internal)
+      .map((row) => ({
+        startedAt: new Date(row.startedAt),
+        // A killed row's updatedAt is its kill (nothing changes it after).
+        ...(row.state === "killed" && { endedAt: new Date(row.updatedAt) }),
+      }));
+  }
+
   async lineage(): Promise<SandboxLineage[]> {
     const { catalog } = this.#o;
     // Forks of one source share their chains: each snapshot read once per call.
@@ -368,7 +394,10 @@ export class Orchestrator
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
     assertReady(this.#status);
     const { catalog } = this.#o;
-    const template = await findTemplate(catalog, input.templateId, { layers: input.internal });
+    const template = await findTemplate(catalog, input.templateId, {
+      layers: input.internal,
+      teamId: input.teamId,
+    });
     // Checked before anything is reserved: a bad list is the caller's 400.
     validateEgressPolicy(egressPolicyOf(input.network, input.allowInternetAccess));
     const config: SandboxConfig = {
@@ -379,6 +408,7 @@ export class Orchestrator
       ...(input.internal && { internal: true }),
     };
     const row = newRow({
+      teamId: input.teamId,
       templateId: template.id,
       alias: template.aliases[0],
       shape: template,
@@ -644,8 +674,8 @@ export class Orchestrator
     return this.#forks.listSnapshots(filter);
   }
 
-  async deleteTemplate(templateId: string): Promise<void> {
-    return this.#forks.deleteTemplate(templateId);
+  async deleteTemplate(templateId: string, teamId?: string): Promise<void> {
+    return this.#forks.deleteTemplate(templateId, teamId);
   }
 
   // ---- TemplateHost -------------------------------------------------------------------------
@@ -662,8 +692,8 @@ export class Orchestrator
     return this.#o.images.baseRootfs;
   }
 
-  findTemplate(reference: string): Promise<TemplateRow> {
-    return findTemplate(this.#o.catalog, reference);
+  findTemplate(reference: string, teamId?: string): Promise<TemplateRow> {
+    return findTemplate(this.#o.catalog, reference, { teamId });
   }
 
   guestEndpoint(sandboxId: string): { host: string; accessToken?: string } {
@@ -684,6 +714,17 @@ export class Orchestrator
 
   async bootTemplate(input: BootTemplateInput): Promise<TemplateRow> {
     assertReady(this.#status);
+    const { diskSizeMiB, memoryMiB } = input.shape;
+    // A qcow2 disk is thin: a larger one costs nothing until its guest fills the host's disk.
+    const ceiling = this.#disk.ceilingMiB();
+    if (diskSizeMiB !== undefined && diskSizeMiB > ceiling) {
+      throw new WarrenError(
+        "invalid_argument",
+        `a template disk of ${diskSizeMiB} MiB is more than this node could ever hold: at most ${ceiling} MiB (the data dir's filesystem less WARREN_DISK_RESERVE_MIB)`,
+      );
+    }
+    // Its capture writes the guest's memory.
+    this.#disk.admit("booting a template", memoryMiB * 1024 * 1024);
     return bootTemplate(this.#bootOptions(), input);
   }
 

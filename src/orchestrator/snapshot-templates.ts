@@ -7,6 +7,7 @@ export function snapshotInfo(template: TemplateRow, sandboxId: string | undefine
   const name = template.aliases[0];
   return {
     templateId: template.id,
+    ...(template.teamId !== undefined && { teamId: template.teamId }),
     snapshotId: `${name ?? template.id}:default`,
     names: template.aliases.map((alias) => `${alias}:default`),
     sandboxId,
@@ -17,11 +18,12 @@ export function snapshotInfo(template: TemplateRow, sandboxId: string | undefine
 /** Persistent snapshots (templates of kind "snapshot"), oldest first. */
 export async function listSnapshotTemplates(
   catalog: Catalog,
-  filter: { sandboxId?: string; name?: string },
+  filter: { sandboxId?: string; name?: string; teamId?: string },
 ): Promise<SnapshotInfo[]> {
   const infos: SnapshotInfo[] = [];
   for (const template of await catalog.listTemplates()) {
     if (template.kind !== "snapshot") continue;
+    if (filter.teamId !== undefined && template.teamId !== filter.teamId) continue;
     const snapshot = await catalog.getSnapshot(template.snapshotId);
     if (filter.sandboxId && snapshot?.sandboxId !== filter.sandboxId) continue;
     const info = snapshotInfo(template, snapshot?.sandboxId);

@@ -10,18 +10,24 @@ import { WarrenError } from "../shared/index.js";
 export async function findTemplate(
   catalog: Catalog,
   reference: string,
-  options: { layers?: boolean } = {},
+  options: { layers?: boolean; teamId?: string } = {},
 ): Promise<TemplateRow> {
   const notFound = () => new WarrenError("template_not_found", `template '${reference}' not found`);
   const { name, tag } = splitTag(reference);
   const template = await catalog.getTemplate(name);
   if (!template || (template.kind === "layer" && !options.layers)) throw notFound();
+  if (!visibleTo(template, options.teamId)) throw notFound();
   if (tag === undefined || tag === "default") return template;
   if (template.kind !== "build") throw notFound();
   const tagged = await catalog.getTag(template.id, tag);
   const build = tagged && (await catalog.getBuild(tagged.buildId));
   if (!build?.snapshotId) throw notFound();
   return { ...template, snapshotId: build.snapshotId };
+}
+
+/** A shared template (no team) is every team's; a team's only its own (undefined: the admin's view). */
+export function visibleTo(template: TemplateRow, teamId: string | undefined): boolean {
+  return teamId === undefined || template.teamId === undefined || template.teamId === teamId;
 }
 
 /** `name:tag` → its parts; a `:` inside a `namespace/name` path is not a tag. */

@@ -48,6 +48,8 @@ export interface ResumeOptions {
 }
 
 export interface CreateSandboxInput {
+  /** The team it is created for: it owns the sandbox, and may use only its own templates and shared ones. */
+  readonly teamId: string;
   /** Template name, alias or id (a snapshot id is a template id too). */
   readonly templateId: string;
   readonly timeoutMs: number;
@@ -64,6 +66,8 @@ export interface CreateSandboxInput {
 
 export interface SandboxInfo {
   readonly sandboxId: string;
+  /** The team that owns it. */
+  readonly teamId: string;
   readonly templateId: string;
   readonly alias?: string;
   readonly clientId: string;
@@ -83,6 +87,8 @@ export interface SandboxInfo {
 }
 
 export interface ListFilter {
+  /** Only this team's; absent: every team's (the admin's view). */
+  readonly teamId?: string;
   /** Absent: both. */
   readonly states?: readonly PublicState[];
   /** AND-ed exact matches. */
@@ -149,11 +155,19 @@ export type SpillingForkResult = ForkResult | { readonly spilled: { readonly sna
 export interface SnapshotInfo {
   /** The template's raw id ([a-z0-9]+). */
   readonly templateId: string;
+  /** The team that owns it (its sandbox's). */
+  readonly teamId?: string;
   /** Usable as `templateID` in create: `<name or template id>:default`. */
   readonly snapshotId: string;
   readonly names: readonly string[];
   readonly sandboxId?: string;
   readonly createdAt: Date;
+}
+
+/** One sandbox's life: started, and ended unless it still runs or is paused. */
+export interface SandboxSpan {
+  readonly startedAt: Date;
+  readonly endedAt?: Date;
 }
 
 /** A node's load as its cluster heartbeats report it (Orchestrator.load()). */
@@ -204,6 +218,11 @@ export interface SandboxService {
   stats(): NodeStats;
   /** Where each running or paused sandbox came from (the dashboard's fork trees). */
   lineage(): Promise<SandboxLineage[]>;
+  /**
+   * When each of the team's sandboxes on this node started and (killed ones) ended, kept
+   * rows included: its concurrency and start rate over time (E2B's team metrics).
+   */
+  teamHistory(teamId: string): Promise<SandboxSpan[]>;
   create(input: CreateSandboxInput): Promise<SandboxInfo>;
   /** Throws not_found for unknown or killed ids. */
   get(sandboxId: string): SandboxInfo;
@@ -243,13 +262,17 @@ export interface SandboxService {
   fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]>;
   /** A persistent snapshot of the sandbox, usable as a template. */
   createSnapshot(sandboxId: string, input: { name?: string }): Promise<SnapshotInfo>;
-  /** Persistent snapshots, oldest first. */
-  listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]>;
+  /** Persistent snapshots, oldest first; `teamId`: only that team's. */
+  listSnapshots(filter: {
+    sandboxId?: string;
+    name?: string;
+    teamId?: string;
+  }): Promise<SnapshotInfo[]>;
   /**
    * Deletes a snapshot template by id or name. not_found when unknown; conflict, naming
    * them, while sandboxes still run on it; invalid_argument for the built-in base.
    */
-  deleteTemplate(templateId: string): Promise<void>;
+  deleteTemplate(templateId: string, teamId?: string): Promise<void>;
 }
 
 /**
@@ -306,13 +329,16 @@ export interface TemplateHost {
   readonly imagesFingerprint: string;
   /** The base root filesystem image. */
   readonly baseRootfs: string;
-  /** A template by id, name or `name:tag` (template_not_found). */
-  findTemplate(reference: string): Promise<TemplateRow>;
+  /**
+   * A template by id, name or `name:tag` (template_not_found), as `teamId` sees it: its own
+   * and the shared ones (absent: any).
+   */
+  findTemplate(reference: string, teamId?: string): Promise<TemplateRow>;
   /** Where the host reaches a running sandbox's envd, and its access token. */
   guestEndpoint(sandboxId: string): { host: string; accessToken?: string };
   captureTemplate(
     sandboxId: string,
-    template: Pick<TemplateRow, "id" | "kind" | "aliases" | "config">,
+    template: Pick<TemplateRow, "id" | "kind" | "aliases" | "config" | "teamId">,
   ): Promise<TemplateRow>;
   bootTemplate(input: BootTemplateInput): Promise<TemplateRow>;
   /** Deletes a template of any kind but base, and its snapshot data when nothing else uses it. */

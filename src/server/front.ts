@@ -7,10 +7,9 @@ import { createApi } from "../api/index.js";
 import type { TemplateBuilds } from "../builds/index.js";
 import { SandboxProxy } from "../proxy/index.js";
 import { apiError, sendError } from "../relay/index.js";
-import { authenticate } from "../shared/api-key-auth.js";
 import type { Config } from "../shared/config.js";
+import type { Authenticator, TeamAdmin } from "../tenancy/index.js";
 import type { ClusterCredentials } from "../tls/index.js";
-import type { LiveApiKeys } from "./api-keys.js";
 import { type ClusterListener, fromGateway, listenCluster } from "./cluster-listener.js";
 import { dashboardFiles } from "./dashboard-files.js";
 import type { Late, LateBound } from "./late-bound.js";
@@ -23,7 +22,10 @@ const DASHBOARD_DIR = fileURLToPath(new URL("../../dist/dashboard", import.meta.
 export interface FrontOptions {
   readonly config: Readonly<Config>;
   readonly logger: Logger;
-  readonly apiKeys: LiveApiKeys;
+  /** Who a request is from (team key or admin token). */
+  readonly authenticator: Authenticator;
+  /** Teams and keys, once the catalog is open (throws 503 until then). */
+  readonly teamAdmin: () => TeamAdmin;
   /** The orchestrator, once the node has started. */
   readonly orchestrator: LateBound;
   readonly builds: Late<TemplateBuilds>;
@@ -54,7 +56,7 @@ export interface Front {
  * answers.
  */
 export async function listenFront(options: FrontOptions): Promise<Front> {
-  const { config, logger, apiKeys, metrics } = options;
+  const { config, logger, authenticator, metrics } = options;
   const proxy = new SandboxProxy({
     router: options.orchestrator,
     domain: config.domain,
@@ -66,7 +68,7 @@ export async function listenFront(options: FrontOptions): Promise<Front> {
   let handleApi: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
   const onRequest = (req: IncomingMessage, res: ServerResponse) => {
     if (proxy.matches(req)) proxy.handleRequest(req, res);
-    else if (isScrape(req)) serveMetrics(req, res, metrics, config, apiKeys.keys);
+    else if (isScrape(req)) serveMetrics(req, res, metrics, config, authenticator);
     else if (dashboard?.matches(req)) dashboard.serve(req, res).catch(() => res.destroy());
     else handleApi?.(req, res);
   };
@@ -78,7 +80,8 @@ export async function listenFront(options: FrontOptions): Promise<Front> {
   const api = createApi({
     service: options.orchestrator,
     builds: () => options.builds.get(),
-    apiKeys: () => apiKeys.keys,
+    authenticate: (headers) => authenticator.authenticate(headers),
+    teamAdmin: options.teamAdmin,
     domain: config.domain ?? null,
     defaultTimeoutMs: config.defaultTimeoutMs,
     maxTimeoutMs: config.maxTimeoutMs,
@@ -143,13 +146,14 @@ function serveMetrics(
   res: ServerResponse,
   metrics: NodeMetrics,
   config: Readonly<Config>,
-  keys: ReadonlySet<string>,
+  authenticator: Authenticator,
 ): void {
-  try {
-    if (config.metricsAuth === "api-key") authenticate(req.headers, keys);
-  } catch (err) {
-    sendError(res, apiError(err, { "www-authenticate": "Bearer" }));
-    return;
-  }
-  metrics.handle(req, res).catch(() => res.destroy());
+  const authorized =
+    config.metricsAuth === "api-key" ? authenticator.authenticateAdmin(req.headers) : undefined;
+  Promise.resolve(authorized)
+    .then(() => metrics.handle(req, res))
+    .catch((err: unknown) => {
+      if (res.headersSent) res.destroy();
+      else sendError(res, apiError(err, { "www-authenticate": "Bearer" }));
+    });
 }

@@ -15,6 +15,7 @@ import type {
   SandboxMetric,
   SandboxRouter,
   SandboxService,
+  SandboxSpan,
   ServerStatus,
   SnapshotInfo,
   SpillingForkInput,
@@ -25,7 +26,7 @@ import { WarrenError } from "../shared/index.js";
 
 /**
  * A part of the node that exists once it has started (the orchestrator, the template
- * builds, the cluster key): the one way the node says "not ready yet". Until `bind()`,
+ * builds, the team catalog): the one way the node says "not ready yet". Until `bind()`,
  * `get()` throws the readiness gate's error (503 not_ready, or start_failed).
  */
 export class Late<T> {
@@ -87,6 +88,9 @@ export class LateBound implements Target {
   }
   async lineage(): Promise<SandboxLineage[]> {
     return this.#real.lineage();
+  }
+  teamHistory(teamId: string): Promise<SandboxSpan[]> {
+    return this.#real.teamHistory(teamId);
   }
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
     return this.#real.create(input);

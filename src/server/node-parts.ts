@@ -2,7 +2,13 @@ import { writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import { registryImages, TemplateBuilds } from "../builds/index.js";
-import { type Catalog, PostgresCatalog, PostgresCluster, SqliteCatalog } from "../catalog/index.js";
+import {
+  type Catalog,
+  PostgresCatalog,
+  PostgresCluster,
+  SqliteCatalog,
+  type TeamCatalog,
+} from "../catalog/index.js";
 import { ensureHostSetup, type GuestArtifacts } from "../host-setup/index.js";
 import { NetnsSlotPool, slotNamesFor } from "../network/index.js";
 import {
@@ -39,6 +45,8 @@ export interface NodePartsInput {
   readonly step: (message: string) => void;
   readonly orchestrator: LateBound;
   readonly builds: Late<TemplateBuilds>;
+  /** Teams and their keys, bound as soon as the catalog is open. */
+  readonly teams: Late<TeamCatalog>;
   readonly metrics: NodeMetrics;
   /** Each part started is added, to be stopped with the server. */
   readonly closers: CloseStack;
@@ -67,10 +75,11 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   await writeFile("/proc/self/oom_score_adj", "-500").catch((err: unknown) =>
     log.warn({ err }, "server.oom_score_unchanged"),
   );
-  const { catalog, cluster } = await openCatalogs(input);
+  const { catalog, cluster, teams } = await openCatalogs(input);
+  input.teams.bind(teams);
   const host = hostResources();
   const limits = capacityLimits(config, host);
-  const started = newOrchestrator(input, { images, vmm, catalog, cluster, limits, host });
+  const started = newOrchestrator(input, { images, vmm, catalog, cluster, limits, host, teams });
   orchestrator = started;
   closers.add("orchestrator", () => started.close());
   input.metrics.follow(started);
@@ -81,7 +90,13 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
     logger: logger.child({ component: "catalog" }),
   });
   closers.add("killed purge", () => purge.stop()); // before the orchestrator closes the catalog
-  const builds = newTemplateBuilds(input, { catalog, orchestrator: started, images, host });
+  const builds = newTemplateBuilds(input, {
+    catalog,
+    orchestrator: started,
+    images,
+    host,
+    teams,
+  });
   input.metrics.follow(builds);
   await builds.start();
   closers.add("template builds", () => builds.close());
@@ -136,9 +151,12 @@ async function startVmm(
 /** The node's catalog: SQLite alone, or in a cluster the shared PostgreSQL, scoped to this node. */
 async function openCatalogs(
   input: NodePartsInput,
-): Promise<{ catalog: Catalog; cluster?: PostgresCluster }> {
+): Promise<{ catalog: Catalog; cluster?: PostgresCluster; teams: TeamCatalog }> {
   const { config, layout } = input;
-  if (!config.databaseUrl) return { catalog: await SqliteCatalog.open(layout.catalog) };
+  if (!config.databaseUrl) {
+    const catalog = await SqliteCatalog.open(layout.catalog);
+    return { catalog, teams: catalog.teams };
+  }
   const connectionString = config.databaseUrl;
   const catalog = await PostgresCatalog.open({ connectionString, nodeId: config.nodeId });
   const cluster = await PostgresCluster.open({ connectionString });
@@ -150,7 +168,7 @@ async function openCatalogs(
       .catch((err: unknown) => input.logger.warn({ err }, "cluster.leave_failed"));
     await cluster.close();
   });
-  return { catalog, cluster };
+  return { catalog, cluster, teams: catalog.teams };
 }
 
 /** This machine's cores and memory (`hostResources`), which the limits are shares of. */
@@ -162,6 +180,7 @@ function capacityLimits(config: Readonly<Config>, host: HostResources): Capacity
     maxVcpus: Math.floor(host.cpus * config.vcpuOvercommit),
     maxMemoryMiB: Math.floor(host.memoryMiB * config.memoryOvercommit),
     memoryReserveMiB: config.memoryReserveMiB,
+    diskReserveMiB: config.diskReserveMiB,
   };
 }
 
@@ -174,6 +193,7 @@ function newOrchestrator(
     cluster?: PostgresCluster;
     limits: CapacityLimits;
     host: HostResources;
+    teams: TeamCatalog;
   },
 ): Orchestrator {
   const { config, logger } = input;
@@ -191,6 +211,7 @@ function newOrchestrator(
     images: parts.images,
     layout: input.layout,
     limits: parts.limits,
+    teamLimits: async (teamId) => (await parts.teams.getTeam(teamId))?.limits,
     templateShape: { vcpus: config.templateVcpus, memoryMiB: config.templateMemoryMiB },
     defaultTimeoutMs: config.defaultTimeoutMs,
     maxForkCount: config.maxForkCount,
@@ -235,6 +256,7 @@ function newTemplateBuilds(
     orchestrator: Orchestrator;
     images: GuestArtifacts;
     host: HostResources;
+    teams: TeamCatalog;
   },
 ): TemplateBuilds {
   const { config } = input;
@@ -246,10 +268,15 @@ function newTemplateBuilds(
       cacheDir: join(dirname(parts.images.baseRootfs), "oci"),
       mirrors: config.registryMirrors,
       insecureRegistries: config.insecureRegistries,
+      privateRegistries: config.privateRegistries,
     }),
     dir: join(config.dataDir, "builds"),
     logger: input.logger.child({ component: "builds" }),
     uploadLimitBytes: config.buildUploadLimitMiB * 1024 * 1024,
+    uploadQuotaBytes: config.buildUploadsMaxMiB * 1024 * 1024,
+    teamLimits: async (teamId) => (await parts.teams.getTeam(teamId))?.limits,
+    uploadRetentionMs: config.buildUploadRetentionMs,
+    diskReserveMiB: config.diskReserveMiB,
     stepTimeoutMs: config.buildStepTimeoutMs,
     readyTimeoutMs: config.buildReadyTimeoutMs,
     maxVcpus: host.cpus * 4,

@@ -1,8 +1,10 @@
 import pino, { type Logger } from "pino";
 import type { TemplateBuilds } from "../builds/index.js";
+import type { TeamCatalog } from "../catalog/index.js";
 import { ensureLayout, type ServerStatus, stateLayout } from "../orchestrator/index.js";
 import type { Config } from "../shared/config.js";
 import { WarrenError } from "../shared/index.js";
+import { Authenticator, loadAdminToken, TeamAdmin, type TeamSandboxes } from "../tenancy/index.js";
 import { type ClusterCredentials, loadClusterCredentials } from "../tls/index.js";
 import { LiveApiKeys, loadApiKeys } from "./api-keys.js";
 import { CloseStack } from "./close-stack.js";
@@ -41,15 +43,26 @@ export async function startNodeServer(
   const cluster = config.databaseUrl ? await clusterCredentials(config, log) : undefined;
   const apiKeys = await openApiKeys(config, layout.secretsDir, log);
   closers.add("api keys", () => apiKeys.close());
+  const admin = config.adminToken
+    ? { token: config.adminToken }
+    : await loadAdminToken(layout.secretsDir);
 
   let status: ServerStatus = { phase: "starting", message: "setting the host up" };
   const orchestrator = new LateBound(() => status);
   const builds = new Late<TemplateBuilds>(() => status);
+  const teams = new Late<TeamCatalog>(() => status);
   const metrics = new NodeMetrics(() => orchestrator.current?.stats());
+  const authenticator = new Authenticator({
+    adminToken: admin.token,
+    fileKeys: () => apiKeys.keys,
+    teams: () => teams.current,
+    logger: log,
+  });
   const front = await listenFront({
     config,
     logger: root,
-    apiKeys,
+    authenticator,
+    teamAdmin: () => new TeamAdmin(teams.get(), teamSandboxes(orchestrator)),
     orchestrator,
     builds,
     cluster,
@@ -72,6 +85,7 @@ export async function startNodeServer(
     },
     orchestrator,
     builds,
+    teams,
     metrics,
     closers,
   }).catch((err: unknown) => {
@@ -107,8 +121,10 @@ async function openApiKeys(
 ): Promise<LiveApiKeys> {
   const loaded = await loadApiKeys(secretsDir, config.apiKeys);
   if (loaded.generated) {
-    // Printed once, on the start that created it; afterwards it is only in the file.
-    process.stderr.write(`\nWarren API key (stored in ${loaded.file}):\n  ${loaded.generated}\n\n`);
+    // Where, never what: stderr ends up in the journal, which more people read than the file.
+    process.stderr.write(
+      `\nWarren made an API key for the default team: read it from ${loaded.file} (root only)\n\n`,
+    );
   }
   // Edits to the key file apply without a restart: removing a key revokes it.
   return new LiveApiKeys(loaded, config.apiKeys, { logger: log });
@@ -136,4 +152,18 @@ async function clusterCredentials(
     "cluster.tls_loaded",
   );
   return credentials;
+}
+
+/** A team's sandboxes on this node, for removing the team. */
+function teamSandboxes(orchestrator: LateBound): TeamSandboxes {
+  return {
+    count: async (teamId) => orchestrator.list({ teamId }).length,
+    async killAll(teamId) {
+      for (const sandbox of orchestrator.list({ teamId })) {
+        await orchestrator.kill(sandbox.sandboxId).catch((err: unknown) => {
+          if ((err as { reason?: string }).reason !== "sandbox_not_found") throw err;
+        });
+      }
+    },
+  };
 }

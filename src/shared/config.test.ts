@@ -61,14 +61,17 @@ it("docs/configuration.md carries the current table", async () => {
   assert.ok(doc.includes(describeSettings()), "regenerate the table in docs/configuration.md");
 });
 
-it("reads registry mirrors and insecure registries", () => {
+it("reads registry mirrors, insecure and private registries", () => {
   const config = loadConfig(
     {},
     {
       WARREN_REGISTRY_MIRRORS: "docker.io=http://127.0.0.1:5000, ghcr.io=https://m.example/v",
       WARREN_INSECURE_REGISTRIES: "127.0.0.1:5000, registry.lan,[::1]:5000",
+      WARREN_PRIVATE_REGISTRIES: "registry.corp:8443, 10.0.0.5",
     },
   );
+  assert.deepEqual(config.privateRegistries, ["registry.corp:8443", "10.0.0.5"]);
+  assert.deepEqual(loadConfig({}, {}).privateRegistries, []);
   assert.deepEqual(config.registryMirrors, {
     "docker.io": "http://127.0.0.1:5000",
     "ghcr.io": "https://m.example/v",

@@ -110,6 +110,16 @@ const SETTINGS = {
     parse: list,
     expects: "a comma-separated list",
   },
+  adminToken: {
+    env: "WARREN_ADMIN_TOKEN",
+    doc: "The admin token (X-Admin-Token), instead of <data dir>/secrets/admin-token. A cluster's nodes and gateways must share one: the gateway passes the admin's requests to the nodes.",
+    default: (): string | undefined => undefined,
+    parse: (text: string) => {
+      if (text.trim().length < 16) throw new Error("must be at least 16 characters");
+      return text.trim();
+    },
+    expects: "a secret of at least 16 characters",
+  },
   domain: {
     env: "WARREN_DOMAIN",
     doc: "Domain mode (docs/domains.md): the SDK's E2B_DOMAIN. Warren then also serves HTTPS on WARREN_TLS_PORT for api.<domain> (the API) and <port>-<id>.<domain> (sandbox ports), and create/connect answers carry it as `domain`.",
@@ -204,6 +214,13 @@ const SETTINGS = {
     parse: int(0),
     expects: "a non-negative integer (MiB)",
   },
+  diskReserveMiB: {
+    env: "WARREN_DISK_RESERVE_MIB",
+    doc: "Free disk in the data dir's filesystem that nothing new may eat into: a create (or fork child), a template build's start or a file upload that would leave less is refused with 507 disk_pressure. A template's disk (minFreeDiskMb) may be at most the filesystem's size less this. 0 turns the check off.",
+    default: () => 2_048,
+    parse: int(0),
+    expects: "a non-negative integer (MiB)",
+  },
   templateVcpus: {
     env: "WARREN_TEMPLATE_VCPUS",
     doc: "vCPUs of the built-in base template (E2B's has 2; under TCG each vCPU is one more host thread on the same cores).",
@@ -259,6 +276,20 @@ const SETTINGS = {
     default: () => 4_096,
     parse: int(1),
     expects: "a positive integer (MiB)",
+  },
+  buildUploadsMaxMiB: {
+    env: "WARREN_BUILD_UPLOADS_MAX_MIB",
+    doc: "Most disk the template build uploads (COPY archives) of one team may hold together (a team's maxUploadBytes may lower it); an upload past it is refused with 429 quota_exceeded (upload bytes). The disk reserve (WARREN_DISK_RESERVE_MIB) bounds them all.",
+    default: () => 16_384,
+    parse: int(1),
+    expects: "a positive integer (MiB)",
+  },
+  buildUploadRetentionMs: {
+    env: "WARREN_BUILD_UPLOAD_RETENTION_MS",
+    doc: "How long an uploaded COPY archive is kept after its last use (its upload, the SDK finding it present, a build starting with it); then it is removed and the SDK uploads it again when a build needs it. Swept at start and every retention (1 min to 1 h apart); a template's delete removes its uploads at once.",
+    default: () => 86_400_000,
+    parse: int(1_000),
+    expects: "milliseconds ≥ 1000",
   },
   buildStepTimeoutMs: {
     env: "WARREN_BUILD_STEP_TIMEOUT_MS",
@@ -368,7 +399,14 @@ const SETTINGS = {
   },
   insecureRegistries: {
     env: "WARREN_INSECURE_REGISTRIES",
-    doc: "Registries and mirrors (comma-separated host[:port]) that image pulls may reach over plain HTTP.",
+    doc: "Registries and mirrors (comma-separated host[:port]) that image pulls may reach over plain HTTP (and on any address, as WARREN_PRIVATE_REGISTRIES).",
+    default: (): string[] => [],
+    parse: hostList,
+    expects: "comma-separated host[:port] entries",
+  },
+  privateRegistries: {
+    env: "WARREN_PRIVATE_REGISTRIES",
+    doc: "Registries (comma-separated host[:port]) that image pulls may reach on loopback, private or link-local addresses, e.g. a registry on the LAN. Any other registry named in fromImage, and every token realm and redirect, must resolve to public addresses (over HTTPS); mirrors and insecure registries are allowed anywhere.",
     default: (): string[] => [],
     parse: hostList,
     expects: "comma-separated host[:port] entries",

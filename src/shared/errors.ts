@@ -116,6 +116,10 @@ export const ERROR_REASONS = {
     kind: "resource_exhausted",
     doc: "The host's available memory is down to its reserve (WARREN_MEMORY_RESERVE_MIB): no VM is started until some is freed. Retry after Retry-After, or kill sandboxes.",
   },
+  disk_pressure: {
+    kind: "insufficient_storage",
+    doc: "The data directory's filesystem would be left with less free space than its reserve (WARREN_DISK_RESERVE_MIB): no sandbox is created, template build started or file upload taken until disk is freed (delete templates, snapshots or paused sandboxes). No Retry-After: it frees only when someone frees it.",
+  },
   network_exhausted: {
     kind: "resource_exhausted",
     doc: "Every network slot of the node is in use: retry later.",
@@ -187,6 +191,22 @@ export const ERROR_REASONS = {
   upload_link_invalid: {
     kind: "unauthenticated",
     doc: "A file upload link is expired, forged or for another file: ask for a new one.",
+  },
+  quota_exceeded: {
+    kind: "resource_exhausted",
+    doc: "A quota would be exceeded; the message names which and how much is in use: a team's running sandboxes, vCPUs, memory or disk (kill or pause sandboxes, or ask the operator for a larger quota), or the node's template build upload bytes (WARREN_BUILD_UPLOADS_MAX_MIB; uploads no build uses are collected after WARREN_BUILD_UPLOAD_RETENTION_MS, deleting a template removes its uploads).",
+  },
+  admin_required: {
+    kind: "permission_denied",
+    doc: "The route shows or changes the whole node or cluster, or other teams (`/node`, `/metrics`, drain, teams): send the admin token (`X-Admin-Token`), not a team's API key.",
+  },
+  team_not_found: {
+    kind: "not_found",
+    doc: "No team has this id (or it is not the caller's): check the id with `warren team ls`.",
+  },
+  api_key_not_found: {
+    kind: "not_found",
+    doc: "The team has no API key with this id: list them with `GET /api-keys` or `warren key ls`.",
   },
 } as const satisfies Record<string, ReasonSpec>;
 

@@ -1,4 +1,5 @@
 import { type Agent, type IncomingMessage, type OutgoingHttpHeaders, request } from "node:http";
+import { Readable } from "node:stream";
 import { WarrenError } from "./errors.js";
 
 /**
@@ -21,7 +22,11 @@ export interface GuestRequest {
   /** Origin-form path and query. */
   readonly path: string;
   readonly headers?: OutgoingHttpHeaders;
-  readonly body?: string | Uint8Array;
+  /**
+   * A stream is sent as it is read (chunked) and ends with the exchange: destroyed when it
+   * fails; its own error fails the exchange.
+   */
+  readonly body?: string | Uint8Array | Readable;
   /**
    * Default `false`: a connection of its own. A slot's address is reused by the next
    * sandbox, so a pooled connection may only be one owned by a single VM (an EnvdClient's).
@@ -56,8 +61,10 @@ export function guestRequest(options: GuestRequest): Promise<GuestReply> {
   const label = options.label ?? `${options.method} ${options.path.split("?")[0]}`;
   const maxHeadBytes = options.maxHeadBytes ?? GUEST_HEAD_MAX_BYTES;
   return new Promise((resolve, reject) => {
-    const { signal } = options;
+    const { signal, body } = options;
+    const stream = body instanceof Readable ? body : undefined;
     if (signal?.aborted) {
+      stream?.destroy();
       reject(signal.reason);
       return;
     }
@@ -72,6 +79,7 @@ export function guestRequest(options: GuestRequest): Promise<GuestReply> {
     const fail = (err: unknown) =>
       finish(() => {
         req.destroy();
+        stream?.destroy();
         reject(err);
       });
     const onAbort = () => fail(signal?.reason);
@@ -101,9 +109,10 @@ export function guestRequest(options: GuestRequest): Promise<GuestReply> {
         maxHeaderSize: maxHeadBytes,
         headers: {
           ...options.headers,
-          ...(options.body !== undefined && {
-            "content-length": String(Buffer.byteLength(options.body)),
-          }),
+          ...(body !== undefined &&
+            !stream && {
+              "content-length": String(Buffer.byteLength(body as string | Uint8Array)),
+            }),
         },
       },
       (res) => {
@@ -120,13 +129,15 @@ export function guestRequest(options: GuestRequest): Promise<GuestReply> {
           else chunks.push(chunk);
         });
         res.on("end", () =>
-          finish(() =>
+          finish(() => {
+            // Answered before taking the whole body (a guest may): nothing more is sent.
+            if (stream && !stream.readableEnded) stream.destroy();
             resolve({
               status: res.statusCode ?? 0,
               headers: res.headers,
               body: Buffer.concat(chunks),
-            }),
-          ),
+            });
+          }),
         );
         res.on("error", fail);
         // Closed before its end: the guest cut its own reply.
@@ -139,6 +150,9 @@ export function guestRequest(options: GuestRequest): Promise<GuestReply> {
       fail(err.code === "HPE_HEADER_OVERFLOW" ? tooLarge("head", maxHeadBytes) : err);
     });
     signal?.addEventListener("abort", onAbort, { once: true });
-    req.end(options.body);
+    if (stream) {
+      stream.on("error", fail);
+      stream.pipe(req);
+    } else req.end(body);
   });
 }

@@ -17,3 +17,4 @@ export {
   guestRequest,
 } from "./guest-request.js";
 export { type Logger, silentLogger } from "./logger.js";
+export { DEFAULT_OWNER, Quota } from "./quota.js";

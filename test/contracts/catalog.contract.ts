@@ -22,6 +22,7 @@ const T0 = "2030-01-01T00:00:00.000Z";
 
 export function sandboxRow(over: Partial<SandboxRow> & { id: string }): SandboxRow {
   return {
+    teamId: "team-a",
     templateId: "tpl-base",
     state: "running",
     clientId: "client-1",
@@ -53,6 +54,7 @@ function templateRow(over: Partial<TemplateRow> & { id: string }): TemplateRow {
 
 function buildRow(over: Partial<BuildRow> & { id: string }): BuildRow {
   return {
+    teamId: "team-a",
     templateId: "tpl-1",
     name: "my-env",
     tags: ["default"],
@@ -273,6 +275,18 @@ export function catalogContract(name: string, open: () => Promise<CatalogHarness
         assert.equal(await catalog.getTemplate("nope"), undefined);
       });
 
+      it("keeps a template's team, and none for a template every team may use", async (t) => {
+        const { catalog } = await use(t);
+        const owned = templateRow({ id: "tpl-1", teamId: "team-b", aliases: ["mine"] });
+        const shared = templateRow({ id: "tpl-2", kind: "base", aliases: ["base"] });
+        await catalog.putTemplate(owned);
+        await catalog.putTemplate(shared);
+        assert.equal((await catalog.getTemplate("mine"))?.teamId, "team-b");
+        assert.equal("teamId" in ((await catalog.getTemplate("base")) ?? {}), false);
+        await catalog.putTemplate({ ...owned, teamId: "team-c" });
+        assert.equal((await catalog.getTemplate("tpl-1"))?.teamId, "team-c");
+      });
+
       it("replaces a template put again with the same id", async (t) => {
         const { catalog } = await use(t);
         await catalog.putTemplate(templateRow({ id: "tpl-1", aliases: ["old"], vcpus: 1 }));
@@ -334,7 +348,12 @@ export function catalogContract(name: string, open: () => Promise<CatalogHarness
           reason: { message: "exit code 1", step: "2" },
           finishedAt: "2030-01-02T00:01:00.000Z",
         });
-        const other = buildRow({ id: "b-3", templateId: "tpl-2", snapshotId: "snap-1" });
+        const other = buildRow({
+          id: "b-3",
+          teamId: "team-b",
+          templateId: "tpl-2",
+          snapshotId: "snap-1",
+        });
         for (const row of [done, first, other]) await catalog.putBuild(row);
         assert.deepEqual(await catalog.getBuild("b-2"), done);
         assert.deepEqual(await catalog.getBuild("b-3"), other);

@@ -53,6 +53,7 @@ export function createInput(
   over: Partial<CreateSandboxInput> = {},
 ): CreateSandboxInput {
   return {
+    teamId: "default",
     templateId,
     timeoutMs: 60_000,
     metadata: {},

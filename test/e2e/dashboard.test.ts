@@ -1,9 +1,10 @@
 // The dashboard in a real browser (Debian's Chromium, driven by Playwright through
-// `executablePath`) against a real server: signing in, a sandbox the SDK creates appearing,
-// a fork tree growing as it forks, typing in a terminal into the sandbox, a template's build
-// and its log. Screenshots go to test-results/dashboard/ (kept as the run's artifacts).
+// `executablePath`) against a real server: signing in with a team's key, a sandbox the SDK
+// creates appearing, a fork tree growing as it forks, typing in a terminal into the sandbox,
+// the node view needing the admin token and the teams it shows, a template's build and its
+// log. Screenshots go to test-results/dashboard/ (kept as the run's artifacts).
 import assert from "node:assert/strict";
-import { mkdir } from "node:fs/promises";
+import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { Sandbox, Template } from "e2b";
@@ -53,7 +54,7 @@ describe("the dashboard in Chromium", () => {
     await browser?.close();
   });
 
-  it("asks for an API key and refuses a wrong one", async () => {
+  it("asks for an API key or the admin token and refuses a wrong one", async () => {
     const res = await page.goto(`${server.url}/dashboard`);
     assert.equal(res?.status(), 200);
     assert.equal(new URL(page.url()).pathname, "/dashboard/", "redirected into the app");
@@ -133,12 +134,30 @@ describe("the dashboard in Chromium", () => {
     await shot("04-terminal");
   });
 
-  it("shows the node's capacity and the templates with their builds", async () => {
+  it("a team's key gets a note on the node view; the admin token shows the node and the teams", async () => {
+    await page.goto(`${server.url}/dashboard/#/node`);
+    await page.locator("#node", { hasText: "needs the admin token" }).waitFor();
+    await page.click("#logout");
+    const adminToken = (await readFile(join(server.dataDir, "secrets", "admin-token"), "utf8"))
+      .split("\n")[0]
+      ?.trim();
+    await page.fill("#api-key", adminToken ?? "");
+    await page.click("button[type=submit]");
+    await page.locator("#signed-in", { hasText: "admin" }).waitFor();
+    // The admin sees the default team's sandboxes too (the SDK's key is that team's).
+    await page.locator(`tr[data-sandbox="${(sandboxes[0] as Sandbox).sandboxId}"]`).waitFor();
     await page.goto(`${server.url}/dashboard/#/node`);
     await page.locator("#node", { hasText: "VMs admitted" }).waitFor();
     assert.match(await text(page.locator("#node")), /vCPUs: \d+ of \d+/);
     assert.match(await text(page.locator("#node")), /\d+ VMMs? ready for \d+ templates?/);
     await shot("05-node");
+    await page.goto(`${server.url}/dashboard/#/teams`);
+    await page.locator("#teams td", { hasText: /^default$/ }).waitFor();
+    assert.match(await text(page.locator("#teams")), /\d+ of (\d+|∞)/, "usage of the quotas");
+    await shot("05-teams");
+  });
+
+  it("shows the templates with their builds", async () => {
     await page.goto(`${server.url}/dashboard/#/templates`);
     await page.locator("td", { hasText: "base" }).first().waitFor();
     assert.match(await text(page.locator("#builds")), /None: made from a sandbox's snapshot/);

@@ -59,9 +59,12 @@ export type FakeNodeSettings = Partial<
     | "envdDeadlineMs"
     | "startPermitLeaseMs"
     | "metricsIntervalMs"
+    | "teamLimits"
   >
 > & {
   readonly maxSandboxes?: number;
+  /** Free disk creates leave (WARREN_DISK_RESERVE_MIB) in the real temporary data dir; default 0. */
+  readonly diskReserveMiB?: number;
   readonly maxSlots?: number;
   /** Warmed VMMs base keeps (`pool.baseFloor`); default 0. */
   readonly poolSize?: number;
@@ -211,7 +214,12 @@ export class FakeNode {
       agent: life.bind(this.agent),
       images: this.images,
       layout: this.layout,
-      limits: { maxSandboxes: s.maxSandboxes ?? 4, maxVcpus: 64, maxMemoryMiB: 64 * 1024 },
+      limits: {
+        maxSandboxes: s.maxSandboxes ?? 4,
+        maxVcpus: 64,
+        maxMemoryMiB: 64 * 1024,
+        diskReserveMiB: s.diskReserveMiB ?? 0,
+      },
       templateShape: { vcpus: 1, memoryMiB: 512 },
       maxForkCount: s.maxForkCount ?? 4,
       flattenDepth: s.flattenDepth ?? 0,
@@ -230,6 +238,7 @@ export class FakeNode {
       envdDeadlineMs: s.envdDeadlineMs ?? 2_000,
       startPermitLeaseMs: s.startPermitLeaseMs,
       metricsIntervalMs: s.metricsIntervalMs,
+      teamLimits: s.teamLimits,
       templateSettleMs: 0,
     });
     await this.orchestrator.start();

@@ -19,6 +19,7 @@ import type {
 } from "../../src/catalog/index.js";
 import { WarrenError } from "../../src/shared/index.js";
 import { type CatalogStore, emptyCatalogStore, InMemoryCatalog } from "./in-memory-catalog.js";
+import { InMemoryTeams } from "./in-memory-teams.js";
 
 /** A node's row as kept: heartbeatAgeMs is computed when read. */
 type NodeRecord = Omit<NodeRow, "heartbeatAgeMs" | "state" | "load" | "lastHeartbeat"> & {
@@ -41,6 +42,8 @@ const byId = (a: { id: string }, b: { id: string }) => (a.id < b.id ? -1 : a.id 
 export class InMemoryCluster implements ClusterCatalog {
   /** Registered nodes by id (tests may read them). */
   readonly nodes = new Map<string, NodeRecord>();
+  /** Teams and keys of the cluster (gateways and stand-in nodes authenticate with them). */
+  readonly teams = new InMemoryTeams();
   readonly #store: CatalogStore = emptyCatalogStore();
   #open = true;
   /** A node's own catalog on the cluster's store (as PostgresCatalog with its node id). */
@@ -105,6 +108,7 @@ export class InMemoryCluster implements ClusterCatalog {
     const node = this.nodes.get(this.#store.sandboxNodes.get(id) ?? "");
     if (!row || !node) return undefined;
     return {
+      teamId: row.teamId,
       nodeId: node.id,
       nodeUrl: node.url,
       state: row.state,

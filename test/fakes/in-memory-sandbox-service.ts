@@ -25,6 +25,7 @@ import type {
   SandboxLogEntry,
   SandboxMetric,
   SandboxService,
+  SandboxSpan,
   ServerStatus,
   SnapshotInfo,
   SpillingForkInput,
@@ -94,6 +95,7 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
     const startedAt = overrides.startedAt ?? new Date(this.clock);
     const info: Mutable<SandboxInfo> = {
       sandboxId,
+      teamId: "default",
       templateId: "base",
       clientId: "warren",
       state: "running",
@@ -110,6 +112,7 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
       ...overrides,
     };
     this.sandboxes.set(sandboxId, info);
+    this.#spans.set(sandboxId, { teamId: info.teamId, startedAt: info.startedAt });
     return info;
   }
 
@@ -138,6 +141,15 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
     };
   }
 
+  readonly #spans = new Map<string, SandboxSpan & { teamId: string }>();
+
+  async teamHistory(teamId: string): Promise<SandboxSpan[]> {
+    this.record("teamHistory", teamId);
+    return [...this.#spans.values()]
+      .filter((span) => span.teamId === teamId)
+      .map(({ teamId: _team, ...span }) => span);
+  }
+
   /** Fork children record their source (`forkedFrom`); the rest came from templates. */
   async lineage(): Promise<SandboxLineage[]> {
     return [...this.sandboxes.values()].map((s) => ({
@@ -159,6 +171,7 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
       denyOut: [...input.network.denyOut],
     });
     const sandbox = this.start({
+      teamId: input.teamId,
       templateId: template,
       metadata: input.metadata,
       timeoutMs: input.timeoutMs,
@@ -182,6 +195,7 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
   list(filter: ListFilter): SandboxInfo[] {
     this.record("list", filter);
     return [...this.sandboxes.values()]
+      .filter((s) => filter.teamId === undefined || s.teamId === filter.teamId)
       .filter((s) => filter.states === undefined || filter.states.includes(s.state))
       .filter((s) => Object.entries(filter.metadata ?? {}).every(([k, v]) => s.metadata[k] === v))
       .filter(
@@ -413,6 +427,7 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
     const templateId = `tpl${this.nextId++}`;
     const info: SnapshotInfo = {
       templateId,
+      teamId: this.find(sandboxId).teamId,
       snapshotId: `${input.name ?? templateId}:default`,
       names: input.name ? [`${input.name}:default`] : [],
       sandboxId,
@@ -422,9 +437,14 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
     return info;
   }
 
-  async listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
+  async listSnapshots(filter: {
+    sandboxId?: string;
+    name?: string;
+    teamId?: string;
+  }): Promise<SnapshotInfo[]> {
     this.record("listSnapshots", filter);
     return this.snapshots
+      .filter((s) => filter.teamId === undefined || s.teamId === filter.teamId)
       .filter((s) => !filter.sandboxId || s.sandboxId === filter.sandboxId)
       .filter(
         (s) =>
@@ -544,6 +564,8 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
     this.#timers.delete(sandboxId);
     this.#madeFrom.delete(sandboxId);
     this.sandboxes.delete(sandboxId);
+    const span = this.#spans.get(sandboxId);
+    if (span) this.#spans.set(sandboxId, { ...span, endedAt: new Date(this.clock) });
   }
 
   private setState(sandbox: Mutable<SandboxInfo>, state: PublicState): void {

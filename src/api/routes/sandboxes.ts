@@ -4,7 +4,9 @@
  */
 import type { FastifyInstance } from "fastify";
 import type { ListFilter, PublicState } from "../../orchestrator/index.js";
+import { actingTeam } from "../../tenancy/index.js";
 import type { ApiContext } from "../api-context.js";
+import { callerOf } from "../caller.js";
 import { toCreateInput } from "../create-input.js";
 import { invalid, queryDateTime, queryInteger } from "../input.js";
 import { parseMetadataQuery } from "../metadata-query.js";
@@ -34,7 +36,8 @@ export function registerSandboxRoutes(app: FastifyInstance, context: ApiContext)
     "/sandboxes",
     { schema: { body: newSandboxV1Schema } },
     async (request, reply) => {
-      const info = await service.create(toCreateInput(request.body, "v1", context));
+      const team = actingTeam(callerOf(request));
+      const info = await service.create(toCreateInput(team, request.body, "v1", context));
       return reply.code(201).send(toSandboxJson(info, domain));
     },
   );
@@ -43,7 +46,8 @@ export function registerSandboxRoutes(app: FastifyInstance, context: ApiContext)
     "/v2/sandboxes",
     { schema: { body: newSandboxV2Schema } },
     async (request, reply) => {
-      const info = await service.create(toCreateInput(request.body, "v2", context));
+      const team = actingTeam(callerOf(request));
+      const info = await service.create(toCreateInput(team, request.body, "v2", context));
       return reply.code(201).send(toSandboxJson(info, domain));
     },
   );
@@ -55,6 +59,7 @@ export function registerSandboxRoutes(app: FastifyInstance, context: ApiContext)
     async (request) => {
       const { metadata } = request.query;
       const filter: ListFilter = {
+        teamId: callerOf(request).teamId,
         states: ["running"],
         ...(metadata === undefined ? {} : { metadata: parseMetadataQuery(metadata) }),
       };
@@ -74,10 +79,11 @@ export function registerSandboxRoutes(app: FastifyInstance, context: ApiContext)
         query.nextToken === undefined || query.nextToken === ""
           ? undefined
           : decodeNextToken(query.nextToken, order);
-      const filter = toListFilter(query);
+      const { teamId } = callerOf(request);
+      const filter = { ...toListFilter(query), teamId };
       const page = paginate(service.list(filter), { order, limit, after });
       if (page.nextToken !== undefined) reply.header("x-next-token", page.nextToken);
-      reply.header("x-total-running", String(service.list({ states: ["running"] }).length));
+      reply.header("x-total-running", String(service.list({ states: ["running"], teamId }).length));
       return page.items.map(toListedSandboxJson);
     },
   );

@@ -7,6 +7,7 @@ import type { ForkInput, SnapshotInfo, SpillingForkResult } from "../../orchestr
 import { apiErrorEntry } from "../../relay/index.js";
 import { WarrenError } from "../../shared/index.js";
 import type { ApiContext } from "../api-context.js";
+import { callerOf } from "../caller.js";
 import { optionalSecondsToMs, queryInteger } from "../input.js";
 import { DEFAULT_PAGE_LIMIT, decodeNextToken, MAX_PAGE_LIMIT, paginate } from "../pagination.js";
 import { toSandboxJson } from "../responses.js";
@@ -53,7 +54,11 @@ export function registerSnapshotRoutes(app: FastifyInstance, context: ApiContext
         queryInteger("limit", query.limit, { min: 1, max: MAX_PAGE_LIMIT }) ?? DEFAULT_PAGE_LIMIT;
       const after =
         query.nextToken === undefined ? undefined : decodeNextToken(query.nextToken, "asc");
-      const all = await service.listSnapshots({ sandboxId: query.sandboxID, name: query.name });
+      const all = await service.listSnapshots({
+        sandboxId: query.sandboxID,
+        name: query.name,
+        teamId: callerOf(request).teamId,
+      });
       // Positions are (createdAt, template id): stable while snapshots come and go.
       const positioned = all.map((info) => ({
         info,

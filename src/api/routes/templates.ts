@@ -7,7 +7,9 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { TemplateBuilds } from "../../builds/index.js";
 import { WarrenError } from "../../shared/index.js";
+import { actingTeam } from "../../tenancy/index.js";
 import type { ApiContext } from "../api-context.js";
+import { callerOf } from "../caller.js";
 import { queryInteger } from "../input.js";
 import {
   type BuildLogsQuery,
@@ -43,7 +45,7 @@ export function registerTemplateRoutes(app: FastifyInstance, context: ApiContext
       const body = request.body;
       const name = body.name ?? body.alias;
       if (name === undefined) throw new WarrenError("invalid_argument", "body/name is required");
-      const requested = await builds().requestBuild({
+      const requested = await builds().requestBuild(actingTeam(callerOf(request)), {
         name,
         tags: body.tags,
         cpuCount: body.cpuCount,
@@ -56,7 +58,7 @@ export function registerTemplateRoutes(app: FastifyInstance, context: ApiContext
 
   app.get<{ Params: FileParams }>("/templates/:templateID/files/:hash", async (request, reply) => {
     const { templateID, hash } = request.params;
-    const link = await builds().fileUploadLink(templateID, hash, baseUrl(request));
+    const link = await builds().fileUploadLink(team(request), templateID, hash, baseUrl(request));
     return reply.code(201).send(link);
   });
 
@@ -64,7 +66,7 @@ export function registerTemplateRoutes(app: FastifyInstance, context: ApiContext
     "/v2/templates/:templateID/builds/:buildID",
     async (request, reply) => {
       const { templateID, buildID } = request.params;
-      await builds().startBuild(templateID, buildID, request.body ?? {});
+      await builds().startBuild(team(request), templateID, buildID, request.body ?? {});
       return reply.code(202).send();
     },
   );
@@ -78,7 +80,7 @@ export function registerTemplateRoutes(app: FastifyInstance, context: ApiContext
         min: 0,
         max: MAX_LOGS_OFFSET,
       });
-      return builds().status(templateID, buildID, offset);
+      return builds().status(team(request), templateID, buildID, offset);
     },
   );
 
@@ -88,7 +90,7 @@ export function registerTemplateRoutes(app: FastifyInstance, context: ApiContext
     async (request) => {
       const { templateID, buildID } = request.params;
       const { query } = request;
-      return builds().logs(templateID, buildID, {
+      return builds().logs(team(request), templateID, buildID, {
         cursor: queryInteger("cursor", query.cursor, { min: 0, max: Number.MAX_SAFE_INTEGER }),
         limit: queryInteger("limit", query.limit, { min: 1, max: 100 }),
         direction: query.direction,
@@ -97,25 +99,29 @@ export function registerTemplateRoutes(app: FastifyInstance, context: ApiContext
     },
   );
 
-  app.get("/templates", async () => builds().list());
+  app.get("/templates", async (request) => builds().list(team(request)));
 
   app.get<{ Params: { alias: string } }>("/templates/aliases/:alias", async (request) =>
-    builds().alias(request.params.alias),
+    builds().alias(team(request), request.params.alias),
   );
 
   app.get<{ Params: TemplateParams }>("/templates/:templateID", async (request) =>
-    builds().get(request.params.templateID),
+    builds().get(team(request), request.params.templateID),
   );
 
   app.get<{ Params: TemplateParams }>("/templates/:templateID/tags", async (request) =>
-    builds().listTags(request.params.templateID),
+    builds().listTags(team(request), request.params.templateID),
   );
 
   app.post<{ Body: TagsBody & { target: string } }>(
     "/templates/tags",
     { schema: { body: tagsAssignSchema } },
     async (request, reply) => {
-      const assigned = await builds().assignTags(request.body.target, request.body.tags);
+      const assigned = await builds().assignTags(
+        team(request),
+        request.body.target,
+        request.body.tags,
+      );
       return reply.code(201).send(assigned);
     },
   );
@@ -124,7 +130,7 @@ export function registerTemplateRoutes(app: FastifyInstance, context: ApiContext
     "/templates/tags",
     { schema: { body: tagsRemoveSchema } },
     async (request, reply) => {
-      await builds().removeTags(request.body.name, request.body.tags);
+      await builds().removeTags(team(request), request.body.name, request.body.tags);
       return reply.code(204).send();
     },
   );
@@ -132,15 +138,16 @@ export function registerTemplateRoutes(app: FastifyInstance, context: ApiContext
   app.delete<{ Params: TemplateParams }>("/templates/:templateID", async (request, reply) => {
     // fastify has already decoded the segment: "my-snap%3Adefault" arrives as "my-snap:default".
     const service = context.builds?.();
-    if (service) await service.delete(request.params.templateID);
-    else await context.service.deleteTemplate(request.params.templateID);
+    if (service) await service.delete(team(request), request.params.templateID);
+    else await context.service.deleteTemplate(request.params.templateID, team(request));
     return reply.code(204).send();
   });
 }
 
 /**
  * `PUT` of an upload link: no API key (the SDK sends none), authorized by the link's
- * signature; the body (any content type) streams to disk, bounded by the builds' limit.
+ * signature; the body (any content type) streams to disk, bounded by the builds' limit,
+ * quota and disk reserve, and checked against a `Content-Digest` (sha-256) when one is sent.
  */
 export function registerUploadRoute(app: FastifyInstance, context: ApiContext): void {
   app.register(async (uploads) => {
@@ -153,12 +160,20 @@ export function registerUploadRoute(app: FastifyInstance, context: ApiContext): 
         const service = buildsOf(context);
         const { templateID, hash } = request.params;
         const length = request.headers["content-length"];
-        const declared = length === undefined ? undefined : Number(length);
-        await service.acceptUpload(templateID, hash, request.query, request.raw, declared);
+        const digest = request.headers["content-digest"];
+        await service.acceptUpload(templateID, hash, request.query, request.raw, {
+          ...(length !== undefined && { declaredBytes: Number(length) }),
+          ...(typeof digest === "string" && { contentDigest: digest }),
+        });
         return reply.code(201).send();
       },
     );
   });
+}
+
+/** The team whose templates the request sees (undefined: the admin's view of every team). */
+function team(request: FastifyRequest): string | undefined {
+  return callerOf(request).teamId;
 }
 
 /** The API's address as the client reached it: upload links must point back there. */

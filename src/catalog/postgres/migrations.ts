@@ -134,6 +134,34 @@ export const MIGRATIONS: readonly string[] = [
     value TEXT NOT NULL
   );
   `,
+  // Teams and their keys (hashed), shared by every node and gateway; every sandbox, build
+  // and team template names its team. What existed before belongs to the default team.
+  `
+  CREATE TABLE teams (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    limits JSONB NOT NULL
+  );
+  INSERT INTO teams (id, name, created_at, limits) VALUES ('default', 'default', now(), '{}');
+
+  CREATE TABLE api_keys (
+    id TEXT PRIMARY KEY,
+    team_id TEXT NOT NULL REFERENCES teams (id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    hash TEXT NOT NULL UNIQUE,
+    mask JSONB NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    last_used_at TIMESTAMPTZ
+  );
+  CREATE INDEX api_keys_by_team ON api_keys (team_id, created_at, id);
+
+  ALTER TABLE sandboxes ADD COLUMN team_id TEXT NOT NULL DEFAULT 'default';
+  CREATE INDEX sandboxes_by_team ON sandboxes (team_id, state);
+  ALTER TABLE builds ADD COLUMN team_id TEXT NOT NULL DEFAULT 'default';
+  ALTER TABLE templates ADD COLUMN team_id TEXT;
+  UPDATE templates SET team_id = 'default' WHERE kind IN ('snapshot', 'build');
+  `,
   // The cluster key retired: gateways and nodes prove who they are with certificates from
   // the cluster CA, which is not in the database. A key anyone with the database URL could
   // read is no credential; none is kept.

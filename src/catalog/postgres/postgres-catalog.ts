@@ -12,7 +12,9 @@ import {
   type TemplateKind,
   type TemplateRow,
 } from "../catalog.js";
+import type { TeamCatalog } from "../teams.js";
 import { CatalogPool, type PoolOptions, rowsOf } from "./pool.js";
+import { PostgresTeams } from "./postgres-teams.js";
 import {
   type BuildRecord,
   type EventRecord,
@@ -49,10 +51,13 @@ const NODE_LOCAL_KINDS: ReadonlySet<TemplateKind> = new Set(["base", "layer"]);
 export class PostgresCatalog implements Catalog {
   readonly #db: CatalogPool;
   readonly #node: string;
+  /** Teams and their keys: the cluster's, not this node's. */
+  readonly teams: TeamCatalog;
 
   private constructor(db: CatalogPool, nodeId: string) {
     this.#db = db;
     this.#node = nodeId;
+    this.teams = new PostgresTeams(db);
   }
 
   /** Connects (a bounded pool) and migrates the database, once across nodes opening at once. */
@@ -146,6 +151,7 @@ export class PostgresCatalog implements Catalog {
         row.diskSizeMiB,
         row.createdAt,
         JSON.stringify(row.config ?? {}),
+        row.teamId ?? null,
       ]);
       await client.query(SQL.clearAliases, [scope, row.id]);
       // Once each: an alias given twice would be upserted twice in one statement.
@@ -190,6 +196,7 @@ export class PostgresCatalog implements Catalog {
       row.createdAt,
       row.updatedAt,
       row.finishedAt ?? null,
+      row.teamId,
     ]);
   }
 

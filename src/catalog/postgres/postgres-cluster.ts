@@ -11,7 +11,9 @@ import type {
   NodeState,
   SandboxLocation,
 } from "../cluster.js";
+import type { TeamCatalog } from "../teams.js";
 import { CatalogPool, type PoolOptions, rowsOf } from "./pool.js";
+import { PostgresTeams } from "./postgres-teams.js";
 import { type SandboxRecord, toSandboxRow } from "./rows.js";
 
 interface NodeRecord {
@@ -63,7 +65,7 @@ const SQL = {
     RETURNING s.id, s.node_id, lost.state AS was`,
   locateSandbox: `
     SELECT s.node_id, n.url AS node_url, s.state, n.state AS node_state, s.ended_reason,
-      s.vcpus, s.memory_mib
+      s.vcpus, s.memory_mib, s.team_id
     FROM sandboxes s JOIN nodes n ON n.id = s.node_id WHERE s.id = $1`,
   listSandboxes: `
     SELECT * FROM sandboxes
@@ -86,9 +88,12 @@ const SQL = {
  */
 export class PostgresCluster implements ClusterCatalog {
   readonly #db: CatalogPool;
+  /** Teams and their keys (the gateway authenticates every request with them). */
+  readonly teams: TeamCatalog;
 
   private constructor(db: CatalogPool) {
     this.#db = db;
+    this.teams = new PostgresTeams(db);
   }
 
   static async open(options: PoolOptions): Promise<PostgresCluster> {
@@ -157,6 +162,7 @@ export class PostgresCluster implements ClusterCatalog {
 
   async locateSandbox(id: string): Promise<SandboxLocation | undefined> {
     const [row] = await this.#db.query<{
+      team_id: string;
       node_id: string;
       node_url: string;
       state: SandboxState;
@@ -167,6 +173,7 @@ export class PostgresCluster implements ClusterCatalog {
     }>(`locate sandbox ${id}`, SQL.locateSandbox, [id]);
     if (!row) return undefined;
     return {
+      teamId: row.team_id,
       nodeId: row.node_id,
       nodeUrl: row.node_url,
       state: row.state,

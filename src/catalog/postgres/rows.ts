@@ -14,6 +14,7 @@ import type { Param } from "./pool.js";
  */
 export interface SandboxRecord {
   id: string;
+  team_id: string;
   node_id: string;
   template_id: string;
   alias: string | null;
@@ -36,6 +37,7 @@ export interface SandboxRecord {
 
 export interface TemplateRecord {
   id: string;
+  team_id: string | null;
   aliases: string[];
   kind: TemplateRow["kind"];
   snapshot_id: string;
@@ -48,6 +50,7 @@ export interface TemplateRecord {
 
 export interface BuildRecord {
   id: string;
+  team_id: string;
   template_id: string;
   name: string;
   tags: string[];
@@ -93,6 +96,7 @@ export interface EventRecord {
 
 /** Sandbox columns after id and node_id, in the order of sandboxParams. */
 export const SANDBOX_COLUMNS = [
+  "team_id",
   "template_id",
   "alias",
   "state",
@@ -115,6 +119,7 @@ export const SANDBOX_COLUMNS = [
 /** Values for SANDBOX_COLUMNS, in order; JSON as text for the `::jsonb` casts. */
 export function sandboxParams(row: SandboxRow): Param[] {
   return [
+    row.teamId,
     row.templateId,
     row.alias ?? null,
     row.state,
@@ -138,6 +143,7 @@ export function sandboxParams(row: SandboxRow): Param[] {
 export function toSandboxRow(r: SandboxRecord): SandboxRow {
   return {
     id: r.id,
+    teamId: r.team_id,
     templateId: r.template_id,
     ...optional("alias", r.alias),
     state: r.state,
@@ -161,6 +167,7 @@ export function toSandboxRow(r: SandboxRecord): SandboxRow {
 export function toTemplateRow(r: TemplateRecord): TemplateRow {
   return {
     id: r.id,
+    ...optional("teamId", r.team_id),
     aliases: r.aliases,
     kind: r.kind,
     snapshotId: r.snapshot_id,
@@ -175,6 +182,7 @@ export function toTemplateRow(r: TemplateRecord): TemplateRow {
 export function toBuildRow(r: BuildRecord): BuildRow {
   return {
     id: r.id,
+    teamId: r.team_id,
     templateId: r.template_id,
     name: r.name,
     tags: r.tags,

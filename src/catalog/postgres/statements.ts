@@ -10,7 +10,7 @@ const sandboxValues = SANDBOX_COLUMNS.map(
 );
 
 const TEMPLATE_SELECT = `
-  SELECT t.id, t.kind, t.snapshot_id, t.vcpus, t.memory_mib, t.disk_size_mib, t.created_at,
+  SELECT t.id, t.team_id, t.kind, t.snapshot_id, t.vcpus, t.memory_mib, t.disk_size_mib, t.created_at,
     t.config,
     COALESCE((SELECT jsonb_agg(a.alias ORDER BY a.position) FROM template_aliases a
       WHERE a.scope = t.scope AND a.template_id = t.id), '[]'::jsonb) AS aliases
@@ -47,9 +47,10 @@ export const SQL = {
     DELETE FROM templates WHERE id = $2 AND scope IN ($1, '') AND scope <> $3`,
   putTemplate: `
     INSERT INTO templates
-      (scope, id, kind, snapshot_id, vcpus, memory_mib, disk_size_mib, created_at, config)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb)
-    ON CONFLICT (scope, id) DO UPDATE SET kind = excluded.kind,
+      (scope, id, kind, snapshot_id, vcpus, memory_mib, disk_size_mib, created_at, config,
+        team_id)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10)
+    ON CONFLICT (scope, id) DO UPDATE SET kind = excluded.kind, team_id = excluded.team_id,
       snapshot_id = excluded.snapshot_id, vcpus = excluded.vcpus,
       memory_mib = excluded.memory_mib, disk_size_mib = excluded.disk_size_mib,
       created_at = excluded.created_at, config = excluded.config`,
@@ -70,9 +71,10 @@ export const SQL = {
 
   putBuild: `
     INSERT INTO builds (id, template_id, name, tags, status, vcpus, memory_mib, disk_size_mib,
-      snapshot_id, layers, reason, created_at, updated_at, finished_at)
-    VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb, $12, $13, $14)
+      snapshot_id, layers, reason, created_at, updated_at, finished_at, team_id)
+    VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb, $12, $13, $14, $15)
     ON CONFLICT (id) DO UPDATE SET template_id = excluded.template_id, name = excluded.name,
+      team_id = excluded.team_id,
       tags = excluded.tags, status = excluded.status, vcpus = excluded.vcpus,
       memory_mib = excluded.memory_mib, disk_size_mib = excluded.disk_size_mib,
       snapshot_id = excluded.snapshot_id, layers = excluded.layers, reason = excluded.reason,

@@ -108,6 +108,34 @@ export const MIGRATIONS: readonly string[] = [
   `
   ALTER TABLE snapshots ADD COLUMN files TEXT;
   `,
+  // v4: teams and their keys (hashed); every sandbox, build and team template names its
+  // team. What existed before belongs to the default team, whose keys are the key file's.
+  `
+  CREATE TABLE teams (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    limits TEXT NOT NULL
+  ) STRICT;
+  INSERT INTO teams (id, name, created_at, limits)
+    VALUES ('default', 'default', strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), '{}');
+
+  CREATE TABLE api_keys (
+    id TEXT PRIMARY KEY,
+    team_id TEXT NOT NULL REFERENCES teams (id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    hash TEXT NOT NULL UNIQUE,
+    mask TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    last_used_at TEXT
+  ) STRICT;
+  CREATE INDEX api_keys_by_team ON api_keys (team_id, created_at, id);
+
+  ALTER TABLE sandboxes ADD COLUMN team_id TEXT NOT NULL DEFAULT 'default';
+  ALTER TABLE builds ADD COLUMN team_id TEXT NOT NULL DEFAULT 'default';
+  ALTER TABLE templates ADD COLUMN team_id TEXT;
+  UPDATE templates SET team_id = 'default' WHERE kind IN ('snapshot', 'build');
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -10,6 +10,7 @@ import type {
 /** Rows as SQLite returns them: snake_case columns, NULL for unset, JSON as text. */
 export interface SandboxRecord {
   id: string;
+  team_id: string;
   template_id: string;
   alias: string | null;
   state: SandboxRow["state"];
@@ -31,6 +32,7 @@ export interface SandboxRecord {
 
 export interface TemplateRecord {
   id: string;
+  team_id: string | null;
   /** JSON array built by the query from template_aliases. */
   aliases: string;
   kind: TemplateRow["kind"];
@@ -44,6 +46,7 @@ export interface TemplateRecord {
 
 export interface BuildRecord {
   id: string;
+  team_id: string;
   template_id: string;
   name: string;
   tags: string;
@@ -89,6 +92,7 @@ export interface EventRecord {
 export function sandboxParams(row: SandboxRow): Record<string, string | number | null> {
   return {
     id: row.id,
+    teamId: row.teamId,
     templateId: row.templateId,
     alias: row.alias ?? null,
     state: row.state,
@@ -112,6 +116,7 @@ export function sandboxParams(row: SandboxRow): Record<string, string | number |
 export function toSandboxRow(r: SandboxRecord): SandboxRow {
   return {
     id: r.id,
+    teamId: r.team_id,
     templateId: r.template_id,
     ...optional("alias", r.alias),
     state: r.state,
@@ -135,6 +140,7 @@ export function toSandboxRow(r: SandboxRecord): SandboxRow {
 export function toTemplateRow(r: TemplateRecord): TemplateRow {
   return {
     id: r.id,
+    ...optional("teamId", r.team_id),
     aliases: JSON.parse(r.aliases),
     kind: r.kind,
     snapshotId: r.snapshot_id,
@@ -146,14 +152,15 @@ export function toTemplateRow(r: TemplateRecord): TemplateRow {
   };
 }
 
-export function templateParams(row: TemplateRow): Record<string, string | number> {
-  const { aliases: _aliases, config, ...rest } = row;
-  return { ...rest, config: JSON.stringify(config ?? {}) };
+export function templateParams(row: TemplateRow): Record<string, string | number | null> {
+  const { aliases: _aliases, config, teamId, ...rest } = row;
+  return { ...rest, teamId: teamId ?? null, config: JSON.stringify(config ?? {}) };
 }
 
 export function buildParams(row: BuildRow): Record<string, string | number | null> {
   return {
     id: row.id,
+    teamId: row.teamId,
     templateId: row.templateId,
     name: row.name,
     tags: JSON.stringify(row.tags),
@@ -173,6 +180,7 @@ export function buildParams(row: BuildRow): Record<string, string | number | nul
 export function toBuildRow(r: BuildRecord): BuildRow {
   return {
     id: r.id,
+    teamId: r.team_id,
     templateId: r.template_id,
     name: r.name,
     tags: JSON.parse(r.tags),

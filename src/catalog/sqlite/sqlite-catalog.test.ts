@@ -55,10 +55,12 @@ describe("SqliteCatalog", () => {
         .all(),
     );
     assert.deepEqual([...(tables as string[])].sort(), [
+      "api_keys",
       "builds",
       "events",
       "sandboxes",
       "snapshots",
+      "teams",
       "template_aliases",
       "template_tags",
       "templates",

@@ -14,6 +14,7 @@ import {
   type TagRow,
   type TemplateRow,
 } from "../catalog.js";
+import type { TeamCatalog } from "../teams.js";
 import { checkVersion, migrate } from "./migrations.js";
 import {
   buildParams,
@@ -28,6 +29,7 @@ import {
   toTagRow,
   toTemplateRow,
 } from "./rows.js";
+import { SqliteTeams } from "./sqlite-teams.js";
 import { prepareStatements, type Statements } from "./statements.js";
 
 const BUSY_TIMEOUT_MS = 5_000;
@@ -39,10 +41,13 @@ const BUSY_TIMEOUT_MS = 5_000;
 export class SqliteCatalog implements Catalog {
   readonly #db: Database.Database;
   readonly #sql: Statements;
+  /** Teams and their keys, in the same file. */
+  readonly teams: TeamCatalog;
 
   private constructor(db: Database.Database) {
     this.#db = db;
     this.#sql = prepareStatements(db);
+    this.teams = new SqliteTeams(db, (context, work) => this.#run(context, work));
   }
 
   /** Opens (creating if needed, with its directory) and migrates the catalog file at `path`. */

@@ -10,6 +10,7 @@ import type {
 
 /** Column name → named parameter (see sandboxParams); one list for INSERT and UPDATE. */
 const SANDBOX_COLUMNS: ReadonlyArray<readonly [string, string]> = [
+  ["team_id", "teamId"],
   ["template_id", "templateId"],
   ["alias", "alias"],
   ["state", "state"],
@@ -30,7 +31,7 @@ const SANDBOX_COLUMNS: ReadonlyArray<readonly [string, string]> = [
 ];
 
 const TEMPLATE_SELECT = `
-  SELECT t.id, t.kind, t.snapshot_id, t.vcpus, t.memory_mib, t.disk_size_mib, t.created_at,
+  SELECT t.id, t.team_id, t.kind, t.snapshot_id, t.vcpus, t.memory_mib, t.disk_size_mib, t.created_at,
     t.config,
     (SELECT json_group_array(a.alias ORDER BY a.position) FROM template_aliases a
       WHERE a.template_id = t.id) AS aliases
@@ -66,9 +67,11 @@ export function prepareStatements(db: Database.Database) {
             OR (envd_access_token IS NOT NULL AND NOT ${SNAPSHOTTED}))`),
     putTemplate: q(`
         INSERT INTO templates
-          (id, kind, snapshot_id, vcpus, memory_mib, disk_size_mib, created_at, config)
-        VALUES (@id, @kind, @snapshotId, @vcpus, @memoryMiB, @diskSizeMiB, @createdAt, @config)
-        ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, snapshot_id = excluded.snapshot_id,
+          (id, team_id, kind, snapshot_id, vcpus, memory_mib, disk_size_mib, created_at, config)
+        VALUES (@id, @teamId, @kind, @snapshotId, @vcpus, @memoryMiB, @diskSizeMiB, @createdAt,
+          @config)
+        ON CONFLICT (id) DO UPDATE SET team_id = excluded.team_id, kind = excluded.kind,
+          snapshot_id = excluded.snapshot_id,
           vcpus = excluded.vcpus, memory_mib = excluded.memory_mib,
           disk_size_mib = excluded.disk_size_mib, created_at = excluded.created_at,
           config = excluded.config`),
@@ -84,10 +87,11 @@ export function prepareStatements(db: Database.Database) {
     listTemplates: q<TemplateRecord>(`${TEMPLATE_SELECT} ORDER BY t.created_at, t.id`),
     deleteTemplate: q("DELETE FROM templates WHERE id = ?"),
     putBuild: q(`
-        INSERT OR REPLACE INTO builds (id, template_id, name, tags, status, vcpus, memory_mib,
-          disk_size_mib, snapshot_id, layers, reason, created_at, updated_at, finished_at)
-        VALUES (@id, @templateId, @name, @tags, @status, @vcpus, @memoryMiB, @diskSizeMiB,
-          @snapshotId, @layers, @reason, @createdAt, @updatedAt, @finishedAt)`),
+        INSERT OR REPLACE INTO builds (id, team_id, template_id, name, tags, status, vcpus,
+          memory_mib, disk_size_mib, snapshot_id, layers, reason, created_at, updated_at,
+          finished_at)
+        VALUES (@id, @teamId, @templateId, @name, @tags, @status, @vcpus, @memoryMiB,
+          @diskSizeMiB, @snapshotId, @layers, @reason, @createdAt, @updatedAt, @finishedAt)`),
     getBuild: q<BuildRecord>("SELECT * FROM builds WHERE id = ?"),
     listBuilds: q<BuildRecord>(`
         SELECT * FROM builds WHERE (@templateId IS NULL OR template_id = @templateId)

@@ -15,8 +15,8 @@ export function execCommands(program: Command, connect: Connect): void {
     .option("-w, --cwd <dir>", "working directory")
     .option("-e, --env <key=value>", "environment variable, repeatable", repeatable)
     .action(async (id: string, argv: string[], opts, cmd: Command) => {
-      connect(cmd);
-      const { CommandExitError, Sandbox } = await loadSdk();
+      const connection = connect(cmd);
+      const { CommandExitError, Sandbox } = await loadSdk(connection);
       const sandbox = await Sandbox.connect(id);
       const envs = parsePairs(opts.env, "--env");
       try {
@@ -46,8 +46,8 @@ export function execCommands(program: Command, connect: Connect): void {
     .description("an interactive shell in a sandbox (a PTY, resized with this terminal)")
     .option("-u, --user <name>", "log in as this user")
     .action(async (id: string, opts, cmd: Command) => {
-      connect(cmd);
-      const { CommandExitError, Sandbox } = await loadSdk();
+      const connection = connect(cmd);
+      const { CommandExitError, Sandbox } = await loadSdk(connection);
       const sandbox = await Sandbox.connect(id);
       const stdin = process.stdin;
       const size = () => ({ cols: process.stdout.columns || 80, rows: process.stdout.rows || 24 });
@@ -91,8 +91,8 @@ export function execCommands(program: Command, connect: Connect): void {
     .command("cp <source> <destination>")
     .description("copy a file into or out of a sandbox: a sandbox path is <id>:<path>")
     .action(async (source: string, destination: string, _opts, cmd: Command) => {
-      connect(cmd);
-      const { Sandbox } = await loadSdk();
+      const connection = connect(cmd);
+      const { Sandbox } = await loadSdk(connection);
       const from = remote(source);
       const to = remote(destination);
       if (from && to)

@@ -12,11 +12,11 @@ export function forkCommands(program: Command, connect: Connect): void {
     .option("-n, --count <n>", "how many children", "1")
     .option("--json", "print each child's id or error as JSON")
     .action(async (id: string, opts, cmd: Command) => {
-      connect(cmd);
+      const connection = connect(cmd);
       const count = Number(opts.count);
       if (!Number.isInteger(count) || count < 1)
         throw usage(`--count ${opts.count} is not a number ≥ 1`);
-      const { Sandbox } = await loadSdk();
+      const { Sandbox } = await loadSdk(connection);
       const source = await Sandbox.connect(id);
       const results = await source.fork({ count });
       const summary = results.map((r) =>
@@ -36,8 +36,8 @@ export function forkCommands(program: Command, connect: Connect): void {
     .option("--name <name>", "the name sandboxes are created from (default: its id)")
     .option("--json", "print the snapshot as JSON")
     .action(async (id: string, opts, cmd: Command) => {
-      connect(cmd);
-      const { Sandbox } = await loadSdk();
+      const connection = connect(cmd);
+      const { Sandbox } = await loadSdk(connection);
       const snapshot = await Sandbox.createSnapshot(id, opts.name ? { name: opts.name } : {});
       if (opts.json) printJson(snapshot);
       else process.stdout.write(`${snapshot.snapshotId}\n`);

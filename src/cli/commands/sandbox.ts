@@ -24,8 +24,8 @@ export function sandboxCommands(program: Command, connect: Connect): void {
     .option("-m, --metadata <key=value>", "metadata, repeatable", repeatable)
     .option("--json", "print the sandbox as JSON")
     .action(async (template: string | undefined, opts, cmd: Command) => {
-      connect(cmd);
-      const { Sandbox } = await loadSdk();
+      const connection = connect(cmd);
+      const { Sandbox } = await loadSdk(connection);
       const created = await Sandbox.create(template ?? "base", {
         timeoutMs: parseDuration(opts.timeout),
         metadata: parsePairs(opts.metadata, "--metadata"),
@@ -42,8 +42,12 @@ export function sandboxCommands(program: Command, connect: Connect): void {
     .option("-m, --metadata <key=value>", "only those with this metadata, repeatable", repeatable)
     .option("--json", "print them as JSON")
     .action(async (opts, cmd: Command) => {
-      connect(cmd);
-      const list = await listSandboxes(opts.state, parsePairs(opts.metadata, "--metadata"));
+      const connection = connect(cmd);
+      const list = await listSandboxes(
+        connection,
+        opts.state,
+        parsePairs(opts.metadata, "--metadata"),
+      );
       if (opts.json) printJson(list);
       else printSandboxes(list);
     });
@@ -53,8 +57,8 @@ export function sandboxCommands(program: Command, connect: Connect): void {
     .description("show one sandbox")
     .option("--json", "print it as JSON")
     .action(async (id: string, opts, cmd: Command) => {
-      connect(cmd);
-      const { Sandbox } = await loadSdk();
+      const connection = connect(cmd);
+      const { Sandbox } = await loadSdk(connection);
       const info = await Sandbox.getInfo(id);
       if (opts.json) printJson(info);
       else printSandbox(info);
@@ -65,8 +69,8 @@ export function sandboxCommands(program: Command, connect: Connect): void {
     .description("pause a running sandbox (its memory and disk kept)")
     .option("--no-memory", "keep the filesystem only: the resume boots afresh")
     .action(async (id: string, opts, cmd: Command) => {
-      connect(cmd);
-      const { Sandbox } = await loadSdk();
+      const connection = connect(cmd);
+      const { Sandbox } = await loadSdk(connection);
       const paused = await Sandbox.pause(id, { keepMemory: opts.memory });
       if (!paused) throw new CliError(`sandbox ${id} is already paused`);
     });
@@ -76,8 +80,8 @@ export function sandboxCommands(program: Command, connect: Connect): void {
     .description("resume a paused sandbox (or extend a running one's timeout)")
     .option("-t, --timeout <duration>", "how long it lives from now", "5m")
     .action(async (id: string, opts, cmd: Command) => {
-      connect(cmd);
-      const { Sandbox } = await loadSdk();
+      const connection = connect(cmd);
+      const { Sandbox } = await loadSdk(connection);
       await Sandbox.connect(id, { timeoutMs: parseDuration(opts.timeout) });
     });
 
@@ -86,8 +90,8 @@ export function sandboxCommands(program: Command, connect: Connect): void {
     .alias("rm")
     .description("kill sandboxes (their files and snapshots go)")
     .action(async (ids: string[], _opts, cmd: Command) => {
-      connect(cmd);
-      const { Sandbox } = await loadSdk();
+      const connection = connect(cmd);
+      const { Sandbox } = await loadSdk(connection);
       for (const id of ids) {
         if (!(await Sandbox.kill(id))) throw new CliError(`sandbox ${id} not found`);
       }
@@ -157,6 +161,7 @@ async function printLogs(connection: Connection, id: string, follow: boolean): P
 
 /** Every sandbox of those states matching the metadata, oldest first. */
 export async function listSandboxes(
+  connection: Connection,
   states: string,
   metadata: Record<string, string>,
 ): Promise<SandboxInfo[]> {
@@ -165,7 +170,7 @@ export async function listSandboxes(
     if (s !== "running" && s !== "paused")
       throw new CliError(`--state ${s} is neither running nor paused`, 2);
   }
-  const { Sandbox } = await loadSdk();
+  const { Sandbox } = await loadSdk(connection);
   const paginator = Sandbox.list({ query: { state, metadata } });
   const all: SandboxInfo[] = [];
   while (paginator.hasNext) all.push(...(await paginator.nextItems()));

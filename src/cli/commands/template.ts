@@ -37,12 +37,12 @@ export function templateCommands(program: Command, connect: Connect): void {
     .option("--memory <mib>", "memory of its sandboxes, MiB")
     .option("--no-cache", "run every step again")
     .action(async (opts, cmd: Command) => {
-      connect(cmd);
+      const connection = connect(cmd);
       const file = resolve(opts.file);
       const dockerfile = await readFile(file, "utf8").catch((err: NodeJS.ErrnoException) => {
         throw usage(`cannot read ${opts.file}: ${err.code}`);
       });
-      const { Template } = await loadSdk();
+      const { Template } = await loadSdk(connection);
       const started = Date.now();
       const built = await Template.build(
         Template({ fileContextPath: dirname(file) }).fromDockerfile(dockerfile),

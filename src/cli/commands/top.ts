@@ -1,6 +1,7 @@
 import type { Command } from "commander";
 import type { NodeView } from "../../protocol/index.js";
 import { api, type Connection } from "../context.js";
+import { ApiError } from "../errors.js";
 import { age, mebibytes, parseDuration, printTable } from "../output.js";
 import type { Connect } from "../program.js";
 import { listSandboxes } from "./sandbox.js";
@@ -49,15 +50,23 @@ export function topCommand(program: Command, connect: Connect): void {
 /** Reads everything first, so the screen is redrawn at once (no flicker). */
 async function render(connection: Connection): Promise<() => void> {
   const [sandboxes, node] = await Promise.all([
-    listSandboxes("running,paused", {}),
-    // A gateway has no node of its own to show.
-    api<NodeView>(connection, "GET", "/node").catch(() => undefined),
+    listSandboxes(connection, "running,paused", {}),
+    // A team key may not read the node (403 admin_required); a gateway has no node to show.
+    api<NodeView>(connection, "GET", "/node").catch((err: unknown) =>
+      err instanceof ApiError && err.status === 403 ? ("admin only" as const) : undefined,
+    ),
   ]);
-  const sampled = new Map(node?.sandboxes.map((s) => [s.sandboxId, s]));
+  const sampled = new Map(
+    typeof node === "object" ? node.sandboxes.map((s) => [s.sandboxId, s]) : [],
+  );
   return () => {
     const now = new Date().toISOString().replace("T", " ").slice(0, 19);
     process.stdout.write(`warren top  ${connection.url}  ${now}  (q to quit)\n`);
-    if (node) {
+    if (node === "admin only") {
+      process.stdout.write(
+        "node  (the node's totals need the admin token: --admin-token, WARREN_ADMIN_TOKEN)\n\n",
+      );
+    } else if (node) {
       const c = node.capacity;
       process.stdout.write(
         `node  sandboxes ${c.sandboxes}/${c.maxSandboxes}  vCPUs ${c.vcpus}/${c.maxVcpus}  ` +

@@ -1,14 +1,54 @@
-/** The node's API, same origin as the dashboard, with the key the user logged in with. */
+/**
+ * The node's API, same origin as the dashboard, with what the user signed in with: a team's
+ * API key (sent as `X-API-Key`: that team's sandboxes and templates) or the node's admin
+ * token (sent as `X-Admin-Token`: every team, the node, the teams).
+ */
 
-const KEY = "warren.apiKey";
-
-export function apiKey(): string | undefined {
-  return sessionStorage.getItem(KEY) ?? undefined;
+export interface Credential {
+  readonly kind: "key" | "admin";
+  readonly secret: string;
 }
 
-export function setApiKey(key: string | undefined): void {
-  if (key) sessionStorage.setItem(KEY, key);
-  else sessionStorage.removeItem(KEY);
+const SECRET = "warren.apiKey";
+const KIND = "warren.credential";
+
+/** What the tab signed in with (kept in its sessionStorage), if anything. */
+export function credential(): Credential | undefined {
+  const secret = sessionStorage.getItem(SECRET);
+  if (!secret) return undefined;
+  return { kind: sessionStorage.getItem(KIND) === "admin" ? "admin" : "key", secret };
+}
+
+export function setCredential(value: Credential | undefined): void {
+  if (value) {
+    sessionStorage.setItem(SECRET, value.secret);
+    sessionStorage.setItem(KIND, value.kind);
+  } else {
+    sessionStorage.removeItem(SECRET);
+    sessionStorage.removeItem(KIND);
+  }
+}
+
+function authHeaders(value: Credential | undefined): Record<string, string> {
+  if (!value) return {};
+  return value.kind === "admin" ? { "x-admin-token": value.secret } : { "x-api-key": value.secret };
+}
+
+/**
+ * Which credential a secret is: tried as a team's key first, then as the admin token (each
+ * is refused with 401 as the other; a server without teams has no admin route, 404).
+ * Undefined when the server refuses it both ways.
+ */
+export async function identify(secret: string): Promise<Credential | undefined> {
+  const asKey: Credential = { kind: "key", secret };
+  const key = await fetch("/v2/sandboxes?limit=1", { headers: authHeaders(asKey) });
+  if (key.ok) return asKey;
+  if (key.status !== 401) throw new ApiError(key.status, await messageOf(key));
+  const asAdmin: Credential = { kind: "admin", secret };
+  const admin = await fetch("/admin/teams", { headers: authHeaders(asAdmin) });
+  if (admin.ok) return asAdmin;
+  if (admin.status === 401 || admin.status === 404) return undefined;
+  throw new ApiError(admin.status, await messageOf(admin));
 }
 
 /** An answer the API refused: its status and message. */
@@ -18,6 +58,16 @@ export class ApiError extends Error {
     message: string,
   ) {
     super(message);
+  }
+}
+
+/** The message of an error answer (`{code, message}`), or its text. */
+async function messageOf(res: Response): Promise<string> {
+  const text = await res.text();
+  try {
+    return (JSON.parse(text) as { message?: string }).message ?? text;
+  } catch {
+    return text; // plain text
   }
 }
 
@@ -56,21 +106,13 @@ async function request<T>(
   const res = await fetch(path, {
     method,
     headers: {
-      "x-api-key": apiKey() ?? "",
+      ...authHeaders(credential()),
       ...(body !== undefined && { "content-type": "application/json" }),
     },
     ...(body !== undefined && { body: JSON.stringify(body) }),
   });
+  if (!res.ok) throw new ApiError(res.status, await messageOf(res));
   const text = await res.text();
-  if (!res.ok) {
-    let message = text;
-    try {
-      message = (JSON.parse(text) as { message?: string }).message ?? text;
-    } catch {
-      // plain text
-    }
-    throw new ApiError(res.status, message);
-  }
   return {
     data: (text ? JSON.parse(text) : undefined) as T,
     next: res.headers.get("x-next-token") || null,
@@ -134,4 +176,23 @@ export interface TemplateDetail {
 export interface BuildStatus {
   status: string;
   logEntries: { timestamp: string; level: string; message: string }[];
+}
+
+/** A team's quotas: an absent field is no limit. */
+export interface Limits {
+  maxSandboxes?: number;
+  maxVcpus?: number;
+  maxMemoryMiB?: number;
+  maxDiskGiB?: number;
+  maxBuilds?: number;
+  maxUploadBytes?: number;
+}
+
+/** What `GET /admin/teams` answers of each team. */
+export interface TeamSummary {
+  teamID: string;
+  name: string;
+  createdAt: string;
+  limits: Limits;
+  usage: { sandboxes: number; vcpus: number; memoryMiB: number; diskMiB: number };
 }

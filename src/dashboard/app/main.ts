@@ -1,17 +1,19 @@
 import type { NodeView } from "../../protocol/node-view.js";
 import {
   ApiError,
-  apiKey,
   type BuildStatus,
   call,
+  credential,
   get,
   getAll,
+  identify,
   type Lineage,
   type ListedSandbox,
   type LogEntry,
   type Metric,
   type SandboxDetail,
-  setApiKey,
+  setCredential,
+  type TeamSummary,
   type TemplateDetail,
   type TemplateSummary,
 } from "./api.js";
@@ -21,9 +23,11 @@ import { openTerminal } from "./terminal.js";
 
 /**
  * Warren's dashboard: a page of the node server (`/dashboard/`), talking to its API with
- * the key the user logs in with. Views by URL hash: sandboxes, one sandbox (charts, logs,
- * a terminal), fork trees, templates and their builds, the node. Each view refreshes itself
- * every REFRESH_MS while shown; leaving it stops that.
+ * what the user signs in with: a team's API key (that team's sandboxes and templates) or
+ * the node's admin token (every team's, the node, the teams). Views by URL hash: sandboxes,
+ * one sandbox (charts, logs, a terminal), fork trees, templates and their builds, the node,
+ * the teams (admin). Each view refreshes itself every REFRESH_MS while shown; leaving it
+ * stops that.
  */
 
 const REFRESH_MS = 2_000;
@@ -45,7 +49,7 @@ function every(tick: () => Promise<void>): () => void {
       await tick();
       banner("");
     } catch (err) {
-      if (err instanceof ApiError && err.status === 401) return logOut("that API key was refused");
+      if (err instanceof ApiError && err.status === 401) return logOut(REFUSED);
       banner(err instanceof Error ? err.message : String(err));
     }
   };
@@ -68,18 +72,26 @@ function banner(message: string): void {
 
 // ---- login -------------------------------------------------------------------------------
 
+const REFUSED = "that API key or admin token was refused";
+const ADMIN_TOKEN_FILE = "/var/lib/warren/secrets/admin-token";
+
 function login(reason = ""): undefined {
   root.replaceChildren(
     el("form", { id: "login", class: "card" }, [
       el("h1", {}, ["Warren"]),
       el("p", { class: "muted" }, [
-        "Sign in with an API key of this node (",
-        el("code", {}, ["/var/lib/warren/secrets/api-key"]),
+        "Sign in with a team's API key (its sandboxes and templates) or the node's admin token (every team's, the node and the teams: ",
+        el("code", {}, [ADMIN_TOKEN_FILE]),
         ").",
       ]),
       el(
         "input",
-        { id: "api-key", type: "password", placeholder: "API key", autocomplete: "off" },
+        {
+          id: "api-key",
+          type: "password",
+          placeholder: "API key or admin token",
+          autocomplete: "off",
+        },
         [],
       ),
       el("button", { type: "submit" }, ["Sign in"]),
@@ -89,23 +101,24 @@ function login(reason = ""): undefined {
   const form = document.getElementById("login") as HTMLFormElement;
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    const key = (document.getElementById("api-key") as HTMLInputElement).value.trim();
-    setApiKey(key);
-    get<NodeView>("/node").then(
-      () => route(),
-      (err: unknown) => {
-        setApiKey(undefined);
-        const message =
-          err instanceof ApiError && err.status === 401 ? "that API key was refused" : String(err);
-        (document.getElementById("login-error") as HTMLElement).textContent = message;
+    const secret = (document.getElementById("api-key") as HTMLInputElement).value.trim();
+    const failed = (message: string) => {
+      (document.getElementById("login-error") as HTMLElement).textContent = message;
+    };
+    identify(secret).then(
+      (found) => {
+        if (!found) return failed(REFUSED);
+        setCredential(found);
+        route();
       },
+      (err: unknown) => failed(err instanceof Error ? err.message : String(err)),
     );
   });
   return undefined;
 }
 
 function logOut(reason = ""): void {
-  setApiKey(undefined);
+  setCredential(undefined);
   location.hash = "";
   show(() => login(reason));
 }
@@ -119,18 +132,24 @@ const VIEWS = [
   ["node", "Node"],
 ] as const;
 
+const isAdmin = () => credential()?.kind === "admin";
+
 function layout(active: string, title: string, ...content: Node[]): HTMLElement {
   const main = el("main", {}, [el("h2", {}, [title]), ...content]);
+  const views = isAdmin() ? [...VIEWS, ["teams", "Teams"] as const] : VIEWS;
   root.replaceChildren(
     el("header", {}, [
       el("span", { class: "brand" }, ["Warren"]),
       el(
         "nav",
         {},
-        VIEWS.map(([view, label]) =>
+        views.map(([view, label]) =>
           el("a", { href: `#/${view}`, class: view === active ? "active" : "" }, [label]),
         ),
       ),
+      el("span", { id: "signed-in", class: "muted" }, [
+        isAdmin() ? "admin: every team" : "a team's API key",
+      ]),
       el("button", { id: "logout", class: "link" }, ["Sign out"]),
     ]),
     el("div", { id: "banner", class: "error", hidden: "" }, []),
@@ -452,7 +471,21 @@ function nodeView(): () => void {
       ]),
     ]);
   return every(async () => {
-    const node = await get<NodeView>("/node");
+    const node = await get<NodeView>("/node").catch((err: unknown) => {
+      // A team's key sees its own sandboxes, not the node's (403 admin_required).
+      if (err instanceof ApiError && err.status === 403) return undefined;
+      throw err;
+    });
+    if (!node) {
+      body.replaceChildren(
+        el("p", { class: "muted" }, [
+          "The node view needs the admin token: sign out and sign in with it (",
+          el("code", {}, [ADMIN_TOKEN_FILE]),
+          " on the node).",
+        ]),
+      );
+      return;
+    }
     const c = node.capacity;
     body.replaceChildren(
       el("p", {}, [`Status ${node.status}, accelerator ${node.accelerator ?? "?"}`]),
@@ -474,17 +507,69 @@ function nodeView(): () => void {
   });
 }
 
+// ---- teams (admin) -----------------------------------------------------------------------
+
+function teamsView(): () => void {
+  const body = el("tbody", { id: "teams" }, []);
+  layout(
+    "teams",
+    "Teams",
+    el("p", { class: "muted" }, [
+      "What each team uses now of its quotas (∞: no limit). ",
+      el("code", {}, ["warren team create|ls|rm"]),
+      " and ",
+      el("code", {}, ["warren key"]),
+      " manage them.",
+    ]),
+    table(
+      ["ID", "Name", "Sandboxes", "vCPUs", "Memory", "Disk", "Builds", "Uploads", "Created"],
+      body,
+    ),
+  );
+  const of = (used: string, limit: number | undefined, unit = "") =>
+    `${used}${unit} of ${limit === undefined ? "∞" : `${limit}${unit}`}`;
+  return every(async () => {
+    const teams = await get<TeamSummary[]>("/admin/teams");
+    body.replaceChildren(
+      ...teams.map((t) =>
+        el("tr", { "data-team": t.teamID }, [
+          el("td", {}, [t.teamID]),
+          el("td", {}, [t.name]),
+          el("td", {}, [of(String(t.usage.sandboxes), t.limits.maxSandboxes)]),
+          el("td", {}, [of(String(t.usage.vcpus), t.limits.maxVcpus)]),
+          el("td", {}, [of(String(t.usage.memoryMiB), t.limits.maxMemoryMiB, " MiB")]),
+          el("td", {}, [of(gibibytes(t.usage.diskMiB), t.limits.maxDiskGiB, " GiB")]),
+          el("td", {}, [t.limits.maxBuilds === undefined ? "∞" : String(t.limits.maxBuilds)]),
+          el("td", {}, [
+            t.limits.maxUploadBytes === undefined
+              ? "∞"
+              : `${Math.floor(t.limits.maxUploadBytes / 1024 / 1024)} MiB`,
+          ]),
+          el("td", {}, [`${since(t.createdAt)} ago`]),
+        ]),
+      ),
+    );
+  });
+}
+
+/** MiB as GiB, to a tenth where it is not whole. */
+function gibibytes(mib: number): string {
+  const gib = mib / 1024;
+  return Number.isInteger(gib) ? String(gib) : gib.toFixed(1);
+}
+
 // ---- routing -----------------------------------------------------------------------------
 
 /** The view the URL names (a sign-in first when no key is held). */
 function viewFor(hash: string): () => (() => void) | undefined {
-  if (!apiKey()) return () => login();
+  if (!credential()) return () => login();
   const [view, arg] = hash.replace(/^#\/?/, "").split("/");
   if (view === "sandbox") return () => sandboxView(idFromUrl(arg ?? ""));
   const views: Record<string, () => () => void> = {
     forks: forksView,
     templates: templatesView,
     node: nodeView,
+    ...(isAdmin() && { teams: teamsView }),
   };
   return views[view ?? ""] ?? sandboxesView;
 }

@@ -7,6 +7,7 @@ import pg from "pg";
 import { type Catalog, PostgresCatalog, type TemplateKind } from "../../../src/catalog/index.js";
 import { MIGRATIONS, SCHEMA_VERSION } from "../../../src/catalog/postgres/migrations.js";
 import { catalogContract, sandboxRow } from "../../contracts/catalog.contract.js";
+import { teamsContract } from "../../contracts/teams.contract.js";
 import { startPostgres, type TestPostgres } from "../../helpers/postgres.js";
 
 let server: TestPostgres;
@@ -37,6 +38,21 @@ catalogContract("postgres", async () => {
     },
     cleanup: async () => {
       for (const catalog of opened) await catalog.close();
+      await server.dropDatabase(name);
+    },
+  };
+});
+
+teamsContract("postgres", async () => {
+  const name = `teams_${++databases}`;
+  const catalog = await PostgresCatalog.open({
+    connectionString: await server.createDatabase(name),
+    nodeId: "node-a",
+  });
+  return {
+    teams: catalog.teams,
+    cleanup: async () => {
+      await catalog.close();
       await server.dropDatabase(name);
     },
   };
@@ -281,6 +297,7 @@ describe("PostgresCatalog", () => {
       const { a, b } = await twoNodes(t);
       await a.putBuild({
         id: "b-1",
+        teamId: "default",
         templateId: "tpl-1",
         name: "env",
         tags: ["default"],

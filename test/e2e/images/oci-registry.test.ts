@@ -277,7 +277,7 @@ describe("OCI images from a registry with basic auth (htpasswd)", () => {
     await rm(work, { recursive: true, force: true });
   });
 
-  it("pulls with the username and password, and refuses without", async () => {
+  it("pulls with the username and password, and refuses without, also once cached", async () => {
     const layer = makeTar([
       { path: "etc/passwd", content: "root:x:0:0:root:/root:/bin/sh\n" },
       { path: "etc/private", content: "behind basic auth\n" },
@@ -309,5 +309,13 @@ describe("OCI images from a registry with basic auth (htpasswd)", () => {
     });
     assert.equal(await debugfs(pulled.rootfs, "cat /etc/private"), "behind basic auth\n");
     assert.match(await debugfs(pulled.rootfs, "cat /etc/passwd"), /^user::1000:1000:/m);
+    // Cached now, but not for a caller without the credentials: by tag nor by digest.
+    for (const reference of [options.reference, `${registry.host}/team/private@${pulled.digest}`]) {
+      await assert.rejects(
+        pullImage({ ...options, reference }),
+        (err: Error & { reason?: string }) => err.reason === "image_access_denied",
+        reference,
+      );
+    }
   });
 });

@@ -231,6 +231,7 @@ it("keeps copies within b's budget: what b stands on stays, the least recently u
     // A sandbox paused on b on p1 (moved there): p1 and the template stay while it does.
     await b.catalog.insertSandbox({
       id: "moved",
+      teamId: "default",
       templateId: "tpl",
       state: "paused",
       clientId: "c",

@@ -103,6 +103,7 @@ function pausedOn(snapshotId: string): SandboxRow {
   const now = new Date().toISOString();
   return {
     id: "sbx",
+    teamId: "default",
     templateId: "template",
     state: "paused",
     clientId: "test",

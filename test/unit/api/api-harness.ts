@@ -5,6 +5,7 @@
 import type { FastifyInstance, LightMyRequestResponse } from "fastify";
 import { type ApiOptions, createApi } from "../../../src/api/index.js";
 import { InMemorySandboxService } from "../../fakes/in-memory-sandbox-service.js";
+import { testAuth } from "../../helpers/auth.js";
 
 export const API_KEY = "e2b_0123456789abcdef";
 
@@ -22,7 +23,7 @@ export function useApi(
   options: Partial<ApiOptions> & { service?: InMemorySandboxService } = {},
 ): Harness {
   const service = options.service ?? new InMemorySandboxService();
-  const app = createApi({ service, apiKeys: () => new Set([API_KEY]), ...options });
+  const app = createApi({ service, authenticate: testAuth(() => new Set([API_KEY])), ...options });
   return {
     app,
     service,

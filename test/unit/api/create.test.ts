@@ -20,6 +20,7 @@ test("v2 with an empty body: E2B's defaults, always secured", async () => {
   const res = await call("POST", "/v2/sandboxes", { body: {} });
   assert.equal(res.statusCode, 201);
   assert.deepEqual(lastCreate(service), {
+    teamId: "default",
     templateId: "base",
     timeoutMs: 300_000,
     metadata: {},
@@ -70,6 +71,7 @@ test("everything the SDK can send is mapped (v2, as e2b 2.51 builds it)", async 
   });
   assert.equal(res.statusCode, 201);
   assert.deepEqual(lastCreate(service), {
+    teamId: "default",
     templateId: "my-template",
     timeoutMs: 30_000,
     metadata: { user: "ann", "a b": "c&d" },

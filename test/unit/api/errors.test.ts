@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { WarrenError } from "../../../src/shared/errors.js";
+import { testAuth } from "../../helpers/auth.js";
 import { API_KEY, errorOf, useApi } from "./api-harness.js";
 
 // Auth, readiness, and the rule that every error is E2B's {code, message} JSON.
@@ -44,7 +45,7 @@ test("auth: 401 comes before body errors and no service call is made", async () 
 
 test("auth: keys are read per request (rotation without restart)", async () => {
   let keys = new Set(["old"]);
-  const { call } = useApi({ apiKeys: () => keys });
+  const { call } = useApi({ authenticate: testAuth(() => keys) });
   assert.equal((await call("GET", "/v2/sandboxes", { apiKey: "old" })).statusCode, 200);
   keys = new Set(["new"]);
   assert.equal((await call("GET", "/v2/sandboxes", { apiKey: "old" })).statusCode, 401);

@@ -23,6 +23,7 @@ import {
   WarrenError,
 } from "../../../src/shared/index.js";
 import { FakeNode } from "../../fakes/fake-node.js";
+import { testAuth } from "../../helpers/auth.js";
 import {
   fc,
   fuzzParameters,
@@ -178,7 +179,7 @@ after(() => builds.close());
 const app = createApi({
   service: node.orchestrator,
   builds: () => builds,
-  apiKeys: () => new Set([API_KEY]),
+  authenticate: testAuth(() => new Set([API_KEY])),
   maxTimeoutMs: 3_600_000,
   bodyLimitBytes: 256 * 1024,
 });

@@ -1,6 +1,9 @@
 import assert from "node:assert/strict";
 import { it } from "node:test";
+import { TEST_ADMIN_TOKEN } from "../../helpers/auth.js";
 import { useApi } from "./api-harness.js";
+
+const asAdmin = { apiKey: null, headers: { "x-admin-token": TEST_ADMIN_TOKEN } };
 
 it("GET /node and /lineage: what the node holds and where its sandboxes came from", async () => {
   const { call, service } = useApi();
@@ -9,11 +12,11 @@ it("GET /node and /lineage: what the node holds and where its sandboxes came fro
   const children = (forked.json() as { sandbox: { sandboxID: string } }[]).map(
     (r) => r.sandbox.sandboxID,
   );
-  const node = (await call("GET", "/node")).json();
+  const node = (await call("GET", "/node", asAdmin)).json();
   assert.equal(node.status, "ready");
   assert.equal(node.sandboxesByState.running, 3);
   assert.equal(node.capacity.sandboxes, 3);
-  const lineage = (await call("GET", "/lineage")).json() as {
+  const lineage = (await call("GET", "/lineage", asAdmin)).json() as {
     sandboxId: string;
     parentId?: string;
     via: string;

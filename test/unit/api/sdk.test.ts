@@ -45,6 +45,7 @@ test("create → getInfo → pause → connect (resume) → setTimeout → kill"
   });
   const input = service.callsOf("create").at(-1)?.[0] as CreateSandboxInput;
   assert.deepEqual(input, {
+    teamId: "default",
     templateId: "python",
     timeoutMs: 91_000, // the SDK rounds up to whole seconds
     metadata: { owner: "ann", "with space": "a&b=c" },

@@ -3,67 +3,9 @@
 // test/e2e/template-build.test.ts). What is checked here: the wire shapes, signed uploads,
 // and every refusal with its status and reason.
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { after, test } from "node:test";
-import type { BuildHost } from "../../../src/builds/builder.js";
-import { TemplateBuilds } from "../../../src/builds/index.js";
-import { silentLogger, WarrenError } from "../../../src/shared/index.js";
-import { InMemoryCatalog } from "../../fakes/in-memory-catalog.js";
+import { test } from "node:test";
 import { errorOf, useApi } from "./api-harness.js";
-
-const dir = await mkdtemp(join(tmpdir(), "warren-api-templates-"));
-after(() => rm(dir, { recursive: true, force: true }));
-
-const noVms = (): never => {
-  throw new WarrenError("internal", "this stand-in host runs no VMs");
-};
-
-async function harness() {
-  const catalog = new InMemoryCatalog();
-  await catalog.putTemplate({
-    id: "basetemplateid000000",
-    aliases: ["base"],
-    kind: "base",
-    snapshotId: "snap-base",
-    vcpus: 2,
-    memoryMiB: 512,
-    diskSizeMiB: 2048,
-    createdAt: "2030-01-01T00:00:00.000Z",
-  });
-  const host: BuildHost & { deleteTemplate(id: string): Promise<void> } = {
-    templateShape: { vcpus: 2, memoryMiB: 512 },
-    imagesFingerprint: "fp",
-    baseRootfs: "/nonexistent/base.ext4",
-    findTemplate: noVms,
-    guestEndpoint: noVms,
-    captureTemplate: noVms,
-    bootTemplate: noVms,
-    dropTemplate: noVms,
-    create: noVms,
-    kill: noVms,
-    deleteTemplate: async () => {},
-  };
-  const builds = new TemplateBuilds({
-    catalog,
-    host,
-    dir: await mkdtemp(join(dir, "b-")),
-    logger: silentLogger,
-    uploadLimitBytes: 1024,
-    stepTimeoutMs: 60_000,
-    readyTimeoutMs: 60_000,
-    maxVcpus: 8,
-    maxMemoryMiB: 8192,
-  });
-  return { ...useApi({ builds: () => builds }), catalog, builds };
-}
-
-async function requestBuild(call: Awaited<ReturnType<typeof harness>>["call"], name = "my-env") {
-  const res = await call("POST", "/v3/templates", { body: { name, cpuCount: 2, memoryMB: 1024 } });
-  assert.equal(res.statusCode, 202, res.body);
-  return res.json() as { templateID: string; buildID: string; names: string[]; tags: string[] };
-}
+import { harness, requestBuild } from "./templates-harness.js";
 
 test("a build request answers E2B's TemplateRequestResponseV3, one template id per name", async () => {
   const { call } = await harness();

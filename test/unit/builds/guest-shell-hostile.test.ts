@@ -3,7 +3,14 @@
 // (the step timeout, the call timeout, the build's signal), reads no more than its limits
 // and hangs up on the guest. No VM: the stand-in listens on a loopback address of its own.
 import assert from "node:assert/strict";
+import { createReadStream } from "node:fs";
+import { mkdtemp, rm, truncate, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Readable } from "node:stream";
 import { describe, it, type TestContext } from "node:test";
+import { Header } from "tar";
+import { linkSafeArchive } from "../../../src/builds/copy-archive.js";
 import { GuestShell } from "../../../src/builds/guest-shell.js";
 import { WarrenError } from "../../../src/shared/index.js";
 import { failsWithin, HostileEnvd, type HostileMode } from "../../helpers/hostile-envd.js";
@@ -19,6 +26,14 @@ async function shellTo(t: TestContext, mode: HostileMode, intervalMs?: number) {
     await envd.close();
   });
   return { envd, shell };
+}
+
+async function waitUntil(check: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + 2_000;
+  while (!check()) {
+    if (Date.now() > deadline) assert.fail(`not within 2 s: ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
 }
 
 function isReason(err: Error, reason: string): void {
@@ -99,6 +114,32 @@ describe("GuestShell against a hostile envd", () => {
       shell.upload("/tmp/a.tar", archive, "root", { timeoutMs: 500 }),
     );
     isReason(err, "guest_unavailable");
+    await envd.allClosed();
+  });
+
+  it("a streamed COPY archive to an envd that never reads it fails at its timeout and stops reading", async (t) => {
+    const { envd, shell } = await shellTo(t, "stalled");
+    const dir = await mkdtemp(join(tmpdir(), "warren-hostile-copy-"));
+    t.after(() => rm(dir, { recursive: true, force: true }));
+    const tar = join(dir, "big.tar");
+    const header = Buffer.alloc(512);
+    new Header({ path: "big.bin", type: "File", mode: 0o644, size: 64 * 1024 * 1024 }).encode(
+      header,
+    );
+    await writeFile(tar, header);
+    await truncate(tar, 512 + 64 * 1024 * 1024 + 1024);
+    const sources: Readable[] = [];
+    const archive = await linkSafeArchive(() => {
+      const source = createReadStream(tar);
+      sources.push(source);
+      return source;
+    });
+    const err = await failsWithin(500 + SLACK_MS, undefined, () =>
+      shell.upload("/tmp/a.tar", archive, "root", { timeoutMs: 500 }),
+    );
+    isReason(err, "guest_unavailable");
+    assert.ok(archive.destroyed, "the archive stream was ended");
+    await waitUntil(() => sources.every((s) => s.destroyed), "the archive file closed");
     await envd.allClosed();
   });
 

@@ -31,6 +31,7 @@ import {
 import { sandboxRow } from "../../contracts/catalog.contract.js";
 import { InMemoryCluster } from "../../fakes/in-memory-cluster.js";
 import { InMemorySandboxService } from "../../fakes/in-memory-sandbox-service.js";
+import { testAuth } from "../../helpers/auth.js";
 
 export const API_KEY = "e2b_0123456789abcdef";
 
@@ -86,7 +87,8 @@ export async function startTestCluster(options: {
   const pki = await startPki();
   for (let i = 0; i < options.nodes; i++) {
     const id = `node${i}`;
-    const node = await startStandInNode(id, await pki.issue({ role: "node", name: id }), options);
+    const credentials = await pki.issue({ role: "node", name: id });
+    const node = await startStandInNode(id, credentials, cluster, options);
     recordSandboxes(node.service, cluster.catalog(node.id));
     nodes.push(node);
     // Room in vCPUs and memory for every sandbox it may hold: the count is what binds.
@@ -102,7 +104,7 @@ export async function startTestCluster(options: {
     startGateway({
       cluster,
       credentials: gatewayCredentials,
-      apiKeys: () => new Set([API_KEY]),
+      authenticate: testAuth(() => new Set([API_KEY]), cluster.teams),
       host: "127.0.0.1",
       port: 0,
       refreshMs: 50,
@@ -194,6 +196,7 @@ async function startPki(): Promise<TestPki & { remove(): Promise<void> }> {
 async function startStandInNode(
   id: string,
   credentials: ClusterCredentials,
+  { teams }: InMemoryCluster,
   { maxSandboxes, createCost }: { maxSandboxes?: number; createCost?: CreateCost },
 ): Promise<StandInNode> {
   const service = new InMemorySandboxService({ idPrefix: id, maxSandboxes });
@@ -215,7 +218,7 @@ async function startStandInNode(
   };
   const api = createApi({
     service,
-    apiKeys: () => new Set([API_KEY]),
+    authenticate: testAuth(() => new Set([API_KEY]), teams),
     internal: { service, fromGateway },
     serverFactory: (handler) => {
       handleApi = handler;
@@ -259,6 +262,7 @@ function recordSandboxes(service: InMemorySandboxService, catalog: Catalog): voi
     catalog.insertSandbox(
       sandboxRow({
         id: info.sandboxId,
+        teamId: info.teamId,
         templateId: info.templateId,
         vcpus: info.cpuCount,
         memoryMiB: info.memoryMiB,

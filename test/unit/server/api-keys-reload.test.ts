@@ -10,6 +10,7 @@ import { createApi } from "../../../src/api/index.js";
 import { LiveApiKeys, loadApiKeys } from "../../../src/server/api-keys.js";
 import { RecordingLogger } from "../../fakes/fake-node.js";
 import { InMemorySandboxService } from "../../fakes/in-memory-sandbox-service.js";
+import { testAuth } from "../../helpers/auth.js";
 
 const root = await mkdtemp(join(tmpdir(), "warren-keys-reload-"));
 after(() => rm(root, { recursive: true, force: true }));
@@ -19,7 +20,10 @@ async function serve(name: string, options: { watch?: boolean; checkIntervalMs?:
   const loaded = await loadApiKeys(secrets, ["extra-key"]);
   const logger = new RecordingLogger();
   const keys = new LiveApiKeys(loaded, ["extra-key"], { logger, ...options });
-  const app = createApi({ service: new InMemorySandboxService(), apiKeys: () => keys.keys });
+  const app = createApi({
+    service: new InMemorySandboxService(),
+    authenticate: testAuth(() => keys.keys),
+  });
   const status = async (key: string) =>
     (await app.inject({ method: "GET", url: "/v2/sandboxes", headers: { "x-api-key": key } }))
       .statusCode;

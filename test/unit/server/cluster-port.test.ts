@@ -11,11 +11,11 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import pino from "pino";
 import type { TemplateBuilds } from "../../../src/builds/index.js";
-import { LiveApiKeys, loadApiKeys } from "../../../src/server/api-keys.js";
 import { type Front, listenFront } from "../../../src/server/front.js";
 import { Late, LateBound } from "../../../src/server/late-bound.js";
 import { NodeMetrics } from "../../../src/server/prometheus.js";
 import { loadConfig } from "../../../src/shared/config.js";
+import { Authenticator, TeamAdmin } from "../../../src/tenancy/index.js";
 import { ALGORITHM, loadX509, pkcs8Pem, serial } from "../../../src/tls/certificate-kit.js";
 import {
   type ClusterCredentials,
@@ -24,14 +24,15 @@ import {
   issueClusterCertificate,
   loadClusterCredentials,
 } from "../../../src/tls/index.js";
-import { FakeNode, RecordingLogger } from "../../fakes/fake-node.js";
+import { FakeNode } from "../../fakes/fake-node.js";
+import { InMemoryTeams } from "../../fakes/in-memory-teams.js";
+import { TEST_ADMIN_TOKEN } from "../../helpers/auth.js";
 
 const API_KEY = "e2b_cluster_port_test_key";
 const NODE_ID = "node-a";
 
 let dir: string;
 let node: FakeNode;
-let keys: LiveApiKeys;
 let front: Front;
 const certs = new Map<string, ClusterCredentials>();
 
@@ -69,13 +70,16 @@ before(async () => {
     },
     {},
   );
-  keys = new LiveApiKeys(await loadApiKeys(join(dir, "secrets"), [API_KEY]), [API_KEY], {
-    logger: new RecordingLogger(),
-  });
+  const teams = new InMemoryTeams();
   front = await listenFront({
     config,
     logger: pino({ level: "silent" }),
-    apiKeys: keys,
+    authenticator: new Authenticator({
+      adminToken: TEST_ADMIN_TOKEN,
+      fileKeys: () => new Set([API_KEY]),
+      teams: () => teams,
+    }),
+    teamAdmin: () => new TeamAdmin(teams, { count: async () => 0, killAll: async () => {} }),
     orchestrator,
     builds: new Late<TemplateBuilds>(() => ({ phase: "starting" })),
     cluster: certs.get("node"),
@@ -85,7 +89,6 @@ before(async () => {
 
 after(async () => {
   await front?.close();
-  keys?.close();
   await node?.close();
   await rm(dir, { recursive: true, force: true });
 });
