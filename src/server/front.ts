@@ -140,7 +140,7 @@ function isScrape(req: IncomingMessage): boolean {
   );
 }
 
-/** A Prometheus scrape, behind an API key unless WARREN_METRICS_AUTH=none. */
+/** A Prometheus scrape, behind the admin token unless WARREN_METRICS_AUTH=none. */
 function serveMetrics(
   req: IncomingMessage,
   res: ServerResponse,
@@ -149,7 +149,7 @@ function serveMetrics(
   authenticator: Authenticator,
 ): void {
   const authorized =
-    config.metricsAuth === "api-key" ? authenticator.authenticateAdmin(req.headers) : undefined;
+    config.metricsAuth === "none" ? undefined : authenticator.authenticateAdmin(req.headers);
   Promise.resolve(authorized)
     .then(() => metrics.handle(req, res))
     .catch((err: unknown) => {

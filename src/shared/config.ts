@@ -529,10 +529,10 @@ const SETTINGS = {
   },
   metricsAuth: {
     env: "WARREN_METRICS_AUTH",
-    doc: "Who may scrape GET /metrics (Prometheus): api-key (an API key, as X-API-Key or Authorization: Bearer, which Prometheus' `authorization` sends) or none (anyone who reaches the port).",
-    default: (): "api-key" | "none" => "api-key",
-    parse: oneOf("api-key", "none"),
-    expects: "api-key or none",
+    doc: "Who may scrape GET /metrics (Prometheus): admin (the admin token, as X-Admin-Token or Authorization: Bearer, which Prometheus' `authorization` sends; `api-key`, its name before teams, means the same) or none (anyone who reaches the port).",
+    default: (): "admin" | "api-key" | "none" => "admin",
+    parse: oneOf("admin", "api-key", "none"),
+    expects: "admin or none",
   },
   logLevel: {
     env: "WARREN_LOG_LEVEL",

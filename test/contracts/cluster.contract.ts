@@ -152,6 +152,7 @@ export function clusterContract(name: string, open: () => Promise<ClusterHarness
         assert.equal(row?.endedReason, "lost", sandboxId);
       }
       assert.deepEqual(await cluster.locateSandbox("a-running"), {
+        teamId: "team-a",
         nodeId: "a",
         nodeUrl: node("a").url,
         state: "killed",
@@ -203,6 +204,7 @@ export function clusterContract(name: string, open: () => Promise<ClusterHarness
       await b.insertSandbox(sandboxRow({ id: "sb-3" }));
       await cluster.setNodeState("b", "draining");
       assert.deepEqual(await cluster.locateSandbox("sb-1"), {
+        teamId: "team-a",
         nodeId: "b",
         nodeUrl: node("b").url,
         state: "paused",

@@ -8,7 +8,7 @@ import { useServer, waitFor } from "../helpers/server.js";
 const server = useServer({ WARREN_METRICS_INTERVAL_MS: "500" });
 
 /** The samples of a scrape (`name{labels}` → value), or the refusal's status. */
-async function scrape(apiKey: string | null = server.apiKey): Promise<Map<string, number>> {
+async function scrape(apiKey: string | null = server.adminToken): Promise<Map<string, number>> {
   const res = await fetch(`${server.url}/metrics`, {
     headers: apiKey === null ? {} : { authorization: `Bearer ${apiKey}` },
   });
@@ -26,12 +26,21 @@ async function scrape(apiKey: string | null = server.apiKey): Promise<Map<string
 const count = (samples: Map<string, number>, name: string) => samples.get(name) ?? 0;
 
 describe("GET /metrics", () => {
-  it("wants an API key (X-API-Key or a bearer token, as Prometheus sends)", async () => {
+  it("wants the admin token (a bearer token, as Prometheus sends, or X-Admin-Token)", async () => {
     const anonymous = await fetch(`${server.url}/metrics`);
     assert.equal(anonymous.status, 401);
     assert.equal(((await anonymous.json()) as { code: number }).code, 401);
     const wrong = await fetch(`${server.url}/metrics`, { headers: { "x-api-key": "nope" } });
     assert.equal(wrong.status, 401);
+    // A team's key sees its own sandboxes, not the node's.
+    const team = await fetch(`${server.url}/metrics`, {
+      headers: { authorization: `Bearer ${server.apiKey}` },
+    });
+    assert.equal(team.status, 403);
+    const header = await fetch(`${server.url}/metrics`, {
+      headers: { "x-admin-token": server.adminToken },
+    });
+    assert.equal(header.status, 200);
     await scrape();
   });
 

@@ -20,7 +20,10 @@ export interface LogLine {
 
 export interface TestServer {
   readonly url: string;
+  /** The default team's key (the key file's first). */
   readonly apiKey: string;
+  /** The admin token (`X-Admin-Token`, or a bearer token on `/metrics`). */
+  readonly adminToken: string;
   readonly dataDir: string;
   readonly process: ChildProcess;
   /** Every JSON log line so far (the server logs with pino on stdout). */
@@ -100,6 +103,9 @@ export async function startServer(
     });
   });
   const apiKey = (await readFile(join(dataDir, "secrets", "api-key"), "utf8")).split("\n")[0] ?? "";
+  const adminToken =
+    settings.WARREN_ADMIN_TOKEN ??
+    (await readFile(join(dataDir, "secrets", "admin-token"), "utf8")).trim();
   if (options.sdkEnv !== false) {
     process.env.E2B_API_URL = url;
     process.env.E2B_SANDBOX_URL = url;
@@ -109,6 +115,7 @@ export async function startServer(
   return {
     url,
     apiKey,
+    adminToken,
     dataDir,
     process: child,
     logs,
@@ -196,6 +203,9 @@ export function useServer(env: Record<string, string> = {}): TestServer {
     },
     get apiKey() {
       return server().apiKey;
+    },
+    get adminToken() {
+      return server().adminToken;
     },
     get dataDir() {
       return server().dataDir;
