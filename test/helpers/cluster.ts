@@ -59,6 +59,8 @@ export interface TestCluster {
   /** The same database from the host (the test's own reads). */
   readonly hostDatabaseUrl: string;
   readonly apiKey: string;
+  /** The admin token every node and gateway shares (WARREN_ADMIN_TOKEN: `/nodes`, drains). */
+  readonly adminToken: string;
   /** The cluster CA's directory (ca.crt, ca.key): `warren cluster issue` more from it. */
   readonly caDir: string;
   readonly nodes: ClusterNode[];
@@ -100,6 +102,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
   const run = runEnv();
   const base = runBlockBase();
   const apiKey = `e2b_${randomBytes(20).toString("hex")}`;
+  const adminToken = randomBytes(24).toString("hex");
   const hosts: NetnsHost[] = [];
   const cleanups: (() => Promise<void>)[] = [];
   const cleanup = async () => {
@@ -173,6 +176,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
           WARREN_CLUSTER_HOST: host.address,
           WARREN_CLUSTER_PORT: String(CLUSTER_PORT),
           WARREN_API_KEYS: apiKey,
+          WARREN_ADMIN_TOKEN: adminToken,
           WARREN_HEARTBEAT_MS: "500",
           ...storeEnv,
           ...options.nodeEnv,
@@ -193,6 +197,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
     const gatewayEnv = {
       WARREN_DATABASE_URL: hostDatabaseUrl,
       WARREN_API_KEYS: apiKey,
+      WARREN_ADMIN_TOKEN: adminToken,
       WARREN_CLUSTER_TLS_DIR: tlsDir("gateway"),
       WARREN_HOST: "127.0.0.1",
       WARREN_PORT: String(gatewayPort),
@@ -209,6 +214,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
       databaseUrl: nodeDatabaseUrl(hosts[0]?.hostAddress ?? "127.0.0.1"),
       hostDatabaseUrl,
       apiKey,
+      adminToken,
       caDir,
       nodes,
       s3,

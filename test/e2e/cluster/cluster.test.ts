@@ -86,9 +86,10 @@ async function assertTraces(sandbox: Sandbox, keptBy = sandbox.sandboxId): Promi
   assert.match(ps.stdout, /^\d+/m, "the background process survived the move");
 }
 
+/** A gateway route of the admin's (`/nodes`: the cluster's nodes need the admin token). */
 async function gatewayJson(path: string): Promise<unknown> {
   const res = await fetch(`${cluster.gateway.url}${path}`, {
-    headers: { "x-api-key": cluster.apiKey },
+    headers: { "x-admin-token": cluster.adminToken },
   });
   assert.equal(res.status, 200, `${path}: ${res.status}`);
   return res.json();
@@ -155,7 +156,7 @@ describe("a cluster of three nodes behind a gateway", () => {
 
     const res = await fetch(`${cluster.gateway.url}/nodes/${drained.id}/drain`, {
       method: "POST",
-      headers: { "x-api-key": cluster.apiKey },
+      headers: { "x-admin-token": cluster.adminToken },
     });
     assert.equal(res.status, 204);
     await waitFor(
@@ -184,7 +185,7 @@ describe("a cluster of three nodes behind a gateway", () => {
 
     const undrain = await fetch(`${cluster.gateway.url}/nodes/${drained.id}/undrain`, {
       method: "POST",
-      headers: { "x-api-key": cluster.apiKey },
+      headers: { "x-admin-token": cluster.adminToken },
     });
     assert.equal(undrain.status, 204);
   });
