@@ -25,6 +25,7 @@ const cluster = await startCluster({
 const db = new pg.Client({ connectionString: cluster.hostDatabaseUrl });
 await db.connect();
 
+/** A gateway route of the admin's (draining a node needs the admin token). */
 async function gateway(method: string, path: string): Promise<void> {
   const res = await fetch(`${cluster.gateway.url}${path}`, {
     method,

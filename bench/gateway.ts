@@ -29,7 +29,7 @@ async function overhead() {
     const { sandboxID } = (await created.json()) as { sandboxID: string };
     const node = cluster.nodes[0];
     if (!node) throw new Error("no node");
-    const direct = await measure(CALLS, () => get(`${node.url}/sandboxes/${sandboxID}`), 50);
+    const direct = await measure(CALLS, () => get(`${node.plainUrl}/sandboxes/${sandboxID}`), 50);
     const viaGateway = await measure(
       CALLS,
       () => get(`${cluster.gateway.url}/sandboxes/${sandboxID}`),

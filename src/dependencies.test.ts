@@ -45,8 +45,10 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "protocol",
     "shared",
   ],
-  gateway: ["tenancy", "catalog", "relay", "protocol", "shared"],
-  cli: ["protocol", "shared"],
+  // tls: its certificate from the cluster CA, and the node names it checks.
+  gateway: ["tenancy", "catalog", "relay", "tls", "protocol", "shared"],
+  // tls: `warren cluster` issues the cluster's certificates.
+  cli: ["tls", "protocol", "shared"],
   // Runs in a browser: the generated envd client only.
   dashboard: ["protocol"],
 };

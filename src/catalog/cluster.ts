@@ -150,12 +150,6 @@ export interface ClusterCatalog {
    */
   markPublished(snapshotId: string): Promise<boolean>;
 
-  /**
-   * The secret the cluster's gateways present to its nodes on the internal node API: made
-   * at random by the first caller, then the same for every node and gateway of the cluster.
-   */
-  clusterKey(): Promise<string>;
-
   /** Idempotent; calls after it reject as `unavailable`. */
   close(): Promise<void>;
 }

@@ -1,6 +1,7 @@
 import { Command } from "commander";
 import pkg from "../../package.json" with { type: "json" };
 import { ENVD_VERSION } from "../protocol/index.js";
+import { clusterCommands } from "./commands/cluster.js";
 import { completionCommand } from "./commands/completion.js";
 import { execCommands } from "./commands/exec.js";
 import { forkCommands } from "./commands/fork.js";
@@ -56,6 +57,7 @@ export function buildProgram(): Program {
   teamCommands(program, connect);
   keyCommands(program, connect);
   serviceCommands(program);
+  clusterCommands(program);
   completionCommand(program);
   for (const command of allCommands(program))
     command.exitOverride().configureOutput(program.configureOutput());

@@ -14,7 +14,6 @@ export type GatewayCluster = Pick<
   | "markDownStale"
   | "locateSandbox"
   | "claimSandbox"
-  | "clusterKey"
   | "listSandboxes"
 > & {
   /** Teams and their limits (team quotas across nodes). */

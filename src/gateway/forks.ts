@@ -15,8 +15,6 @@ export interface ForkSpillOptions {
   readonly heartbeatTimeoutMs: number;
   /** How long one node may take to start its children (ms). */
   readonly timeoutMs: number;
-  /** What calls on the internal node API carry (InternalCalls.headers: the cluster key). */
-  readonly internalHeaders: Readonly<Record<string, string>>;
   readonly logger: Logger;
 }
 
@@ -84,7 +82,6 @@ export async function forkAcrossNodes(
   const first = await callNode(req, target(source), options.agents, {
     method: "POST",
     path: INTERNAL_PATHS.spillingFork(sandboxId),
-    headers: options.internalHeaders,
     body: { ...request, local },
     timeoutMs: options.timeoutMs,
     maxBytes: MAX_FORK_ANSWER,
@@ -186,7 +183,6 @@ async function childrenOn(
     answer = await callNode(req, target(node), options.agents, {
       method: "POST",
       path: call.path,
-      headers: options.internalHeaders,
       body: call.body,
       timeoutMs: options.timeoutMs,
       maxBytes: MAX_FORK_ANSWER,

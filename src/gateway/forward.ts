@@ -1,4 +1,5 @@
-import { Agent, type IncomingMessage, type ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { Agent } from "node:https";
 import type { Duplex } from "node:stream";
 import {
   forwardingOf,
@@ -9,7 +10,8 @@ import {
   requestPath,
   type Upstream,
 } from "../relay/index.js";
-import { WarrenError } from "../shared/index.js";
+import { type Logger, WarrenError } from "../shared/index.js";
+import { type ClusterCredentials, clusterClientOptions } from "../tls/index.js";
 
 export interface NodeTarget {
   readonly nodeId: string;
@@ -20,15 +22,35 @@ export interface NodeTarget {
 /**
  * One keep-alive pool per node: the gateway relays everything a node serves (API calls, envd
  * and app-port traffic) over a few warm connections instead of a handshake per request.
+ * Every connection is TLS with the gateway's cluster certificate, and is made only to a
+ * server whose certificate, from the cluster CA, names the node the catalog's row is for:
+ * a row repointed at another address (or a node registering under another's id) gets a
+ * refused handshake, before any byte of a request (a client's API key) goes out. A pool is
+ * per node id and URL, and resumes no TLS session (Node checks names on full handshakes only).
  */
 export class NodeAgents {
   readonly #agents = new Map<string, Agent>();
 
+  constructor(
+    private readonly credentials: ClusterCredentials,
+    private readonly logger: Logger,
+  ) {}
+
   for(target: NodeTarget): Agent {
-    let agent = this.#agents.get(target.url);
+    const key = `${target.nodeId} ${target.url}`;
+    let agent = this.#agents.get(key);
     if (!agent) {
-      agent = new Agent({ keepAlive: true, maxSockets: 256, timeout: 60_000 });
-      this.#agents.set(target.url, agent);
+      const { nodeId, url } = target;
+      const misidentified = (presented: string | undefined) =>
+        this.logger.warn({ nodeId, url, presented }, "gateway.node_misidentified");
+      agent = new Agent({
+        ...clusterClientOptions(this.credentials, nodeId, misidentified),
+        keepAlive: true,
+        maxSockets: 256,
+        timeout: 60_000,
+        maxCachedSessions: 0,
+      });
+      this.#agents.set(key, agent);
     }
     return agent;
   }
@@ -50,11 +72,13 @@ export function nodeUpstream(
   agents: NodeAgents,
   options: { readonly path: string; readonly upgrade: boolean },
 ): Upstream {
-  const { hostname, port } = new URL(target.url);
+  const { hostname, port, protocol } = new URL(target.url);
   return {
     // An IPv6 literal comes bracketed from a URL, not as a socket address.
     host: hostname.replace(/^\[(.*)\]$/, "$1"),
-    port: Number(port) || 80,
+    // Nodes register https:// URLs; whatever a row says, the agent speaks TLS to it.
+    port: Number(port) || (protocol === "http:" ? 80 : 443),
+    protocol: "https:",
     path: options.path,
     // The gateway's own call (no client's request) carries only the headers it adds.
     headers: req

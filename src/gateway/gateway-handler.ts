@@ -182,7 +182,6 @@ export class GatewayHandler {
       agents,
       heartbeatTimeoutMs: this.p.heartbeatTimeoutMs,
       timeoutMs: idleTimeoutMs,
-      internalHeaders: this.p.internal.headers,
       logger: this.p.logger,
     });
     if (spread) return;

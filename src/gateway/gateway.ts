@@ -3,6 +3,7 @@ import type { AddressInfo } from "node:net";
 import { INTERNAL_PATHS } from "../protocol/index.js";
 import { type Logger, silentLogger } from "../shared/index.js";
 import type { Caller } from "../tenancy/index.js";
+import type { ClusterCredentials } from "../tls/index.js";
 import type { GatewayCluster } from "./cluster.js";
 import { Creates } from "./creates.js";
 import { NodeAgents } from "./forward.js";
@@ -13,6 +14,11 @@ import { SandboxLocator } from "./sandbox-locator.js";
 import { TeamAdmission } from "./team-admission.js";
 export interface GatewayOptions {
   readonly cluster: GatewayCluster;
+  /**
+   * The gateway's certificate from the cluster CA (`loadClusterCredentials(dir, "gateway")`):
+   * every connection to a node is made with it, to a node whose certificate names it.
+   */
+  readonly credentials: ClusterCredentials;
   /** Keys accepted on the API (the nodes accept the same: the gateway relays the client's). */
   /** Who a request is from (a team's key in the cluster catalog, or the admin token). */
   readonly authenticate: (headers: IncomingHttpHeaders) => Promise<Caller>;
@@ -50,14 +56,14 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   const idleTimeoutMs = options.idleTimeoutMs ?? 620_000;
   const heartbeatTimeoutMs = options.downAfterMs ?? 10_000;
   const { cluster } = options;
-  const agents = new NodeAgents();
+  const agents = new NodeAgents(options.credentials, logger);
   const directory = new NodeDirectory({
     cluster,
     refreshMs: options.refreshMs ?? 1000,
     downAfterMs: heartbeatTimeoutMs,
     logger,
   });
-  const internal = new InternalCalls(await cluster.clusterKey(), agents);
+  const internal = new InternalCalls(agents);
   const handler = new GatewayHandler({
     cluster,
     authenticate: options.authenticate,

@@ -1,4 +1,3 @@
-import { CLUSTER_KEY_HEADER } from "../protocol/index.js";
 import type { NodeAgents, NodeTarget } from "./forward.js";
 import { answerError, callNode, nodeUnreachable } from "./node-call.js";
 
@@ -6,26 +5,18 @@ import { answerError, callNode, nodeUnreachable } from "./node-call.js";
 const MAX_ANSWER_BYTES = 64 * 1024;
 
 /**
- * The gateway's own calls on nodes' internal API (protocol's INTERNAL_PATHS), with the
- * cluster key and nothing of a client's: a node takes no API key there.
+ * The gateway's own calls on nodes' internal API (protocol's INTERNAL_PATHS), with nothing
+ * of a client's: what lets them in is the connection, made with the gateway's certificate
+ * (NodeAgents); a node takes no API key there.
  */
 export class InternalCalls {
-  /** What every internal call carries (also the fork spill's, which reads its answer). */
-  readonly headers: Readonly<Record<string, string>>;
-
-  constructor(
-    clusterKey: string,
-    private readonly agents: NodeAgents,
-  ) {
-    this.headers = { [CLUSTER_KEY_HEADER]: clusterKey };
-  }
+  constructor(private readonly agents: NodeAgents) {}
 
   /** POSTs `path` with no body; a node's error answer, or none, is thrown as a WarrenError. */
   async post(target: NodeTarget, path: string, timeoutMs: number): Promise<void> {
     const answer = await callNode(undefined, target, this.agents, {
       method: "POST",
       path,
-      headers: this.headers,
       timeoutMs,
       maxBytes: MAX_ANSWER_BYTES,
     }).catch((err: unknown) => {

@@ -4,15 +4,18 @@ import { PostgresCluster } from "../catalog/index.js";
 import { loadConfig } from "../shared/config.js";
 import { logDestination } from "../shared/log-destination.js";
 import { Authenticator } from "../tenancy/index.js";
+import { type ClusterCredentials, loadClusterCredentials } from "../tls/index.js";
 import { startGateway } from "./gateway.js";
 
 /**
  * `npm run gateway` (bundled as dist/gateway/main.mjs): the cluster's front. Needs the
- * cluster catalog (WARREN_DATABASE_URL) and the API keys the nodes accept (WARREN_API_KEYS);
- * listens on WARREN_HOST:WARREN_PORT.
+ * cluster catalog (WARREN_DATABASE_URL), the API keys the nodes accept (WARREN_API_KEYS) and
+ * its certificate from the cluster CA (WARREN_CLUSTER_TLS_DIR); listens on
+ * WARREN_HOST:WARREN_PORT.
  */
 async function main(): Promise<void> {
   let config: ReturnType<typeof loadConfig>;
+  let credentials: ClusterCredentials;
   try {
     config = loadConfig();
     if (!config.databaseUrl)
@@ -22,6 +25,7 @@ async function main(): Promise<void> {
         "WARREN_API_KEYS is required: the keys clients present, which every node accepts too",
       );
     }
+    credentials = await loadClusterCredentials(config.clusterTlsDir, "gateway");
   } catch (err) {
     process.stderr.write(`warren gateway: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exit(2);
@@ -30,6 +34,7 @@ async function main(): Promise<void> {
     { level: config.logLevel, base: undefined },
     logDestination(config.logFormat),
   );
+  for (const warning of credentials.warnings) logger.warn({ warning }, "gateway.tls_warning");
   const cluster = await PostgresCluster.open({ connectionString: config.databaseUrl });
   const keys = new Set(config.apiKeys);
   const authenticator = new Authenticator({
@@ -40,6 +45,7 @@ async function main(): Promise<void> {
   });
   const gateway = await startGateway({
     cluster,
+    credentials,
     authenticate: (headers) => authenticator.authenticate(headers),
     domain: config.domain,
     host: config.host,

@@ -13,8 +13,6 @@ export interface NodeAnswer {
 
 export interface NodeCall {
   readonly method: "GET" | "POST";
-  /** Sent besides the client's (e.g. the cluster key on an internal call). */
-  readonly headers?: Readonly<Record<string, string>>;
   /** Path and query on the node, e.g. `/sandboxes?state=running`. */
   readonly path: string;
   /** Sent as JSON (POST). */
@@ -38,7 +36,6 @@ export function callNode(
 ): Promise<NodeAnswer> {
   const upstream = nodeUpstream(req, target, agents, { path: call.path, upgrade: false });
   const { "transfer-encoding": _, "content-length": __, ...headers } = upstream.headers;
-  Object.assign(headers, call.headers);
   const payload = call.body === undefined ? undefined : Buffer.from(JSON.stringify(call.body));
   if (payload) {
     headers["content-type"] = "application/json";

@@ -1,15 +1,13 @@
 /**
  * The internal node API: what only the cluster asks of a node server (the halves of a fork
  * larger than one node, taking in a paused sandbox moved to it, draining). Gateways call it
- * with the cluster key; tenants' API keys are refused there. Paths are built here so that
- * the node's routes and the gateway's calls cannot drift apart.
+ * on the node's cluster port, which only takes connections with a gateway's certificate from
+ * the cluster CA; tenants' API keys are refused there. Paths are built here so that the
+ * node's routes and the gateway's calls cannot drift apart.
  */
 
 /** Every internal route is under this prefix, apart from E2B's API. */
 export const INTERNAL_API_PREFIX = "/internal";
-
-/** Carries the cluster key (ClusterCatalog.clusterKey) on internal calls. */
-export const CLUSTER_KEY_HEADER = "x-warren-cluster-key";
 
 const sandbox = (sandboxId: string) =>
   `${INTERNAL_API_PREFIX}/sandboxes/${encodeURIComponent(sandboxId)}`;

@@ -18,6 +18,8 @@ export interface Upstream {
   readonly headers: OutgoingHttpHeaders;
   /** The keep-alive pool to take a connection from. Default: a fresh connection. */
   readonly agent?: Agent;
+  /** `https:` when the agent's connections are TLS (an `https.Agent`); default `http:`. */
+  readonly protocol?: "http:" | "https:";
 }
 
 /** Bounds on one exchange with an upstream. */
@@ -61,6 +63,7 @@ export function upstreamRequest(
   const sent = request({
     host: upstream.host,
     port: upstream.port,
+    protocol: upstream.protocol,
     method,
     path: upstream.path,
     headers: upstream.headers,

@@ -79,7 +79,7 @@ export interface JoinInput {
   readonly orchestrator: Orchestrator;
   /** What the node admits: registered as its capacity. */
   readonly limits: CapacityLimits;
-  /** Where the node answers, unless WARREN_NODE_URL says otherwise. */
+  /** Where gateways reach the node: its cluster port (https), or WARREN_NODE_URL. */
   readonly url: string;
   readonly logger: Logger;
 }
@@ -91,7 +91,7 @@ export function joinCluster(input: JoinInput): Promise<Membership> {
     cluster: input.cluster,
     node: {
       id: config.nodeId,
-      url: config.nodeUrl ?? input.url,
+      url: input.url,
       capacity: {
         vcpus: limits.maxVcpus,
         memoryMiB: limits.maxMemoryMiB,

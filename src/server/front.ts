@@ -9,6 +9,8 @@ import { SandboxProxy } from "../proxy/index.js";
 import { apiError, sendError } from "../relay/index.js";
 import type { Config } from "../shared/config.js";
 import type { Authenticator, TeamAdmin } from "../tenancy/index.js";
+import type { ClusterCredentials } from "../tls/index.js";
+import { type ClusterListener, fromGateway, listenCluster } from "./cluster-listener.js";
 import { dashboardFiles } from "./dashboard-files.js";
 import type { Late, LateBound } from "./late-bound.js";
 import type { NodeMetrics } from "./prometheus.js";
@@ -27,14 +29,19 @@ export interface FrontOptions {
   /** The orchestrator, once the node has started. */
   readonly orchestrator: LateBound;
   readonly builds: Late<TemplateBuilds>;
-  /** The cluster key, once the node has joined its cluster (nodes in a cluster only). */
-  readonly clusterKey: Late<string>;
+  /**
+   * A node in a cluster: its credentials from the cluster CA, for the cluster port (the
+   * gateways' way in, and the only way to the internal node API).
+   */
+  readonly cluster?: ClusterCredentials;
   readonly metrics: NodeMetrics;
 }
 
 export interface Front {
   /** Where it listens, e.g. http://127.0.0.1:3000. */
   readonly url: string;
+  /** A node in a cluster: its cluster port, e.g. https://0.0.0.0:3443. */
+  readonly clusterUrl?: string;
   /** Cuts the proxy's open streams, which would hold the HTTP server open. */
   stopProxy(): void;
   close(): Promise<void>;
@@ -44,7 +51,9 @@ export interface Front {
  * The node's one port, answering at once (the API 503, the proxy 502, while the node
  * starts): a request with sandbox routing (an E2b-Sandbox-Id header, a `<port>-<id>.` Host
  * or a signed file URL) goes to the proxy, a scrape to the metrics, the dashboard's files to
- * it, the rest to the API. In domain mode an HTTPS listener serves the same.
+ * it, the rest to the API. In domain mode an HTTPS listener serves the same; in a cluster,
+ * the cluster port too (mutual TLS, gateways only), the one place the internal node API
+ * answers.
  */
 export async function listenFront(options: FrontOptions): Promise<Front> {
   const { config, logger, authenticator, metrics } = options;
@@ -78,14 +87,7 @@ export async function listenFront(options: FrontOptions): Promise<Front> {
     maxTimeoutMs: config.maxTimeoutMs,
     logger: logger.child({ component: "api" }),
     onAnswered: (status, reason) => metrics.apiAnswered(status, reason),
-    ...(config.databaseUrl
-      ? {
-          internal: {
-            service: options.orchestrator,
-            clusterKey: () => options.clusterKey.current,
-          },
-        }
-      : {}),
+    ...(options.cluster ? { internal: { service: options.orchestrator, fromGateway } } : {}),
     serverFactory: (handler) => {
       handleApi = handler;
       http = createServer(onRequest);
@@ -96,14 +98,35 @@ export async function listenFront(options: FrontOptions): Promise<Front> {
   await api.listen({ host: config.host, port: config.port });
   const address = http?.address() as AddressInfo;
   const log = logger.child({ component: "server" });
-  const tls = await listenTls(config, onRequest, onUpgrade, log).catch(async (err: unknown) => {
-    await api.close();
-    throw err;
-  });
+  const credentials = options.cluster;
+  let cluster: ClusterListener | undefined;
+  const tls = await listenTls(config, onRequest, onUpgrade, log)
+    .then(async (listening) => {
+      if (credentials) {
+        cluster = await listenCluster({
+          credentials,
+          host: config.clusterHost,
+          port: config.clusterPort,
+          onRequest,
+          onUpgrade,
+          logger: log,
+        }).catch(async (err: unknown) => {
+          await listening?.close();
+          throw err;
+        });
+      }
+      return listening;
+    })
+    .catch(async (err: unknown) => {
+      await api.close();
+      throw err;
+    });
   return {
     url: `http://${config.host}:${address.port}`,
+    clusterUrl: cluster?.url,
     stopProxy: () => proxy.close(),
     async close() {
+      await cluster?.close();
       await tls?.close();
       await api.close();
     },

@@ -27,7 +27,7 @@ import { WarrenError } from "../shared/index.js";
 
 /**
  * A part of the node that exists once it has started (the orchestrator, the template
- * builds, the cluster key): the one way the node says "not ready yet". Until `bind()`,
+ * builds, the team catalog): the one way the node says "not ready yet". Until `bind()`,
  * `get()` throws the readiness gate's error (503 not_ready, or start_failed).
  */
 export class Late<T> {

@@ -37,13 +37,14 @@ export interface NodePartsInput {
   /** The root logger: each part gets its component's child. */
   readonly logger: Logger;
   readonly layout: StateLayout;
-  /** Where this node answers (registered with the cluster unless WARREN_NODE_URL says). */
+  /** Where this node answers on its plain port. */
   readonly url: string;
+  /** Its cluster port (registered with the cluster unless WARREN_NODE_URL says). */
+  readonly clusterUrl?: string;
   /** Told what the start is doing (the API's 503 says it). */
   readonly step: (message: string) => void;
   readonly orchestrator: LateBound;
   readonly builds: Late<TemplateBuilds>;
-  readonly clusterKey: Late<string>;
   /** Teams and their keys, bound as soon as the catalog is open. */
   readonly teams: Late<TeamCatalog>;
   readonly metrics: NodeMetrics;
@@ -102,13 +103,15 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   input.builds.bind(builds);
   input.orchestrator.bind(started);
   if (cluster) {
+    const url = config.nodeUrl ?? input.clusterUrl;
+    if (!url) throw new WarrenError("internal", "a cluster member with no cluster port");
     // Registered once recovery is done and the API serves: gateways may route here now.
     const membership = await joinCluster({
       config,
       cluster,
       orchestrator: started,
       limits,
-      url: input.url,
+      url,
       logger: logger.child({ component: "cluster" }),
     });
     closers.add("cluster membership", () => membership.stop());
@@ -165,7 +168,6 @@ async function openCatalogs(
       .catch((err: unknown) => input.logger.warn({ err }, "cluster.leave_failed"));
     await cluster.close();
   });
-  input.clusterKey.bind(await cluster.clusterKey());
   return { catalog, cluster, teams: catalog.teams };
 }
 

@@ -3,7 +3,9 @@ import type { TemplateBuilds } from "../builds/index.js";
 import type { TeamCatalog } from "../catalog/index.js";
 import { ensureLayout, type ServerStatus, stateLayout } from "../orchestrator/index.js";
 import type { Config } from "../shared/config.js";
+import { WarrenError } from "../shared/index.js";
 import { Authenticator, loadAdminToken, TeamAdmin, type TeamSandboxes } from "../tenancy/index.js";
+import { type ClusterCredentials, loadClusterCredentials } from "../tls/index.js";
 import { LiveApiKeys, loadApiKeys } from "./api-keys.js";
 import { CloseStack } from "./close-stack.js";
 import { listenFront } from "./front.js";
@@ -37,6 +39,8 @@ export async function startNodeServer(
   const layout = stateLayout(config.dataDir);
   await ensureLayout(layout);
   const closers = new CloseStack();
+  // Before anything listens: a cluster member without its credentials does not start.
+  const cluster = config.databaseUrl ? await clusterCredentials(config, log) : undefined;
   const apiKeys = await openApiKeys(config, layout.secretsDir, log);
   closers.add("api keys", () => apiKeys.close());
   const admin = config.adminToken
@@ -46,7 +50,6 @@ export async function startNodeServer(
   let status: ServerStatus = { phase: "starting", message: "setting the host up" };
   const orchestrator = new LateBound(() => status);
   const builds = new Late<TemplateBuilds>(() => status);
-  const clusterKey = new Late<string>(() => status);
   const teams = new Late<TeamCatalog>(() => status);
   const metrics = new NodeMetrics(() => orchestrator.current?.stats());
   const authenticator = new Authenticator({
@@ -62,7 +65,7 @@ export async function startNodeServer(
     teamAdmin: () => new TeamAdmin(teams.get(), teamSandboxes(orchestrator)),
     orchestrator,
     builds,
-    clusterKey,
+    cluster,
     metrics,
   }).catch((err: unknown) => {
     apiKeys.close();
@@ -76,12 +79,12 @@ export async function startNodeServer(
     logger: root,
     layout,
     url: front.url,
+    clusterUrl: front.clusterUrl,
     step: (message) => {
       status = { phase: "starting", message };
     },
     orchestrator,
     builds,
-    clusterKey,
     teams,
     metrics,
     closers,
@@ -125,6 +128,30 @@ async function openApiKeys(
   }
   // Edits to the key file apply without a restart: removing a key revokes it.
   return new LiveApiKeys(loaded, config.apiKeys, { logger: log });
+}
+
+/**
+ * A cluster member's credentials (WARREN_CLUSTER_TLS_DIR: the cluster CA, this node's
+ * certificate naming WARREN_NODE_ID, its key), and the address gateways reach it at.
+ */
+async function clusterCredentials(
+  config: Readonly<Config>,
+  log: Logger,
+): Promise<ClusterCredentials> {
+  if (!config.nodeUrl && ["0.0.0.0", "::", ""].includes(config.clusterHost)) {
+    throw new WarrenError(
+      "invalid_argument",
+      `WARREN_NODE_URL is required while WARREN_CLUSTER_HOST is ${config.clusterHost || "unset"}: ` +
+        `the https://<address>:${config.clusterPort} gateways reach this node at`,
+    );
+  }
+  const credentials = await loadClusterCredentials(config.clusterTlsDir, "node", config.nodeId);
+  for (const warning of credentials.warnings) log.warn({ warning }, "cluster.tls_warning");
+  log.info(
+    { dir: config.clusterTlsDir, notAfter: credentials.notAfter.toISOString() },
+    "cluster.tls_loaded",
+  );
+  return credentials;
 }
 
 /** A team's sandboxes on this node, for removing the team. */

@@ -429,11 +429,32 @@ const SETTINGS = {
   },
   nodeUrl: {
     env: "WARREN_NODE_URL",
-    doc: "Cluster: the URL gateways reach this node's server at (default: http://WARREN_HOST:WARREN_PORT, which must then be an address other hosts can reach).",
+    doc: "Cluster: the URL gateways reach this node's cluster port at, https://<address>:<WARREN_CLUSTER_PORT> (default: https://WARREN_CLUSTER_HOST:WARREN_CLUSTER_PORT, which must then be an address other hosts can reach).",
     default: (): string | undefined => undefined,
     parse: (text: string) =>
-      /^https?:\/\/[^/\s]+\/?$/.test(text.trim()) ? text.trim().replace(/\/$/, "") : undefined,
-    expects: "an http(s)://host:port URL",
+      /^https:\/\/[^/\s]+\/?$/.test(text.trim()) ? text.trim().replace(/\/$/, "") : undefined,
+    expects: "an https://host:port URL (gateways reach nodes over the cluster's TLS only)",
+  },
+  clusterHost: {
+    env: "WARREN_CLUSTER_HOST",
+    doc: "Cluster: the address a node's cluster port listens on (the gateways' way in: TLS, a gateway's certificate from the cluster CA required).",
+    default: () => "0.0.0.0",
+    parse: str,
+    expects: "an address",
+  },
+  clusterPort: {
+    env: "WARREN_CLUSTER_PORT",
+    doc: "Cluster: a node's cluster port, where gateways reach its API, its sandbox proxy and its internal node API over mutual TLS.",
+    default: () => 3443,
+    parse: int(0, 65_535),
+    expects: "an integer 0..65535",
+  },
+  clusterTlsDir: {
+    env: "WARREN_CLUSTER_TLS_DIR",
+    doc: "Cluster: the directory of this member's cluster credentials, from `warren cluster issue`: ca.crt (the cluster CA) and node.crt + node.key on a node, gateway.crt + gateway.key on a gateway. Never the CA's key.",
+    default: () => "/etc/warren/cluster",
+    parse: absolutePath,
+    expects: "an absolute path",
   },
   heartbeatMs: {
     env: "WARREN_HEARTBEAT_MS",

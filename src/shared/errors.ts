@@ -110,7 +110,7 @@ export const ERROR_REASONS = {
   },
   internal_route: {
     kind: "permission_denied",
-    doc: "The route is the internal node API, which only the cluster's gateways call (with the cluster key): API keys are refused there.",
+    doc: "The route is the internal node API, which only the cluster's gateways call (on a node's cluster port, with a gateway certificate from the cluster CA): API keys and anything else are refused there.",
   },
   memory_pressure: {
     kind: "resource_exhausted",

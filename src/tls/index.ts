@@ -1,3 +1,28 @@
+export {
+  CA_FILES,
+  createClusterCa,
+  DEFAULT_VALIDITY_DAYS,
+  type IssuedCertificate,
+  type IssueOptions,
+  issueClusterCertificate,
+  MEMBER_FILES,
+} from "./cluster-ca.js";
+export {
+  type ClusterCredentials,
+  clusterClientOptions,
+  clusterServerOptions,
+  loadClusterCredentials,
+} from "./cluster-credentials.js";
+export {
+  type ClusterIdentity,
+  type ClusterRole,
+  expectNode,
+  identityOf,
+  identityUri,
+  isClusterName,
+  MISIDENTIFIED,
+  peerIdentity,
+} from "./cluster-identity.js";
 export { ensureLocalCertificate, type LocalCertificate, renewalDue } from "./local-ca.js";
 export {
   CertificateKeeper,

@@ -1,24 +1,18 @@
-import "reflect-metadata"; // @peculiar/x509's dependency injection needs it, once, first
-import {
-  createPrivateKey,
-  type KeyObject,
-  randomBytes,
-  webcrypto,
-  X509Certificate,
-} from "node:crypto";
-import { chmod, mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { createPrivateKey, type KeyObject, webcrypto, X509Certificate } from "node:crypto";
+import { mkdir, readFile } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join } from "node:path";
-import * as x509 from "@peculiar/x509";
+import {
+  ALGORITHM,
+  type CryptoKey,
+  DAY_MS,
+  loadX509,
+  pkcs8Pem,
+  serial,
+  writeAtomically,
+} from "./certificate-kit.js";
 import type { TlsIdentity } from "./tls-identity.js";
 
-// Node's WebCrypto, typed as Node's (the DOM's Crypto type is not in this project's libs).
-x509.cryptoProvider.set(webcrypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
-
-type CryptoKey = webcrypto.CryptoKey;
-
-const ALGORITHM = { name: "ECDSA", namedCurve: "P-256", hash: "SHA-256" } as const;
-const DAY_MS = 86_400_000;
 const CA_VALIDITY_DAYS = 3650;
 /** Browsers refuse server certificates valid for more than 398 days; 90 is what ACME issues. */
 const LEAF_VALIDITY_DAYS = 90;
@@ -70,7 +64,7 @@ export async function ensureLocalCertificate(options: LocalCaOptions): Promise<L
   const { dir, domain } = options;
   await mkdir(dir, { recursive: true, mode: 0o755 });
   const found = await loadCa(dir);
-  const unfit = found && caUnfitFor(found, domain);
+  const unfit = found && (await caUnfitFor(found, domain));
   const ca = found && !unfit ? found : await createCa(dir, domain, now);
   const replaced = unfit ? { caReplaced: unfit } : {};
   const path = (name: keyof typeof FILES) => join(dir, FILES[name]);
@@ -78,6 +72,7 @@ export async function ensureLocalCertificate(options: LocalCaOptions): Promise<L
   if (current && stillGood(current.certificate, ca.certificate, domain, now)) {
     return { ...current.identity, caFile: path("caCert"), issued: false, ...replaced };
   }
+  const x509 = await loadX509();
   const leafKeys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
   const leaf = await x509.X509CertificateGenerator.create({
     serialNumber: serial(),
@@ -146,7 +141,8 @@ async function loadCa(dir: string): Promise<LoadedCa | undefined> {
 }
 
 /** Why a CA found in the directory may not serve `domain`, or undefined when it may. */
-function caUnfitFor(ca: LoadedCa, domain: string): string | undefined {
+async function caUnfitFor(ca: LoadedCa, domain: string): Promise<string | undefined> {
+  const x509 = await loadX509();
   const found = new x509.X509Certificate(ca.pem).getExtension(NAME_CONSTRAINTS_OID);
   if (!found) return "the CA had no name constraints";
   const expected = Buffer.from(nameConstraints(domain));
@@ -156,6 +152,7 @@ function caUnfitFor(ca: LoadedCa, domain: string): string | undefined {
 }
 
 async function createCa(dir: string, domain: string, now: Date): Promise<LoadedCa> {
+  const x509 = await loadX509();
   const keys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
   const ca = await x509.X509CertificateGenerator.createSelfSigned({
     serialNumber: serial(),
@@ -251,24 +248,4 @@ async function readPair(certFile: string, keyFile: string): Promise<Pair | undef
   } catch {
     return undefined; // unreadable: made again
   }
-}
-
-function serial(): string {
-  const bytes = randomBytes(16);
-  bytes[0] = (bytes[0] as number) & 0x7f; // positive
-  return bytes.toString("hex");
-}
-
-async function pkcs8Pem(key: CryptoKey): Promise<string> {
-  const der = Buffer.from(await webcrypto.subtle.exportKey("pkcs8", key));
-  return createPrivateKey({ key: der, format: "der", type: "pkcs8" })
-    .export({ type: "pkcs8", format: "pem" })
-    .toString();
-}
-
-async function writeAtomically(path: string, text: string, mode: number): Promise<void> {
-  const temp = `${path}.${randomBytes(4).toString("hex")}.tmp`;
-  await writeFile(temp, text, { mode });
-  await chmod(temp, mode); // whatever the umask
-  await rename(temp, path);
 }

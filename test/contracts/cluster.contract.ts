@@ -276,15 +276,6 @@ export function clusterContract(name: string, open: () => Promise<ClusterHarness
       });
     });
 
-    it("hands every node and gateway the same cluster key, made once at random", async (t) => {
-      const { cluster, reopen } = await use(t);
-      const other = await reopen();
-      const [first, second] = await Promise.all([cluster.clusterKey(), other.clusterKey()]);
-      assert.equal(first, second);
-      assert.ok(first.length >= 32, "a key of 32 characters or more");
-      assert.equal(await cluster.clusterKey(), first);
-    });
-
     it("rejects calls after close as unavailable", async (t) => {
       const { cluster } = await use(t);
       await cluster.close();

@@ -5,7 +5,6 @@
  * that node on the cluster's store, as each node's PostgresCatalog writes the shared
  * database. Times are this process's clock; `age()` makes a node look silent.
  */
-import { randomBytes } from "node:crypto";
 import type {
   Catalog,
   ClusterCatalog,
@@ -47,14 +46,6 @@ export class InMemoryCluster implements ClusterCatalog {
   readonly teams = new InMemoryTeams();
   readonly #store: CatalogStore = emptyCatalogStore();
   #open = true;
-  /** The cluster key (clusterKey), which stand-in nodes check internal calls against. */
-  readonly key = randomBytes(32).toString("base64url");
-
-  async clusterKey(): Promise<string> {
-    this.#check();
-    return this.key;
-  }
-
   /** A node's own catalog on the cluster's store (as PostgresCatalog with its node id). */
   catalog(nodeId: string): Catalog {
     return new InMemoryCatalog(this.#store, nodeId);

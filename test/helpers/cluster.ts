@@ -2,14 +2,15 @@
  * A Warren cluster on one machine for the e2e tier: a real PostgreSQL, node servers each in
  * a network namespace of its own (its own address, as a separate host would have; its own
  * data dir, network names, slot block and VMM uids) and the real gateway in front, all
- * started as the operator would (WARREN_DATABASE_URL, WARREN_API_KEYS, the bundles of
- * `npm start` and `npm run gateway`).
+ * started as the operator would (WARREN_DATABASE_URL, WARREN_API_KEYS, certificates from a
+ * cluster CA made with `warren cluster` in the run's data dir, the bundles of `npm start`
+ * and `npm run gateway`).
  *
  * Addresses come from this run's block (run-env.ts), a /16: node i's slots get the i-th /18,
  * the links between the host and the nodes the last /24, a /30 each (host .4i+1, node .4i+2).
  * Names start with the run's prefix, so an interrupted run's leftovers are removed with it.
  */
-import { type ChildProcess, spawn } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -28,11 +29,15 @@ import type { TestServer } from "./server.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 const NODE_PORT = 3000;
+const CLUSTER_PORT = 3443;
 
 export interface ClusterNode {
   readonly id: string;
   readonly address: string;
+  /** Its cluster port, as it registers: https, a gateway's certificate required. */
   readonly url: string;
+  /** Its plain port (WARREN_PORT: API keys and sandbox tokens, no internal node API). */
+  readonly plainUrl: string;
   /** Its network namespace and link (netns-host.ts). */
   readonly host: NetnsHost;
   /** Its running server (absent before the first start). */
@@ -54,8 +59,10 @@ export interface TestCluster {
   /** The same database from the host (the test's own reads). */
   readonly hostDatabaseUrl: string;
   readonly apiKey: string;
-  /** The cluster's admin token (WARREN_ADMIN_TOKEN of the gateway and every node). */
+  /** The admin token every node and gateway shares (WARREN_ADMIN_TOKEN: `/nodes`, drains). */
   readonly adminToken: string;
+  /** The cluster CA's directory (ca.crt, ca.key): `warren cluster issue` more from it. */
+  readonly caDir: string;
   readonly nodes: ClusterNode[];
   /** The S3 server of `store: "s3"`. */
   readonly s3?: S3TestServer;
@@ -84,12 +91,18 @@ async function ip(...args: string[]): Promise<void> {
   await runCommand("ip", args);
 }
 
+/** `warren cluster …`: the bundle of the `warren` command, as an operator runs it. */
+function warrenCluster(...args: string[]): void {
+  execFileSync(process.execPath, [join(ROOT, "dist", "cli", "warren.mjs"), "cluster", ...args], {
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+}
+
 export async function startCluster(options: ClusterOptions): Promise<TestCluster> {
   const run = runEnv();
   const base = runBlockBase();
   const apiKey = `e2b_${randomBytes(20).toString("hex")}`;
-  // One admin token for the whole cluster: the gateway passes the admin's calls to nodes.
-  const adminToken = `warren_admin_${randomBytes(24).toString("hex")}`;
+  const adminToken = randomBytes(24).toString("hex");
   const hosts: NetnsHost[] = [];
   const cleanups: (() => Promise<void>)[] = [];
   const cleanup = async () => {
@@ -140,17 +153,28 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
       storeEnv.WARREN_SHARED_STORE = join(run.dataDir, "shared-store");
     }
 
+    // The cluster CA, and each member's directory of certificates, as docs/cluster.md says.
+    const pki = join(run.dataDir, "cluster-pki");
+    const caDir = join(pki, "ca");
+    warrenCluster("init-ca", caDir);
+    const tlsDir = (name: string) => join(pki, name);
+    warrenCluster("issue", caDir, "--gateway", "--out", tlsDir("gateway"));
     const nodes: ClusterNode[] = hosts.map((host, i) => {
       const id = `node${i}`;
+      warrenCluster("issue", caDir, "--node", id, "--out", tlsDir(id));
       return {
         id,
         address: host.address,
-        url: `http://${host.address}:${NODE_PORT}`,
+        url: `https://${host.address}:${CLUSTER_PORT}`,
+        plainUrl: `http://${host.address}:${NODE_PORT}`,
         host,
         env: {
           ...netnsServerEnv(host, options.nodes, id, NODE_PORT),
           WARREN_DATABASE_URL: nodeDatabaseUrl(host.hostAddress),
           WARREN_NODE_ID: id,
+          WARREN_CLUSTER_TLS_DIR: tlsDir(id),
+          WARREN_CLUSTER_HOST: host.address,
+          WARREN_CLUSTER_PORT: String(CLUSTER_PORT),
           WARREN_API_KEYS: apiKey,
           WARREN_ADMIN_TOKEN: adminToken,
           WARREN_HEARTBEAT_MS: "500",
@@ -174,6 +198,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
       WARREN_DATABASE_URL: hostDatabaseUrl,
       WARREN_API_KEYS: apiKey,
       WARREN_ADMIN_TOKEN: adminToken,
+      WARREN_CLUSTER_TLS_DIR: tlsDir("gateway"),
       WARREN_HOST: "127.0.0.1",
       WARREN_PORT: String(gatewayPort),
       WARREN_NODE_DOWN_AFTER_MS: "3000",
@@ -190,6 +215,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
       hostDatabaseUrl,
       apiKey,
       adminToken,
+      caDir,
       nodes,
       s3,
       gateway,

@@ -1,12 +1,14 @@
 /**
  * The internal node API (protocol's INTERNAL_PATHS), on a node in a cluster only: what the
- * gateways alone ask of a node. The cluster key is the only credential taken here; an API
- * key, whoever holds it, is refused (403 internal_route).
+ * gateways alone ask of a node. The only credential taken here is the connection itself: a
+ * gateway's certificate from the cluster CA, presented on the node's cluster port (the
+ * server says which requests came so: `fromGateway`). Anything else, an API key or any
+ * header whatever, is refused (403 internal_route).
  */
+import type { IncomingMessage } from "node:http";
 import type { FastifyInstance } from "fastify";
 import { assertReady, type ClusterNodeService } from "../../orchestrator/index.js";
-import { CLUSTER_KEY_HEADER, INTERNAL_API_PREFIX } from "../../protocol/index.js";
-import { isValidApiKey } from "../../shared/api-key-auth.js";
+import { INTERNAL_API_PREFIX } from "../../protocol/index.js";
 import { WarrenError } from "../../shared/index.js";
 import type { ApiContext } from "../api-context.js";
 import { checkSandboxId } from "../input.js";
@@ -22,29 +24,23 @@ import { forkInput, forkResultJson } from "./snapshots.js";
 
 export interface InternalApiOptions {
   readonly service: ClusterNodeService;
-  /** The cluster key gateways present; undefined until the node has joined its cluster. */
-  readonly clusterKey: () => string | undefined;
+  /** Whether a request came from one of the cluster's gateways (by its TLS client certificate). */
+  readonly fromGateway: (req: IncomingMessage) => boolean;
 }
 
 export function registerInternalRoutes(
   app: FastifyInstance,
   context: ApiContext,
-  { service, clusterKey }: InternalApiOptions,
+  { service, fromGateway }: InternalApiOptions,
 ): void {
   const { domain, maxTimeoutMs } = context;
   app.register(
     async (internal) => {
       internal.addHook("onRequest", async (request) => {
-        const key = clusterKey();
-        const presented = request.headers[CLUSTER_KEY_HEADER];
-        const valid =
-          key !== undefined &&
-          typeof presented === "string" &&
-          isValidApiKey(presented, new Set([key]));
-        if (!valid) {
+        if (!fromGateway(request.raw)) {
           throw new WarrenError(
             "internal_route",
-            `${INTERNAL_API_PREFIX}/ is the cluster's internal node API: only its gateways call it, with the cluster key`,
+            `${INTERNAL_API_PREFIX}/ is the cluster's internal node API: only its gateways call it, on the cluster port with their certificate`,
           );
         }
       });

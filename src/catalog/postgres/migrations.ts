@@ -162,6 +162,12 @@ export const MIGRATIONS: readonly string[] = [
   ALTER TABLE templates ADD COLUMN team_id TEXT;
   UPDATE templates SET team_id = 'default' WHERE kind IN ('snapshot', 'build');
   `,
+  // The cluster key retired: gateways and nodes prove who they are with certificates from
+  // the cluster CA, which is not in the database. A key anyone with the database URL could
+  // read is no credential; none is kept.
+  `
+  DROP TABLE cluster_secrets;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

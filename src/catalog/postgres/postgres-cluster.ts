@@ -1,4 +1,3 @@
-import { randomBytes } from "node:crypto";
 import { WarrenError } from "../../shared/index.js";
 import type { SandboxState } from "../catalog.js";
 import type {
@@ -78,11 +77,6 @@ const SQL = {
       AND EXISTS (SELECT 1 FROM snapshots p
         WHERE p.id = sandboxes.snapshot_id AND p.published_at IS NOT NULL)
     RETURNING id`,
-  // Two statements: the SELECT must see a key another node or gateway inserted first.
-  addClusterKey: `
-    INSERT INTO cluster_secrets (name, value) VALUES ('cluster_key', $1)
-    ON CONFLICT (name) DO NOTHING`,
-  clusterKey: "SELECT value FROM cluster_secrets WHERE name = 'cluster_key'",
   markPublished: `
     UPDATE snapshots SET published_at = COALESCE(published_at, now()) WHERE id = $1
     RETURNING id`,
@@ -217,14 +211,6 @@ export class PostgresCluster implements ClusterCatalog {
       [snapshotId],
     );
     return marked.length > 0;
-  }
-
-  async clusterKey(): Promise<string> {
-    const context = "read the cluster key";
-    await this.#db.query(context, SQL.addClusterKey, [randomBytes(32).toString("base64url")]);
-    const [row] = await this.#db.query<{ value: string }>(context, SQL.clusterKey);
-    if (!row) throw new WarrenError("internal", `${context}: none was stored`);
-    return row.value;
   }
 
   close(): Promise<void> {

@@ -86,7 +86,7 @@ async function assertTraces(sandbox: Sandbox, keptBy = sandbox.sandboxId): Promi
   assert.match(ps.stdout, /^\d+/m, "the background process survived the move");
 }
 
-/** A gateway route as the admin: `/nodes` is the cluster's, not a team's. */
+/** A gateway route of the admin's (`/nodes`: the cluster's nodes need the admin token). */
 async function gatewayJson(path: string): Promise<unknown> {
   const res = await fetch(`${cluster.gateway.url}${path}`, {
     headers: { "x-admin-token": cluster.adminToken },
@@ -96,11 +96,27 @@ async function gatewayJson(path: string): Promise<unknown> {
 }
 
 describe("a cluster of three nodes behind a gateway", () => {
-  it("every node registers and heartbeats", async () => {
+  it("every node registers (its cluster port, mutual TLS) and heartbeats; the database holds no key to it", async () => {
     await waitFor("three nodes up with a load", async () => {
       const nodes = (await gatewayJson("/nodes")) as { state: string; load?: unknown }[];
       return nodes.length === NODES && nodes.every((n) => n.state === "up" && n.load);
     });
+    const registered = (await gatewayJson("/nodes")) as { nodeID: string; url: string }[];
+    for (const node of cluster.nodes) {
+      assert.equal(registered.find((r) => r.nodeID === node.id)?.url, node.url);
+      assert.match(node.url, /^https:/);
+      // Plain HTTP to the cluster port gets nothing; the plain port has no internal API.
+      await assert.rejects(fetch(`${node.url.replace("https:", "http:")}/health`));
+      const internal = await fetch(`${node.plainUrl}/internal/node/drain`, {
+        method: "POST",
+        headers: { "x-api-key": cluster.apiKey, "x-warren-cluster-key": "anything" },
+      });
+      assert.equal(internal.status, 403);
+    }
+    const { rows } = await db.query<{ table: string | null }>(
+      "SELECT to_regclass('cluster_secrets')::text AS table",
+    );
+    assert.deepEqual(rows, [{ table: null }]);
   });
 
   it(`creates ${SANDBOXES} sandboxes spread over the nodes, each running commands`, async () => {

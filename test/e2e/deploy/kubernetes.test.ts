@@ -117,6 +117,36 @@ describe("kubernetes manifests", () => {
       assert.equal(hostPaths["/dev/kvm"].hostPath.type, "CharDevice");
     });
 
+    it(`${dir}: nodes and gateways have their cluster certificates; gateways reach nodes over https`, () => {
+      const objects = rendered.get(dir) ?? [];
+      const mountAt = (o: K8sObject, path: string) => {
+        const mount = containers(o)[0].volumeMounts.find(
+          (m: { mountPath: string }) => m.mountPath === path,
+        );
+        assert.ok(mount, `${o.metadata.name} mounts ${path}`);
+        assert.equal(mount.readOnly, true);
+        // biome-ignore lint/suspicious/noExplicitAny: see K8sObject
+        return podSpec(o).volumes.find((v: any) => v.name === mount.name);
+      };
+      const node = find(objects, "DaemonSet", "warren-node");
+      // Each host's own directory: no node holds another's key.
+      assert.deepEqual(mountAt(node, "/etc/warren/cluster").hostPath, {
+        path: "/etc/warren/cluster",
+        type: "Directory",
+      });
+      const env = Object.fromEntries(
+        containers(node)[0].env.map((e: { name: string; value?: string }) => [e.name, e.value]),
+      );
+      assert.match(env.WARREN_NODE_URL, /^https:\/\/\$\(NODE_IP\):3443$/);
+      const ports = containers(node)[0].ports.map((p: { hostPort: number }) => p.hostPort);
+      assert.ok(ports.includes(3443), "the cluster port on the host");
+      const gateway = find(objects, "Deployment", "warren-gateway");
+      const secret = mountAt(gateway, "/etc/warren/cluster").secret;
+      assert.equal(secret.secretName, "warren-cluster-gateway");
+      assert.equal(secret.defaultMode, 0o440);
+      assert.equal(podSpec(gateway).securityContext.fsGroup, 65532);
+    });
+
     it(`${dir}: the gateway runs as non-root with a read-only root and no privilege`, () => {
       const gateway = find(rendered.get(dir) ?? [], "Deployment", "warren-gateway");
       const spec = podSpec(gateway);

@@ -134,6 +134,16 @@ describe("systemd units", () => {
     assert.deepEqual(values(text, "MemoryDenyWriteExecute"), ["no"]);
   });
 
+  it("the gateway reads its cluster certificate as credentials only its user sees", () => {
+    const text = unitText("warren-gateway.service");
+    assert.deepEqual(values(text, "LoadCredential"), [
+      "ca.crt:/etc/warren/cluster/ca.crt",
+      "gateway.crt:/etc/warren/cluster/gateway.crt",
+      "gateway.key:/etc/warren/cluster/gateway.key",
+    ]);
+    assert.ok(values(text, "Environment").includes("WARREN_CLUSTER_TLS_DIR=%d"));
+  });
+
   it("the node server holds only the capabilities it uses, each explained", () => {
     const text = unitText("warren-node.service");
     const caps = values(text, "CapabilityBoundingSet").flatMap((v) => v.split(/\s+/));

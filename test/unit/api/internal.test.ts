@@ -1,15 +1,23 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { CLUSTER_KEY_HEADER, INTERNAL_PATHS } from "../../../src/protocol/index.js";
+import { INTERNAL_PATHS } from "../../../src/protocol/index.js";
 import { InMemorySandboxService } from "../../fakes/in-memory-sandbox-service.js";
 import { errorOf, useApi } from "./api-harness.js";
 
-const CLUSTER_KEY = "k".repeat(43);
+/**
+ * Stands in for the server's answer to "did this come from a gateway?" (its TLS peer's
+ * certificate, test/unit/server/cluster-port.test.ts): here, a request carrying this header.
+ */
+const STAND_IN_PEER = "x-stand-in-peer";
+const fromGateway = { [STAND_IN_PEER]: "gateway" };
 
 /** An API whose internal routes act on the same stand-in service as its public ones. */
 function useClusterNode() {
   const service = new InMemorySandboxService();
-  return useApi({ service, internal: { service, clusterKey: () => CLUSTER_KEY } });
+  return useApi({
+    service,
+    internal: { service, fromGateway: (req) => req.headers[STAND_IN_PEER] === "gateway" },
+  });
 }
 
 describe("the public fork takes no cluster-only fields", () => {
@@ -41,11 +49,15 @@ describe("the internal node API", () => {
     assert.equal(errorOf(res).code, 404);
   });
 
-  it("refuses API keys and wrong cluster keys with 403 internal_route", async () => {
+  it("refuses whatever does not come from a gateway with 403 internal_route: API keys, the retired cluster key", async () => {
     const { call, service } = useClusterNode();
     const source = service.seed();
     const path = INTERNAL_PATHS.spillingFork(source.sandboxId);
-    const attempts: Record<string, string>[] = [{}, { [CLUSTER_KEY_HEADER]: "not-the-key" }];
+    const attempts: Record<string, string>[] = [
+      {},
+      { "x-warren-cluster-key": "k".repeat(43) },
+      { [STAND_IN_PEER]: "node" },
+    ];
     for (const headers of attempts) {
       const res = await call("POST", path, { body: { count: 2, local: 1 }, headers });
       assert.equal(res.statusCode, 403);
@@ -59,10 +71,10 @@ describe("the internal node API", () => {
     assert.deepEqual(service.callsOf("adopt"), []);
   });
 
-  it("with the cluster key: a spilling fork, children from a capture, adopt, drain", async () => {
+  it("from a gateway: a spilling fork, children from a capture, adopt, drain", async () => {
     const { call, service } = useClusterNode();
     const source = service.seed();
-    const headers = { [CLUSTER_KEY_HEADER]: CLUSTER_KEY };
+    const headers = fromGateway;
     const spill = await call("POST", INTERNAL_PATHS.spillingFork(source.sandboxId), {
       body: { count: 3, local: 1, metadata: { run: "r" } },
       headers,
@@ -105,7 +117,7 @@ describe("the internal node API", () => {
   it("checks bodies as the public routes do", async () => {
     const { call, service } = useClusterNode();
     const source = service.seed();
-    const headers = { [CLUSTER_KEY_HEADER]: CLUSTER_KEY };
+    const headers = fromGateway;
     const path = INTERNAL_PATHS.spillingFork(source.sandboxId);
     const noLocal = await call("POST", path, { body: { count: 2 }, headers });
     assert.equal(noLocal.statusCode, 400);

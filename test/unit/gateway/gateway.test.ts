@@ -231,7 +231,7 @@ describe("gateway: routing", () => {
     assert.ok(drainedTo && drainedTo !== holding.id, `claimed for ${drainedTo}`);
   });
 
-  it("drain and undrain reach the node at once, with the cluster key, not the client's", async () => {
+  it("drain and undrain reach the node at once, over the gateway's own connection, not the client's key", async () => {
     const c = await cluster({ nodes: 2 });
     const [node] = c.nodes;
     assert.ok(node);
@@ -249,7 +249,7 @@ describe("gateway: routing", () => {
       ["drain", "undrain"],
     );
     // The node's internal API takes no API key: a client cannot call it through the gateway.
-    const direct = await fetch(`${node.url}/internal/node/drain`, {
+    const direct = await fetch(`${node.plainUrl}/internal/node/drain`, {
       method: "POST",
       headers: { "x-api-key": API_KEY },
     });

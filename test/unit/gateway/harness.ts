@@ -1,12 +1,17 @@
 /**
  * A cluster on loopback for the gateway's tests: stand-in nodes, each the real node API
- * (createApi) over the in-memory sandbox service, sharing its port with a stand-in sandbox
+ * (createApi) over the in-memory sandbox service, sharing its ports with a stand-in sandbox
  * proxy (it answers who it is and what it got, streams on `/stream`, echoes after an
  * Upgrade), behind a real gateway reading an in-memory cluster catalog, where each node keeps
- * its sandboxes' rows as a real node's catalog would.
+ * its sandboxes' rows as a real node's catalog would. As real nodes, each has a plain port
+ * and a cluster port (the node server's own `listenCluster`: mutual TLS, gateways only), with
+ * certificates from a cluster CA made for the run (`pki`); the gateway reaches them there.
  */
+import { mkdtemp, rm } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { createApi } from "../../../src/api/index.js";
 import type { Catalog } from "../../../src/catalog/index.js";
@@ -14,6 +19,15 @@ import { type Gateway, type GatewayOptions, startGateway } from "../../../src/ga
 import { isProxyRequest } from "../../../src/gateway/routes.js";
 import type { SandboxInfo } from "../../../src/orchestrator/index.js";
 import { Semaphore } from "../../../src/orchestrator/semaphore.js";
+import { fromGateway, listenCluster } from "../../../src/server/cluster-listener.js";
+import { silentLogger } from "../../../src/shared/index.js";
+import {
+  type ClusterCredentials,
+  type ClusterIdentity,
+  createClusterCa,
+  issueClusterCertificate,
+  loadClusterCredentials,
+} from "../../../src/tls/index.js";
 import { sandboxRow } from "../../contracts/catalog.contract.js";
 import { InMemoryCluster } from "../../fakes/in-memory-cluster.js";
 import { InMemorySandboxService } from "../../fakes/in-memory-sandbox-service.js";
@@ -23,17 +37,27 @@ export const API_KEY = "e2b_0123456789abcdef";
 
 export interface StandInNode {
   readonly id: string;
+  /** Its cluster port, as registered: https, a gateway's certificate required. */
   readonly url: string;
+  /** Its plain port (API keys and sandbox tokens only, as a node's WARREN_PORT). */
+  readonly plainUrl: string;
   readonly service: InMemorySandboxService;
   /** Requests its proxy got, as `METHOD path`. */
   readonly proxied: string[];
   stop(): Promise<void>;
 }
 
+/** The run's cluster CA: certificates for the nodes, the gateway, and whatever a test needs. */
+export interface TestPki {
+  readonly caDir: string;
+  issue(identity: ClusterIdentity): Promise<ClusterCredentials>;
+}
+
 export interface TestCluster {
   readonly gateway: Gateway;
   readonly cluster: InMemoryCluster;
   readonly nodes: StandInNode[];
+  readonly pki: TestPki;
   /** Starts another gateway on the same cluster (they are stateless). */
   restartGateway(): Promise<Gateway>;
   /** Records a paused sandbox's snapshot as published: another node may then claim it. */
@@ -60,8 +84,11 @@ export async function startTestCluster(options: {
 }): Promise<TestCluster> {
   const nodes: StandInNode[] = [];
   const cluster = new InMemoryCluster();
+  const pki = await startPki();
   for (let i = 0; i < options.nodes; i++) {
-    const node = await startStandInNode(`node${i}`, cluster, options);
+    const id = `node${i}`;
+    const credentials = await pki.issue({ role: "node", name: id });
+    const node = await startStandInNode(id, credentials, cluster, options);
     recordSandboxes(node.service, cluster.catalog(node.id));
     nodes.push(node);
     // Room in vCPUs and memory for every sandbox it may hold: the count is what binds.
@@ -72,9 +99,11 @@ export async function startTestCluster(options: {
       capacity: { vcpus: 16 * maxSandboxes, memoryMiB: 16_384 * maxSandboxes, maxSandboxes },
     });
   }
+  const gatewayCredentials = await pki.issue({ role: "gateway", name: "gateway" });
   const start = () =>
     startGateway({
       cluster,
+      credentials: gatewayCredentials,
       authenticate: testAuth(() => new Set([API_KEY]), cluster.teams),
       host: "127.0.0.1",
       port: 0,
@@ -103,6 +132,7 @@ export async function startTestCluster(options: {
     },
     cluster,
     nodes,
+    pki,
     async restartGateway() {
       await gateway.close();
       gateway = await start();
@@ -141,48 +171,81 @@ export async function startTestCluster(options: {
       clearInterval(heartbeats);
       await gateway.close();
       for (const node of nodes) await node.stop();
+      await pki.remove();
     },
+  };
+}
+
+/** A cluster CA in a temporary directory, and certificates from it on demand. */
+async function startPki(): Promise<TestPki & { remove(): Promise<void> }> {
+  const dir = await mkdtemp(join(tmpdir(), "warren-cluster-pki-"));
+  const caDir = join(dir, "ca");
+  await createClusterCa(caDir);
+  let issued = 0;
+  return {
+    caDir,
+    async issue(identity) {
+      const outDir = join(dir, `${identity.role}-${identity.name}-${++issued}`);
+      await issueClusterCertificate({ caDir, outDir, identity });
+      return loadClusterCredentials(outDir, identity.role, identity.name);
+    },
+    remove: () => rm(dir, { recursive: true, force: true }),
   };
 }
 
 async function startStandInNode(
   id: string,
-  { key: clusterKey, teams }: InMemoryCluster,
+  credentials: ClusterCredentials,
+  { teams }: InMemoryCluster,
   { maxSandboxes, createCost }: { maxSandboxes?: number; createCost?: CreateCost },
 ): Promise<StandInNode> {
   const service = new InMemorySandboxService({ idPrefix: id, maxSandboxes });
   if (createCost) chargeCreates(service, createCost);
   const proxied: string[] = [];
   let server: Server | undefined;
+  let handleApi: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
+  const onRequest = (req: IncomingMessage, res: ServerResponse) => {
+    if (isProxyRequest(req, undefined)) standInProxy(id, req, res, proxied);
+    else handleApi?.(req, res);
+  };
+  const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    proxied.push(`UPGRADE ${req.url}`);
+    socket.write(
+      "HTTP/1.1 101 Switching Protocols\r\nupgrade: echo\r\nconnection: upgrade\r\n\r\n",
+    );
+    if (head.length > 0) socket.write(head);
+    socket.pipe(socket);
+  };
   const api = createApi({
     service,
     authenticate: testAuth(() => new Set([API_KEY]), teams),
-    internal: { service, clusterKey: () => clusterKey },
+    internal: { service, fromGateway },
     serverFactory: (handler) => {
-      server = createServer((req, res) => {
-        if (isProxyRequest(req, undefined)) standInProxy(id, req, res, proxied);
-        else handler(req, res);
-      });
-      server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-        proxied.push(`UPGRADE ${req.url}`);
-        socket.write(
-          "HTTP/1.1 101 Switching Protocols\r\nupgrade: echo\r\nconnection: upgrade\r\n\r\n",
-        );
-        if (head.length > 0) socket.write(head);
-        socket.pipe(socket);
-      });
+      handleApi = handler;
+      server = createServer(onRequest);
+      server.on("upgrade", onUpgrade);
       return server;
     },
   });
   await api.listen({ host: "127.0.0.1", port: 0 });
   if (!server) throw new Error("the API did not make its server");
   const port = (server.address() as AddressInfo).port;
+  const clusterPort = await listenCluster({
+    credentials,
+    host: "127.0.0.1",
+    port: 0,
+    onRequest,
+    onUpgrade,
+    logger: silentLogger,
+  });
   return {
     id,
-    url: `http://127.0.0.1:${port}`,
+    url: clusterPort.url,
+    plainUrl: `http://127.0.0.1:${port}`,
     service,
     proxied,
     async stop() {
+      await clusterPort.close();
       server?.closeAllConnections();
       await api.close();
     },

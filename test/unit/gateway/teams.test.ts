@@ -26,7 +26,7 @@ it("team B's key reaches none of team A's sandboxes through the gateway", async 
   const made = await c.call("POST", "/sandboxes", { body: { templateID: "base" } });
   assert.equal(made.status, 201);
   const a = ((await made.json()) as { sandboxID: string }).sandboxID;
-  // The source's node is full: a fork would spread with the cluster key; B must not get one.
+  // The source's node is full: a fork would spread over the internal node API; B must not get one.
   const forked = await c.call("POST", `/sandboxes/${a}/fork`, { apiKey: key, body: { count: 1 } });
   assert.equal(forked.status, 404);
   assert.equal(((await forked.json()) as { reason: string }).reason, "sandbox_not_found");
