@@ -17,7 +17,15 @@ async function main(): Promise<void> {
     logDestination(config.logFormat),
   );
   logger.info(
-    { config: { ...config, apiKeys: `${config.apiKeys.length} extra` } },
+    {
+      config: {
+        ...config,
+        apiKeys: `${config.apiKeys.length} extra`,
+        // Secrets never reach the journal: the token's presence, the database without its password.
+        adminToken: config.adminToken === undefined ? undefined : "(set)",
+        databaseUrl: config.databaseUrl?.replace(/\/\/([^:/@]*):[^@]*@/, "//$1:***@"),
+      },
+    },
     "server.config",
   );
   const server = await startNodeServer(config, logger);
