@@ -78,7 +78,9 @@ async function fixture(
     flattenDepth,
     logger: pino({ level: "silent" }),
     events: new LifecycleEvents({ logger: pino({ level: "silent" }), catalog }),
-    retireDelayMs: 0,
+    // The production grace: with none, a capture opening its chain by name races the
+    // deletion of layers a flatten just made redundant (close() releases them at once).
+    retireDelayMs: 10_000,
   });
   const vm = new ScribeVm({ path: join(templateDir, "disk.qcow2"), record: diskOf(templateDir) });
   /** Pauses `generations` times, each snapshot on the one before (as a sandbox does). */
