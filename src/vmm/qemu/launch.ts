@@ -102,7 +102,8 @@ export async function loadDeviceState(
   file: string,
   vmId: string,
 ): Promise<void> {
-  const state = await openPlainFile(file);
+  // A sealed snapshot's file: one name, or two (as checksumSnapshot allows).
+  const state = await openPlainFile(file, 2);
   try {
     await qmp.execute("migrate-set-capabilities", {
       capabilities: [{ capability: "events", state: true }],

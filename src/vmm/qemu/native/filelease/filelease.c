@@ -4,12 +4,15 @@
  *                     read lease then (fcntl F_SETLEASE F_RDLCK fails with EAGAIN). Taken and
  *                     dropped at once when it is granted. Node has no fcntl; /proc/<pid>/fd
  *                     shows neither mappings nor io_uring's registered files, the kernel's
- *                     count of writers covers them all.
+ *                     count of writers covers them all. Should anyone open the file for
+ *                     writing while the lease is held, the kernel signals the holder: SIGURG
+ *                     (ignored unless handled) rather than SIGIO, which would end the server.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <node_api.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +26,12 @@ static napi_value open_for_writing(napi_env env, napi_callback_info info) {
     return NULL;
   }
   bool writers;
+  if (fcntl(fd, F_SETSIG, SIGURG) != 0) {
+    char text[256];
+    snprintf(text, sizeof text, "fcntl(F_SETSIG): %s", strerror(errno));
+    napi_throw_error(env, NULL, text);
+    return NULL;
+  }
   if (fcntl(fd, F_SETLEASE, F_RDLCK) == 0) {
     writers = false;
     if (fcntl(fd, F_SETLEASE, F_UNLCK) != 0) {
