@@ -1,10 +1,9 @@
 // Starting one QEMU process and talking to it until the guest runs: runtime paths, QMP
 // connection, failure reports, and streaming a device state into `-incoming defer`.
 import { existsSync } from "node:fs";
-import { rm } from "node:fs/promises";
+import { type FileHandle, rm } from "node:fs/promises";
 import { connect } from "node:net";
 import { join } from "node:path";
-import { pipeline } from "node:stream/promises";
 import type { VmSpec } from "../driver.js";
 import { VmmError } from "../errors.js";
 import { QemuProcess, type QemuProcessOptions } from "./qemu-process.js";
@@ -93,6 +92,27 @@ export async function launch(
 }
 
 /**
+ * Writes what `file` holds into the unix socket at `path`, then ends it. Done once everything
+ * is handed to the kernel, or once QEMU closed the connection (having read what it wanted):
+ * whether the state loaded is the MIGRATION event's to say.
+ */
+function sendFile(file: FileHandle, path: string, vmId: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const socket = connect(path);
+    const failed = (err: Error) => {
+      socket.destroy();
+      reject(new VmmError(`cannot send device state: ${err.message}`, vmId, { cause: err }));
+    };
+    socket.on("error", failed);
+    socket.once("finish", () => resolve());
+    socket.once("close", () => resolve());
+    const source = file.createReadStream({ autoClose: false, highWaterMark: 1 << 20 });
+    source.on("error", failed);
+    source.pipe(socket);
+  });
+}
+
+/**
  * Streams a device-state file into a QEMU waiting on `-incoming defer`. Streamed, never read
  * whole: the VMM that saved it decided its size.
  */
@@ -112,13 +132,7 @@ export async function loadDeviceState(
       ["completed", "failed"].includes(String(e.data?.status)),
     );
     await qmp.execute("migrate-incoming", { uri: `unix:${socketPath}` });
-    try {
-      await pipeline(state.createReadStream({ autoClose: false }), connect(socketPath));
-    } catch (err) {
-      throw new VmmError(`cannot send device state: ${(err as Error).message}`, vmId, {
-        cause: err,
-      });
-    }
+    await sendFile(state, socketPath, vmId);
     const event = await completed;
     if (event.data?.status !== "completed")
       throw new VmmError("loading the device state failed", vmId);
