@@ -6,14 +6,15 @@
 import { execFile } from "node:child_process";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import type { DiskBacking } from "../src/vmm/index.js";
-import { Qcow2DiskChains } from "../src/vmm/qemu/index.js";
+import { Qcow2DiskChains, VmmIdentities } from "../src/vmm/qemu/index.js";
 import { createOverlay } from "../src/vmm/qemu/qcow2-overlay.js";
 import { diskOf, headerName } from "../src/vmm/qemu/snapshot-chain.js";
 import { SNAPSHOT_FORMAT_VERSION, writeSnapshotMeta } from "../src/vmm/qemu/snapshot-meta.js";
 import { guestArtifacts } from "../test/helpers/guest.js";
+import { RUN_VMM_UID_COUNT, runVmmUidBase } from "../test/helpers/run-env.js";
 import { measure, report, type Summary, summarize } from "./lib/report.js";
 
 const LAYERS = Number(process.env.BENCH_LAYERS ?? 100);
@@ -60,7 +61,9 @@ try {
   const rows: Summary[] = [];
   rows.push(summarize(`open + read, ${LAYERS} layers`, "ms", await measure(10, read(top))));
   const t = performance.now();
-  const plan = await new Qcow2DiskChains().flatten(layer(LAYERS), layer(0));
+  const identities = new VmmIdentities(runVmmUidBase(), RUN_VMM_UID_COUNT);
+  const disks = new Qcow2DiskChains({ imagesDir: dirname(images.baseRootfs), identities });
+  const plan = await disks.flatten(layer(LAYERS), layer(0));
   await plan.commit();
   rows.push(summarize(`flatten ${LAYERS} layers`, "ms", [performance.now() - t]));
   rows.push(summarize("open + read, flattened", "ms", await measure(10, read(top))));

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Builds what runs outside the source tree: the native addons, the agent bundle
 // (dist/agent/envd.mjs) with every addon it loads copied beside it in build/Release/, and the
-// server bundle (dist/server/main.mjs) with its own addon likewise.
+// server bundle (dist/server/main.mjs) with its own addons likewise.
 import { spawnSync } from "node:child_process";
 import { chmodSync, copyFileSync, existsSync, mkdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -43,17 +43,19 @@ function buildAddon(dir, name, sources) {
   return target;
 }
 
-step("native addons inotify, system (agent), memmerge, tapfd (server)");
+step("native addons inotify, system (agent), memmerge, tapfd, filelease (server)");
 /** src/agent/native/<name>/: <name>.c and its binding.gyp. */
 const agentAddon = (name) =>
   buildAddon(join(root, "src", "agent", "native", name), name, [`${name}.c`, "binding.gyp"]);
 const inotifyAddon = agentAddon("inotify");
 const systemAddon = agentAddon("system");
 /** src/vmm/qemu/native/<name>/: <name>.c and its binding.gyp. */
-const serverAddon = (name) =>
+const vmmAddon = (name) =>
   buildAddon(join(root, "src", "vmm", "qemu", "native", name), name, [`${name}.c`, "binding.gyp"]);
-const memMergeAddon = serverAddon("memmerge");
-const tapFdAddon = serverAddon("tapfd");
+const serverAddons = ["memmerge", "tapfd", "filelease"].map((name) => [
+  vmmAddon(name),
+  `${name}.node`,
+]);
 
 /** What both bundles (agent and server) share: one ESM file for Node 20 with a source map. */
 const NODE_BUNDLE = {
@@ -107,8 +109,7 @@ await build({
 });
 const serverRelease = join(root, "dist", "server", "build", "Release");
 mkdirSync(serverRelease, { recursive: true });
-copyFileSync(memMergeAddon, join(serverRelease, "memmerge.node"));
-copyFileSync(tapFdAddon, join(serverRelease, "tapfd.node"));
+for (const [from, name] of serverAddons) copyFileSync(from, join(serverRelease, name));
 step(`server ready in ${join(root, "dist", "server")}`);
 
 step("bundling the gateway");

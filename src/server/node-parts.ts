@@ -130,6 +130,7 @@ async function startVmm(
     kernel: images.kernel,
     initramfs: images.initramfs,
     accelCacheFile: join(config.dataDir, "accel.json"),
+    imagesDir: dirname(images.baseRootfs),
     cgroupName: `${config.networkPrefix}-vms`,
     runDir: input.layout.runDir,
     vmmUidBase: config.vmmUidBase,

@@ -78,7 +78,7 @@ export const ERROR_REASONS = {
   },
   snapshot_tampered: {
     kind: "internal",
-    doc: "A snapshot's files no longer match the checksums recorded when it was captured (changed or missing on disk, or corrupted in the shared snapshot store), a snapshot it stands on is not beside it, or its records reach outside the snapshots' directory: it is never restored. The message or the server's log names the file.",
+    doc: "A snapshot's files no longer match the checksums recorded when it was captured (changed or missing on disk, or corrupted in the shared snapshot store), a snapshot it stands on is not beside it, its records reach outside the snapshots' directory or name an image outside the guest images directory, or a disk's qcow2 header names another file (an external data file) or a feature Warren's disks never hold, or a disk is still open for writing by another process: it is never restored. The message or the server's log names the file.",
   },
   snapshot_not_found: {
     kind: "not_found",

@@ -1,6 +1,6 @@
 import { chmodSync, mkdtempSync } from "node:fs";
 import { get } from "node:http";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Sandbox } from "e2b";
@@ -151,7 +151,7 @@ export async function testVmm(name: string): Promise<TestVmm> {
   });
   const cgroups = VmCgroups.detect(`${runEnv().networkPrefix}-vms`);
   const identities = new VmmIdentities(runVmmUidBase(), RUN_VMM_UID_COUNT);
-  const disks = new Qcow2DiskChains();
+  const disks = new Qcow2DiskChains({ imagesDir: dirname(images.baseRootfs), identities });
   const driver = new QemuDriver({
     accel: accel.accel,
     qemuVersion: version,

@@ -3,7 +3,7 @@ import { constants } from "node:fs";
 import { access } from "node:fs/promises";
 import type { Accelerator } from "../driver.js";
 import { cpuModel, QEMU_BASE_FLAGS } from "./args.js";
-import { QEMU_BINARY } from "./qemu-process.js";
+import { QEMU_BINARY, vmmEnv } from "./qemu-process.js";
 
 export interface AccelProbeResult {
   readonly accel: Accelerator;
@@ -55,7 +55,11 @@ export async function probeAccelerator(
     "stdio",
   ];
   return new Promise((resolve) => {
-    const child = spawn(QEMU_BINARY, args, { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(QEMU_BINARY, args, {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: vmmEnv(),
+      cwd: "/",
+    });
     let output = "";
     const finish = (result: AccelProbeResult) => {
       clearTimeout(timer);

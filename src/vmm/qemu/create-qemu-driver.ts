@@ -16,6 +16,11 @@ export interface QemuDriverConfig {
   readonly kernel: string;
   readonly initramfs: string;
   readonly accelCacheFile: string;
+  /**
+   * The guest images directory: snapshots' disk chains end on an image inside it, and a
+   * record naming any other file is refused.
+   */
+  readonly imagesDir: string;
   /** The server's cgroup for its VMs (one per server on a host: named by its network prefix). */
   readonly cgroupName: string;
   /** VMs' runtime directories: the watchdog's fallback finds their QEMUs by it. */
@@ -64,12 +69,13 @@ export async function createQemuDriver(config: QemuDriverConfig): Promise<QemuDr
     if (killed > 0) logger.warn({ count: killed }, "vmm.leftovers_killed");
   } else logger.warn({}, "vmm.no_cgroups: VMs run without cgroup limits");
   const watchdog = startVmmWatchdog(cgroups, config.runDir);
-  const disks = new Qcow2DiskChains();
+  const identities = new VmmIdentities(config.vmmUidBase, config.vmmUidCount);
+  const disks = new Qcow2DiskChains({ imagesDir: config.imagesDir, identities });
   const driver = new QemuDriver({
     accel: accelerator.accel,
     disks,
     qemuVersion: version,
-    identities: new VmmIdentities(config.vmmUidBase, config.vmmUidCount),
+    identities,
     cgroups,
     tcgCacheMiB: config.tcgCacheMiB,
     guestAslr: config.guestAslr,

@@ -8,6 +8,7 @@ import { SnapshotTamperedError } from "../errors.js";
 import { QemuDriver } from "./driver.js";
 import { Qcow2DiskChains } from "./qcow2-disk-chains.js";
 import { SNAPSHOT_FORMAT_VERSION, type SnapshotMeta, writeSnapshotMeta } from "./snapshot-meta.js";
+import { VmmIdentities } from "./vmm-ids.js";
 
 const spec: VmSpec = {
   id: "t",
@@ -43,6 +44,10 @@ const meta = (kernelCommandLine?: string): SnapshotMeta => ({
   createdAt: new Date(0).toISOString(),
 });
 
+/** Disk chains for drivers that never flatten (no uid is ever taken). */
+const unusedChains = () =>
+  new Qcow2DiskChains({ imagesDir: "/images", identities: new VmmIdentities(100_000, 16) });
+
 describe("QemuDriver.bootDrift", () => {
   const dirs: string[] = [];
   after(() => Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true }))));
@@ -56,7 +61,7 @@ describe("QemuDriver.bootDrift", () => {
     new QemuDriver({
       accel: "tcg",
       qemuVersion: "q",
-      disks: new Qcow2DiskChains(),
+      disks: unusedChains(),
       tscKhz: 1_000_000,
       ...options,
     });
@@ -105,7 +110,7 @@ describe("QemuDriver.restore of a snapshot moved without its ancestors", () => {
       const driver = new QemuDriver({
         accel: "tcg",
         qemuVersion: "q",
-        disks: new Qcow2DiskChains(),
+        disks: unusedChains(),
         tscKhz: 1_000_000,
       });
       const runtimeDir = join(root, "run", "t");

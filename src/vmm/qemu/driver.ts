@@ -18,16 +18,16 @@ import { explainFailure, launch, loadDeviceState, runtimePaths } from "./launch.
 import { applyMemoryDiff, findRamMapping } from "./memory-image.js";
 import { killOrphanVmms } from "./orphans.js";
 import type { Qcow2DiskChains } from "./qcow2-disk-chains.js";
-import { QEMU_BINARY } from "./qemu-process.js";
+import { QEMU_BINARY, vmmEnv } from "./qemu-process.js";
 import { checksumSnapshot, SnapshotVerifier } from "./sealed-files.js";
-import { type ChainLayer, diskOf, headerName, readChain, resolveFile } from "./snapshot-chain.js";
+import { type ChainLayer, diskOf, headerName, resolveFile } from "./snapshot-chain.js";
 import {
   checkRestorable,
   DEVICE_STATE_FILE,
   type RestoreHost,
   readSnapshotMeta,
 } from "./snapshot-meta.js";
-import { QemuVm, type VmMemory } from "./vm.js";
+import { QemuVm, type QemuVmParts, type VmMemory } from "./vm.js";
 import type { VmmIdentities, VmmIdentity } from "./vmm-ids.js";
 
 const run = promisify(execFile);
@@ -71,7 +71,7 @@ export interface QemuDriverOptions {
 }
 
 export async function qemuVersion(): Promise<string> {
-  const { stdout } = await run(QEMU_BINARY, ["--version"]);
+  const { stdout } = await run(QEMU_BINARY, ["--version"], { env: vmmEnv() });
   return stdout.split("\n")[0]?.trim() ?? "unknown";
 }
 
@@ -162,23 +162,17 @@ export class QemuDriver implements VmmDriver {
   /** The Vm for a QEMU `#launch` started; `kernelCommandLine`: what its guest booted with. */
   #vm(
     spec: VmSpec,
-    memory: VmMemory,
     { proc, qmp }: Awaited<ReturnType<typeof launch>>,
-    kernelCommandLine: string | undefined,
-    backing: ChainLayer,
-    identity: VmmIdentity | undefined,
+    parts: Pick<QemuVmParts, "memory" | "kernelCommandLine" | "backing" | "diskBytes" | "identity">,
   ): QemuVm {
     return new QemuVm({
+      ...parts,
       spec,
       proc,
       qmp,
-      memory,
       rootDisk: runtimePaths(spec).overlay,
-      backing,
       disks: this.#o.disks,
       host: this.#hostFor(spec),
-      identity,
-      kernelCommandLine,
     });
   }
 
@@ -233,11 +227,12 @@ export class QemuDriver implements VmmDriver {
     const paths = runtimePaths(spec);
     const { disks } = this.#o;
     const base = disks.baseLayer(spec.baseDisk);
-    const { identity, prepared: growRoot } = await this.#setUp(spec, async (owner) => {
+    const { identity, prepared } = await this.#setUp(spec, async (owner) => {
       const wanted = BigInt(spec.shape.diskSizeMiB ?? 0) * 1024n * 1024n;
       const size = await disks.createOverlay(paths.overlay, base, { minSizeBytes: wanted, owner });
-      return size > (await disks.virtualSize(spec.baseDisk));
+      return { size, grown: size > (await disks.virtualSize(spec.baseDisk)) };
     });
+    const { size: diskBytes, grown: growRoot } = prepared;
     const memory: VmMemory = { file: paths.memory, shared: true };
     const commandLine = this.#kernelCommandLine(spec, growRoot);
     const launched = await this.#launch(spec, {
@@ -247,11 +242,20 @@ export class QemuDriver implements VmmDriver {
       incoming: false,
       identity,
     });
-    return this.#vm(spec, memory, launched, commandLine, base, identity);
+    return this.#vm(spec, launched, {
+      memory,
+      kernelCommandLine: commandLine,
+      backing: base,
+      diskBytes,
+      identity,
+    });
   }
 
   async bootFromSnapshot(snapshotDir: string, spec: VmSpec): Promise<Vm> {
-    const { chain, paths, backing, identity } = await this.#onSnapshot(snapshotDir, spec);
+    const { chain, paths, backing, diskBytes, identity } = await this.#onSnapshot(
+      snapshotDir,
+      spec,
+    );
     // A fresh RAM file, as a boot's: nothing of the snapshot's memory is mapped.
     const memory: VmMemory = { file: paths.memory, shared: true };
     const commandLine = this.#kernelCommandLine(spec);
@@ -262,27 +266,37 @@ export class QemuDriver implements VmmDriver {
       incoming: false,
       identity,
     });
-    return this.#vm(spec, memory, launched, commandLine, backing, identity);
+    return this.#vm(spec, launched, {
+      memory,
+      kernelCommandLine: commandLine,
+      backing,
+      diskBytes,
+      identity,
+    });
   }
 
   /**
    * A VM's runtime directory with its overlay stacked on a snapshot's frozen disk, once the
-   * snapshot is known restorable here and its seals hold. Every reference is resolved where
-   * the snapshot lies now, refused if it leaves its siblings.
+   * snapshot is known restorable here, its seals hold and its disk layers passed their
+   * checks (QEMU opens them while still root: each a plain file no one can write any more,
+   * its qcow2 header naming no other file). Every reference is resolved where the snapshot
+   * lies now, refused if it leaves its siblings or the guest images directory.
    */
   async #onSnapshot(snapshotDir: string, spec: VmSpec) {
-    const chain = await readChain(snapshotDir);
+    const { disks } = this.#o;
+    const chain = await disks.readChain(snapshotDir);
     checkRestorable(chain.meta, this.#hostFor(spec), spec.shape);
     await this.#verify(chain.dirs);
+    await disks.checkLayers(chain.disk);
     const paths = runtimePaths(spec);
     const backing = chain.disk[0] as ChainLayer;
-    const { identity } = await this.#setUp(spec, (owner) =>
-      this.#o.disks.createOverlay(paths.overlay, backing, {
+    const { identity, prepared: diskBytes } = await this.#setUp(spec, (owner) =>
+      disks.createOverlay(paths.overlay, backing, {
         owner,
         backingName: headerName(diskOf(chain.dir)),
       }),
     );
-    return { chain, paths, backing, identity };
+    return { chain, paths, backing, diskBytes, identity };
   }
 
   checksumSnapshot(snapshotDir: string): Promise<readonly SnapshotFile[]> {
@@ -310,7 +324,10 @@ export class QemuDriver implements VmmDriver {
     spec: VmSpec,
     options: { background?: boolean } = {},
   ): Promise<PreparedRestore> {
-    const { chain, paths, backing, identity } = await this.#onSnapshot(snapshotDir, spec);
+    const { chain, paths, backing, diskBytes, identity } = await this.#onSnapshot(
+      snapshotDir,
+      spec,
+    );
     const { meta } = chain;
     const memory: VmMemory = {
       file: chain.memoryImage.path,
@@ -349,7 +366,10 @@ export class QemuDriver implements VmmDriver {
     let loaded = false;
     const load = async () => {
       // RAM first: loading virtio devices reads their rings from guest memory.
-      if (diff) applyMemoryDiff(proc.pid, await findRamMapping(proc.pid, memory.file), diff);
+      if (diff) {
+        const ramBytes = spec.shape.memoryMiB * 1024 * 1024;
+        applyMemoryDiff(proc.pid, await findRamMapping(proc.pid, memory.file, ramBytes), diff);
+      }
       await loadDeviceState(qmp, paths.migrateSocket, deviceState, spec.id);
       loaded = true;
     };
@@ -368,7 +388,13 @@ export class QemuDriver implements VmmDriver {
           if (!loaded) await load();
           await qmp.execute("cont");
         });
-        return this.#vm(spec, memory, launched, meta.kernelCommandLine, backing, identity);
+        return this.#vm(spec, launched, {
+          memory,
+          kernelCommandLine: meta.kernelCommandLine,
+          backing,
+          diskBytes,
+          identity,
+        });
       },
       discard: abandon,
     };

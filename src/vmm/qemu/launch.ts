@@ -1,13 +1,14 @@
 // Starting one QEMU process and talking to it until the guest runs: runtime paths, QMP
 // connection, failure reports, and streaming a device state into `-incoming defer`.
 import { existsSync } from "node:fs";
-import { readFile, rm } from "node:fs/promises";
+import { type FileHandle, rm } from "node:fs/promises";
 import { connect } from "node:net";
 import { join } from "node:path";
 import type { VmSpec } from "../driver.js";
 import { VmmError } from "../errors.js";
 import { QemuProcess, type QemuProcessOptions } from "./qemu-process.js";
 import { QmpClient } from "./qmp-client.js";
+import { openPlainFile } from "./sealed-files.js";
 
 async function waitForSocket(path: string, proc: QemuProcess, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -90,29 +91,52 @@ export async function launch(
   }
 }
 
-/** Streams a device-state file into a QEMU waiting on `-incoming defer`. */
+/**
+ * Writes what `file` holds into the unix socket at `path`, then ends it. Done once everything
+ * is handed to the kernel, or once QEMU closed the connection (having read what it wanted):
+ * whether the state loaded is the MIGRATION event's to say.
+ */
+function sendFile(file: FileHandle, path: string, vmId: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const socket = connect(path);
+    const failed = (err: Error) => {
+      socket.destroy();
+      reject(new VmmError(`cannot send device state: ${err.message}`, vmId, { cause: err }));
+    };
+    socket.on("error", failed);
+    socket.once("finish", () => resolve());
+    socket.once("close", () => resolve());
+    const source = file.createReadStream({ autoClose: false, highWaterMark: 1 << 20 });
+    source.on("error", failed);
+    source.pipe(socket);
+  });
+}
+
+/**
+ * Streams a device-state file into a QEMU waiting on `-incoming defer`. Streamed, never read
+ * whole: the VMM that saved it decided its size.
+ */
 export async function loadDeviceState(
   qmp: QmpClient,
   socketPath: string,
   file: string,
   vmId: string,
 ): Promise<void> {
-  const state = await readFile(file);
-  await qmp.execute("migrate-set-capabilities", {
-    capabilities: [{ capability: "events", state: true }],
-  });
-  const completed = qmp.waitForEvent("MIGRATION", (e) =>
-    ["completed", "failed"].includes(String(e.data?.status)),
-  );
-  await qmp.execute("migrate-incoming", { uri: `unix:${socketPath}` });
-  await new Promise<void>((resolve, reject) => {
-    const socket = connect(socketPath);
-    socket.once("error", (err) =>
-      reject(new VmmError(`cannot send device state: ${err.message}`, vmId)),
+  // A sealed snapshot's file: one name, or two (as checksumSnapshot allows).
+  const state = await openPlainFile(file, 2);
+  try {
+    await qmp.execute("migrate-set-capabilities", {
+      capabilities: [{ capability: "events", state: true }],
+    });
+    const completed = qmp.waitForEvent("MIGRATION", (e) =>
+      ["completed", "failed"].includes(String(e.data?.status)),
     );
-    socket.end(state, () => resolve());
-  });
-  const event = await completed;
-  if (event.data?.status !== "completed")
-    throw new VmmError("loading the device state failed", vmId);
+    await qmp.execute("migrate-incoming", { uri: `unix:${socketPath}` });
+    await sendFile(state, socketPath, vmId);
+    const event = await completed;
+    if (event.data?.status !== "completed")
+      throw new VmmError("loading the device state failed", vmId);
+  } finally {
+    await state.close();
+  }
 }

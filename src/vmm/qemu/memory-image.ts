@@ -1,10 +1,9 @@
-import { execFile } from "node:child_process";
+import { spawn } from "node:child_process";
 import { closeSync, openSync, readSync, writeSync } from "node:fs";
 import { open, readFile } from "node:fs/promises";
-import { promisify } from "node:util";
 import { VmmError } from "../errors.js";
-
-const run = promisify(execFile);
+import { vmmEnv } from "./qemu-process.js";
+import { openPlainFile } from "./sealed-files.js";
 export const PAGE_SIZE = 4096;
 const DIFF_MAGIC = "WRNMEM01";
 /** Pages moved per read/write when copying runs of guest memory. */
@@ -15,27 +14,47 @@ export interface RamMapping {
   readonly size: number;
 }
 
-/** Finds where QEMU mapped the guest-RAM file (by its path) in its address space. */
-export async function findRamMapping(pid: number, memoryFile: string): Promise<RamMapping> {
+/**
+ * Finds where QEMU mapped the guest-RAM file (by its path) in its address space: the mapping
+ * of exactly the guest's RAM size (`ramBytes`). The VMM decides what its address space holds
+ * (an escaped one can map the file again, a terabyte long), and the mapping sizes what the
+ * capture reads and allocates: any other size is refused.
+ */
+export async function findRamMapping(
+  pid: number,
+  memoryFile: string,
+  ramBytes: number,
+): Promise<RamMapping> {
   const maps = await readFile(`/proc/${pid}/maps`, "utf8");
-  let best: RamMapping | undefined;
+  const sizes: number[] = [];
   for (const line of maps.split("\n")) {
     if (!line.endsWith(` ${memoryFile}`)) continue;
     const [range] = line.split(" ");
     const [from, to] = (range ?? "").split("-").map((hex) => Number.parseInt(hex, 16));
-    if (from === undefined || to === undefined) continue;
-    if (!best || to - from > best.size) best = { start: from, size: to - from };
+    if (from === undefined || to === undefined || !(to > from)) continue;
+    if (to - from === ramBytes) return { start: from, size: ramBytes };
+    sizes.push(to - from);
   }
-  if (!best)
-    throw new VmmError(`guest RAM mapping of ${memoryFile} not found in /proc/${pid}/maps`);
-  return best;
+  throw new VmmError(
+    `guest RAM: /proc/${pid}/maps holds no mapping of ${memoryFile} as large as the guest's RAM (${ramBytes} bytes)${sizes.length > 0 ? `, only of ${sizes.join(", ")} bytes` : ""}`,
+  );
 }
 
 /**
  * Pages of a privately mapped RAM file that differ from the file: present and no longer
- * file-backed (pagemap bit 63 set, bit 61 clear), or swapped out (bit 62).
+ * file-backed (pagemap bit 63 set, bit 61 clear), or swapped out (bit 62). The scan (8
+ * bytes per page read, 4 kept) is sized by the mapping: one larger than the guest's RAM
+ * (`ramBytes`) is refused before anything is allocated.
  */
-export async function dirtyPages(pid: number, mapping: RamMapping): Promise<Uint32Array> {
+export async function dirtyPages(
+  pid: number,
+  mapping: RamMapping,
+  ramBytes: number,
+): Promise<Uint32Array> {
+  if (mapping.size > ramBytes || mapping.size % PAGE_SIZE !== 0 || mapping.start % PAGE_SIZE !== 0)
+    throw new VmmError(
+      `guest RAM: a mapping of ${mapping.size} bytes is larger than the guest's RAM (${ramBytes} bytes) or not page-aligned`,
+    );
   const pages = mapping.size / PAGE_SIZE;
   const buffer = Buffer.alloc(pages * 8);
   const handle = await open(`/proc/${pid}/pagemap`, "r");
@@ -145,6 +164,8 @@ export function applyMemoryDiff(pid: number, mapping: RamMapping, path: string):
       throw new VmmError(`${path} is not a memory diff`);
     }
     const count = head.readUInt32LE(12);
+    if (count > mapping.size / PAGE_SIZE)
+      throw new VmmError(`${path} holds more pages than guest RAM`);
     const index = Buffer.alloc(count * 4);
     if (readSync(diff, index, 0, index.length, 16) !== index.length)
       throw new VmmError(`${path} is truncated`);
@@ -169,15 +190,33 @@ export function applyMemoryDiff(pid: number, mapping: RamMapping, path: string):
 
 /**
  * Copies a (sparse) memory image, keeping holes; reflinks where the filesystem can. `from`
- * may be in a VMM's directory: a symlink there is copied as a symlink (-P), never followed,
- * and sealing the snapshot then refuses it.
+ * is in a VMM's directory, where the VMM may have put anything by that name: it is opened
+ * without following a link and without waiting (a FIFO would block the open for ever),
+ * must be a plain file, and `cp` copies what that descriptor holds.
  */
 export async function copySparse(from: string, to: string): Promise<void> {
+  const source = await openPlainFile(from);
   try {
-    await run("cp", ["-P", "--sparse=always", "--reflink=auto", from, to]);
+    await new Promise<void>((resolve, reject) => {
+      const args = ["--sparse=always", "--reflink=auto", "/dev/fd/3", to];
+      const child = spawn("cp", args, {
+        stdio: ["ignore", "ignore", "pipe", source.fd],
+        env: vmmEnv(),
+      });
+      let stderr = "";
+      child.stderr?.setEncoding("utf8").on("data", (text: string) => {
+        stderr = (stderr + text).slice(-2_000);
+      });
+      child.once("error", reject);
+      child.once("exit", (code) =>
+        code === 0 ? resolve() : reject(new Error(stderr.trim() || `cp exited with ${code}`)),
+      );
+    });
   } catch (err) {
     throw new VmmError(`cannot copy memory image ${from}: ${(err as Error).message}`, undefined, {
       cause: err,
     });
+  } finally {
+    await source.close();
   }
 }

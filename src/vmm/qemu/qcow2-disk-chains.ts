@@ -1,38 +1,72 @@
-import { execFile } from "node:child_process";
-import { copyFile, readdir, rename, rm } from "node:fs/promises";
+import { constants } from "node:fs";
+import { copyFile, open, readdir, rename, rm } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { promisify } from "node:util";
 import type { DiskChains, FlattenPlan } from "../disk-chains.js";
 import type { SnapshotFile } from "../driver.js";
 import { VmmError } from "../errors.js";
+import { type OpenLayer, streamDisk } from "./disk-stream.js";
+import { awaitNoWriters } from "./file-writers.js";
+import { readQcow2Header } from "./qcow2-header.js";
 import {
   createOverlay,
   headerBacking,
   imageFormat,
   type OverlayOptions,
+  openImage,
   virtualSize,
 } from "./qcow2-overlay.js";
 import { type SealedFile, sealFile } from "./sealed-files.js";
-import { backingRecord, type ChainLayer, headerName, readChain } from "./snapshot-chain.js";
+import {
+  backingRecord,
+  type ChainLayer,
+  type ChainPolicy,
+  headerName,
+  readChain,
+  type SnapshotChain,
+} from "./snapshot-chain.js";
 import { DISK_FILE, META_FILE, writeSnapshotMeta } from "./snapshot-meta.js";
+import type { VmmIdentities } from "./vmm-ids.js";
 
-const run = promisify(execFile);
 const NEW = ".flattened";
+
+export interface Qcow2DiskChainsOptions extends ChainPolicy {
+  /** Uids for the QEMU that copies a flatten's clusters: it never runs as root. */
+  readonly identities: VmmIdentities;
+}
 
 /**
  * Snapshot disks as qcow2 images, each standing on the one below by a backing file: the
  * QEMU driver makes its overlays here (a boot's on the base image, a restore's and a fork's
- * on a frozen disk), and the orchestrator flattens chains here. Warren's records (meta.json's
- * `diskBacking`) are the chain; a header is only ever compared with them.
+ * on a frozen disk), reads snapshots' chains and checks their layers here before QEMU opens
+ * them, and the orchestrator flattens chains here. Warren's records (meta.json's
+ * `diskBacking`) are the chain; a header is only ever compared with them. Every layer but
+ * the guest images was a VMM's overlay: it is opened without following links or waiting,
+ * its header checked (qcow2-header.ts), and used only once no process can write it.
  */
 export class Qcow2DiskChains implements DiskChains {
-  /** Writes an empty overlay on `backing`, in process (createOverlay); returns its virtual size. */
-  createOverlay(
+  readonly #options: Qcow2DiskChainsOptions;
+
+  constructor(options: Qcow2DiskChainsOptions) {
+    this.#options = options;
+  }
+
+  /** A snapshot's records and all it stands on, ending on an image of the images directory. */
+  readChain(snapshotDir: string): Promise<SnapshotChain> {
+    return readChain(snapshotDir, this.#options);
+  }
+
+  /**
+   * Writes an empty overlay on `backing`, in process (createOverlay); returns its virtual
+   * size. A snapshot's disk is read as a layer is (checked header, no link followed).
+   */
+  async createOverlay(
     path: string,
-    backing: Pick<ChainLayer, "file" | "format">,
+    backing: Pick<ChainLayer, "file" | "format" | "snapshotDir">,
     options: OverlayOptions = {},
   ): Promise<bigint> {
-    return createOverlay(path, backing.file, backing.format, options);
+    const backingSize =
+      options.backingSize ?? (await virtualSize(backing.file, backing.snapshotDir === undefined));
+    return createOverlay(path, backing.file, backing.format, { ...options, backingSize });
   }
 
   /** The base image a cold boot stacks its overlay on, with its format (by file name). */
@@ -40,17 +74,59 @@ export class Qcow2DiskChains implements DiskChains {
     return { file: path, format: imageFormat(path) };
   }
 
-  /** Virtual size of a disk image: a qcow2's header field, or a raw file's length. */
+  /** Virtual size of a guest image: a qcow2's header field, or a raw file's length. */
   virtualSize(path: string): Promise<bigint> {
-    return virtualSize(path);
+    return virtualSize(path, true);
+  }
+
+  /**
+   * Checks every layer of a chain (readChain's `disk`) before QEMU opens it, while still
+   * root: a plain file, open for writing by no one (so what is checked is what QEMU reads),
+   * its header holding nothing but Warren's disks hold.
+   */
+  async checkLayers(layers: readonly ChainLayer[]): Promise<void> {
+    const opened = await openLayers(layers, false);
+    await Promise.all(opened.map((layer) => layer.handle.close()));
   }
 
   flatten(snapshotDir: string, ontoDir: string): Promise<FlattenPlan> {
-    return prepareFlatten(snapshotDir, ontoDir);
+    return prepareFlatten(snapshotDir, ontoDir, this.#options);
   }
 
   finishFlatten(snapshotDir: string, recordedMetaSha256: string | undefined): Promise<boolean> {
     return finishFlatten(snapshotDir, recordedMetaSha256);
+  }
+}
+
+/**
+ * Opens a chain's layers read-only and checks them (see checkLayers); `compareNames`: each
+ * header's backing name must also be the one Warren's records give the layer below.
+ */
+async function openLayers(
+  layers: readonly ChainLayer[],
+  compareNames: boolean,
+): Promise<OpenLayer[]> {
+  const opened: OpenLayer[] = [];
+  try {
+    for (let i = 0; i < layers.length; i++) {
+      const layer = layers[i] as ChainLayer;
+      // Guest images are the server's, named by its configuration; the rest were VMMs'.
+      const handle = await openImage(layer.file, layer.snapshotDir === undefined);
+      opened.push({ handle, format: layer.format });
+      if (layer.format !== "qcow2") continue;
+      if (layer.snapshotDir !== undefined) await awaitNoWriters(handle, layer.file);
+      const header = await readQcow2Header(handle, layer.file);
+      const below = layers[i + 1]?.record;
+      const recorded = below && headerName(below);
+      if (compareNames && header.backingName !== recorded)
+        throw new VmmError(
+          `${layer.file} names ${header.backingName ?? "no"} backing, recorded ${recorded}`,
+        );
+    }
+    return opened;
+  } catch (err) {
+    await Promise.all(opened.map((layer) => layer.handle.close()));
+    throw err;
   }
 }
 
@@ -61,40 +137,56 @@ export class Qcow2DiskChains implements DiskChains {
  * new files' checksums first, so a crash in between leaves either the old pair or (finished
  * by `finishFlatten` at the next start) the new one, each matching a record.
  *
- * `qemu-img rebase` (safe mode) does the copy. It follows backing names in qcow2 headers,
- * so first every header in the chain is checked against the chain Warren recorded: a
- * sibling snapshot's disk is named `../<sibling>/disk.qcow2` in both, which qemu-img takes
- * from the image's own directory, and the new backing is named so too. Because
- * `ontoDir`'s disk is in the old chain, it only compares the clusters allocated above it,
- * so the cost is what those layers wrote, not the disk's size. Lowest CPU priority: it is
- * background work.
+ * Every layer is checked first (checkLayers, and each header's backing name against the
+ * records), then a copy of the disk is restacked by QEMU's block-stream in a QEMU that is
+ * never root (streamDisk: a VMM uid, the images handed over as descriptors, the chain as
+ * explicit nodes). Because `ontoDir`'s disk is in the old chain, only the clusters allocated
+ * above it are copied, so the cost is what those layers wrote, not the disk's size. The new
+ * backing is named `../<onto>/disk.qcow2`, taken from the image's own directory. Lowest CPU
+ * priority: it is background work.
  */
-async function prepareFlatten(snapshotDir: string, ontoDir: string): Promise<FlattenPlan> {
+async function prepareFlatten(
+  snapshotDir: string,
+  ontoDir: string,
+  options: Qcow2DiskChainsOptions,
+): Promise<FlattenPlan> {
   const disk = join(snapshotDir, DISK_FILE);
   const onto = join(ontoDir, DISK_FILE);
   const work = `${DISK_FILE}${NEW}`;
   const meta = `${META_FILE}${NEW}`;
   try {
-    const chain = await readChain(snapshotDir);
-    const target = chain.disk.find((layer, i) => i > 0 && layer.snapshotDir === resolve(ontoDir));
+    const chain = await readChain(snapshotDir, options);
+    const base = chain.disk.findIndex(
+      (layer, i) => i > 0 && layer.snapshotDir === resolve(ontoDir),
+    );
+    const target = chain.disk[base];
     if (!target) throw new VmmError(`${onto} is not below ${disk}`);
-    for (let i = 0; i + 1 < chain.disk.length; i++) {
-      const layer = chain.disk[i] as { file: string };
-      const below = chain.disk[i + 1]?.record;
-      const recorded = below && headerName(below);
-      const header = await headerBacking(layer.file);
-      if (header !== recorded)
-        throw new VmmError(`${layer.file} names ${header ?? "no"} backing, recorded ${recorded}`);
-    }
     const backing = backingRecord(chain.dir, target);
-    await copyFile(disk, join(snapshotDir, work));
-    // The new backing by its relative name: written as given into the header, and taken by
-    // qemu-img from the image's directory.
-    const args = ["-n", "19", "qemu-img", "rebase", "-q", "-f", "qcow2"];
-    await run("nice", [...args, "-b", headerName(backing), "-F", "qcow2", join(snapshotDir, work)]);
+    const layers = await openLayers(chain.disk, true);
+    try {
+      await copyFile(disk, join(snapshotDir, work));
+      const top = await open(join(snapshotDir, work), constants.O_RDWR | constants.O_NOFOLLOW);
+      const identity = options.identities.take();
+      try {
+        await streamDisk({
+          layers: [{ handle: top, format: "qcow2" }, ...layers.slice(1)],
+          base,
+          backingName: headerName(backing),
+          identity,
+        });
+      } finally {
+        options.identities.give(identity);
+        await top.close();
+      }
+    } finally {
+      await Promise.all(layers.map((layer) => layer.handle.close()));
+    }
+    const written = await headerBacking(join(snapshotDir, work));
+    if (written !== headerName(backing))
+      throw new VmmError(`the flattened disk names ${written} backing, not ${headerName(backing)}`);
     await writeSnapshotMeta(snapshotDir, { ...chain.meta, diskBacking: backing }, meta);
     const replaced = new Map<string, SealedFile>([
-      [DISK_FILE, { ...(await sealFile(snapshotDir, work)), name: DISK_FILE }],
+      [DISK_FILE, { ...(await sealFile(snapshotDir, work, { qcow2: true })), name: DISK_FILE }],
       [META_FILE, { ...(await sealFile(snapshotDir, meta)), name: META_FILE }],
     ]);
     const files: SnapshotFile[] = [];
@@ -114,9 +206,8 @@ async function prepareFlatten(snapshotDir: string, ontoDir: string): Promise<Fla
     };
   } catch (err) {
     await discardFlatten(snapshotDir);
-    const stderr = (err as { stderr?: string }).stderr?.trim();
     throw new VmmError(
-      `flattening ${disk} onto ${onto} failed${stderr ? `: ${stderr}` : err instanceof VmmError ? `: ${err.message}` : ""}`,
+      `flattening ${disk} onto ${onto} failed: ${(err as Error).message}`,
       undefined,
       { cause: err },
     );

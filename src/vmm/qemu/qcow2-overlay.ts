@@ -1,5 +1,7 @@
-import { open } from "node:fs/promises";
+import { constants } from "node:fs";
+import { type FileHandle, open } from "node:fs/promises";
 import { VmmError } from "../errors.js";
+import { readQcow2Header } from "./qcow2-header.js";
 
 /**
  * Writes an empty qcow2 (v3) overlay on a backing image, as `qemu-img create -b` would, in
@@ -12,18 +14,46 @@ const CLUSTER = 1 << CLUSTER_BITS;
 const HEADER_LENGTH = 104;
 const EXT_BACKING_FORMAT = 0xe2792aca;
 const L2_ENTRIES = CLUSTER / 8;
+const QCOW2_MAGIC = 0x514649fb;
 
 function align8(n: number): number {
   return (n + 7) & ~7;
 }
 
-/** Virtual size of a disk image: a qcow2's header field, or a raw file's length. */
-export async function virtualSize(path: string): Promise<bigint> {
-  const handle = await open(path, "r");
+/**
+ * Opens a disk image to read its size or header: without waiting (a FIFO would block the
+ * open), and through a link only when `followLinks` (the guest images, named by the
+ * server's configuration; never a file a VMM had in its hands). It must be a plain file.
+ */
+export async function openImage(path: string, followLinks = false): Promise<FileHandle> {
+  const flags =
+    constants.O_RDONLY | constants.O_NONBLOCK | (followLinks ? 0 : constants.O_NOFOLLOW);
+  let handle: FileHandle;
   try {
-    const header = Buffer.alloc(32);
-    await handle.read(header, 0, 32, 0);
-    if (header.readUInt32BE(0) === 0x514649fb) return header.readBigUInt64BE(24);
+    handle = await open(path, flags);
+  } catch (err) {
+    throw new VmmError(`cannot open disk image ${path}: ${(err as Error).message}`, undefined, {
+      cause: err,
+    });
+  }
+  if (!(await handle.stat()).isFile()) {
+    await handle.close();
+    throw new VmmError(`disk image ${path} is not a plain file`);
+  }
+  return handle;
+}
+
+/**
+ * Virtual size of a disk image: a qcow2's header field (the header checked: qcow2-header.ts),
+ * or a raw file's length. `followLinks`: see openImage.
+ */
+export async function virtualSize(path: string, followLinks = false): Promise<bigint> {
+  const handle = await openImage(path, followLinks);
+  try {
+    const magic = Buffer.alloc(4);
+    await handle.read(magic, 0, 4, 0);
+    if (magic.readUInt32BE(0) === QCOW2_MAGIC)
+      return (await readQcow2Header(handle, path)).virtualSize;
     return BigInt((await handle.stat()).size);
   } finally {
     await handle.close();
@@ -43,6 +73,12 @@ export interface OverlayOptions {
    * own directory by whoever follows it (QEMU is always handed the chain).
    */
   readonly backingName?: string;
+  /**
+   * The backing image's virtual size, when the caller knows it: the backing is then not
+   * read (a fork's frozen disk, still its VMM's to write). Otherwise it is read, through a
+   * link too (the guest images, test images).
+   */
+  readonly backingSize?: bigint;
 }
 
 /** Returns the overlay's virtual size. */
@@ -53,7 +89,7 @@ export async function createOverlay(
   options: OverlayOptions = {},
 ): Promise<bigint> {
   const minSizeBytes = options.minSizeBytes ?? 0n;
-  const backingSize = await virtualSize(backing);
+  const backingSize = options.backingSize ?? (await virtualSize(backing, true));
   const size = minSizeBytes > backingSize ? minSizeBytes : backingSize;
   const l1Size = Number((size + BigInt(CLUSTER * L2_ENTRIES) - 1n) / BigInt(CLUSTER * L2_ENTRIES));
   const backingName = Buffer.from(options.backingName ?? backing, "utf8");
@@ -64,7 +100,7 @@ export async function createOverlay(
     throw new VmmError(`backing path too long: ${backing}`);
 
   const file = Buffer.alloc(3 * CLUSTER + Math.max(l1Size, 1) * 8);
-  file.writeUInt32BE(0x514649fb, 0); // "QFI\xfb"
+  file.writeUInt32BE(QCOW2_MAGIC, 0); // "QFI\xfb"
   file.writeUInt32BE(3, 4); // version
   file.writeBigUInt64BE(BigInt(backingOffset), 8);
   file.writeUInt32BE(backingName.length, 16);
@@ -103,22 +139,13 @@ export function imageFormat(path: string): "qcow2" | "raw" {
 }
 
 /**
- * The backing file name a qcow2 header records (undefined for none or a raw image). Only to
- * compare with the chain Warren recorded: never to open.
+ * The backing file name a qcow2 header records (undefined for none), the header checked
+ * (qcow2-header.ts). Only to compare with the chain Warren recorded: never to open.
  */
 export async function headerBacking(path: string): Promise<string | undefined> {
-  const handle = await open(path, "r");
+  const handle = await openImage(path);
   try {
-    const header = Buffer.alloc(HEADER_LENGTH);
-    await handle.read(header, 0, HEADER_LENGTH, 0);
-    if (header.readUInt32BE(0) !== 0x514649fb) return undefined;
-    const offset = Number(header.readBigUInt64BE(8));
-    const length = header.readUInt32BE(16);
-    if (offset === 0 || length === 0) return undefined;
-    if (length > 4096) throw new VmmError(`${path}: backing name of ${length} bytes`);
-    const name = Buffer.alloc(length);
-    await handle.read(name, 0, length, offset);
-    return name.toString("utf8");
+    return (await readQcow2Header(handle, path)).backingName;
   } finally {
     await handle.close();
   }

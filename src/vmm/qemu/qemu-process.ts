@@ -12,6 +12,18 @@ export const QEMU_BINARY = "qemu-system-x86_64";
 
 const STDERR_LIMIT = 8192;
 
+/** Where QEMU and its helpers are found when the server was started without a PATH. */
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/**
+ * The whole environment of QEMU and of every helper the driver runs (the launcher, `unshare`,
+ * `cp`, the watchdog): the server's own holds its secrets (database URL, API keys, cloud
+ * credentials), and a VMM its guest took over can read its environment.
+ */
+export function vmmEnv(): NodeJS.ProcessEnv {
+  return { PATH: process.env.PATH || DEFAULT_PATH };
+}
+
 /**
  * How the kernel's OOM killer ranks a VMM: well above the server (which lowers its own), so
  * when the host runs out of memory a VM is sacrificed, never the server that supervises them.
@@ -21,13 +33,15 @@ export const VMM_OOM_SCORE_ADJ = 800;
 /**
  * Runs before QEMU, in the process that becomes QEMU (each step execs the next, keeping the
  * pid): set the OOM score, join the VM's cgroups (so everything QEMU allocates, from its
- * first page, is charged to them), then exec the rest (`unshare --net … qemu`).
+ * first page, is charged to them), then exec the rest (`unshare --net … qemu`) with PATH
+ * alone in its environment (the shell exports PWD of its own).
  * Arguments: <oom score> <cgroup.procs file>... -- <command...>.
  */
 const LAUNCHER = `echo "$1" > /proc/self/oom_score_adj || exit 125
 shift
 while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do echo $$ > "$1" || exit 125; shift; done
 shift
+unset PWD OLDPWD
 exec "$@"`;
 
 export interface QemuProcessOptions {
@@ -65,7 +79,7 @@ export class QemuProcess {
     argv.push(...(options.cgroupProcs ?? []), "--", ...qemu);
     const stdio: StdioOptions = ["ignore", "pipe", "pipe"];
     if (tap !== undefined) stdio[TAP_FD] = tap;
-    const start = () => spawn("sh", argv, { stdio });
+    const start = () => spawn("sh", argv, { stdio, env: vmmEnv(), cwd: "/" });
     try {
       this.child = options.mergeable ? spawnMergeable(start) : start();
     } finally {

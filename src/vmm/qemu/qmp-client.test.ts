@@ -1,42 +1,31 @@
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer, type Server, type Socket } from "node:net";
+import type { Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
+import {
+  type FakeQmpPeer,
+  fakeQmpPeer,
+  type QmpCommand,
+  sendEndlessLine,
+  sendQmp,
+} from "../../../test/fakes/fake-qmp-peer.js";
 import { QmpError, VmmError } from "../errors.js";
 import { QmpClient } from "./qmp-client.js";
 
 const dir = mkdtempSync(join(tmpdir(), "warren-qmp-"));
 let n = 0;
 
-/**
- * A fake QMP server (stands in for QEMU, which the VM tests drive for real): greets, then
- * answers each command through `reply`.
- */
+/** A fake QMP peer (test/fakes) at a fresh socket path. */
 function fakeQemu(
-  reply: (cmd: { execute: string; id: number }, socket: Socket) => void,
+  reply: (cmd: QmpCommand, socket: Socket) => void,
   greet = true,
-): Promise<{ path: string; server: Server }> {
-  const path = join(dir, `qmp-${++n}.sock`);
-  const server = createServer((socket) => {
-    if (greet) socket.write(`${JSON.stringify({ QMP: { version: {}, capabilities: [] } })}\r\n`);
-    let buffer = "";
-    socket.on("data", (chunk) => {
-      buffer += chunk.toString();
-      let i = buffer.indexOf("\n");
-      while (i >= 0) {
-        const line = buffer.slice(0, i);
-        buffer = buffer.slice(i + 1);
-        if (line.trim()) reply(JSON.parse(line), socket);
-        i = buffer.indexOf("\n");
-      }
-    });
-  });
-  return new Promise((resolve) => server.listen(path, () => resolve({ path, server })));
+): Promise<FakeQmpPeer> {
+  return fakeQmpPeer(join(dir, `qmp-${++n}.sock`), reply, greet);
 }
 
-const send = (socket: Socket, message: unknown) => socket.write(`${JSON.stringify(message)}\r\n`);
+const send = sendQmp;
 
 describe("QmpClient (against a fake QMP server)", () => {
   after(() => rmSync(dir, { recursive: true, force: true }));
@@ -96,5 +85,56 @@ describe("QmpClient (against a fake QMP server)", () => {
     silent.server.on("connection", (socket) => socket.destroy());
     await assert.rejects(QmpClient.connect(silent.path), VmmError);
     silent.server.close();
+  });
+  it("fails the connection, never the server, on a message that does not end", {
+    timeout: 20_000,
+  }, async () => {
+    let sent: Promise<number> | undefined;
+    const peer = await fakeQemu((cmd, socket) => {
+      if (cmd.execute === "qmp_capabilities") send(socket, { return: {}, id: cmd.id });
+      else sent = sendEndlessLine(socket, 512 << 20);
+    });
+    const qmp = await QmpClient.connect(peer.path, "vm3");
+    const heapBefore = process.memoryUsage().heapUsed;
+    await assert.rejects(qmp.execute("stop"), (err: unknown) => {
+      assert.ok(err instanceof VmmError);
+      assert.match(err.message, /vm vm3: QMP message longer than 1048576 bytes/);
+      return true;
+    });
+    assert.ok(((await sent) ?? 0) < 64 << 20, "hung up long before the peer was done");
+    assert.ok(process.memoryUsage().heapUsed - heapBefore < 32 << 20, "nothing much buffered");
+    await assert.rejects(qmp.execute("cont"), /longer than/);
+    peer.close();
+
+    // The same from the first line on: a greeting without end.
+    const greeter = await fakeQemu(() => {}, false);
+    greeter.server.on("connection", (socket) => void sendEndlessLine(socket, 512 << 20));
+    await assert.rejects(QmpClient.connect(greeter.path, "vm4"), /QMP message longer than/);
+    greeter.close();
+  });
+
+  it("times out a command QEMU never answers, and a greeting that never comes", {
+    timeout: 20_000,
+  }, async () => {
+    const peer = await fakeQemu((cmd, socket) => {
+      if (cmd.execute === "qmp_capabilities") send(socket, { return: {}, id: cmd.id });
+    });
+    const qmp = await QmpClient.connect(peer.path, "vm5", { commandTimeoutMs: 300 });
+    const started = performance.now();
+    await assert.rejects(qmp.execute("stop"), (err: unknown) => {
+      assert.ok(err instanceof VmmError);
+      assert.match(err.message, /vm vm5: QMP stop got no answer within 300 ms/);
+      return true;
+    });
+    assert.ok(performance.now() - started < 5_000);
+    qmp.close();
+    peer.close();
+
+    const silent = await fakeQemu(() => {}, false);
+    await assert.rejects(
+      QmpClient.connect(silent.path, "vm6", { connectTimeoutMs: 300 }),
+      /vm vm6: QEMU sent no QMP greeting within 300 ms/,
+    );
+    silent.close();
   });
 });

@@ -3,6 +3,8 @@ import { constants } from "node:fs";
 import { chmod, type FileHandle, open, readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { SnapshotTamperedError, VmmError } from "../errors.js";
+import { readQcow2Header } from "./qcow2-header.js";
+import { DISK_FILE } from "./snapshot-meta.js";
 
 /** A file of a sealed snapshot: what the catalog records and a restore checks. */
 export interface SealedFile {
@@ -11,12 +13,18 @@ export interface SealedFile {
   readonly sha256: string;
 }
 
-const NOFOLLOW_READ = constants.O_RDONLY | constants.O_NOFOLLOW;
+/**
+ * How a file a VMM could have replaced is opened: never through a link, and without waiting
+ * (opening a FIFO for reading blocks until someone writes it, holding one of the few
+ * threads every file operation of the server shares). Its type is checked on the handle.
+ */
+const NOFOLLOW_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
 /**
  * Opens a file a VMM could have replaced (it lived in the VMM's runtime directory) without
- * following a link, and checks it is a plain file with one name (`links`: two for a disk
- * frozen while its VMM runs on): never a symlink or hard link to something of the host's.
+ * following a link and without blocking, and checks it is a plain file with one name
+ * (`links`: two for a disk frozen while its VMM runs on): never a symlink, FIFO, device or
+ * hard link to something of the host's.
  */
 export async function openPlainFile(path: string, links = 1): Promise<FileHandle> {
   let handle: FileHandle;
@@ -48,7 +56,8 @@ async function sha256Of(handle: FileHandle): Promise<{ bytes: number; sha256: st
 
 /**
  * Makes a captured snapshot immutable: every file root's own and read-only to root alone
- * (changed through the open handle, never by path), the directory too. `links`: files that
+ * (changed through the open handle, never by path), the directory too; the disk's qcow2
+ * header must hold nothing but what Warren's disks hold (qcow2-header.ts). `links`: files that
  * may have a second name (a frozen disk the source VMM still runs on). Checksums come after,
  * off the capture's path (checksumSnapshot): no one but root can change a file from here on.
  */
@@ -58,8 +67,11 @@ export async function sealSnapshot(
 ): Promise<void> {
   for (const entry of await readdir(dir, { withFileTypes: true })) {
     if (!entry.isFile()) throw new VmmError(`snapshot ${dir} holds ${entry.name}, not a file`);
-    const handle = await openPlainFile(join(dir, entry.name), links[entry.name] ?? 1);
+    const path = join(dir, entry.name);
+    const handle = await openPlainFile(path, links[entry.name] ?? 1);
     try {
+      // The disk is the VMM's overlay: whatever it made of its header is refused here.
+      if (entry.name === DISK_FILE) await readQcow2Header(handle, path);
       await handle.chown(0, 0);
       await handle.chmod(0o400);
     } finally {
@@ -76,10 +88,19 @@ export async function checksumSnapshot(dir: string): Promise<SealedFile[]> {
   return sealed;
 }
 
-/** Seals one file of a snapshot directory and checksums it (see sealSnapshot). */
-export async function sealFile(dir: string, name: string, links = 1): Promise<SealedFile> {
-  const handle = await openPlainFile(join(dir, name), links);
+/**
+ * Seals one file of a snapshot directory and checksums it (see sealSnapshot); `qcow2`: a
+ * disk, whose header is checked first.
+ */
+export async function sealFile(
+  dir: string,
+  name: string,
+  options: { links?: number; qcow2?: boolean } = {},
+): Promise<SealedFile> {
+  const path = join(dir, name);
+  const handle = await openPlainFile(path, options.links ?? 1);
   try {
+    if (options.qcow2) await readQcow2Header(handle, path);
     await handle.chown(0, 0);
     await handle.chmod(0o400);
     return { name, ...(await sha256Of(handle)) };

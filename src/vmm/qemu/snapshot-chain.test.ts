@@ -22,6 +22,8 @@ import {
 } from "./snapshot-meta.js";
 
 const BASE = "/images/base.ext4";
+/** The guest images directory the chains in these tests end in. */
+const POLICY = { imagesDir: "/images" };
 
 function meta(memoryImage: SnapshotFileRef, diskBacking: DiskBacking): SnapshotMeta {
   return {
@@ -76,7 +78,7 @@ describe("snapshot references (format 4)", () => {
   it("resolves siblings against the directory the snapshot is found in, wherever it moved", async () => {
     const a = await fresh();
     await family(a);
-    const there = await readChain(join(a, "pause"));
+    const there = await readChain(join(a, "pause"), POLICY);
     assert.deepEqual(
       there.disk.map((layer) => layer.file),
       [
@@ -99,7 +101,7 @@ describe("snapshot references (format 4)", () => {
     const b = join(work, "elsewhere", "snapshots");
     await mkdir(join(work, "elsewhere"));
     await rename(a, b);
-    const moved = await readChain(join(b, "pause"));
+    const moved = await readChain(join(b, "pause"), POLICY);
     assert.deepEqual(
       moved.disk.map((layer) => layer.file),
       there.disk.map((layer) => layer.file.replace(a, b)),
@@ -112,7 +114,7 @@ describe("snapshot references (format 4)", () => {
     const root = await fresh();
     await family(root);
     await rm(join(root, "tpl"), { recursive: true });
-    await assert.rejects(readChain(join(root, "pause")), (err: unknown) => {
+    await assert.rejects(readChain(join(root, "pause"), POLICY), (err: unknown) => {
       assert.ok(err instanceof SnapshotTamperedError);
       assert.match(err.message, /stands on tpl \(its memory image\), which is not beside it/);
       assert.match(err.message, new RegExp(`${join(root, "tpl")} is missing`));
@@ -152,7 +154,7 @@ describe("snapshot references (format 4)", () => {
     ];
     for (const [name, m, message] of cases) {
       await snapshot(root, name, m);
-      await assert.rejects(readChain(join(root, name)), (err: unknown) => {
+      await assert.rejects(readChain(join(root, name), POLICY), (err: unknown) => {
         assert.ok(err instanceof SnapshotTamperedError, `${name}: ${String(err)}`);
         assert.match(err.message, message, name);
         return true;
@@ -194,12 +196,40 @@ describe("snapshot references (format 4)", () => {
     ];
     for (const [name, m, message] of cases) {
       await snapshot(root, name, m);
-      await assert.rejects(readChain(join(root, name)), (err: unknown) => {
+      await assert.rejects(readChain(join(root, name), POLICY), (err: unknown) => {
         assert.ok(err instanceof SnapshotTamperedError, `${name}: ${String(err)}`);
         assert.match(err.message, message, name);
         return true;
       });
     }
+  });
+
+  it("refuses an image record outside the guest images directory, by name or through a link", async () => {
+    const root = await fresh();
+    const images = join(root, "..", "images");
+    await mkdir(images);
+    await symlink("/etc/passwd", join(images, "linked.ext4"));
+    const cases: [string, string][] = [
+      ["host-file", "/etc/passwd"],
+      ["dot-dot", `${images}/../../etc/passwd`],
+      ["prefix", `${images}-other/base.ext4`],
+      ["linked", join(images, "linked.ext4")],
+    ];
+    for (const [name, image] of cases) {
+      await snapshot(root, name, meta({ file: "memory.img" }, { image, format: "raw" }));
+      await assert.rejects(readChain(join(root, name), { imagesDir: images }), (err: unknown) => {
+        assert.ok(err instanceof SnapshotTamperedError, `${name}: ${String(err)}`);
+        assert.match(err.message, /outside the guest images directory/, name);
+        return true;
+      });
+    }
+    await snapshot(
+      root,
+      "inside",
+      meta({ file: "memory.img" }, { image: join(images, "base.ext4"), format: "raw" }),
+    );
+    const chain = await readChain(join(root, "inside"), { imagesDir: images });
+    assert.equal(chain.disk[1]?.file, join(images, "base.ext4"));
   });
 
   it("refuses a sibling that is a symbolic link, and a snapshot found through one", async () => {
@@ -208,27 +238,27 @@ describe("snapshot references (format 4)", () => {
     await snapshot(elsewhere, "tpl", TEMPLATE);
     await symlink(join(elsewhere, "tpl"), join(root, "tpl"));
     await snapshot(root, "pause", onTemplate());
-    await assert.rejects(readChain(join(root, "pause")), (err: unknown) => {
+    await assert.rejects(readChain(join(root, "pause"), POLICY), (err: unknown) => {
       assert.ok(err instanceof SnapshotTamperedError);
       assert.match(err.message, /tpl is a symbolic link/);
       return true;
     });
     // A snapshot that is not there at all is a failed restore, not a tampered one.
     await assert.rejects(
-      readChain(join(root, "nothing")),
+      readChain(join(root, "nothing"), POLICY),
       (err: unknown) => err instanceof VmmError && /nothing is missing/.test(err.message),
     );
     await symlink(join(root, "pause"), join(root, "via-link"));
-    await assert.rejects(readChain(join(root, "via-link")), /via-link is a symbolic link/);
+    await assert.rejects(readChain(join(root, "via-link"), POLICY), /via-link is a symbolic link/);
   });
 
   it("refuses a disk chain that loops, and one deeper than it may be", async () => {
     const root = await fresh();
     await snapshot(root, "a", meta({ file: "memory.img" }, diskOf("b")));
     await snapshot(root, "b", meta({ snapshot: "a", file: "memory.img" }, diskOf("a")));
-    await assert.rejects(readChain(join(root, "a")), /its disk chain loops at .*\/a$/);
+    await assert.rejects(readChain(join(root, "a"), POLICY), /its disk chain loops at .*\/a$/);
     await snapshot(root, "self", meta({ file: "memory.img" }, diskOf("self")));
-    await assert.rejects(readChain(join(root, "self")), /loops at .*\/self$/);
+    await assert.rejects(readChain(join(root, "self"), POLICY), /loops at .*\/self$/);
 
     const deep = await fresh();
     await snapshot(deep, "l0", TEMPLATE);
@@ -238,12 +268,12 @@ describe("snapshot references (format 4)", () => {
         `l${i}`,
         meta({ snapshot: "l0", file: "memory.img" }, diskOf(`l${i - 1}`)),
       );
-    await assert.rejects(readChain(join(deep, "l1000")), (err: unknown) => {
+    await assert.rejects(readChain(join(deep, "l1000"), POLICY), (err: unknown) => {
       assert.ok(err instanceof VmmError);
       assert.match(err.message, /disk chain deeper than 1000/);
       return true;
     });
-    assert.equal((await readChain(join(deep, "l998"))).disk.length, 1000);
+    assert.equal((await readChain(join(deep, "l998"), POLICY)).disk.length, 1000);
   });
 
   it("refuses a capture of an older format (3 recorded absolute paths)", async () => {
@@ -252,7 +282,7 @@ describe("snapshot references (format 4)", () => {
     await mkdir(dir);
     const old = { ...TEMPLATE, formatVersion: 3, memoryImage: join(dir, "memory.img") };
     await writeFile(join(dir, "meta.json"), JSON.stringify(old));
-    await assert.rejects(readChain(dir), (err: unknown) => {
+    await assert.rejects(readChain(dir, POLICY), (err: unknown) => {
       assert.ok(err instanceof SnapshotMismatchError);
       assert.match(err.message, /format version 3; this Warren reads version 4/);
       return true;
@@ -296,6 +326,6 @@ describe("snapshot references (format 4)", () => {
       path: join(dir, "memory.diff"),
     });
     await assert.rejects(resolveFile(dir, { file: "a/b" }, "memory diff"), /"a\/b" is a path/);
-    assert.equal((await resolveBacking(dir, { image: BASE, format: "raw" })).file, BASE);
+    assert.equal((await resolveBacking(dir, { image: BASE, format: "raw" }, POLICY)).file, BASE);
   });
 });

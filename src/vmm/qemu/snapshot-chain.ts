@@ -1,4 +1,4 @@
-import { lstat } from "node:fs/promises";
+import { lstat, realpath } from "node:fs/promises";
 import { basename, dirname, isAbsolute, join, resolve, sep } from "node:path";
 import { SnapshotTamperedError, VmmError } from "../errors.js";
 import type { DiskLayer } from "./args.js";
@@ -18,8 +18,13 @@ import {
  * cache of fetched snapshots) resolves there, and a reference can never leave the snapshots'
  * common directory: a path, a dot-name, a symbolic link or an absolute path where a sibling
  * is expected is refused. Only images outside every snapshot (the guest images, the same on
- * every node) are named by absolute path.
+ * every node) are named by absolute path, and only inside the guest images directory.
  */
+
+/** Where the images a chain may end on lie: the node's guest images directory. */
+export interface ChainPolicy {
+  readonly imagesDir: string;
+}
 
 /** Names a reference may hold: the store's ids and file names, never `.`, `..` or a path. */
 const PLAIN_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
@@ -115,8 +120,15 @@ export async function resolveFile(
   return { dir: holder, path: join(holder, file) };
 }
 
-/** The image a disk backing record made by the snapshot in `dir` names, where it lies now. */
-export async function resolveBacking(dir: string, backing: DiskBacking): Promise<ChainLayer> {
+/**
+ * The image a disk backing record made by the snapshot in `dir` names, where it lies now: a
+ * sibling's disk, or an image of the guest images directory (by name, and where links lead).
+ */
+export async function resolveBacking(
+  dir: string,
+  backing: DiskBacking,
+  policy: ChainPolicy,
+): Promise<ChainLayer> {
   const own = resolve(dir);
   if (typeof backing === "object" && backing !== null && "snapshot" in backing) {
     if (backing.format !== "qcow2") throw refused(own, "its disk backing is not a qcow2 layer");
@@ -135,15 +147,38 @@ export async function resolveBacking(dir: string, backing: DiskBacking): Promise
       own,
       `its disk backing names ${image} by absolute path, inside the snapshots' directory; a snapshot's disk is named by its snapshot`,
     );
+  await insideImages(own, image, policy.imagesDir);
   return { file: image, format: backing.format === "qcow2" ? "qcow2" : "raw", record: backing };
 }
 
 /**
- * Reads a snapshot's records and everything they stand on, refusing loops, chains deeper
- * than MAX_CHAIN and any reference that leaves the snapshots' directory. `snapshotDir` must
- * be a directory itself (not a link), as each snapshot it stands on must.
+ * Refuses an image outside the guest images directory, by its name or where its links lead
+ * (a missing image is left to fail where it is opened): a snapshot's records could
+ * otherwise hand QEMU, still root while it opens its disks, any file of the host as a disk.
  */
-export async function readChain(snapshotDir: string): Promise<SnapshotChain> {
+async function insideImages(own: string, image: string, imagesDir: string): Promise<void> {
+  const within = (path: string, dir: string) => path.startsWith(`${dir}${sep}`);
+  const outside = () =>
+    refused(
+      own,
+      `its disk backing names ${image}, outside the guest images directory ${imagesDir}`,
+    );
+  const dir = resolve(imagesDir);
+  if (!within(resolve(image), dir)) throw outside();
+  const real = await realpath(image).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === "ENOENT") return undefined;
+    throw new VmmError(`cannot look at ${image}: ${err.message}`, undefined, { cause: err });
+  });
+  if (real !== undefined && !within(real, await realpath(dir).catch(() => dir))) throw outside();
+}
+
+/**
+ * Reads a snapshot's records and everything they stand on, refusing loops, chains deeper
+ * than MAX_CHAIN, any reference that leaves the snapshots' directory and an image outside
+ * the guest images directory (`policy`). `snapshotDir` must be a directory itself (not a
+ * link), as each snapshot it stands on must.
+ */
+export async function readChain(snapshotDir: string, policy: ChainPolicy): Promise<SnapshotChain> {
   const top = resolve(snapshotDir);
   await realDirectory(top, () => new VmmError(`snapshot ${top} is missing`));
   const meta = await readSnapshotMeta(top);
@@ -155,7 +190,7 @@ export async function readChain(snapshotDir: string): Promise<SnapshotChain> {
   for (;;) {
     if (disk.length > MAX_CHAIN)
       throw new VmmError(`snapshot ${top}: disk chain deeper than ${MAX_CHAIN}`);
-    const layer = await resolveBacking(above, below);
+    const layer = await resolveBacking(above, below, policy);
     disk.push(layer);
     if (!layer.snapshotDir) break;
     if (seen.has(layer.snapshotDir))

@@ -6,7 +6,7 @@ import { copySparse, dirtyPages, findRamMapping, writeMemoryDiff } from "./memor
 import type { Qcow2DiskChains } from "./qcow2-disk-chains.js";
 import type { QemuProcess } from "./qemu-process.js";
 import type { QmpClient } from "./qmp-client.js";
-import { sealSnapshot } from "./sealed-files.js";
+import { openPlainFile, sealSnapshot } from "./sealed-files.js";
 import { backingRecord, type ChainLayer, diskOf, fileRef, headerName } from "./snapshot-chain.js";
 import {
   DEVICE_STATE_FILE,
@@ -36,6 +36,8 @@ export interface QemuVmParts {
   /** The overlay QEMU writes the root disk to, and the image it is stacked on. */
   readonly rootDisk: string;
   readonly backing: ChainLayer;
+  /** The root disk's virtual size: every overlay a fork capture puts on top has it too. */
+  readonly diskBytes: bigint;
   /** Makes the fresh overlay a fork capture switches the VM to. */
   readonly disks: Qcow2DiskChains;
   readonly host: RestoreHost;
@@ -63,6 +65,7 @@ export class QemuVm implements Vm {
   readonly memory: VmMemory;
   readonly host: RestoreHost;
   readonly #disks: Qcow2DiskChains;
+  readonly #diskBytes: bigint;
   readonly identity: VmmIdentity | undefined;
   /** What the guest booted with (a restore carries its snapshot's; older ones lack it). */
   readonly kernelCommandLine: string | undefined;
@@ -81,6 +84,7 @@ export class QemuVm implements Vm {
       rootDisk: this.rootDisk,
       backing: this.backing,
       disks: this.#disks,
+      diskBytes: this.#diskBytes,
     } = parts);
     this.exited = this.proc.exited;
   }
@@ -186,8 +190,9 @@ export class QemuVm implements Vm {
       if (resume) await copySparse(this.memory.file, image);
       return { image, diffPages: 0 };
     }
-    const mapping = await findRamMapping(this.pid, this.memory.file);
-    const pages = await dirtyPages(this.pid, mapping);
+    const ramBytes = this.spec.shape.memoryMiB * 1024 * 1024;
+    const mapping = await findRamMapping(this.pid, this.memory.file, ramBytes);
+    const pages = await dirtyPages(this.pid, mapping, ramBytes);
     if (pages.length > 0) writeMemoryDiff(this.pid, mapping, pages, join(dir, MEMORY_DIFF_FILE));
     return { image: this.memory.file, diffPages: pages.length };
   }
@@ -197,18 +202,25 @@ export class QemuVm implements Vm {
    * one on top, given the frozen one explicitly as its backing (no header is read). The
    * overlays' file nodes are auto-read-only: once the frozen one has no writer QEMU reopens
    * it read-only, so the running VMM can no longer write a disk its fork children stand on.
+   *
+   * The overlay's name is the VMM's, which may have put anything there: the link is checked
+   * to be a plain file (opened without following a link or waiting on a FIFO), and the new
+   * overlay takes the VM's disk size, not a size read from the VMM's header. The frozen
+   * disk's header is checked when the snapshot is sealed.
    */
   async #freezeDisk(dir: string): Promise<void> {
     const frozen = join(dir, DISK_FILE);
     const next = join(this.spec.runtimeDir, `disk-${++this.#snapshots}.qcow2`);
     const nextNode = `root-${this.#snapshots}`;
     await link(this.rootDisk, frozen);
+    await (await openPlainFile(frozen, 2)).close();
     await this.#disks.createOverlay(
       next,
       { file: frozen, format: "qcow2" },
       {
         owner: this.identity,
         backingName: headerName(diskOf(dir)),
+        backingSize: this.#diskBytes,
       },
     );
     await this.qmp.execute("blockdev-add", overlayNode(nextNode, next, null));

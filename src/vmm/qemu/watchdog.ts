@@ -1,7 +1,7 @@
 import { spawn } from "node:child_process";
 import type { Socket } from "node:net";
 import type { VmCgroups } from "./cgroups.js";
-import { QEMU_BINARY } from "./qemu-process.js";
+import { QEMU_BINARY, vmmEnv } from "./qemu-process.js";
 
 /**
  * A process that outlives the server by one moment: it blocks reading a pipe only the server
@@ -23,6 +23,7 @@ export function startVmmWatchdog(
   const child = spawn("sh", ["-c", script], {
     stdio: ["pipe", "ignore", "ignore"],
     detached: true,
+    env: vmmEnv(),
   });
   child.unref();
   // Never written: only its closing matters. Unreferenced so it never keeps Node running.

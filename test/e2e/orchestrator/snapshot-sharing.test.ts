@@ -17,11 +17,12 @@ import { type StateLayout, stateLayout } from "../../../src/orchestrator/layout.
 import { LifecycleEvents } from "../../../src/orchestrator/lifecycle-events.js";
 import { Snapshots } from "../../../src/orchestrator/snapshots.js";
 import { FsSharedStore } from "../../../src/store/index.js";
-import { Qcow2DiskChains, QemuDriver } from "../../../src/vmm/qemu/index.js";
+import { Qcow2DiskChains, QemuDriver, VmmIdentities } from "../../../src/vmm/qemu/index.js";
 import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";
 import { sealSnapshot } from "../../../src/vmm/qemu/sealed-files.js";
 import { diskOf } from "../../../src/vmm/qemu/snapshot-chain.js";
 import { startPostgres, type TestPostgres } from "../../helpers/postgres.js";
+import { RUN_VMM_UID_COUNT, runVmmUidBase } from "../../helpers/run-env.js";
 import { chainLength, MiB, qemuIo, ScribeVm, writeMeta } from "../../helpers/scribe-vm.js";
 
 const run = promisify(execFile);
@@ -34,6 +35,8 @@ const exists = (path: string) =>
 let root: string;
 let pg: TestPostgres;
 let databases = 0;
+const identities = new VmmIdentities(runVmmUidBase(), RUN_VMM_UID_COUNT);
+
 before(async () => {
   root = await mkdtemp(join(tmpdir(), "warren-snapshot-sharing-"));
   pg = await startPostgres();
@@ -56,7 +59,7 @@ async function twoNodes(name: string) {
   await writeFile(base, Buffer.alloc(0));
   await run("truncate", ["-s", "64M", base]);
   const fetches: string[] = [];
-  const disks = new Qcow2DiskChains();
+  const disks = new Qcow2DiskChains({ imagesDir: root, identities });
   const snapshotsOf = (
     id: string,
     catalog: PostgresCatalog,

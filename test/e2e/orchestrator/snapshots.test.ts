@@ -19,14 +19,19 @@ import { stateLayout } from "../../../src/orchestrator/layout.js";
 import { LifecycleEvents } from "../../../src/orchestrator/lifecycle-events.js";
 import { Snapshots } from "../../../src/orchestrator/snapshots.js";
 import type { DiskChains } from "../../../src/vmm/index.js";
-import { Qcow2DiskChains, QemuDriver } from "../../../src/vmm/qemu/index.js";
+import { Qcow2DiskChains, QemuDriver, VmmIdentities } from "../../../src/vmm/qemu/index.js";
 import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";
 import { diskOf } from "../../../src/vmm/qemu/snapshot-chain.js";
+import { RUN_VMM_UID_COUNT, runVmmUidBase } from "../../helpers/run-env.js";
 import { chainLength, MiB, qemuIo, ScribeVm, writeMeta } from "../../helpers/scribe-vm.js";
 
 const run = promisify(execFile);
 
 let root: string;
+const identities = new VmmIdentities(runVmmUidBase(), RUN_VMM_UID_COUNT);
+/** Disk chains whose base images lie in `root` (their images directory). */
+const testChains = () => new Qcow2DiskChains({ imagesDir: root, identities });
+
 before(async () => {
   root = await mkdtemp(join(tmpdir(), "warren-snapshots-"));
 });
@@ -35,11 +40,7 @@ after(async () => {
 });
 
 /** A data dir with a raw base disk and a template (its snapshot stacked on that disk). */
-async function fixture(
-  name: string,
-  flattenDepth: number,
-  disks: DiskChains = new Qcow2DiskChains(),
-) {
+async function fixture(name: string, flattenDepth: number, disks: DiskChains = testChains()) {
   const layout = stateLayout(join(root, name));
   await mkdir(layout.snapshotsDir, { recursive: true });
   const base = join(root, `${name}-base.raw`);
@@ -123,7 +124,7 @@ function pausedOn(snapshotId: string): SandboxRow {
 }
 
 function testDriver(): QemuDriver {
-  return new QemuDriver({ accel: "tcg", qemuVersion: "test", disks: new Qcow2DiskChains() });
+  return new QemuDriver({ accel: "tcg", qemuVersion: "test", disks: testChains() });
 }
 
 it("keeps a 30-generation chain within the flatten depth, with every generation's data", async () => {
@@ -180,7 +181,7 @@ it("keeps a snapshot released while it is being flattened until the flatten is d
   const started = new Promise<void>((resolve) => {
     flattening = resolve;
   });
-  const real = new Qcow2DiskChains();
+  const real = testChains();
   const gated: DiskChains = {
     finishFlatten: (dir, recorded) => real.finishFlatten(dir, recorded),
     flatten: async (dir, onto) => {
@@ -202,8 +203,8 @@ it("keeps a snapshot released while it is being flattened until the flatten is d
 });
 
 it("leaves the snapshot as it was when flattening fails", async () => {
-  const real = new Qcow2DiskChains();
-  // qemu-img is asked to rebase onto a directory with no disk in it.
+  const real = testChains();
+  // The flatten is asked to restack onto a directory with no disk in it.
   const misdirected: DiskChains = {
     finishFlatten: (dir, recorded) => real.finishFlatten(dir, recorded),
     flatten: (dir, onto) => real.flatten(dir, join(onto, "missing")),

@@ -38,38 +38,11 @@ import {
 } from "../../helpers/guest.js";
 import { leakCheck, qemuPidsIn, removeLeftovers } from "../../helpers/leak-check.js";
 import { RUN_VMM_UID_COUNT, runEnv, runPoolOptions, runVmmUidBase } from "../../helpers/run-env.js";
+import { accessModes, runAs, uidsOf } from "../../helpers/vmm-process.js";
 
 const execFileP = promisify(execFile);
 const QEMU_INDEX = new URL("../../../src/vmm/qemu/index.ts", import.meta.url).pathname;
 const SHAPE = { vcpus: 1, memoryMiB: 512 };
-const O_ACCMODE = 0o3;
-
-/** The uid lines of /proc/<pid>/status: real, effective, saved, filesystem. */
-async function uidsOf(pid: number): Promise<number[]> {
-  const status = await readFile(`/proc/${pid}/status`, "utf8");
-  return (/^Uid:\s+(.*)$/m.exec(status)?.[1] ?? "").split(/\s+/).map(Number);
-}
-
-/** Access modes (O_RDONLY 0, O_RDWR 2) of a process's descriptors on files ending in `suffix`. */
-async function accessModes(pid: number, suffix: string): Promise<number[]> {
-  const modes: number[] = [];
-  for (const fd of await readdir(`/proc/${pid}/fd`)) {
-    const target = await readlink(`/proc/${pid}/fd/${fd}`).catch(() => "");
-    if (!target.endsWith(suffix)) continue;
-    const info = await readFile(`/proc/${pid}/fdinfo/${fd}`, "utf8");
-    modes.push(Number.parseInt(/^flags:\s+(\d+)/m.exec(info)?.[1] ?? "0", 8) & O_ACCMODE);
-  }
-  return modes;
-}
-
-/** Runs a command as `uid` (a stand-in for code an escaped VMM runs); its exit code. */
-async function runAs(uid: number, command: string[]): Promise<number> {
-  const args = [`--reuid=${uid}`, `--regid=${uid}`, "--clear-groups", "--", ...command];
-  return execFileP("setpriv", args).then(
-    () => 0,
-    (err: { code?: number }) => err.code ?? 1,
-  );
-}
 
 async function sha256(path: string): Promise<string> {
   return createHash("sha256")

@@ -21,7 +21,6 @@ import {
 } from "../../../src/vmm/index.js";
 import { type Qcow2DiskChains, QemuDriver, qemuVersion } from "../../../src/vmm/qemu/index.js";
 import { headerBacking } from "../../../src/vmm/qemu/qcow2-overlay.js";
-import { readChain } from "../../../src/vmm/qemu/snapshot-chain.js";
 import {
   envdUrl,
   initEnvd,
@@ -211,7 +210,7 @@ describe("snapshots relocated to another directory restore there (real guests)",
     sealed.set(join(b, "pause"), plan.files);
     await plan.commit();
     assert.equal(await headerBacking(join(b, "pause", "disk.qcow2")), "../tpl/disk.qcow2");
-    const chain = await readChain(join(b, "pause"));
+    const chain = await disks.readChain(join(b, "pause"));
     assert.deepEqual(
       chain.disk.map((layer) => layer.file),
       [join(b, "pause", "disk.qcow2"), join(b, "tpl", "disk.qcow2"), images.baseRootfs],

@@ -1,0 +1,9 @@
+{
+  "targets": [
+    {
+      "target_name": "filelease",
+      "sources": ["filelease.c"],
+      "cflags": ["-Wall", "-Wextra", "-O2"]
+    }
+  ]
+}
