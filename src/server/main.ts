@@ -1,5 +1,5 @@
 import pino from "pino";
-import { loadConfig } from "../shared/config.js";
+import { loadConfig, loggableConfig } from "../shared/config.js";
 import { logDestination } from "../shared/log-destination.js";
 import { startNodeServer } from "./node-server.js";
 
@@ -16,18 +16,7 @@ async function main(): Promise<void> {
     { level: config.logLevel, base: undefined },
     logDestination(config.logFormat),
   );
-  logger.info(
-    {
-      config: {
-        ...config,
-        apiKeys: `${config.apiKeys.length} extra`,
-        // Secrets never reach the journal: the token's presence, the database without its password.
-        adminToken: config.adminToken === undefined ? undefined : "(set)",
-        databaseUrl: config.databaseUrl?.replace(/\/\/([^:/@]*):[^@]*@/, "//$1:***@"),
-      },
-    },
-    "server.config",
-  );
+  logger.info({ config: loggableConfig(config) }, "server.config");
   const server = await startNodeServer(config, logger);
   let stopping = false;
   for (const signal of ["SIGINT", "SIGTERM"] as const) {

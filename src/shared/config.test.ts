@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { it } from "node:test";
-import { describeSettings, loadConfig } from "./config.js";
+import { describeSettings, loadConfig, loggableConfig } from "./config.js";
 
 it("has defaults for everything", () => {
   const config = loadConfig({}, {});
@@ -88,4 +88,30 @@ it("reads registry mirrors, insecure and private registries", () => {
     () => loadConfig({}, { WARREN_INSECURE_REGISTRIES: "http://x:5000" }),
     /WARREN_INSECURE_REGISTRIES/,
   );
+});
+
+it("shows no secret to the logs: keys counted, the admin token's presence, no database password", () => {
+  const config = loadConfig(
+    {},
+    {
+      WARREN_API_KEYS: "key-one-secret,key-two-secret",
+      WARREN_ADMIN_TOKEN: "admin-token-secret-value",
+      WARREN_DATABASE_URL: "postgres://warren:db-pass-secret@db.internal:5432/warren",
+    },
+  );
+  const shown = JSON.stringify(loggableConfig(config));
+  for (const secret of [
+    "key-one-secret",
+    "key-two-secret",
+    "admin-token-secret-value",
+    "db-pass-secret",
+  ]) {
+    assert.ok(!shown.includes(secret), `${secret} in ${shown}`);
+  }
+  const logged = loggableConfig(config);
+  assert.equal(logged.apiKeys, "2 extra");
+  assert.equal(logged.adminToken, "(set)");
+  assert.equal(logged.databaseUrl, "postgres://warren:***@db.internal:5432/warren");
+  assert.equal(logged.port, config.port, "what is not secret shows as it is");
+  assert.equal(loggableConfig(loadConfig({}, {})).adminToken, undefined);
 });

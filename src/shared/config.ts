@@ -13,6 +13,8 @@ interface Setting<T> {
   readonly parse: (text: string) => T | undefined;
   /** What a valid value looks like, for the error message. */
   readonly expects: string;
+  /** A secret: what the logs show instead of the value (a method: checked bivariantly). */
+  redact?(value: T): unknown;
 }
 
 const int =
@@ -109,6 +111,7 @@ const SETTINGS = {
     default: (): string[] => [],
     parse: list,
     expects: "a comma-separated list",
+    redact: (keys: string[]) => `${keys.length} extra`,
   },
   adminToken: {
     env: "WARREN_ADMIN_TOKEN",
@@ -119,6 +122,7 @@ const SETTINGS = {
       return text.trim();
     },
     expects: "a secret of at least 16 characters",
+    redact: (token: string | undefined) => (token === undefined ? undefined : "(set)"),
   },
   domain: {
     env: "WARREN_DOMAIN",
@@ -418,6 +422,7 @@ const SETTINGS = {
     parse: (text: string) =>
       /^postgres(?:ql)?:\/\/\S+$/.test(text.trim()) ? text.trim() : undefined,
     expects: "a postgres:// or postgresql:// URL",
+    redact: (url: string | undefined) => url?.replace(/\/\/([^:/@]*):[^@]*@/, "//$1:***@"),
   },
   nodeId: {
     env: "WARREN_NODE_ID",
@@ -570,6 +575,15 @@ export function loadConfig(
     config[key] = value;
   }
   return Object.freeze({ ...(config as Config), ...overrides });
+}
+
+/** `config` as the logs may show it: every secret setting replaced by what its `redact` says. */
+export function loggableConfig(config: Readonly<Config>): Record<string, unknown> {
+  const shown: Record<string, unknown> = { ...config };
+  for (const [key, setting] of Object.entries(SETTINGS) as [string, Setting<unknown>][]) {
+    if (setting.redact) shown[key] = setting.redact(shown[key]);
+  }
+  return shown;
 }
 
 /** Host capacity the overcommit ratios apply to. */
