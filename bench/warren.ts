@@ -3,6 +3,10 @@
 // under continuous disk writes), fork ×1/×4/×16, density of idle sandboxes (again with KSM on,
 // unless BENCH_KSM=0), then the naive baselines on the same machine: a cold boot, and QEMU's
 // own full-memory migration to a file.
+// First, the targets probe (bench/lib/api-probe.ts) with each API operation's time split,
+// then the same probe through a server whose VMs run uncontained, for containment's cost as
+// a ratio measured in this run. BENCH_ONLY=targets stops after that; BENCH_QUICK=1 runs a
+// few of each.
 // Run: npm run bench:warren (as root; the server is started and stopped by the bench).
 import {
   chmodSync,
@@ -22,6 +26,7 @@ import type { QemuVm } from "../src/vmm/qemu/vm.js";
 import { envdUrl, slotVmSpec, testVmm, waitForEnvd } from "../test/helpers/guest.js";
 import { runPoolOptions } from "../test/helpers/run-env.js";
 import { startServer, type TestServer } from "../test/helpers/server.js";
+import { DEFAULT_PROBE, probe, QUICK_PROBE, splitRows } from "./lib/api-probe.js";
 import { report, type Summary, summarize } from "./lib/report.js";
 
 const N = Number(process.env.BENCH_CREATES ?? 10);
@@ -244,6 +249,33 @@ function ksmdTicks(): number | undefined {
 // with earlier runs.
 const poolSize = 2;
 const fixedPool = { WARREN_POOL_SIZE: String(poolSize), WARREN_POOL_MAX_PER_TEMPLATE: "0" };
+// ---- targets: contained, then uncontained (benchmark-only entry point) -----------------
+{
+  const counts = process.env.BENCH_QUICK === "1" ? QUICK_PROBE : DEFAULT_PROBE;
+  const contained = await startServer({ WARREN_LOG_LEVEL: "info", ...fixedPool });
+  const on = await probe(contained, "", counts).finally(() => contained.stop());
+  const bare = await startServer(
+    { WARREN_LOG_LEVEL: "info", ...fixedPool },
+    { entry: [process.execPath, "--import", "tsx", "bench/lib/uncontained-server.ts"] },
+  );
+  const off = await probe(bare, " (containment off)", counts).finally(() => bare.stop());
+  rows.push(...on.rows, ...splitRows(on, ""), ...off.rows);
+  extra.split = on.split;
+  extra.phases = on.phases;
+  extra.splitContainmentOff = off.split;
+  // Containment's cost per measure: p50 with it over p50 without, in this run.
+  extra.containmentCost = Object.fromEntries(
+    on.rows.map((r, i) => [
+      r.name,
+      Math.round((r.p50 / (off.rows[i]?.p50 ?? Number.NaN)) * 100) / 100,
+    ]),
+  );
+}
+if (process.env.BENCH_ONLY === "targets") {
+  report("warren", rows, extra);
+  process.exit(0);
+}
+
 const server = await startServer({ WARREN_LOG_LEVEL: "info", ...fixedPool });
 try {
   // ---- create ------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import {
   reasonOf,
 } from "./errors.js";
 import { checkSandboxId } from "./input.js";
+import { requestSplit, timeHandlers } from "./request-phases.js";
 import { registerHealthRoutes } from "./routes/health.js";
 import { type InternalApiOptions, registerInternalRoutes } from "./routes/internal.js";
 import { registerNodeRoutes } from "./routes/node.js";
@@ -101,7 +102,10 @@ export function createApi(options: ApiOptions): FastifyInstance {
       status: reply.statusCode,
       durationMs: Math.round(reply.elapsedTime),
     };
-    if (reply.statusCode >= 500) request.log.warn(fields, "api.request");
+    const split = requestSplit(request, reply.elapsedTime);
+    if (reply.statusCode >= 500) request.log.warn({ ...fields, ...split }, "api.request");
+    // Operations on VMs are few and slow: each one's split is worth a line at info.
+    else if (split) request.log.info({ ...fields, ...split }, "api.request");
     else request.log.debug(fields, "api.request");
     options.onAnswered?.(reply.statusCode, reasonOf(reply));
   });
@@ -114,6 +118,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
   // Every other route: the caller (API key or admin token), then readiness, then a
   // well-formed sandbox id that the caller's team owns.
   app.register(async (api) => {
+    timeHandlers(api);
     api.addHook("onRequest", async (request) => {
       request.caller = await options.authenticate(request.headers);
     });

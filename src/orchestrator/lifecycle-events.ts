@@ -1,5 +1,6 @@
 import type { Catalog } from "../catalog/index.js";
 import type { Logger } from "../shared/index.js";
+import { phase } from "../shared/phases.js";
 import {
   type EventFields,
   type EventName,
@@ -60,7 +61,9 @@ export class LifecycleEvents implements EventSource {
     const history = spec.history as HistoryOf | undefined;
     if (!history) return undefined as Emitted<N>;
     const { sandboxId } = fields as { sandboxId: string };
-    return this.#record(sandboxId, history.kind ?? name, history.detail(fields)) as Emitted<N>;
+    return phase("orchestrator.history", () =>
+      this.#record(sandboxId, history.kind ?? name, history.detail(fields)),
+    ) as Emitted<N>;
   }
 
   onEvent(listener: EventListener): () => void {

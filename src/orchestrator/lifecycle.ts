@@ -3,6 +3,7 @@ import type { Catalog, SandboxPatch, SandboxRow } from "../catalog/index.js";
 import { validateEgressPolicy } from "../network/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, WarrenError } from "../shared/index.js";
+import { addPhase, phase } from "../shared/phases.js";
 import type { Vm } from "../vmm/index.js";
 import type { Capacity } from "./capacity.js";
 import type { DiskSpace } from "./disk-space.js";
@@ -308,7 +309,10 @@ export class Lifecycle {
 
   /** Writes the patch to the catalog, then to the live row. */
   async update(live: LiveSandbox, patch: SandboxPatch): Promise<void> {
-    live.row = (await this.#o.catalog.updateSandbox(live.row.id, patch)) ?? {
+    const updated = await phase("orchestrator.catalog", () =>
+      this.#o.catalog.updateSandbox(live.row.id, patch),
+    );
+    live.row = updated ?? {
       ...live.row,
       ...patch,
     };
@@ -330,9 +334,11 @@ export class Lifecycle {
   ): Promise<void> {
     // A pooled VMM only continues: it does not queue behind restores.
     if (warm) return this.#bringUp(live, snapshotId, { presentToken, warm });
-    return this.#starts.use((permit) =>
-      this.#bringUp(live, snapshotId, { presentToken, permit, reboot }),
-    );
+    const queued = performance.now();
+    return this.#starts.use((permit) => {
+      addPhase("orchestrator.start_queue", performance.now() - queued);
+      return this.#bringUp(live, snapshotId, { presentToken, permit, reboot });
+    });
   }
 
   async #bringUp(

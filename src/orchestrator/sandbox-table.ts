@@ -1,4 +1,5 @@
 import { WarrenError } from "../shared/index.js";
+import { addPhase } from "../shared/phases.js";
 import type { LiveSandbox } from "./live-sandbox.js";
 import { SerialLock } from "./serial-lock.js";
 
@@ -43,7 +44,11 @@ export class SandboxTable {
    */
   async locked<T>(sandboxId: string, op: (live: LiveSandbox) => Promise<T>): Promise<T> {
     this.get(sandboxId);
-    return this.#lock.run(sandboxId, () => op(this.get(sandboxId)));
+    const queued = performance.now();
+    return this.#lock.run(sandboxId, () => {
+      addPhase("orchestrator.lock", performance.now() - queued);
+      return op(this.get(sandboxId));
+    });
   }
 
   /** Runs `op` under the sandbox's lock whether or not it still exists then. */

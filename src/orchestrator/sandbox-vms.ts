@@ -4,6 +4,7 @@ import type { GuestArtifacts } from "../host-setup/index.js";
 import { type EgressPolicy, type Slot, type SlotPool, sameEgressPolicy } from "../network/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, WarrenError } from "../shared/index.js";
+import { phase } from "../shared/phases.js";
 import type { Vm, VmmDriver, VmSpec } from "../vmm/index.js";
 import type { GuestAgent } from "./guest-agent.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
@@ -54,7 +55,7 @@ export class SandboxVms {
     try {
       signal?.throwIfAborted();
       if (!sameEgressPolicy(warm.slot.policy, policy)) {
-        await warm.slot.setPolicy(policy);
+        await phase("network.policy", () => warm.slot.setPolicy(policy));
         crashPoint("sandbox-vms.start-warm.after-policy");
       }
       signal?.throwIfAborted();
@@ -93,11 +94,13 @@ export class SandboxVms {
     );
     // A fresh envd numbers its log lines from 1 again.
     if (live.envdLog) live.envdLog.seq = 0;
-    await this.#o.agent.waitForHealth((live.slot as Slot).hostAddress, {
-      deadlineMs: BOOT_DEADLINE_MS,
-      exited: vm.exited,
-      signal,
-    });
+    await phase("guest.boot", () =>
+      this.#o.agent.waitForHealth((live.slot as Slot).hostAddress, {
+        deadlineMs: BOOT_DEADLINE_MS,
+        exited: vm.exited,
+        signal,
+      }),
+    );
     return vm;
   }
 
@@ -109,7 +112,7 @@ export class SandboxVms {
     start: (dir: string, spec: VmSpec) => Promise<Vm>,
   ): Promise<Vm> {
     const dir = await this.#o.snapshotDir(snapshotId);
-    live.slot = await this.#o.slots.acquire(policy);
+    live.slot = await phase("network.slot", () => this.#o.slots.acquire(policy));
     crashPoint("sandbox-vms.restore.after-slot");
     live.guestCalls = new AbortController();
     signal?.throwIfAborted();
@@ -131,11 +134,12 @@ export class SandboxVms {
    */
   async syncGuest(live: LiveSandbox): Promise<void> {
     if (!live.slot) return;
-    await this.#o.agent
-      .sync(live.slot.hostAddress, live.row.envdAccessToken, live.guestCalls?.signal)
-      .catch((err: unknown) =>
-        this.#o.logger.warn({ sandboxId: live.row.id, err }, "sandbox.sync_failed"),
-      );
+    const { hostAddress } = live.slot;
+    await phase("guest.sync", () =>
+      this.#o.agent.sync(hostAddress, live.row.envdAccessToken, live.guestCalls?.signal),
+    ).catch((err: unknown) =>
+      this.#o.logger.warn({ sandboxId: live.row.id, err }, "sandbox.sync_failed"),
+    );
   }
 
   /**
@@ -144,14 +148,17 @@ export class SandboxVms {
    */
   async initGuest(live: LiveSandbox, presentToken?: string, signal?: AbortSignal): Promise<void> {
     if (!live.slot) throw new WarrenError("internal", `sandbox ${live.row.id} has no slot`);
-    await this.#o.agent.init(
-      live.slot.hostAddress,
-      { envVars: guestEnvVars(live.row), accessToken: live.row.envdAccessToken ?? "" },
-      {
-        token: presentToken ?? live.row.envdAccessToken,
-        deadlineMs: this.#o.envdDeadlineMs,
-        signal,
-      },
+    const { hostAddress } = live.slot;
+    await phase("guest.init", () =>
+      this.#o.agent.init(
+        hostAddress,
+        { envVars: guestEnvVars(live.row), accessToken: live.row.envdAccessToken ?? "" },
+        {
+          token: presentToken ?? live.row.envdAccessToken,
+          deadlineMs: this.#o.envdDeadlineMs,
+          signal,
+        },
+      ),
     );
   }
 
@@ -166,12 +173,18 @@ export class SandboxVms {
     live.vm = undefined;
     live.slot = undefined;
     const log = this.#o.logger;
-    if (vm) await vm.destroy().catch((err: unknown) => log.warn({ err }, "vm.destroy_failed"));
-    await rm(runtimeDir(this.#o.layout, live.row.id), { recursive: true, force: true });
+    if (vm) {
+      await phase("vmm.destroy", () => vm.destroy()).catch((err: unknown) =>
+        log.warn({ err }, "vm.destroy_failed"),
+      );
+    }
+    await phase("jail.cleanup", () =>
+      rm(runtimeDir(this.#o.layout, live.row.id), { recursive: true, force: true }),
+    );
     if (slot) {
-      await this.#o.slots
-        .release(slot)
-        .catch((err: unknown) => log.warn({ err }, "network.slot_release_failed"));
+      await phase("network.release", () => this.#o.slots.release(slot)).catch((err: unknown) =>
+        log.warn({ err }, "network.slot_release_failed"),
+      );
     }
     live.releaseCapacity?.();
     live.releaseCapacity = undefined;

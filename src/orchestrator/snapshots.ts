@@ -3,6 +3,7 @@ import { basename, join } from "node:path";
 import type { Catalog, SnapshotFileRecord, SnapshotRow } from "../catalog/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, WarrenError } from "../shared/index.js";
+import { phase } from "../shared/phases.js";
 import type { DiskChains, SnapshotTiming, Vm, VmmDriver } from "../vmm/index.js";
 import { newId } from "./ids.js";
 import { type StateLayout, snapshotDir } from "./layout.js";
@@ -127,22 +128,24 @@ export class Snapshots {
     const dir = snapshotDir(this.#o.layout, id);
     let timing: SnapshotTiming;
     try {
-      timing = await vm.snapshot(dir, { resume: input.resume });
+      timing = await phase("vmm.snapshot", () => vm.snapshot(dir, { resume: input.resume }));
       crashPoint("snapshots.capture.after-snapshot");
     } catch (err) {
       await rm(dir, { recursive: true, force: true });
       throw err;
     }
-    await this.#o.catalog.putSnapshot({
-      id,
-      dir,
-      sandboxId: input.sandboxId,
-      parentId: input.parentId,
-      kind: input.kind,
-      names: input.names ?? [],
-      imagesFingerprint: this.#o.imagesFingerprint,
-      createdAt: new Date().toISOString(),
-    });
+    await phase("orchestrator.catalog", () =>
+      this.#o.catalog.putSnapshot({
+        id,
+        dir,
+        sandboxId: input.sandboxId,
+        parentId: input.parentId,
+        kind: input.kind,
+        names: input.names ?? [],
+        imagesFingerprint: this.#o.imagesFingerprint,
+        createdAt: new Date().toISOString(),
+      }),
+    );
     this.#checksum(id, dir);
     this.#queueFlatten(id);
     if (input.publish) this.publish(id).catch(() => {});

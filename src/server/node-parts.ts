@@ -45,6 +45,8 @@ export interface NodePartsInput {
   readonly step: (message: string) => void;
   readonly orchestrator: LateBound;
   readonly builds: Late<TemplateBuilds>;
+  /** See QemuDriverConfig: benchmarks only. */
+  readonly uncontainedForBenchmarks?: boolean;
   /** Teams and their keys, bound as soon as the catalog is open. */
   readonly teams: Late<TeamCatalog>;
   readonly metrics: NodeMetrics;
@@ -140,6 +142,7 @@ async function startVmm(
     mergeMemory: config.ksm === "on",
     sealedFiles,
     logger: input.logger.child({ component: "vmm" }),
+    uncontainedForBenchmarks: input.uncontainedForBenchmarks,
   });
   input.closers.add("vmm watchdog", () => vmm.close());
   const { accel, reason, source } = vmm.accelerator;

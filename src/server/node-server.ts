@@ -33,6 +33,8 @@ export interface NodeServer {
 export async function startNodeServer(
   config: Readonly<Config>,
   logger?: Logger,
+  /** Benchmarks only (bench/lib/uncontained-server.ts): QemuDriverConfig's. */
+  options: { uncontainedForBenchmarks?: boolean } = {},
 ): Promise<NodeServer> {
   const root = logger ?? pino({ level: config.logLevel, base: undefined });
   const log = root.child({ component: "server" });
@@ -88,6 +90,7 @@ export async function startNodeServer(
     teams,
     metrics,
     closers,
+    uncontainedForBenchmarks: options.uncontainedForBenchmarks,
   }).catch((err: unknown) => {
     const message = err instanceof Error ? err.message : String(err);
     status = { phase: "failed", message };

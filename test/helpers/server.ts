@@ -42,16 +42,19 @@ export interface TestServer {
  */
 export async function startServer(
   env: Record<string, string> = {},
-  options: { wrap?: readonly string[]; sdkEnv?: boolean } = {},
+  options: { wrap?: readonly string[]; sdkEnv?: boolean; entry?: readonly string[] } = {},
 ): Promise<TestServer> {
   const settings: Record<string, string> = { WARREN_PORT: "0", ...runServerEnv(), ...env };
   const dataDir = settings.WARREN_HOME ?? runEnv().dataDir;
   // `wrap`: a command that execs the rest in place (a network namespace), same pid.
+  // `entry`: instead of the bundle, another entry point (a benchmark's).
   const argv = [
     ...(options.wrap ?? []),
-    process.execPath,
-    "--enable-source-maps",
-    join(ROOT, "dist", "server", "main.mjs"),
+    ...(options.entry ?? [
+      process.execPath,
+      "--enable-source-maps",
+      join(ROOT, "dist", "server", "main.mjs"),
+    ]),
   ];
   const child = spawn(argv[0] ?? process.execPath, argv.slice(1), {
     cwd: ROOT,

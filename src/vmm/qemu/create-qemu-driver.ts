@@ -35,6 +35,11 @@ export interface QemuDriverConfig {
   readonly mergeMemory: boolean;
   readonly sealedFiles: QemuDriverOptions["sealedFiles"];
   readonly logger: Logger;
+  /**
+   * Benchmarks only (`npm run bench:warren` reports what containment costs): QEMU as root,
+   * no uid, chroot or cgroup, seals unchecked. Code sets it, never a setting.
+   */
+  readonly uncontainedForBenchmarks?: boolean;
 }
 
 export interface QemuDriverSetup {
@@ -63,11 +68,13 @@ export async function createQemuDriver(config: QemuDriverConfig): Promise<QemuDr
     cacheFile: config.accelCacheFile,
   });
   if (config.mergeMemory) await enableKsm();
-  const cgroups = VmCgroups.detect(config.cgroupName);
+  const uncontained = config.uncontainedForBenchmarks === true;
+  if (uncontained) logger.warn({}, "vmm.uncontained: for a benchmark only, VMs run as root");
+  const cgroups = uncontained ? undefined : VmCgroups.detect(config.cgroupName);
   if (cgroups) {
     const killed = await cgroups.sweep();
     if (killed > 0) logger.warn({ count: killed }, "vmm.leftovers_killed");
-  } else logger.warn({}, "vmm.no_cgroups: VMs run without cgroup limits");
+  } else if (!uncontained) logger.warn({}, "vmm.no_cgroups: VMs run without cgroup limits");
   const watchdog = startVmmWatchdog(cgroups, config.runDir);
   const identities = new VmmIdentities(config.vmmUidBase, config.vmmUidCount);
   const disks = new Qcow2DiskChains({ imagesDir: config.imagesDir, identities });
@@ -75,12 +82,12 @@ export async function createQemuDriver(config: QemuDriverConfig): Promise<QemuDr
     accel: accelerator.accel,
     disks,
     qemuVersion: version,
-    identities,
+    identities: uncontained ? undefined : identities,
     cgroups,
     tcgCacheMiB: config.tcgCacheMiB,
     guestAslr: config.guestAslr,
     mergeMemory: config.mergeMemory,
-    sealedFiles: config.sealedFiles,
+    sealedFiles: uncontained ? undefined : config.sealedFiles,
   });
   return { driver, disks, accelerator, qemuVersion: version, close: () => watchdog.stop() };
 }

@@ -2,6 +2,7 @@ import { execFile } from "node:child_process";
 import { chown, mkdir, rm, symlink } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
+import { phase } from "../../shared/phases.js";
 import type {
   Accelerator,
   PreparedRestore,
@@ -139,20 +140,23 @@ export class QemuDriver implements VmmDriver {
     });
     let cgroup: VmCgroup | undefined;
     try {
-      cgroup = await this.#o.cgroups?.create(spec.id, limitsFor(spec.shape, this.#o.tcgCacheMiB));
+      const limits = limitsFor(spec.shape, this.#o.tcgCacheMiB);
+      cgroup = await phase("jail.cgroup", async () => this.#o.cgroups?.create(spec.id, limits));
     } catch (err) {
       this.#giveBack(input.identity);
       await rm(spec.runtimeDir, { recursive: true, force: true });
       throw err;
     }
-    return launch(spec, args, paths.qmpSocket, {
-      mergeable: this.#o.mergeMemory,
-      cgroupProcs: cgroup?.procs,
-      onExit: async () => {
-        this.#giveBack(input.identity);
-        await cgroup?.remove().catch(() => {});
-      },
-    });
+    return phase("vmm.spawn", () =>
+      launch(spec, args, paths.qmpSocket, {
+        mergeable: this.#o.mergeMemory,
+        cgroupProcs: cgroup?.procs,
+        onExit: async () => {
+          this.#giveBack(input.identity);
+          await cgroup?.remove().catch(() => {});
+        },
+      }),
+    );
   }
 
   #giveBack(identity: VmmIdentity | undefined): void {
@@ -214,8 +218,8 @@ export class QemuDriver implements VmmDriver {
   ): Promise<{ identity: VmmIdentity | undefined; prepared: T }> {
     const identity = this.#o.identities?.take();
     try {
-      await this.#makeRuntimeDir(spec, identity);
-      return { identity, prepared: await prepare(identity) };
+      await phase("jail.setup", () => this.#makeRuntimeDir(spec, identity));
+      return { identity, prepared: await phase("vmm.overlay", () => prepare(identity)) };
     } catch (err) {
       this.#giveBack(identity);
       await rm(spec.runtimeDir, { recursive: true, force: true });
@@ -284,10 +288,10 @@ export class QemuDriver implements VmmDriver {
    */
   async #onSnapshot(snapshotDir: string, spec: VmSpec) {
     const { disks } = this.#o;
-    const chain = await disks.readChain(snapshotDir);
+    const chain = await phase("vmm.chain", () => disks.readChain(snapshotDir));
     checkRestorable(chain.meta, this.#hostFor(spec), spec.shape);
-    await this.#verify(chain.dirs);
-    await disks.checkLayers(chain.disk);
+    await phase("vmm.verify", () => this.#verify(chain.dirs));
+    await phase("vmm.check_layers", () => disks.checkLayers(chain.disk));
     const paths = runtimePaths(spec);
     const backing = chain.disk[0] as ChainLayer;
     const { identity, prepared: diskBytes } = await this.#setUp(spec, (owner) =>
@@ -364,15 +368,16 @@ export class QemuDriver implements VmmDriver {
       }
     };
     let loaded = false;
-    const load = async () => {
-      // RAM first: loading virtio devices reads their rings from guest memory.
-      if (diff) {
-        const ramBytes = spec.shape.memoryMiB * 1024 * 1024;
-        applyMemoryDiff(proc.pid, await findRamMapping(proc.pid, memory.file, ramBytes), diff);
-      }
-      await loadDeviceState(qmp, paths.migrateSocket, deviceState, spec.id);
-      loaded = true;
-    };
+    const load = () =>
+      phase("vmm.load", async () => {
+        // RAM first: loading virtio devices reads their rings from guest memory.
+        if (diff) {
+          const ramBytes = spec.shape.memoryMiB * 1024 * 1024;
+          applyMemoryDiff(proc.pid, await findRamMapping(proc.pid, memory.file, ramBytes), diff);
+        }
+        await loadDeviceState(qmp, paths.migrateSocket, deviceState, spec.id);
+        loaded = true;
+      });
     return {
       pid: proc.pid,
       warm: (ready) =>
@@ -386,7 +391,7 @@ export class QemuDriver implements VmmDriver {
         if (options.background) proc.setNice(0);
         await guarded(async () => {
           if (!loaded) await load();
-          await qmp.execute("cont");
+          await phase("vmm.cont", () => qmp.execute("cont"));
         });
         return this.#vm(spec, launched, {
           memory,

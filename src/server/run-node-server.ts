@@ -1,0 +1,42 @@
+import pino from "pino";
+import { loadConfig, loggableConfig } from "../shared/config.js";
+import { logDestination } from "../shared/log-destination.js";
+import { startNodeServer } from "./node-server.js";
+
+/**
+ * The node server as a process: settings from the environment, logs on stdout, a clean stop
+ * on SIGINT/SIGTERM. `npm start` runs it (bundled as dist/server/main.mjs).
+ */
+export async function runNodeServer(
+  options: Parameters<typeof startNodeServer>[2] = {},
+): Promise<void> {
+  let config: ReturnType<typeof loadConfig>;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    process.stderr.write(`warren: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(2);
+  }
+  const logger = pino(
+    { level: config.logLevel, base: undefined },
+    logDestination(config.logFormat),
+  );
+  logger.info({ config: loggableConfig(config) }, "server.config");
+  const server = await startNodeServer(config, logger, options);
+  let stopping = false;
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    process.on(signal, () => {
+      if (stopping) return;
+      stopping = true;
+      logger.info({ signal }, "server.stopping");
+      server.close().then(
+        () => process.exit(0),
+        (err: unknown) => {
+          logger.error({ err }, "server.close_failed");
+          process.exit(1);
+        },
+      );
+    });
+  }
+  server.ready.catch(() => process.exit(1));
+}
