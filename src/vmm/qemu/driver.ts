@@ -20,7 +20,7 @@ import { applyMemoryDiff, findRamMapping } from "./memory-image.js";
 import { killOrphanVmms } from "./orphans.js";
 import type { Qcow2DiskChains } from "./qcow2-disk-chains.js";
 import { QEMU_BINARY, vmmEnv } from "./qemu-process.js";
-import { checksumSnapshot, SnapshotVerifier } from "./sealed-files.js";
+import { SnapshotVerifier } from "./sealed-files.js";
 import { type ChainLayer, diskOf, headerName, resolveFile } from "./snapshot-chain.js";
 import {
   checkRestorable,
@@ -304,7 +304,7 @@ export class QemuDriver implements VmmDriver {
   }
 
   checksumSnapshot(snapshotDir: string): Promise<readonly SnapshotFile[]> {
-    return checksumSnapshot(snapshotDir);
+    return this.#verifier.checksum(snapshotDir);
   }
 
   /** Checks a snapshot and those it stands on (`dirs`, from readChain) against their seals. */

@@ -122,7 +122,7 @@ export async function loadDeviceState(
   file: string,
   vmId: string,
 ): Promise<void> {
-  // A sealed snapshot's file: one name, or two (as checksumSnapshot allows).
+  // A sealed snapshot's file: one name, or two (as SnapshotVerifier.checksum allows).
   const state = await openPlainFile(file, 2);
   try {
     await qmp.execute("migrate-set-capabilities", {

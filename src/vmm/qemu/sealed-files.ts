@@ -59,7 +59,7 @@ async function sha256Of(handle: FileHandle): Promise<{ bytes: number; sha256: st
  * (changed through the open handle, never by path), the directory too; the disk's qcow2
  * header must hold nothing but what Warren's disks hold (qcow2-header.ts). `links`: files that
  * may have a second name (a frozen disk the source VMM still runs on). Checksums come after,
- * off the capture's path (checksumSnapshot): no one but root can change a file from here on.
+ * off the capture's path (SnapshotVerifier.checksum): no one but root can change a file from here on.
  */
 export async function sealSnapshot(
   dir: string,
@@ -79,13 +79,6 @@ export async function sealSnapshot(
     }
   }
   await chmod(dir, 0o700);
-}
-
-/** Each file of a sealed snapshot with its size and SHA-256, for the catalog. */
-export async function checksumSnapshot(dir: string): Promise<SealedFile[]> {
-  const sealed: SealedFile[] = [];
-  for (const name of (await readdir(dir)).sort()) sealed.push(await checksumFile(dir, name, 2));
-  return sealed;
 }
 
 /**
@@ -109,19 +102,6 @@ export async function sealFile(
   }
 }
 
-/** Checksums one sealed file: it must still be root's and read-only. */
-async function checksumFile(dir: string, name: string, links: number): Promise<SealedFile> {
-  const handle = await openPlainFile(join(dir, name), links);
-  try {
-    const stat = await handle.stat();
-    if (stat.uid !== 0 || (stat.mode & 0o222) !== 0)
-      throw new VmmError(`${join(dir, name)} is not sealed (root's, read-only)`);
-    return { name, ...(await sha256Of(handle)) };
-  } finally {
-    await handle.close();
-  }
-}
-
 /** A file's identity: unchanged while its inode, size and change time are. */
 function identityOf(stat: { dev: bigint; ino: bigint; size: bigint; ctimeNs: bigint }): string {
   return `${stat.dev}:${stat.ino}:${stat.size}:${stat.ctimeNs}`;
@@ -135,6 +115,30 @@ function identityOf(stat: { dev: bigint; ino: bigint; size: bigint; ctimeNs: big
  */
 export class SnapshotVerifier {
   readonly #verified = new Map<string, string>();
+
+  /**
+   * Each file of a sealed snapshot with its size and SHA-256, for the catalog. What is
+   * hashed here is what the catalog will expect, so each file counts as verified as it is
+   * now: a restore right after the capture does not hash it again.
+   */
+  async checksum(dir: string): Promise<SealedFile[]> {
+    const sealed: SealedFile[] = [];
+    for (const name of (await readdir(dir)).sort()) {
+      const path = join(dir, name);
+      // A frozen disk may have a second name while its source VMM runs on.
+      const handle = await openPlainFile(path, 2);
+      try {
+        const stat = await handle.stat({ bigint: true });
+        if (stat.uid !== 0n || (Number(stat.mode) & 0o222) !== 0)
+          throw new VmmError(`${path} is not sealed (root's, read-only)`);
+        sealed.push({ name, ...(await sha256Of(handle)) });
+        this.#verified.set(path, identityOf(stat));
+      } finally {
+        await handle.close();
+      }
+    }
+    return sealed;
+  }
 
   async verify(dir: string, expected: readonly SealedFile[]): Promise<void> {
     const names = new Set(await readdir(dir).catch(() => [] as string[]));
