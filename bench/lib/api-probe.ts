@@ -178,6 +178,26 @@ export async function probe(
   row("pause after 50 MB dirtied (API call)", dirtyPauses);
   await sandbox.kill();
 
+  // ---- a read-heavy sandbox resumed: 100 MB working set in its memory ---------------------
+  {
+    const heavy = await Sandbox.create({ timeoutMs: 600_000 });
+    await heavy.commands.run("head -c 100M /dev/urandom > /dev/shm/working-set");
+    const firstCommand: number[] = [];
+    const fullRead: number[] = [];
+    for (let i = 0; i < Math.max(2, Math.ceil(counts.pauses / 3)); i++) {
+      await heavy.pause();
+      const t = performance.now();
+      await heavy.connect();
+      await heavy.commands.run("true");
+      firstCommand.push(since(t));
+      await heavy.commands.run("cat /dev/shm/working-set > /dev/null");
+      fullRead.push(since(t));
+    }
+    row("resume 100 MB working set → first command", firstCommand);
+    row("resume 100 MB working set → all of it read", fullRead);
+    await heavy.kill();
+  }
+
   // ---- fork -----------------------------------------------------------------------------
   {
     const source = await Sandbox.create({ timeoutMs: 600_000 });
