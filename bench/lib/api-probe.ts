@@ -68,7 +68,9 @@ function splitOf(logs: readonly LogLine[], from: number) {
   const byOp = new Map<string, LogLine[]>();
   for (const line of logs.slice(from)) {
     if (line.msg !== "api.request" || !line.split) continue;
-    const op = OPERATIONS[`${String(line.method)} ${String(line.route)}`];
+    // The SDK calls some of them under /v2 (same operation, newer body).
+    const route = String(line.route).replace(/^\/v\d+\//, "/");
+    const op = OPERATIONS[`${String(line.method)} ${route}`];
     if (!op || Number(line.status) >= 400) continue;
     byOp.set(op, [...(byOp.get(op) ?? []), line]);
   }

@@ -5,6 +5,8 @@ declare module "fastify" {
   interface FastifyRequest {
     /** Where the handler's time went (`timeHandlers`): the orchestrator's steps and below. */
     phases?: PhaseTimes;
+    /** The handler's wall time, ms (`timeHandlers`). */
+    handlerMs?: number;
   }
 }
 
@@ -18,9 +20,12 @@ export function timeHandlers(api: FastifyInstance): void {
     route.handler = function (this: FastifyInstance, request, reply) {
       const phases = new PhaseTimes();
       request.phases = phases;
+      const started = performance.now();
       return recordPhases(phases, () =>
         phase("orchestrator", async () => handler.call(this, request, reply)),
-      );
+      ).finally(() => {
+        request.handlerMs = performance.now() - started;
+      });
     };
   });
 }
@@ -28,7 +33,8 @@ export function timeHandlers(api: FastifyInstance): void {
 /**
  * The split of a request that reached a VM, its guest or its network, for its log line:
  * milliseconds by category (`api`: what the handler did not cover — routing, authentication,
- * validation, the reply) and by phase. Undefined for requests that touched none of them.
+ * validation, the reply) and by phase (concurrent steps, a fork's children, each count
+ * theirs). Undefined for requests that touched none of them.
  */
 export function requestSplit(
   request: FastifyRequest,
@@ -38,6 +44,6 @@ export function requestSplit(
   if (!phases) return undefined;
   const split = phases.byCategory();
   if (Object.keys(split).every((category) => category === "orchestrator")) return undefined;
-  split.api = Math.round((durationMs - phases.total()) * 10) / 10;
+  split.api = Math.round((durationMs - (request.handlerMs ?? durationMs)) * 10) / 10;
   return { split, phases: phases.toJSON() };
 }

@@ -82,6 +82,8 @@ export class NetnsSlotPool implements SlotPool {
   readonly #foreign = new Set<number>();
   readonly #idle: NetworkSlot[] = [];
   readonly #inUse = new Set<NetworkSlot>();
+  /** Slots handed back and being reset (or removed): close() waits for them. */
+  readonly #releasing = new Set<Promise<void>>();
   #settings: Promise<SlotSettings> | undefined;
   #refilling: Promise<void> | undefined;
   /** The slot the refill is making now; its index is taken already. */
@@ -185,16 +187,26 @@ export class NetnsSlotPool implements SlotPool {
 
   /**
    * Takes back a slot whose sandbox ended (its VMM must have exited): resets its policy and
-   * keeps it idle, or removes it when the pool is full, closed, or the reset fails.
+   * keeps it idle, or removes it when the pool is full, closed, or the reset fails. The slot
+   * is the pool's again at once; a caller need not wait for the reset (close() does).
    */
-  async release(given: Slot): Promise<void> {
+  release(given: Slot): Promise<void> {
     const slot = given as NetworkSlot;
     if (!this.#inUse.delete(slot)) {
-      throw new WarrenError(
-        "invalid_argument",
-        `network slot ${slot.index} is not in use from this pool`,
+      return Promise.reject(
+        new WarrenError(
+          "invalid_argument",
+          `network slot ${slot.index} is not in use from this pool`,
+        ),
       );
     }
+    const releasing = this.#reclaim(slot);
+    this.#releasing.add(releasing);
+    void releasing.finally(() => this.#releasing.delete(releasing)).catch(() => {});
+    return releasing;
+  }
+
+  async #reclaim(slot: NetworkSlot): Promise<void> {
     if (slot.destroyed || this.#closed || this.#idle.length >= this.#size) {
       await this.#destroy(slot);
       return;
@@ -217,6 +229,7 @@ export class NetnsSlotPool implements SlotPool {
   async close(): Promise<void> {
     this.#closed = true;
     await this.#refilling;
+    await Promise.allSettled(this.#releasing);
     const slots = [...this.#idle.splice(0), ...this.#inUse];
     this.#inUse.clear();
     const results = await Promise.allSettled(slots.map((s) => this.#destroy(s)));

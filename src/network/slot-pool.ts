@@ -29,7 +29,10 @@ export interface SlotPool {
   cleanupStale(): Promise<unknown>;
   /** A slot with `policy` (default: the pool's); resource_exhausted when none is left. */
   acquire(policy?: EgressPolicy): Promise<Slot>;
-  /** Gives a slot back; it is reset to the default policy or removed. */
+  /**
+   * Gives a slot back; it is reset to the default policy or removed before anyone gets it
+   * again. A caller need not wait for that: close() does.
+   */
   release(slot: Slot): Promise<void>;
   /** Removes every slot. */
   close(): Promise<void>;

@@ -1,4 +1,5 @@
-import { rm } from "node:fs/promises";
+import { randomBytes } from "node:crypto";
+import { rename, rm } from "node:fs/promises";
 import type { Catalog, SandboxRow } from "../catalog/index.js";
 import type { GuestArtifacts } from "../host-setup/index.js";
 import { type EgressPolicy, type Slot, type SlotPool, sameEgressPolicy } from "../network/index.js";
@@ -178,16 +179,34 @@ export class SandboxVms {
         log.warn({ err }, "vm.destroy_failed"),
       );
     }
-    await phase("jail.cleanup", () =>
-      rm(runtimeDir(this.#o.layout, live.row.id), { recursive: true, force: true }),
-    );
+    await phase("jail.cleanup", () => this.#discard(runtimeDir(this.#o.layout, live.row.id)));
+    // The slot's reset (its policy, its connections forgotten: several commands) need not
+    // hold up the caller: the pool finishes it before the slot's next tenant, or at close.
     if (slot) {
-      await phase("network.release", () => this.#o.slots.release(slot)).catch((err: unknown) =>
-        log.warn({ err }, "network.slot_release_failed"),
-      );
+      void this.#o.slots
+        .release(slot)
+        .catch((err: unknown) => log.warn({ err }, "network.slot_release_failed"));
     }
     live.releaseCapacity?.();
     live.releaseCapacity = undefined;
+  }
+
+  /**
+   * Takes a runtime directory out of the way at once (its sandbox may start again right
+   * away under the same name) and removes it in the background; whatever a crash leaves is
+   * swept at the next start (recovery).
+   */
+  async #discard(dir: string): Promise<void> {
+    const gone = `${dir}.gone-${randomBytes(6).toString("hex")}`;
+    try {
+      await rename(dir, gone);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
+      throw err;
+    }
+    void rm(gone, { recursive: true, force: true }).catch((err: unknown) =>
+      this.#o.logger.warn({ err, dir: gone }, "sandbox.runtime_dir_removal_failed"),
+    );
   }
 }
 

@@ -31,6 +31,12 @@ export interface SnapshotsOptions {
    * just before it was replaced still opens the layers below it by path.
    */
   readonly retireDelayMs?: number;
+  /**
+   * How long after a capture its checksums start (default 1 s): hashing competes for the
+   * host's cores and file threads with whatever comes next (a resume straight after a
+   * pause, a fork's children), which need not wait for it (the driver knows what it sealed).
+   */
+  readonly checksumDelayMs?: number;
   /** The cluster's shared snapshot store, when nodes share one (resume on another node). */
   readonly shared?: SharedSnapshots;
   /** Snapshots this node's warm pool restores from (their copies stay while it does). */
@@ -146,7 +152,7 @@ export class Snapshots {
         createdAt: new Date().toISOString(),
       }),
     );
-    this.#checksum(id, dir);
+    this.#checksum(id, dir, this.#o.checksumDelayMs ?? 1_000);
     this.#queueFlatten(id);
     if (input.publish) this.publish(id).catch(() => {});
     return { id, timing };
@@ -283,13 +289,13 @@ export class Snapshots {
   }
 
   /**
-   * Checksums a sealed capture off the caller's path and records them. Until then no one but
-   * root can change its files (sealed at capture); a crash before the record is finished at
-   * the next start (checksumUnrecorded).
+   * Checksums a sealed capture off the caller's path, after `delayMs`, and records them.
+   * Until then no one but root can change its files (sealed at capture); a crash before the
+   * record is finished at the next start (checksumUnrecorded).
    */
-  #checksum(id: string, dir: string): void {
-    const done = this.#o.driver
-      .checksumSnapshot(dir)
+  #checksum(id: string, dir: string, delayMs = 0): void {
+    const done = new Promise((resolve) => setTimeout(resolve, delayMs))
+      .then(() => this.#o.driver.checksumSnapshot(dir))
       .then((files) =>
         this.#graph.run("graph", async () => {
           const row = await this.#o.catalog.getSnapshot(id);

@@ -63,7 +63,8 @@ export function addPhase(name: string, ms: number): void {
 
 /**
  * Times `fn` as phase `name` of the operation running it (nothing to record outside one).
- * Phases run concurrently within one operation each count their own wall time.
+ * Phases run concurrently within one operation each count their own wall time, so a fork's
+ * children's parts add up to more than the fork's wall time.
  */
 export async function phase<T>(name: string, fn: () => Promise<T>): Promise<T> {
   const parent = current.getStore();
@@ -74,7 +75,8 @@ export async function phase<T>(name: string, fn: () => Promise<T>): Promise<T> {
     return await current.run(frame, fn);
   } finally {
     const elapsed = performance.now() - started;
-    parent.times.add(name, elapsed - frame.childMs);
+    // Children run concurrently (a fork's) may together outlast it: its own time is then 0.
+    parent.times.add(name, Math.max(0, elapsed - frame.childMs));
     parent.childMs += elapsed;
   }
 }

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { SnapshotTamperedError } from "../errors.js";
-import { SnapshotVerifier } from "./sealed-files.js";
+import { SnapshotVerifier, sealSnapshot } from "./sealed-files.js";
 
 describe("SnapshotVerifier", () => {
   let root: string;
@@ -49,5 +49,33 @@ describe("SnapshotVerifier", () => {
     const files = await verifier.checksum(dir);
     await appendFile(join(dir, "memory.img"), "more"); // root may write a 0400 file
     await assert.rejects(verifier.verify(dir, files), /changed since it was captured/);
+  });
+
+  it("knows a snapshot it sealed is unchanged without hashing it; any change since, and it does not", async () => {
+    const verifier = new SnapshotVerifier();
+    const seal = async (name: string) => {
+      const dir = await sealed(name, { "memory.img": "ram", "devstate.bin": "state" });
+      verifier.sealed(dir, await sealSnapshot(dir));
+      return dir;
+    };
+    assert.equal(await verifier.unchangedSinceSealed(await seal("kept")), true);
+    assert.equal(await new SnapshotVerifier().unchangedSinceSealed(join(root, "kept")), false);
+
+    const written = await seal("written");
+    await appendFile(join(written, "memory.img"), "x");
+    assert.equal(await verifier.unchangedSinceSealed(written), false);
+
+    const added = await seal("added");
+    await writeFile(join(added, "extra"), "");
+    await chmod(join(added, "extra"), 0o400);
+    assert.equal(await verifier.unchangedSinceSealed(added), false);
+
+    const removed = await seal("removed");
+    await rm(join(removed, "devstate.bin"));
+    assert.equal(await verifier.unchangedSinceSealed(removed), false);
+
+    const writable = await seal("writable");
+    await chmod(join(writable, "memory.img"), 0o600);
+    assert.equal(await verifier.unchangedSinceSealed(writable), false);
   });
 });

@@ -59,12 +59,14 @@ async function sha256Of(handle: FileHandle): Promise<{ bytes: number; sha256: st
  * (changed through the open handle, never by path), the directory too; the disk's qcow2
  * header must hold nothing but what Warren's disks hold (qcow2-header.ts). `links`: files that
  * may have a second name (a frozen disk the source VMM still runs on). Checksums come after,
- * off the capture's path (SnapshotVerifier.checksum): no one but root can change a file from here on.
+ * off the capture's path (SnapshotVerifier.checksum): no one but root can change a file from
+ * here on. Returns each file's identity as sealed (SnapshotVerifier.sealed).
  */
 export async function sealSnapshot(
   dir: string,
   links: Readonly<Record<string, number>> = {},
-): Promise<void> {
+): Promise<Map<string, string>> {
+  const sealed = new Map<string, string>();
   for (const entry of await readdir(dir, { withFileTypes: true })) {
     if (!entry.isFile()) throw new VmmError(`snapshot ${dir} holds ${entry.name}, not a file`);
     const path = join(dir, entry.name);
@@ -74,11 +76,13 @@ export async function sealSnapshot(
       if (entry.name === DISK_FILE) await readQcow2Header(handle, path);
       await handle.chown(0, 0);
       await handle.chmod(0o400);
+      sealed.set(entry.name, identityOf(await handle.stat({ bigint: true })));
     } finally {
       await handle.close();
     }
   }
   await chmod(dir, 0o700);
+  return sealed;
 }
 
 /**
@@ -115,6 +119,40 @@ function identityOf(stat: { dev: bigint; ino: bigint; size: bigint; ctimeNs: big
  */
 export class SnapshotVerifier {
   readonly #verified = new Map<string, string>();
+  /** Snapshots sealed by this process: each file's identity then, by directory. */
+  readonly #sealed = new Map<string, Map<string, string>>();
+
+  /** Records what `sealSnapshot` returned for `dir`. */
+  sealed(dir: string, identities: Map<string, string>): void {
+    this.#sealed.set(dir, identities);
+  }
+
+  /**
+   * Whether `dir` holds exactly the files this process sealed there, each still root's,
+   * read-only and of the identity it had then (a write since would have changed its ctime).
+   * Then a restore needs no checksum: it could only prove what sealing already knew, and
+   * need not wait for it (a fork's children restore right after the capture).
+   */
+  async unchangedSinceSealed(dir: string): Promise<boolean> {
+    const sealed = this.#sealed.get(dir);
+    if (!sealed) return false;
+    const names = await readdir(dir).catch(() => [] as string[]);
+    if (names.length !== sealed.size) return false;
+    for (const name of names) {
+      const identity = sealed.get(name);
+      if (identity === undefined) return false;
+      const handle = await open(join(dir, name), NOFOLLOW_READ).catch(() => undefined);
+      if (!handle) return false;
+      try {
+        const stat = await handle.stat({ bigint: true });
+        const sealedStill = stat.isFile() && stat.uid === 0n && (Number(stat.mode) & 0o222) === 0;
+        if (!sealedStill || identityOf(stat) !== identity) return false;
+      } finally {
+        await handle.close();
+      }
+    }
+    return true;
+  }
 
   /**
    * Each file of a sealed snapshot with its size and SHA-256, for the catalog. What is

@@ -6,7 +6,7 @@ import { copySparse, dirtyPages, findRamMapping, writeMemoryDiff } from "./memor
 import type { Qcow2DiskChains } from "./qcow2-disk-chains.js";
 import type { QemuProcess } from "./qemu-process.js";
 import type { QmpClient } from "./qmp-client.js";
-import { openPlainFile, sealSnapshot } from "./sealed-files.js";
+import { openPlainFile, type SnapshotVerifier, sealSnapshot } from "./sealed-files.js";
 import { backingRecord, type ChainLayer, diskOf, fileRef, headerName } from "./snapshot-chain.js";
 import {
   DEVICE_STATE_FILE,
@@ -44,6 +44,8 @@ export interface QemuVmParts {
   /** The uid QEMU runs as (files handed to it are its), or none when it stays root. */
   readonly identity: VmmIdentity | undefined;
   readonly kernelCommandLine: string | undefined;
+  /** The driver's: told what each capture sealed, so a restore here need not hash it. */
+  readonly verifier: SnapshotVerifier;
 }
 
 /**
@@ -66,6 +68,7 @@ export class QemuVm implements Vm {
   readonly host: RestoreHost;
   readonly #disks: Qcow2DiskChains;
   readonly #diskBytes: bigint;
+  readonly #verifier: SnapshotVerifier;
   readonly identity: VmmIdentity | undefined;
   /** What the guest booted with (a restore carries its snapshot's; older ones lack it). */
   readonly kernelCommandLine: string | undefined;
@@ -85,6 +88,7 @@ export class QemuVm implements Vm {
       backing: this.backing,
       disks: this.#disks,
       diskBytes: this.#diskBytes,
+      verifier: this.#verifier,
     } = parts);
     this.exited = this.proc.exited;
   }
@@ -166,7 +170,7 @@ export class QemuVm implements Vm {
       });
       // A fork's frozen disk keeps its second name (the running VMM's old overlay) until
       // the VM is gone; it is sealed all the same, and QEMU holds it read-only.
-      await sealSnapshot(dir, opts.resume ? { [DISK_FILE]: 2 } : {});
+      this.#verifier.sealed(dir, await sealSnapshot(dir, opts.resume ? { [DISK_FILE]: 2 } : {}));
       return { pausedMs, deviceStateMs, memoryMs, diskMs, dirtyPages: memory.diffPages };
     } catch (err) {
       if (opts.resume && !resumed && this.proc.running) {
