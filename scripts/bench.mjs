@@ -21,6 +21,7 @@ const BENCHES = {
   load: ["load.ts", true],
   gateway: ["gateway.ts", false],
   "cross-node": ["cross-node.ts", true],
+  "resume-split": ["resume-split.ts", true],
   observability: ["observability.ts", false],
 };
 
