@@ -20,6 +20,8 @@ import { cleanupStaleSlots, type StaleCleanupReport } from "./stale-cleanup.js";
 export interface NetnsSlotPoolOptions {
   /** Slots kept created and idle, ready to hand out at once. Default 4. */
   size?: number;
+  /** How long a released slot waits before its reset (see #quiet). Default 1 s. */
+  reclaimDelayMs?: number;
   /** Most slots at once, idle and in use. Default: as many /31s as `baseCidr` holds, less one. */
   maxSlots?: number;
   /**
@@ -84,6 +86,9 @@ export class NetnsSlotPool implements SlotPool {
   readonly #inUse = new Set<NetworkSlot>();
   /** Slots handed back and being reset (or removed): close() waits for them. */
   readonly #releasing = new Set<Promise<void>>();
+  /** Released slots waiting out #quiet: close() ends their wait. */
+  readonly #waking = new Set<() => void>();
+  readonly #reclaimDelayMs: number;
   #settings: Promise<SlotSettings> | undefined;
   #refilling: Promise<void> | undefined;
   /** The slot the refill is making now; its index is taken already. */
@@ -103,6 +108,7 @@ export class NetnsSlotPool implements SlotPool {
       capacity,
     );
     this.#size = checkCount("size", options.size ?? 4, capacity);
+    this.#reclaimDelayMs = options.reclaimDelayMs ?? 1_000;
     this.#maxSlots = checkCount("maxSlots", options.maxSlots ?? capacity, capacity);
     if (this.#maxSlots < this.#size) {
       throw new WarrenError(
@@ -207,6 +213,7 @@ export class NetnsSlotPool implements SlotPool {
   }
 
   async #reclaim(slot: NetworkSlot): Promise<void> {
+    await this.#quiet();
     if (slot.destroyed || this.#closed || this.#idle.length >= this.#size) {
       await this.#destroy(slot);
       return;
@@ -225,9 +232,29 @@ export class NetnsSlotPool implements SlotPool {
     else this.#idle.push(slot);
   }
 
+  /**
+   * A second before a released slot is reset, cut short by close(): the reset's commands are
+   * spawned from the server's process, whose event loop each spawn holds for milliseconds —
+   * measured, a resume straight after a pause lost ~50 ms to them. Its sandbox's next start
+   * takes another slot meanwhile.
+   */
+  #quiet(): Promise<void> {
+    if (this.#closed || this.#reclaimDelayMs <= 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.#waking.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, this.#reclaimDelayMs);
+      this.#waking.add(done);
+    });
+  }
+
   /** Removes every slot, idle and in use. The pool cannot be used afterwards. */
   async close(): Promise<void> {
     this.#closed = true;
+    for (const wake of [...this.#waking]) wake();
     await this.#refilling;
     await Promise.allSettled(this.#releasing);
     const slots = [...this.#idle.splice(0), ...this.#inUse];
