@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import pino from "pino";
 import { PostgresCluster } from "../catalog/index.js";
 import { loadConfig } from "../shared/config.js";
+import { exitOnSignals } from "../shared/exit-on-signals.js";
 import { logDestination } from "../shared/log-destination.js";
 import { Authenticator } from "../tenancy/index.js";
 import { type ClusterCredentials, loadClusterCredentials } from "../tls/index.js";
@@ -56,24 +57,7 @@ async function main(): Promise<void> {
     maxQueued: config.gatewayMaxQueued,
     idleTimeoutMs: config.proxyIdleTimeoutMs,
   });
-  let stopping = false;
-  for (const signal of ["SIGINT", "SIGTERM"] as const) {
-    process.on(signal, () => {
-      if (stopping) return;
-      stopping = true;
-      logger.info({ signal }, "gateway.stopping");
-      gateway
-        .close()
-        .then(() => cluster.close())
-        .then(
-          () => process.exit(0),
-          (err: unknown) => {
-            logger.error({ err }, "gateway.close_failed");
-            process.exit(1);
-          },
-        );
-    });
-  }
+  exitOnSignals(logger, "gateway", () => gateway.close().then(() => cluster.close()));
 }
 
 void main().catch((err: unknown) => {

@@ -1,5 +1,6 @@
 import pino from "pino";
 import { loadConfig, loggableConfig } from "../shared/config.js";
+import { exitOnSignals } from "../shared/exit-on-signals.js";
 import { logDestination } from "../shared/log-destination.js";
 import { startNodeServer } from "./node-server.js";
 
@@ -23,20 +24,6 @@ export async function runNodeServer(
   );
   logger.info({ config: loggableConfig(config) }, "server.config");
   const server = await startNodeServer(config, logger, options);
-  let stopping = false;
-  for (const signal of ["SIGINT", "SIGTERM"] as const) {
-    process.on(signal, () => {
-      if (stopping) return;
-      stopping = true;
-      logger.info({ signal }, "server.stopping");
-      server.close().then(
-        () => process.exit(0),
-        (err: unknown) => {
-          logger.error({ err }, "server.close_failed");
-          process.exit(1);
-        },
-      );
-    });
-  }
+  exitOnSignals(logger, "server", () => server.close());
   server.ready.catch(() => process.exit(1));
 }

@@ -111,6 +111,11 @@ function identityOf(stat: { dev: bigint; ino: bigint; size: bigint; ctimeNs: big
   return `${stat.dev}:${stat.ino}:${stat.size}:${stat.ctimeNs}`;
 }
 
+/** Whether a file is as sealing leaves it: a plain file, root's, read-only. */
+function isSealed(stat: { isFile(): boolean; uid: bigint; mode: bigint }): boolean {
+  return stat.isFile() && stat.uid === 0n && (Number(stat.mode) & 0o222) === 0;
+}
+
 /**
  * Checks a snapshot's files against what the catalog recorded when it was sealed. Hashing a
  * memory image on every restore would cost more than the restore, so a file whose identity
@@ -145,8 +150,7 @@ export class SnapshotVerifier {
       if (!handle) return false;
       try {
         const stat = await handle.stat({ bigint: true });
-        const sealedStill = stat.isFile() && stat.uid === 0n && (Number(stat.mode) & 0o222) === 0;
-        if (!sealedStill || identityOf(stat) !== identity) return false;
+        if (!isSealed(stat) || identityOf(stat) !== identity) return false;
       } finally {
         await handle.close();
       }
@@ -167,8 +171,7 @@ export class SnapshotVerifier {
       const handle = await openPlainFile(path, 2);
       try {
         const stat = await handle.stat({ bigint: true });
-        if (stat.uid !== 0n || (Number(stat.mode) & 0o222) !== 0)
-          throw new VmmError(`${path} is not sealed (root's, read-only)`);
+        if (!isSealed(stat)) throw new VmmError(`${path} is not sealed (root's, read-only)`);
         sealed.push({ name, ...(await sha256Of(handle)) });
         this.#verified.set(path, identityOf(stat));
       } finally {
@@ -188,7 +191,7 @@ export class SnapshotVerifier {
       });
       try {
         const stat = await handle.stat({ bigint: true });
-        if (!stat.isFile() || stat.uid !== 0n || (Number(stat.mode) & 0o222) !== 0)
+        if (!isSealed(stat))
           throw new SnapshotTamperedError(`${path} is no longer root's read-only file`);
         const identity = identityOf(stat);
         if (this.#verified.get(path) === identity) continue;
