@@ -28,6 +28,7 @@ import { runPoolOptions } from "../test/helpers/run-env.js";
 import { startServer, type TestServer } from "../test/helpers/server.js";
 import { DEFAULT_PROBE, probe, QUICK_PROBE, splitRows } from "./lib/api-probe.js";
 import { report, type Summary, summarize } from "./lib/report.js";
+import { vmmProcesses } from "./lib/vmm-processes.js";
 
 const N = Number(process.env.BENCH_CREATES ?? 10);
 const DENSITY = Number(process.env.BENCH_DENSITY ?? 150);
@@ -85,27 +86,6 @@ async function concurrentCreates(clients: number): Promise<void> {
   );
   extra[`throughput_${clients}_per_s`] = Math.round((clients / wallMs) * 1000 * 100) / 100;
   await Promise.all(results.map(([s]) => s.kill()));
-}
-
-/** PSS (KiB) and CPU ticks of every QEMU whose command line names the server's run dir. */
-function vmmProcesses(runDir: string): { pid: number; pssKiB: number; ticks: number }[] {
-  const found = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    let cmdline = "";
-    try {
-      cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8");
-    } catch {
-      continue;
-    }
-    if (!cmdline.startsWith("qemu-system") || !cmdline.includes(runDir)) continue;
-    const rollup = readFileSync(`/proc/${entry}/smaps_rollup`, "utf8");
-    const pssKiB = Number(/^Pss:\s+(\d+)/m.exec(rollup)?.[1] ?? 0);
-    const stat = readFileSync(`/proc/${entry}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
-    const ticks = Number(stat[11]) + Number(stat[12]);
-    found.push({ pid: Number(entry), pssKiB, ticks });
-  }
-  return found;
 }
 
 /**

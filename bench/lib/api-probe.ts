@@ -3,11 +3,11 @@
 // fork ×16 until every child answers, idle PSS per VMM, and Python in the guest. Each API
 // operation's time is split (api, orchestrator, network, jail, vmm, guest) from the
 // server's `api.request` lines.
-import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import type { LogLine, TestServer } from "../../test/helpers/server.js";
 import { type Summary, summarize } from "./report.js";
+import { vmmProcesses } from "./vmm-processes.js";
 
 const since = (t: number) => performance.now() - t;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -86,23 +86,6 @@ function splitOf(logs: readonly LogLine[], from: number) {
     for (const name of [...names].sort()) phases[op][name] = of("phases", name);
   }
   return { split, phases };
-}
-
-/** PSS (MiB) of every QEMU whose command line names the server's run dir. */
-export function vmmPssMiB(runDir: string): number[] {
-  const found: number[] = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8");
-      if (!cmdline.startsWith("qemu-system") || !cmdline.includes(runDir)) continue;
-      const rollup = readFileSync(`/proc/${entry}/smaps_rollup`, "utf8");
-      found.push(Number(/^Pss:\s+(\d+)/m.exec(rollup)?.[1] ?? 0) / 1024);
-    } catch {
-      // The process ended while we looked.
-    }
-  }
-  return found;
 }
 
 /** Polls the sandbox's port 8000 through the proxy (E2B's routing headers) until it answers. */
@@ -240,7 +223,11 @@ export async function probe(
     const idle: Sandbox[] = [];
     for (let i = 0; i < counts.idle; i++) idle.push(await Sandbox.create({ timeoutMs: 600_000 }));
     await sleep(30_000); // guests settle after a restore (envd's GC, deferred kernel work)
-    row(`idle PSS per VMM, ${counts.idle} held`, vmmPssMiB(join(server.dataDir, "run")), "MiB");
+    row(
+      `idle PSS per VMM, ${counts.idle} held`,
+      vmmProcesses(join(server.dataDir, "run")).map((p) => p.pssKiB / 1024),
+      "MiB",
+    );
     await Promise.all(idle.map((s) => s.kill()));
   }
 
