@@ -229,17 +229,25 @@ function ksmdTicks(): number | undefined {
 // with earlier runs.
 const poolSize = 2;
 const fixedPool = { WARREN_POOL_SIZE: String(poolSize), WARREN_POOL_MAX_PER_TEMPLATE: "0" };
+// Pauses keep their VMMs as they do by default (the tests' servers turn that off).
+const PAUSE_KEEP_MS = "30000";
 // ---- targets: contained, then uncontained (benchmark-only entry point) -----------------
 {
   const counts = process.env.BENCH_QUICK === "1" ? QUICK_PROBE : DEFAULT_PROBE;
-  const contained = await startServer({ WARREN_LOG_LEVEL: "info", ...fixedPool });
+  const settings = { WARREN_LOG_LEVEL: "info", ...fixedPool, WARREN_PAUSE_KEEP_MS: PAUSE_KEEP_MS };
+  const contained = await startServer(settings);
   const on = await probe(contained, "", counts).finally(() => contained.stop());
-  const bare = await startServer(
-    { WARREN_LOG_LEVEL: "info", ...fixedPool },
-    { entry: [process.execPath, "--import", "tsx", "bench/lib/uncontained-server.ts"] },
-  );
+  const bare = await startServer(settings, {
+    entry: [process.execPath, "--import", "tsx", "bench/lib/uncontained-server.ts"],
+  });
   const off = await probe(bare, " (containment off)", counts).finally(() => bare.stop());
-  rows.push(...on.rows, ...splitRows(on, ""), ...off.rows);
+  // Every resume a restore: what a resume costs once its kept VMM is gone.
+  const notKept = await startServer({ ...settings, WARREN_PAUSE_KEEP_MS: "0" });
+  const restores = await probe(notKept, " (no VMM kept: restores)", counts, true).finally(() =>
+    notKept.stop(),
+  );
+  rows.push(...on.rows, ...splitRows(on, ""), ...off.rows, ...restores.rows);
+  rows.push(...splitRows(restores, " (no VMM kept: restores)"));
   extra.split = on.split;
   extra.phases = on.phases;
   extra.splitContainmentOff = off.split;

@@ -102,11 +102,15 @@ async function untilServing(server: TestServer, sandbox: Sandbox, t: number): Pr
   throw new Error("python3 -m http.server never answered");
 }
 
-/** Runs every operation once per count against `server`; rows are named with `label`. */
+/**
+ * Runs every operation once per count against `server`; rows are named with `label`.
+ * `resumesOnly`: commands, pauses and resumes alone (a server whose pauses keep no VMM).
+ */
 export async function probe(
   server: TestServer,
   label: string,
   counts: ProbeCounts = DEFAULT_PROBE,
+  resumesOnly = false,
 ): Promise<ProbeResult> {
   const rows: Summary[] = [];
   const mark = server.logs.length;
@@ -116,7 +120,7 @@ export async function probe(
   // ---- creates, back to back -----------------------------------------------------------
   const createApi: number[] = [];
   const createToCommand: number[] = [];
-  for (let i = 0; i < counts.creates; i++) {
+  for (let i = 0; i < (resumesOnly ? 0 : counts.creates); i++) {
     const t = performance.now();
     const sandbox = await Sandbox.create();
     createApi.push(since(t));
@@ -124,8 +128,10 @@ export async function probe(
     createToCommand.push(since(t));
     await sandbox.kill();
   }
-  row("create (API call)", createApi);
-  row("create → first command, back to back", createToCommand);
+  if (!resumesOnly) {
+    row("create (API call)", createApi);
+    row("create → first command, back to back", createToCommand);
+  }
 
   // ---- commands, pause and resume on one sandbox ---------------------------------------
   const sandbox = await Sandbox.create({ timeoutMs: 600_000 });
@@ -182,6 +188,8 @@ export async function probe(
     row("resume 100 MB working set → all of it read", fullRead);
     await heavy.kill();
   }
+
+  if (resumesOnly) return { rows, ...splitOf(server.logs, mark) };
 
   // ---- fork -----------------------------------------------------------------------------
   {

@@ -101,6 +101,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
       route: request.routeOptions.url ?? "(none)",
       status: reply.statusCode,
       durationMs: Math.round(reply.elapsedTime),
+      ...sandboxOf(request.params),
     };
     const split = requestSplit(request, reply.elapsedTime);
     if (reply.statusCode >= 500) request.log.warn({ ...fields, ...split }, "api.request");
@@ -162,4 +163,10 @@ function acceptJsonOnly(app: FastifyInstance): void {
 /** 503 (with Retry-After) until the service is ready: the SDK reports ServiceBusyError. */
 function checkReady(service: SandboxService): void {
   assertReady(service.status());
+}
+
+/** The sandbox a request names (`:sandboxID`), for its line. */
+function sandboxOf(params: unknown): { sandboxId?: string } {
+  const id = (params as { sandboxID?: unknown } | undefined)?.sandboxID;
+  return typeof id === "string" ? { sandboxId: id } : {};
 }

@@ -41,7 +41,7 @@ export class Capacity {
   #sandboxes = 0;
   #vcpus = 0;
   #memoryMiB = 0;
-  #reclaim: ((shape: MachineShape) => boolean) | undefined;
+  readonly #reclaimers: ((shape: MachineShape) => boolean)[] = [];
 
   /** VMs admitted whose VMM has not started yet: their memory is not yet out of MemAvailable. */
   #starting = 0;
@@ -53,11 +53,12 @@ export class Capacity {
   ) {}
 
   /**
-   * Who gives room back when a reserve would fail (the warm pool, whose VMMs only wait for
-   * a create): asked once per VM it may give up, until the reserve fits or it has none.
+   * Who gives room back when a reserve would fail (paused sandboxes' kept VMMs, the warm
+   * pool's, which only wait for a resume or a create): asked in the order they were added,
+   * once per VM each may give up, until the reserve fits or none has one left.
    */
   reclaimWith(reclaim: (shape: MachineShape) => boolean): void {
-    this.#reclaim = reclaim;
+    this.#reclaimers.push(reclaim);
   }
 
   /** Whether one more VM of this shape fits now, without reclaiming anything. */
@@ -68,7 +69,7 @@ export class Capacity {
   /** Reserves room for one VM; the returned function gives it back (idempotent). */
   reserve(shape: MachineShape): () => void {
     let full = this.#full(shape);
-    while (full && this.#reclaim?.(shape)) full = this.#full(shape);
+    while (full && this.#reclaimers.some((reclaim) => reclaim(shape))) full = this.#full(shape);
     if (full) {
       throw new WarrenError("capacity_exhausted", `node at capacity: ${full}; retry later`);
     }

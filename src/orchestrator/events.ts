@@ -30,7 +30,8 @@ export interface EventFields {
     durationMs: number;
   };
   "sandbox.paused": { sandboxId: string; keepMemory: boolean } & SnapshotTiming;
-  "sandbox.resumed": { sandboxId: string; durationMs: number; reboot: boolean };
+  /** `kept`: its VMM had been kept stopped since the pause (KeptVmms): a `cont`, no restore. */
+  "sandbox.resumed": { sandboxId: string; durationMs: number; reboot: boolean; kept?: boolean };
   /** `reason`: killed, timeout, failed, or `lost: …` (why). */
   "sandbox.killed": { sandboxId: string; reason: string };
   /** Its VMM exited on its own while it ran: it is torn down as lost next. */
@@ -148,15 +149,22 @@ export const LIFECYCLE_EVENTS = {
   "sandbox.paused": {
     level: "info",
     history: {
-      detail: ({ sandboxId: _, keepMemory, ...timing }) => ({
+      detail: ({ sandboxId: _, keepMemory, keptStopped, ...timing }) => ({
         ...timing,
         ...(!keepMemory && { keepMemory }),
+        ...(keptStopped && { keptStopped }),
       }),
     },
   },
   "sandbox.resumed": {
     level: "info",
-    history: { detail: ({ durationMs, reboot }) => ({ durationMs, ...(reboot && { reboot }) }) },
+    history: {
+      detail: ({ durationMs, reboot, kept }) => ({
+        durationMs,
+        ...(reboot && { reboot }),
+        ...(kept && { kept }),
+      }),
+    },
   },
   "sandbox.killed": { level: "info", history: { detail: ({ reason }) => ({ reason }) } },
   "sandbox.vmm_died": { level: "error" },

@@ -7,6 +7,7 @@ import { addPhase, phase } from "../shared/phases.js";
 import type { Vm } from "../vmm/index.js";
 import type { Capacity } from "./capacity.js";
 import type { DiskSpace } from "./disk-space.js";
+import type { KeptVmm, KeptVmms } from "./kept-vmms.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
 import { configOf, type LiveSandbox, sandboxInfo } from "./live-sandbox.js";
 import { egressPolicyOf } from "./network-config.js";
@@ -29,6 +30,8 @@ export interface LifecycleOptions {
   readonly vms: SandboxVms;
   readonly pool: WarmPool;
   readonly snapshots: Snapshots;
+  /** Paused sandboxes' VMMs kept stopped for a quick resume. */
+  readonly kept: KeptVmms;
   /** VMs brought up (restore and /init) at once; more creates, resumes and forks queue. */
   readonly maxConcurrentStarts: number;
   /** How long a start keeps its permit while its guest has not answered /init. */
@@ -99,11 +102,13 @@ export class Lifecycle {
       releaseTeam();
       throw err;
     }
-    const releaseCapacity = () => {
-      releaseTeam();
-      releaseNode();
+    const live: LiveSandbox = {
+      row,
+      releaseTeam,
+      releaseNode,
+      abort: new AbortController(),
+      metrics: [],
     };
-    const live: LiveSandbox = { row, releaseCapacity, abort: new AbortController(), metrics: [] };
     try {
       await catalog.insertSandbox(row);
       crashPoint("lifecycle.launch.after-insert");
@@ -147,7 +152,8 @@ export class Lifecycle {
   }
 
   /**
-   * Under the lock, running: capture to a new snapshot and let the VMM go. Without memory
+   * Under the lock, running: capture to a new snapshot and let the VMM go, or keep it
+   * stopped a while (KeptVmms) so that a resume soon after is a bare `cont`. Without memory
    * (filesystem only), the guest's page cache is written out first and the next resume
    * cold-boots from the disk; the capture is the same (its memory is never restored).
    */
@@ -166,6 +172,7 @@ export class Lifecycle {
         parentId: live.row.snapshotId,
         kind: "pause",
         resume: false,
+        keepStopped: keepMemory && this.#o.kept.enabled,
         publish: true,
       });
     } catch (err) {
@@ -187,7 +194,8 @@ export class Lifecycle {
       config: withPausedMemory(live.row, keepMemory),
     });
     crashPoint("lifecycle.pause.after-paused");
-    await this.#o.vms.release(live);
+    if (timing.keptStopped) this.#o.kept.keep(this.#o.vms.park(live, vm, snapshotId));
+    else await this.#o.vms.release(live);
     crashPoint("lifecycle.pause.after-release");
     await this.#events.emit("sandbox.paused", { sandboxId: live.row.id, keepMemory, ...timing });
   }
@@ -203,28 +211,34 @@ export class Lifecycle {
     if (!snapshotId) {
       throw new WarrenError("internal", `paused sandbox ${live.row.id} has no snapshot`);
     }
-    const { quotas, capacity } = this.#o;
+    const { quotas, capacity, kept } = this.#o;
     const releaseTeam = quotas.reserve(live.row, await quotas.limitsOf(live.row), {
       newDisk: false,
     });
-    let releaseNode: () => void;
+    let parked: KeptVmm | undefined;
     try {
-      releaseNode = capacity.reserve(live.row);
+      parked = await kept.take(live.row.id, snapshotId);
+      if (parked && reboot) {
+        parked.releaseNode();
+        await this.#o.vms.releaseKept(parked);
+        parked = undefined;
+      }
+      live.releaseNode = parked ? parked.releaseNode : capacity.reserve(live.row);
     } catch (err) {
       releaseTeam();
       throw err;
     }
-    live.releaseCapacity = () => {
-      releaseTeam();
-      releaseNode();
-    };
+    live.releaseTeam = releaseTeam;
     live.abort = new AbortController();
     const started = performance.now();
     await this.update(live, { state: "resuming" });
     crashPoint("lifecycle.resume.after-resuming");
     try {
-      const from = reboot && memoryKept ? await this.#flushedDisk(live, snapshotId) : snapshotId;
-      await this.#startVm(live, from, undefined, undefined, reboot);
+      if (parked && !(await this.#continueKept(live, parked))) parked = undefined;
+      if (!parked) {
+        const from = reboot && memoryKept ? await this.#flushedDisk(live, snapshotId) : snapshotId;
+        await this.#startVm(live, from, undefined, undefined, reboot);
+      }
     } catch (err) {
       const killed = live.abort.signal.aborted;
       live.abort = undefined;
@@ -248,7 +262,33 @@ export class Lifecycle {
     crashPoint("lifecycle.resume.after-running");
     this.ttl.arm(live);
     const durationMs = Math.round(performance.now() - started);
-    await this.#events.emit("sandbox.resumed", { sandboxId: live.row.id, durationMs, reboot });
+    await this.#events.emit("sandbox.resumed", {
+      sandboxId: live.row.id,
+      durationMs,
+      reboot,
+      kept: parked !== undefined,
+    });
+  }
+
+  /**
+   * A kept VMM runs again where its pause stopped it (its exit is still watched: the same VM
+   * object as before the pause), then takes /init like a restored one: the clock moved on.
+   */
+  async #continueKept(live: LiveSandbox, parked: KeptVmm): Promise<boolean> {
+    const { vms } = this.#o;
+    vms.unpark(live, parked);
+    try {
+      await phase("vmm.cont", () => parked.vm.continue());
+    } catch (err) {
+      // Its VMM died while kept: the snapshot is whole, restore it instead (the node's
+      // share of capacity stays reserved for that).
+      this.#log.warn({ sandboxId: live.row.id, err }, "sandbox.kept_vmm_failed");
+      await vms.releaseVm(live);
+      return false;
+    }
+    await vms.initGuest(live, undefined, live.abort?.signal);
+    live.abort?.signal.throwIfAborted();
+    return true;
   }
 
   /**
@@ -267,10 +307,7 @@ export class Lifecycle {
       kind: "pause",
       resume: false,
     });
-    const capacity = live.releaseCapacity;
-    live.releaseCapacity = undefined;
-    await this.#o.vms.release(live);
-    live.releaseCapacity = capacity;
+    await this.#o.vms.releaseVm(live);
     await this.update(live, { snapshotId: id });
     return id;
   }
@@ -297,6 +334,7 @@ export class Lifecycle {
     this.#stopped.emit("stopped", id);
     await this.update(live, { state: "killing" }).catch(() => {});
     crashPoint("lifecycle.teardown.after-killing");
+    await this.#o.kept.drop(id);
     await this.#o.vms.release(live);
     crashPoint("lifecycle.teardown.after-release");
     await this.update(live, { state: "killed", endedReason: reason, snapshotId: undefined });

@@ -29,7 +29,10 @@ export interface LiveSandbox {
   row: SandboxRow;
   vm?: Vm;
   slot?: Slot;
-  releaseCapacity?: () => void;
+  /** Gives back the team's share of capacity its VM holds (TeamQuotas). */
+  releaseTeam?: () => void;
+  /** Gives back the node's share (Capacity), or the warm pool VMM's it came from. */
+  releaseNode?: () => void;
   /** Aborted by kill while a create or resume is in flight. */
   abort?: AbortController;
   /**

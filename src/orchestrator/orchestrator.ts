@@ -8,6 +8,7 @@ import { Capacity, type CapacityLimits } from "./capacity.js";
 import { DiskSpace, type StatDisk } from "./disk-space.js";
 import { Forks } from "./forks.js";
 import type { GuestAgent } from "./guest-agent.js";
+import { KeptVmms } from "./kept-vmms.js";
 import { ensureLayout, type StateLayout } from "./layout.js";
 import { Lifecycle } from "./lifecycle.js";
 import { type EventListener, type EventSource, LifecycleEvents } from "./lifecycle-events.js";
@@ -73,6 +74,8 @@ export interface OrchestratorOptions {
   readonly maxConcurrentStarts: number;
   /** Warm pools: per template, sized from demand, bounded by memory (WarmPool). */
   readonly pool: PoolSettings;
+  /** Paused sandboxes' VMMs kept stopped for a quick resume (KeptVmms); unset: none kept. */
+  readonly keptVmms?: { readonly keepMs: number; readonly maxKept: number };
   readonly defaultTimeoutMs: number;
   readonly accelerator: { readonly accel: "kvm" | "tcg"; readonly reason: string };
   readonly logger: Logger;
@@ -115,6 +118,7 @@ export class Orchestrator
   readonly #events: LifecycleEvents;
   readonly #table = new SandboxTable();
   readonly #pool: WarmPool;
+  readonly #kept: KeptVmms;
   readonly #capacity: Capacity;
   readonly #disk: DiskSpace;
   readonly #snapshots: Snapshots;
@@ -153,17 +157,6 @@ export class Orchestrator
       shared: options.shared,
       warmSnapshots: () => this.#pool.readyBySnapshot().keys(),
     });
-    this.#pool = new WarmPool({
-      driver,
-      slots,
-      agent,
-      images,
-      layout,
-      capacity,
-      logger,
-      events,
-      ...options.pool,
-    });
     const vms = new SandboxVms({
       catalog,
       driver,
@@ -176,6 +169,25 @@ export class Orchestrator
       snapshotDir: (id) => this.#snapshots.localDir(id),
     });
     this.#vms = vms;
+    // Before the pool's: a reserve that does not fit takes a kept VMM's room first.
+    this.#kept = new KeptVmms({
+      keepMs: options.keptVmms?.keepMs ?? 0,
+      maxKept: options.keptVmms?.maxKept ?? 0,
+      release: (kept) => vms.releaseKept(kept),
+      logger,
+    });
+    capacity.reclaimWith(() => this.#kept.reclaimOne());
+    this.#pool = new WarmPool({
+      driver,
+      slots,
+      agent,
+      images,
+      layout,
+      capacity,
+      logger,
+      events,
+      ...options.pool,
+    });
     this.#sampler = new MetricsSampler({
       table: this.#table,
       agent,
@@ -191,6 +203,7 @@ export class Orchestrator
       vms,
       pool: this.#pool,
       snapshots: this.#snapshots,
+      kept: this.#kept,
       maxConcurrentStarts: options.maxConcurrentStarts,
       startPermitLeaseMs: options.startPermitLeaseMs ?? START_PERMIT_LEASE_MS,
       logger,
@@ -264,6 +277,8 @@ export class Orchestrator
     this.#status = { ...this.#status, phase: "stopping" };
     this.#lifecycle.ttl.close();
     await this.#sampler.stop();
+    // Pauses on the way out keep nothing: their VMMs would only be given up below.
+    await this.#kept.close();
     for (const live of this.#table.values().filter((l) => l.row.state === "running")) {
       await this.pause(live.row.id).catch(async (err: unknown) => {
         this.#log.warn({ sandboxId: live.row.id, err }, "sandbox.pause_on_shutdown_failed");
@@ -278,10 +293,12 @@ export class Orchestrator
 
   /**
    * Resolves once the warm pools are still: no VMM being warmed or given up (a refill due
-   * now runs first). What the node holds is then its sandboxes' and the pooled VMMs' only.
+   * now runs first), no kept VMM being given up. What the node holds is then its sandboxes',
+   * the pooled VMMs' and the kept ones' only.
    */
   async settled(): Promise<void> {
     await this.#pool.settled();
+    await this.#kept.settled();
   }
 
   status(): ServerStatus {

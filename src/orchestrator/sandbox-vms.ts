@@ -8,14 +8,14 @@ import { type Logger, WarrenError } from "../shared/index.js";
 import { phase } from "../shared/phases.js";
 import type { Vm, VmmDriver, VmSpec } from "../vmm/index.js";
 import type { GuestAgent } from "./guest-agent.js";
+import type { KeptVmm } from "./kept-vmms.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
 import type { LiveSandbox } from "./live-sandbox.js";
 import { guestSpec } from "./vm-spec.js";
+import type { WarmVm } from "./warm-pool.js";
 
 /** A cold boot's envd answering, from QEMU's start: ~3.5 s idle under TCG, far more under load. */
 const BOOT_DEADLINE_MS = 180_000;
-
-import type { WarmVm } from "./warm-pool.js";
 
 export interface SandboxVmsOptions {
   readonly catalog: Catalog;
@@ -163,23 +163,66 @@ export class SandboxVms {
     );
   }
 
-  /**
-   * Gives back what a running VM holds: VMM, slot, runtime dir, capacity. Calls to its guest
-   * still in flight are aborted first: nothing waits on a guest that is going.
-   */
+  /** Gives back what a running VM holds: VMM, slot, runtime dir, capacity. */
   async release(live: LiveSandbox): Promise<void> {
+    await this.releaseVm(live);
+    live.releaseTeam?.();
+    live.releaseNode?.();
+    live.releaseTeam = undefined;
+    live.releaseNode = undefined;
+  }
+
+  /** VMM, slot and runtime dir back; the capacity stays reserved, for the start that follows. */
+  async releaseVm(live: LiveSandbox): Promise<void> {
     const { vm, slot } = live;
+    this.#detach(live);
+    await this.#giveBack(live.row.id, vm, slot);
+  }
+
+  /**
+   * A paused sandbox's VMM, stopped after its capture, taken from it with its slot and its
+   * share of the node's capacity (KeptVmms); the team's share is given back, as a pause does.
+   */
+  park(live: LiveSandbox, vm: Vm, snapshotId: string): KeptVmm {
+    const { slot, releaseNode } = live;
+    if (!slot || !releaseNode)
+      throw new WarrenError("internal", `sandbox ${live.row.id} has no slot or capacity to keep`);
+    this.#detach(live);
+    live.releaseTeam?.();
+    live.releaseTeam = undefined;
+    live.releaseNode = undefined;
+    return { sandboxId: live.row.id, snapshotId, vm, slot, releaseNode };
+  }
+
+  /** A kept VMM back into its sandbox: the resume's `cont` and /init come next. */
+  unpark(live: LiveSandbox, kept: KeptVmm): void {
+    live.vm = kept.vm;
+    live.slot = kept.slot;
+    live.releaseNode = kept.releaseNode;
+    live.guestCalls = new AbortController();
+  }
+
+  /** Gives a kept VMM's VM and slot back (its capacity is KeptVmms'). */
+  releaseKept(kept: KeptVmm): Promise<void> {
+    return this.#giveBack(kept.sandboxId, kept.vm, kept.slot);
+  }
+
+  /** Calls to its guest still in flight are aborted: nothing waits on a guest that is going. */
+  #detach(live: LiveSandbox): void {
     live.guestCalls?.abort(new WarrenError("guest_unavailable", `sandbox ${live.row.id} stopped`));
     live.guestCalls = undefined;
     live.vm = undefined;
     live.slot = undefined;
+  }
+
+  async #giveBack(sandboxId: string, vm: Vm | undefined, slot: Slot | undefined): Promise<void> {
     const log = this.#o.logger;
     if (vm) {
       await phase("vmm.destroy", () => vm.destroy()).catch((err: unknown) =>
         log.warn({ err }, "vm.destroy_failed"),
       );
     }
-    await phase("jail.cleanup", () => this.#discard(runtimeDir(this.#o.layout, live.row.id)));
+    await phase("jail.cleanup", () => this.#discard(runtimeDir(this.#o.layout, sandboxId)));
     // The slot's reset (its policy, its connections forgotten: several commands) need not
     // hold up the caller: the pool finishes it before the slot's next tenant, or at close.
     if (slot) {
@@ -187,8 +230,6 @@ export class SandboxVms {
         .release(slot)
         .catch((err: unknown) => log.warn({ err }, "network.slot_release_failed"));
     }
-    live.releaseCapacity?.();
-    live.releaseCapacity = undefined;
   }
 
   /**

@@ -70,6 +70,8 @@ export interface CaptureInput {
   readonly names?: readonly string[];
   /** Keep the VM running (fork, named snapshot) or let its VMM go (pause, template). */
   readonly resume: boolean;
+  /** A pause: keep the VMM stopped (Vm.snapshot's `keepStopped`; the timing says if it was). */
+  readonly keepStopped?: boolean;
   /**
    * Publish it (and what it stands on) to the shared store in the background, so another
    * node can restore it: pauses, templates and persistent snapshots, not fork points.
@@ -134,7 +136,9 @@ export class Snapshots {
     const dir = snapshotDir(this.#o.layout, id);
     let timing: SnapshotTiming;
     try {
-      timing = await phase("vmm.snapshot", () => vm.snapshot(dir, { resume: input.resume }));
+      timing = await phase("vmm.snapshot", () =>
+        vm.snapshot(dir, { resume: input.resume, keepStopped: input.keepStopped }),
+      );
       crashPoint("snapshots.capture.after-snapshot");
     } catch (err) {
       await rm(dir, { recursive: true, force: true });

@@ -228,6 +228,7 @@ function newOrchestrator(
       idleMs: config.poolIdleMs,
       minAvailableMiB: config.poolMinAvailableMiB,
     },
+    keptVmms: { keepMs: config.pauseKeepMs, maxKept: config.pauseKeepMax },
     accelerator: { accel: parts.vmm.accelerator.accel, reason: parts.vmm.accelerator.reason },
     logger: logger.child({ component: "orchestrator" }),
     shared: parts.cluster && sharedSnapshots(input, parts.cluster),

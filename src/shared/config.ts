@@ -372,6 +372,20 @@ const SETTINGS = {
     parse: int(0),
     expects: "a non-negative integer (MiB)",
   },
+  pauseKeepMs: {
+    env: "WARREN_PAUSE_KEEP_MS",
+    doc: "After a pause (with memory), its VMM stays stopped this long, holding its network slot and its share of the node's capacity, so that a resume within it is a `cont` (no restore, and under TCG its translated code still warm). The snapshot is written all the same; a create or resume that needs the room takes it first (0: a pause lets its VMM go at once).",
+    default: () => 30_000,
+    parse: int(0, 3_600_000),
+    expects: "milliseconds 0..3600000",
+  },
+  pauseKeepMax: {
+    env: "WARREN_PAUSE_KEEP_MAX",
+    doc: "Most paused sandboxes' VMMs kept stopped at once (WARREN_PAUSE_KEEP_MS); past it the longest kept goes first.",
+    default: () => 16,
+    parse: int(0, 1_000),
+    expects: "an integer 0..1000",
+  },
   slotPoolSize: {
     env: "WARREN_SLOT_POOL_SIZE",
     doc: "Network slots kept ready ahead of need.",

@@ -69,6 +69,8 @@ export interface SnapshotTiming {
   readonly memoryMs: number;
   readonly diskMs: number;
   readonly dirtyPages: number;
+  /** The VMM stayed, stopped, for a `continue()` (asked with `keepStopped` and granted). */
+  readonly keptStopped?: boolean;
 }
 
 export interface ExitInfo {
@@ -90,9 +92,15 @@ export interface Vm {
   /**
    * Captures the VM into `dir` (memory image, device state, frozen disk, meta.json) and seals
    * it (root's, read-only). With `resume`, the VM continues afterwards on a fresh overlay
-   * (fork); otherwise the VMM exits (pause) and its CPU and private memory are released.
+   * (fork). With `keepStopped` (a pause whose VMM is kept for a quick resume), it stays
+   * stopped on a fresh overlay until `continue()` or `destroy()`, where that is cheap (a
+   * restored VM; a booted one's RAM would have to be copied, so it exits):
+   * `SnapshotTiming.keptStopped` says which. Otherwise the VMM exits (pause) and its CPU
+   * and private memory are released. A failed capture leaves the VM running.
    */
-  snapshot(dir: string, opts: { resume: boolean }): Promise<SnapshotTiming>;
+  snapshot(dir: string, opts: { resume: boolean; keepStopped?: boolean }): Promise<SnapshotTiming>;
+  /** Runs a VM kept stopped by `snapshot(…, { keepStopped: true })` again. */
+  continue(): Promise<void>;
   /** Stops the VMM and removes the runtime directory. */
   destroy(): Promise<void>;
 }

@@ -60,6 +60,7 @@ export type FakeNodeSettings = Partial<
     | "startPermitLeaseMs"
     | "metricsIntervalMs"
     | "teamLimits"
+    | "keptVmms"
   >
 > & {
   readonly maxSandboxes?: number;
@@ -238,6 +239,7 @@ export class FakeNode {
       envdDeadlineMs: s.envdDeadlineMs ?? 2_000,
       startPermitLeaseMs: s.startPermitLeaseMs,
       metricsIntervalMs: s.metricsIntervalMs,
+      keptVmms: s.keptVmms,
       teamLimits: s.teamLimits,
       templateSettleMs: 0,
     });

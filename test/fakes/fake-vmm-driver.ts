@@ -112,7 +112,10 @@ export class FakeVm implements Vm {
     return this.#gone;
   }
 
-  async snapshot(dir: string, opts: { resume: boolean }): Promise<SnapshotTiming> {
+  async snapshot(
+    dir: string,
+    opts: { resume: boolean; keepStopped?: boolean },
+  ): Promise<SnapshotTiming> {
     if (this.#gone) throw new VmmError("the VMM is gone", this.id);
     const fault = this.driver.takeSnapshotFault();
     if (fault === "crash") {
@@ -127,9 +130,16 @@ export class FakeVm implements Vm {
     await writeFile(join(dir, GUEST_FILE), JSON.stringify(this.guest));
     // Sealed, as QEMU's captures are: read-only.
     for (const name of [META_FILE, GUEST_FILE]) await chmod(join(dir, name), 0o444);
-    this.driver.captures.push({ vmId: this.id, dir, resume: opts.resume });
-    if (!opts.resume) this.#end({ expected: true, reason: "quit after the capture" });
-    return { pausedMs: 1, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0 };
+    const keptStopped = !opts.resume && opts.keepStopped === true;
+    this.driver.captures.push({ vmId: this.id, dir, resume: opts.resume, keptStopped });
+    if (keptStopped) this.running = false;
+    else if (!opts.resume) this.#end({ expected: true, reason: "quit after the capture" });
+    return { pausedMs: 1, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0, keptStopped };
+  }
+
+  async continue(): Promise<void> {
+    if (this.#gone) throw new VmmError("the VMM is gone", this.id);
+    this.running = true;
   }
 
   async destroy(): Promise<void> {
@@ -155,7 +165,7 @@ export class FakeVmmDriver implements VmmDriver {
   readonly accel: Accelerator = "tcg";
   /** VMs whose VMM has not exited, started by any orchestrator using this driver. */
   readonly alive = new Set<FakeVm>();
-  readonly captures: { vmId: string; dir: string; resume: boolean }[] = [];
+  readonly captures: { vmId: string; dir: string; resume: boolean; keptStopped: boolean }[] = [];
   boots = 0;
   restores = 0;
   /** What bootDrift reports for every snapshot (undefined: no drift; an Error: thrown). */

@@ -77,6 +77,9 @@ export function runServerEnv(): Record<string, string> {
     WARREN_NETWORK_CIDR: env.networkCidr,
     WARREN_VMM_UID_BASE: String(runVmmUidBase()),
     WARREN_VMM_UID_COUNT: String(RUN_VMM_UID_COUNT),
+    // Pauses let their VMMs go, as the tests of pause and resume expect (what a paused
+    // sandbox holds, a restore's path); test/e2e/kept-vmms.test.ts turns keeping on.
+    WARREN_PAUSE_KEEP_MS: "0",
   };
 }
 

@@ -66,6 +66,7 @@ export class ScribeVm {
       consoleTail: () => "",
       exited: new Promise<ExitInfo>(() => {}),
       snapshot: (dir) => this.snapshot(dir),
+      continue: async () => {},
       destroy: async () => {},
     };
   }

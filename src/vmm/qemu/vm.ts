@@ -105,7 +105,13 @@ export class QemuVm implements Vm {
     return this.proc.console.text();
   }
 
-  async snapshot(dir: string, opts: { resume: boolean }): Promise<SnapshotTiming> {
+  async snapshot(
+    dir: string,
+    opts: { resume: boolean; keepStopped?: boolean },
+  ): Promise<SnapshotTiming> {
+    // A restored VM's RAM stays the base image it maps, so staying costs nothing; a booted
+    // one's is its own file, which a capture it outlives must copy.
+    const stay = !opts.resume && opts.keepStopped === true && !this.memory.shared;
     // What the capture stands on, by name: refused here, before the guest stops, unless
     // those snapshots lie beside `dir`.
     const diskBacking = backingRecord(dir, this.backing);
@@ -132,13 +138,15 @@ export class QemuVm implements Vm {
         const t = performance.now();
         return [await fn(), performance.now() - t];
       };
-      if (opts.resume) {
+      if (opts.resume || stay) {
         // Disk first: switching overlays syncs the old one, and a sync after the diff is
         // written would wait for the diff's pages to reach the disk too (ext4 ordered mode).
         [, diskMs] = await timed(() => this.#freezeDisk(dir));
         [memory, memoryMs] = await timed(() => this.#captureMemory(dir, true));
-        await this.qmp.execute("cont");
-        resumed = true;
+        if (opts.resume) {
+          await this.qmp.execute("cont");
+          resumed = true;
+        }
       } else {
         [memory, memoryMs] = await timed(() => this.#captureMemory(dir, false));
         [, diskMs] = await timed(async () => {
@@ -168,16 +176,21 @@ export class QemuVm implements Vm {
         diskBacking,
         createdAt: new Date().toISOString(),
       });
-      // A fork's frozen disk keeps its second name (the running VMM's old overlay) until
-      // the VM is gone; it is sealed all the same, and QEMU holds it read-only.
-      this.#verifier.sealed(dir, await sealSnapshot(dir, opts.resume ? { [DISK_FILE]: 2 } : {}));
-      return { pausedMs, deviceStateMs, memoryMs, diskMs, dirtyPages: memory.diffPages };
+      // A frozen disk under a VMM that stays (fork, kept pause) keeps its second name (the
+      // VMM's old overlay) until the VM is gone; sealed all the same, QEMU holds it read-only.
+      const frozenLinks: Record<string, number> = opts.resume || stay ? { [DISK_FILE]: 2 } : {};
+      this.#verifier.sealed(dir, await sealSnapshot(dir, frozenLinks));
+      const dirtyPages = memory.diffPages;
+      return { pausedMs, deviceStateMs, memoryMs, diskMs, dirtyPages, keptStopped: stay };
     } catch (err) {
-      if (opts.resume && !resumed && this.proc.running) {
-        await this.qmp.execute("cont").catch(() => {});
-      }
+      // The sandbox goes on running when its capture fails: its guest must not stay frozen.
+      if (!resumed && this.proc.running) await this.qmp.execute("cont").catch(() => {});
       throw err;
     }
+  }
+
+  async continue(): Promise<void> {
+    await this.qmp.execute("cont");
   }
 
   /**
