@@ -41,6 +41,25 @@ it("toWarrenError keeps WarrenErrors and maps errno codes, keeping the cause", (
   assert.equal(toWarrenError("boom").reason, "internal");
 });
 
+it("toWarrenError maps fs.cp's refusals (a move across filesystems) to 4xx, not internal", async () => {
+  // Found by the envd fuzz (seed 829086913): Move of a directory onto /proc/self/environ.
+  const { cp, mkdir, mkdtemp, writeFile, rm } = await import("node:fs/promises");
+  const { join } = await import("node:path");
+  const { tmpdir } = await import("node:os");
+  const dir = await mkdtemp(join(tmpdir(), "warren-cp-"));
+  try {
+    await writeFile(join(dir, "file"), "x");
+    await mkdir(join(dir, "directory"));
+    const err = await cp(join(dir, "directory"), join(dir, "file"), { recursive: true }).catch(
+      (e: unknown) => e,
+    );
+    assert.equal((err as NodeJS.ErrnoException).code, "ERR_FS_CP_DIR_TO_NON_DIR");
+    assert.equal(toWarrenError(err).status, 400, String(err));
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
 it("docs/errors.md carries the current tables", async () => {
   const doc = await readFile(new URL("../../docs/errors.md", import.meta.url), "utf8");
   assert.ok(doc.includes(describeErrors()), "regenerate the tables in docs/errors.md");

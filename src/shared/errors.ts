@@ -255,6 +255,15 @@ const ERRNO_KINDS: Record<string, ErrorKind> = {
   EDQUOT: "insufficient_storage",
   EMFILE: "resource_exhausted",
   ENFILE: "resource_exhausted",
+  // fs.cp's own codes (a move across filesystems copies): what was asked cannot be done.
+  ERR_FS_CP_DIR_TO_NON_DIR: "invalid_argument",
+  ERR_FS_CP_NON_DIR_TO_DIR: "invalid_argument",
+  ERR_FS_CP_EINVAL: "invalid_argument",
+  ERR_FS_CP_EEXIST: "already_exists",
+  ERR_FS_CP_SOCKET: "invalid_argument",
+  ERR_FS_CP_FIFO_PIPE: "invalid_argument",
+  ERR_FS_CP_SYMLINK_TO_SUBDIRECTORY: "invalid_argument",
+  ERR_FS_EISDIR: "invalid_argument",
 };
 
 /** Wraps anything thrown into a WarrenError, mapping Node's errno codes; keeps the cause. */
