@@ -22,6 +22,7 @@ const BENCHES = {
   gateway: ["gateway.ts", false],
   "cross-node": ["cross-node.ts", true],
   "resume-split": ["resume-split.ts", true],
+  "guest-latency": ["guest-latency.ts", true],
   observability: ["observability.ts", false],
 };
 

@@ -26,7 +26,15 @@ export interface KeptVmmsOptions {
   readonly logger: Logger;
 }
 
-type Reason = "expired" | "full" | "capacity" | "stale" | "killed" | "exited" | "closing";
+type Reason =
+  | "expired"
+  | "full"
+  | "capacity"
+  | "stale"
+  | "killed"
+  | "reboot"
+  | "exited"
+  | "closing";
 
 /**
  * The VMMs paused sandboxes left stopped, for a while. The snapshot each pause wrote is

@@ -217,13 +217,10 @@ export class Lifecycle {
     });
     let parked: KeptVmm | undefined;
     try {
-      parked = await kept.take(live.row.id, snapshotId);
-      if (parked && reboot) {
-        parked.releaseNode();
-        await this.#o.vms.releaseKept(parked);
-        parked = undefined;
-      }
-      live.releaseNode = parked ? parked.releaseNode : capacity.reserve(live.row);
+      // A reboot boots afresh from the disk: a kept VMM is of no use to it.
+      if (reboot) await kept.drop(live.row.id, "reboot");
+      else parked = await kept.take(live.row.id, snapshotId);
+      live.releaseNode = parked?.releaseNode ?? capacity.reserve(live.row);
     } catch (err) {
       releaseTeam();
       throw err;
