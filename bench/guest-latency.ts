@@ -1,7 +1,9 @@
 // Exploratory: where a command's time goes inside the guest under TCG.
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { startServer } from "../test/helpers/server.js";
+import { vmmProcesses } from "./lib/vmm-processes.js";
 
 const server = await startServer({ WARREN_LOG_LEVEL: "info" });
 const since = (t: number) => Math.round(performance.now() - t);
@@ -33,7 +35,7 @@ cat /proc/$(pgrep -f envd | head -1)/status | grep -i 'vm\|rss'
   const idle: Sandbox[] = [];
   for (let i = 0; i < 4; i++) idle.push(await Sandbox.create({ timeoutMs: 600_000 }));
   await new Promise((resolve) => setTimeout(resolve, 30_000));
-  for (const pid of qemuPids(server.dataDir)) {
+  for (const { pid } of vmmProcesses(join(server.dataDir, "run"))) {
     const maps = readFileSync(`/proc/${pid}/smaps`, "utf8").split("\n");
     const byMapping: { name: string; sizeKiB: number; pssKiB: number; anonKiB: number }[] = [];
     let current: { name: string; sizeKiB: number; pssKiB: number; anonKiB: number } | undefined;
@@ -63,18 +65,4 @@ cat /proc/$(pgrep -f envd | head -1)/status | grep -i 'vm\|rss'
   await Promise.all(idle.map((s) => s.kill()));
 } finally {
   await server.stop();
-}
-
-function qemuPids(dataDir: string): number[] {
-  return readdirSync("/proc")
-    .filter((e) => /^\d+$/.test(e))
-    .filter((pid) => {
-      try {
-        const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-        return cmd.startsWith("qemu-system") && cmd.includes(dataDir);
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
 }

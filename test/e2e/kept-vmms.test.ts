@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { describe, it } from "node:test";
 import { Sandbox } from "e2b";
-import { useServer } from "../helpers/server.js";
+import { useServer, waitFor } from "../helpers/server.js";
 
 const server = useServer({
   WARREN_LOG_LEVEL: "info", // api.request lines, with each operation's phases
@@ -40,16 +40,8 @@ async function connectPhases(sandboxId: string, nth: number): Promise<Record<str
         String(l.route).endsWith("/connect"),
     );
   // The line is written as the response goes out: it may trail the SDK's return a little.
-  await until(() => connects().length >= nth, `connect ${nth} of ${sandboxId} logged`);
+  await waitFor(`connect ${nth} of ${sandboxId} logged`, () => connects().length >= nth);
   return (connects()[nth - 1]?.phases ?? {}) as Record<string, number>;
-}
-
-async function until(check: () => boolean, what: string): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  while (!check()) {
-    if (Date.now() > deadline) assert.fail(`not within 30 s: ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
 }
 
 describe("paused sandboxes' kept VMMs", () => {
@@ -106,7 +98,7 @@ describe("paused sandboxes' kept VMMs", () => {
       await first.pause();
       assert.equal(qemusOf(first.sandboxId).length, 1, "kept");
       await second.pause(); // one kept at most: the first's goes
-      await until(() => qemusOf(first.sandboxId).length === 0, "the first's QEMU exits");
+      await waitFor("the first's QEMU exits", () => qemusOf(first.sandboxId).length === 0);
       assert.equal(qemusOf(second.sandboxId).length, 1);
       assert.ok(
         server.logs.some(
