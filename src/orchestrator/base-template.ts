@@ -111,7 +111,7 @@ async function staleReason(
   try {
     return await driver.bootDrift(snapshot.dir, spec);
   } catch (err) {
-    // A capture of an older snapshot format: it could not be restored, so it is stale too.
+    // A capture this host cannot restore (an older format, another QEMU or CPU model) is stale.
     if (err instanceof SnapshotMismatchError) return err.message;
     throw err;
   }

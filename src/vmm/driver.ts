@@ -155,7 +155,9 @@ export interface VmmDriver {
   /**
    * Why a boot of `spec` here would differ from the boot the snapshot's guest came from (its
    * kernel command line, e.g. after a settings change), or undefined when it would not. A
-   * template with drift still restores; it is just no longer what a rebuild would make.
+   * template with such drift still restores; it is just no longer what a rebuild would make.
+   * Throws SnapshotMismatchError when the snapshot cannot be restored here at all (another
+   * QEMU, CPU model or kernel: after an upgrade).
    */
   bootDrift(snapshotDir: string, spec: VmSpec): Promise<string | undefined>;
   /**

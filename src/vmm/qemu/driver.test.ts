@@ -4,7 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import type { VmSpec } from "../driver.js";
-import { SnapshotTamperedError } from "../errors.js";
+import { SnapshotMismatchError, SnapshotTamperedError } from "../errors.js";
+import { cpuModel } from "./args.js";
 import { QemuDriver } from "./driver.js";
 import { Qcow2DiskChains } from "./qcow2-disk-chains.js";
 import { SNAPSHOT_FORMAT_VERSION, type SnapshotMeta, writeSnapshotMeta } from "./snapshot-meta.js";
@@ -30,7 +31,7 @@ const spec: VmSpec = {
 const meta = (kernelCommandLine?: string): SnapshotMeta => ({
   formatVersion: SNAPSHOT_FORMAT_VERSION,
   accel: "tcg",
-  cpuModel: "max",
+  cpuModel: cpuModel("tcg"),
   qemuVersion: "q",
   kernel: "6.1",
   images: "f",
@@ -57,7 +58,7 @@ describe("QemuDriver.bootDrift", () => {
     await writeSnapshotMeta(dir, meta(commandLine));
     return dir;
   };
-  const driver = (options: { guestAslr?: boolean; tscKhz?: number } = {}) =>
+  const driver = (options: { guestAslr?: boolean; tscKhz?: number; qemuVersion?: string } = {}) =>
     new QemuDriver({
       accel: "tcg",
       qemuVersion: "q",
@@ -89,6 +90,15 @@ describe("QemuDriver.bootDrift", () => {
     assert.match(now, /tsc_early_khz=2096023/);
     const other = driver({ tscKhz: 2_095_999 });
     assert.equal(await other.bootDrift(await snapshotWith(now), spec), undefined);
+  });
+
+  it("refuses a snapshot this host cannot restore (another QEMU: an upgrade), naming why", async () => {
+    const now = await bootsWith(driver());
+    await assert.rejects(
+      driver({ qemuVersion: "q2" }).bootDrift(await snapshotWith(now), spec),
+      (err: Error) =>
+        err instanceof SnapshotMismatchError && /QEMU version was q, here q2/.test(err.message),
+    );
   });
 
   it("counts a snapshot without a recorded command line as drifted", async () => {

@@ -111,7 +111,10 @@ export class QemuDriver implements VmmDriver {
   }
 
   async bootDrift(snapshotDir: string, spec: VmSpec): Promise<string | undefined> {
-    const booted = (await readSnapshotMeta(snapshotDir)).kernelCommandLine;
+    const meta = await readSnapshotMeta(snapshotDir);
+    // What a restore here would refuse (another QEMU, CPU model or kernel) is drift too.
+    checkRestorable(meta, this.#hostFor(spec), spec.shape);
+    const booted = meta.kernelCommandLine;
     const now = this.#kernelCommandLine(spec);
     // The TSC hint is a reading of the host (cpuinfo's MHz wobbles on some), not a choice.
     const choices = (line: string) => line.replace(/(^| )tsc_early_khz=\d+/, "");
