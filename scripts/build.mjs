@@ -43,12 +43,13 @@ function buildAddon(dir, name, sources) {
   return target;
 }
 
-step("native addons inotify, system (agent), memmerge, tapfd, filelease (server)");
+step("native addons inotify, system, spawn (agent), memmerge, tapfd, filelease (server)");
 /** src/agent/native/<name>/: <name>.c and its binding.gyp. */
 const agentAddon = (name) =>
   buildAddon(join(root, "src", "agent", "native", name), name, [`${name}.c`, "binding.gyp"]);
 const inotifyAddon = agentAddon("inotify");
 const systemAddon = agentAddon("system");
+const spawnAddon = agentAddon("spawn");
 /** src/vmm/qemu/native/<name>/: <name>.c and its binding.gyp. */
 const vmmAddon = (name) =>
   buildAddon(join(root, "src", "vmm", "qemu", "native", name), name, [`${name}.c`, "binding.gyp"]);
@@ -89,6 +90,7 @@ await build({
 const addons = [
   [inotifyAddon, "inotify.node"],
   [systemAddon, "system.node"],
+  [spawnAddon, "spawn.node"],
   [join(root, "node_modules", "node-pty", "build", "Release", "pty.node"), "pty.node"],
   [join(root, "node_modules", "fs-xattr", "build", "Release", "xattr.node"), "xattr.node"],
 ];

@@ -1,6 +1,6 @@
-import { type ChildProcess, spawn } from "node:child_process";
 import * as pty from "node-pty";
 import { AsyncQueue, WarrenError } from "../../shared/index.js";
+import { VforkedChild } from "../native/spawn.js";
 import type { UserAccount } from "../users.js";
 import { type ExitStatus, exitStatus } from "./exit-status.js";
 
@@ -36,7 +36,7 @@ export class ManagedProcess {
   readonly spec: ProcessSpec;
   #subscribers = new Set<AsyncQueue<ProcessOutput>>();
   #end: ProcessOutput | undefined;
-  #child: ChildProcess | undefined;
+  #child: VforkedChild | undefined;
   #terminal: pty.IPty | undefined;
   #endListeners: Array<() => void> = [];
 
@@ -59,28 +59,29 @@ export class ManagedProcess {
       );
       return;
     }
-    const child = spawn(spec.cmd, [...spec.args], {
-      cwd: spec.workdir,
-      env: { ...spec.env },
-      uid: spec.user.uid,
-      gid: spec.user.gid,
-      stdio: [spec.stdin ? "pipe" : "ignore", "pipe", "pipe"],
-    });
-    if (child.pid === undefined) {
-      // spawn reports failure asynchronously; the missing pid tells us it already failed.
-      child.on("error", () => {});
-      throw new WarrenError("invalid_argument", `failed to start '${spec.cmd}'`);
+    let child: VforkedChild;
+    try {
+      child = new VforkedChild(spec.cmd, spec.args, {
+        cwd: spec.workdir,
+        env: spec.env,
+        uid: spec.user.uid,
+        gid: spec.user.gid,
+        stdin: spec.stdin,
+      });
+    } catch (err) {
+      const reason = (err as NodeJS.ErrnoException).code ?? String(err);
+      throw new WarrenError("invalid_argument", `failed to start '${spec.cmd}': ${reason}`);
     }
     this.pid = child.pid;
     this.#child = child;
     child.stdin?.on("error", () => {}); // writes after the process exited
-    child.stdout?.on("data", (data: Buffer) => this.#emit({ kind: "stdout", data }));
-    child.stderr?.on("data", (data: Buffer) => this.#emit({ kind: "stderr", data }));
+    child.stdout.on("data", (data: Buffer) => this.#emit({ kind: "stdout", data }));
+    child.stderr.on("data", (data: Buffer) => this.#emit({ kind: "stderr", data }));
     child.on("exit", (code, signal) => {
       const status = exitStatus(code, signal);
       const timer = setTimeout(() => {
-        child.stdout?.destroy();
-        child.stderr?.destroy();
+        child.stdout.destroy();
+        child.stderr.destroy();
         this.#finish(status);
       }, OUTPUT_DRAIN_MS);
       child.on("close", () => {
