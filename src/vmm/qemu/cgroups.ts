@@ -141,21 +141,26 @@ async function pidsIn(procs: string): Promise<number[]> {
   return text.split("\n").filter(Boolean).map(Number);
 }
 
+/** How long an exiting VMM may take to leave its group: tearing down its memory under load. */
+const EXIT_TEARDOWN_MS = 30_000;
+
 /**
- * rmdir of each group, waiting (briefly) for exiting processes to leave it: a VMM's exit is
- * reported before the kernel has taken its last thread out of the group.
+ * rmdir of each group, waiting for exiting processes to leave it: a VMM's exit is reported
+ * before the kernel has taken its last thread out of the group. 2 s was not always enough on
+ * a loaded host (a crash-point run under load found a group left behind until the next start).
  */
 async function removeDirs(dirs: readonly string[]): Promise<void> {
+  const deadline = Date.now() + EXIT_TEARDOWN_MS;
   for (const dir of dirs) {
-    for (let attempt = 0; ; attempt++) {
+    for (let delayMs = 10; ; delayMs = Math.min(delayMs * 2, 500)) {
       try {
         await rmdir(dir);
         break;
       } catch (err) {
         const code = (err as NodeJS.ErrnoException).code;
         if (code === "ENOENT") break;
-        if (code !== "EBUSY" || attempt >= 100) throw err;
-        await new Promise((resolve) => setTimeout(resolve, 20));
+        if (code !== "EBUSY" || Date.now() >= deadline) throw err;
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
       }
     }
   }
