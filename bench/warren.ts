@@ -27,6 +27,7 @@ import { envdUrl, slotVmSpec, testVmm, waitForEnvd } from "../test/helpers/guest
 import { runPoolOptions } from "../test/helpers/run-env.js";
 import { startServer, type TestServer } from "../test/helpers/server.js";
 import { DEFAULT_PROBE, probe, QUICK_PROBE, splitRows } from "./lib/api-probe.js";
+import { poolRefilled } from "./lib/pool.js";
 import { report, type Summary, summarize } from "./lib/report.js";
 import { vmmProcesses } from "./lib/vmm-processes.js";
 
@@ -38,19 +39,6 @@ const extra: Record<string, unknown> = {};
 
 const since = (t: number) => performance.now() - t;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function pooled(server: TestServer): Promise<number> {
-  const res = await fetch(`${server.url}/health`, {
-    headers: { "x-admin-token": server.adminToken },
-  });
-  const health = (await res.json()) as { pooledVmms?: number };
-  return health.pooledVmms ?? 0;
-}
-
-/** Waits (up to 60 s) until the warm pool is full again, so each create starts from a full pool. */
-async function poolRefilled(server: TestServer, size: number): Promise<void> {
-  for (let i = 0; i < 600 && (await pooled(server)) < size; i++) await sleep(100);
-}
 
 /** Server-side timings of captures, from its log (`sandbox.captured` / `sandbox.paused`). */
 function capturesSince(server: TestServer, from: number, msg: string): number[] {
@@ -236,16 +224,19 @@ const PAUSE_KEEP_MS = "30000";
   const counts = process.env.BENCH_QUICK === "1" ? QUICK_PROBE : DEFAULT_PROBE;
   const settings = { WARREN_LOG_LEVEL: "info", ...fixedPool, WARREN_PAUSE_KEEP_MS: PAUSE_KEEP_MS };
   const contained = await startServer(settings);
-  const on = await probe(contained, "", counts).finally(() => contained.stop());
+  const on = await probe(contained, "", counts, { poolSize }).finally(() => contained.stop());
   const bare = await startServer(settings, {
     entry: [process.execPath, "--import", "tsx", "bench/lib/uncontained-server.ts"],
   });
-  const off = await probe(bare, " (containment off)", counts).finally(() => bare.stop());
+  const off = await probe(bare, " (containment off)", counts, { poolSize }).finally(() =>
+    bare.stop(),
+  );
   // Every resume a restore: what a resume costs once its kept VMM is gone.
   const notKept = await startServer({ ...settings, WARREN_PAUSE_KEEP_MS: "0" });
-  const restores = await probe(notKept, " (no VMM kept: restores)", counts, true).finally(() =>
-    notKept.stop(),
-  );
+  const restores = await probe(notKept, " (no VMM kept: restores)", counts, {
+    poolSize,
+    resumesOnly: true,
+  }).finally(() => notKept.stop());
   rows.push(...on.rows, ...splitRows(on, ""), ...off.rows, ...restores.rows);
   rows.push(...splitRows(restores, " (no VMM kept: restores)"));
   extra.split = on.split;

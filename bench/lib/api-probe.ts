@@ -6,6 +6,7 @@
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import type { LogLine, TestServer } from "../../test/helpers/server.js";
+import { poolRefilled } from "./pool.js";
 import { type Summary, summarize } from "./report.js";
 import { vmmProcesses } from "./vmm-processes.js";
 
@@ -102,15 +103,19 @@ async function untilServing(server: TestServer, sandbox: Sandbox, t: number): Pr
   throw new Error("python3 -m http.server never answered");
 }
 
-/**
- * Runs every operation once per count against `server`; rows are named with `label`.
- * `resumesOnly`: commands, pauses and resumes alone (a server whose pauses keep no VMM).
- */
+export interface ProbeOptions {
+  /** The server's warm pool: commands are timed once it is full again, not during a refill. */
+  readonly poolSize: number;
+  /** Commands, pauses and resumes alone (a server whose pauses keep no VMM). */
+  readonly resumesOnly?: boolean;
+}
+
+/** Runs every operation once per count against `server`; rows are named with `label`. */
 export async function probe(
   server: TestServer,
   label: string,
-  counts: ProbeCounts = DEFAULT_PROBE,
-  resumesOnly = false,
+  counts: ProbeCounts,
+  { poolSize, resumesOnly = false }: ProbeOptions,
 ): Promise<ProbeResult> {
   const rows: Summary[] = [];
   const mark = server.logs.length;
@@ -135,6 +140,7 @@ export async function probe(
 
   // ---- commands, pause and resume on one sandbox ---------------------------------------
   const sandbox = await Sandbox.create({ timeoutMs: 600_000 });
+  await poolRefilled(server, poolSize);
   const echoes: number[] = [];
   for (let i = 0; i < counts.commands + 3; i++) {
     const t = performance.now();
