@@ -95,10 +95,17 @@ export class VmCgroups {
     return { procs: dirs.map((d) => join(d, "cgroup.procs")), remove: () => removeDirs(dirs) };
   }
 
-  /** The VM cgroups that exist now (by VM id): a leftover check compares them with live VMs. */
+  /**
+   * The VM cgroups that exist now (by VM id), in any hierarchy: a server that died between
+   * the rmdirs of one VM's v1 groups left it in some of them only.
+   */
   async list(): Promise<string[]> {
-    const names = await readdir(this.parents[0] as string, { withFileTypes: true }).catch(() => []);
-    return names.filter((e) => e.isDirectory()).map((e) => e.name);
+    const ids = new Set<string>();
+    for (const parent of this.parents) {
+      const entries = await readdir(parent, { withFileTypes: true }).catch(() => []);
+      for (const entry of entries) if (entry.isDirectory()) ids.add(entry.name);
+    }
+    return [...ids];
   }
 
   /**
@@ -109,7 +116,10 @@ export class VmCgroups {
     let killed = 0;
     for (const vmId of await this.list()) {
       const dirs = this.parents.map((parent) => join(parent, vmId));
-      for (const pid of await pidsIn(join(dirs[0] as string, "cgroup.procs"))) {
+      const pids = new Set(
+        (await Promise.all(dirs.map((d) => pidsIn(join(d, "cgroup.procs"))))).flat(),
+      );
+      for (const pid of pids) {
         try {
           process.kill(pid, "SIGKILL");
           killed += 1;

@@ -329,4 +329,22 @@ os.close(fd)`;
     await sweeper?.sweep();
     for (const parent of sweeper?.parents ?? []) await rmdir(parent);
   });
+
+  it("sweeps a VM cgroup a crash left half-removed (gone from one hierarchy, still in others)", async (t) => {
+    const name = `${runEnv().networkPrefix}-half`;
+    const groups = VmCgroups.detect(name);
+    if (!groups || groups.parents.length < 2) {
+      t.skip("cgroup v1 only: under v2 a VM has one group, removed at once");
+      return;
+    }
+    await groups.create("vm1", limitsFor({ vcpus: 1, memoryMiB: 64 }));
+    // The server died between the rmdir of the first hierarchy's group and the next.
+    await rmdir(join(groups.parents[0] as string, "vm1"));
+    assert.deepEqual(await groups.list(), ["vm1"], "listed while any hierarchy still holds it");
+    await groups.sweep();
+    for (const parent of groups.parents) {
+      assert.deepEqual(await readdir(parent).then((names) => names.filter((n) => n === "vm1")), []);
+      await rmdir(parent);
+    }
+  });
 });
