@@ -99,6 +99,19 @@ for (const [from, name] of addons) {
     throw new Error(`missing native addon ${from}: run npm install (with install scripts allowed)`);
   copyFileSync(from, join(release, name));
 }
+
+step("the code interpreter's kernel drivers (javascript bundled, python copied)");
+const kernels = join(root, "src", "agent", "interpreter", "kernels");
+await build({
+  ...NODE_BUNDLE,
+  // It goes onto the agent drive: no source map there (the driver trims its own frames).
+  sourcemap: false,
+  entryPoints: [join(kernels, "js", "js-kernel.ts")],
+  outfile: join(out, "interpreter", "js-kernel.mjs"),
+});
+mkdirSync(join(out, "interpreter", "python"), { recursive: true });
+for (const file of ["warren_kernel.py", "warren_charts.py"])
+  copyFileSync(join(kernels, "python", file), join(out, "interpreter", "python", file));
 step(`agent ready in ${out}`);
 
 step("bundling the node server");

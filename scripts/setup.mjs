@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // `npm run setup`: makes this host ready to run Warren's microVMs (as root): Debian packages,
 // then the guest kernel, initramfs, agent drive and base rootfs in the images directory
-// (<data dir>/images/ unless --images-dir or $WARREN_IMAGES_DIR names another).
+// (<data dir>/images/ unless --images-dir or $WARREN_IMAGES_DIR names another), and the
+// code-interpreter-v1 template's rootfs when $WARREN_CODE_INTERPRETER is on.
 // Idempotent: a second run checks everything and does nothing. See src/host-setup/README.md.
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -10,18 +11,24 @@ import { ensureDeps } from "./ensure-deps.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const GUEST_ARTIFACTS = ["kernel", "initramfs", "agent-drive", "base-rootfs"];
-// debootstrap: the cached bootstrap tarball the base rootfs is built on.
-const ARTIFACTS = [...GUEST_ARTIFACTS, "debootstrap"];
+const CODE_INTERPRETER = "code-interpreter-rootfs";
+const WANTED = [
+  ...GUEST_ARTIFACTS,
+  ...(process.env.WARREN_CODE_INTERPRETER === "on" ? [CODE_INTERPRETER] : []),
+];
+// debootstrap: the cached bootstrap tarball the rootfs images are built on.
+const ARTIFACTS = [...GUEST_ARTIFACTS, CODE_INTERPRETER, "debootstrap"];
 const HELP = `Usage: npm run setup -- [--data-dir DIR] [--images-dir DIR] [--only LIST] [--rebuild LIST]
                          [--no-packages]
 
   --data-dir DIR   Warren's data directory (default $WARREN_HOME, else /var/lib/warren)
   --images-dir DIR where the guest images go (default $WARREN_IMAGES_DIR, else
                    <data dir>/images)
-  --only LIST      check and build only these guest artifacts (comma-separated)
+  --only LIST      check and build only these guest artifacts (comma-separated; default
+                   all but ${CODE_INTERPRETER}, which WARREN_CODE_INTERPRETER=on adds)
   --rebuild LIST   rebuild these even when up to date ("all" for every one); rebuilding
                    "kernel" also moves to the newest Debian cloud kernel, "debootstrap"
-                   (the cached bootstrap tarball) also rebuilds the base rootfs
+                   (the cached bootstrap tarball) also rebuilds the rootfs images
   --no-packages    do not install missing Debian packages
 Artifacts: ${ARTIFACTS.join(", ")}
 `;
@@ -68,12 +75,12 @@ try {
   const artifacts = await ensureHostSetup({
     dataDir,
     imagesDir,
-    only: list(args.only, "only", GUEST_ARTIFACTS),
+    only: list(args.only, "only", [...GUEST_ARTIFACTS, CODE_INTERPRETER]) ?? WANTED,
     rebuild: list(args.rebuild, "rebuild", ARTIFACTS),
     installPackages: !args["no-packages"],
   });
   for (const [key, value] of Object.entries(artifacts))
-    process.stderr.write(`  ${key}: ${value}\n`);
+    process.stderr.write(`  ${key}: ${typeof value === "object" ? value.path : value}\n`);
 } catch (err) {
   process.stderr.write(`setup: ${err.message}\n`);
   process.exit(1);

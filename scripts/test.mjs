@@ -84,21 +84,34 @@ const E2E_PACKAGES = [
   "fonts-liberation",
 ];
 /**
+ * What the unit tier's code interpreter tests run the Python driver with: the Debian packages
+ * the code-interpreter-v1 rootfs has (CODE_INTERPRETER_PACKAGES), on the host's own python3.
+ */
+const UNIT_PACKAGES = [
+  "python3-ipython",
+  "python3-matplotlib",
+  "python3-matplotlib-inline",
+  "python3-numpy",
+  "python3-pandas",
+  "python3-pil",
+  "python3-scipy",
+];
+/**
  * Packages whose command may come from another package: a `kubectl` package from another apt
  * repository (Kubernetes' or Google Cloud's) conflicts with Debian's kubernetes-client, and
  * serves as well.
  */
 const E2E_COMMANDS = { "kubernetes-client": "kubectl" };
 
-function ensureE2ePackages() {
+function ensurePackages(tier, packages) {
   const installed = (pkg) =>
     spawnSync("dpkg-query", ["-W", `-f=\${Status}`, pkg]).stdout?.toString() ===
     "install ok installed";
   const onPath = (command) =>
     command !== undefined && spawnSync("sh", ["-c", `command -v ${command}`]).status === 0;
-  const missing = E2E_PACKAGES.filter((pkg) => !installed(pkg) && !onPath(E2E_COMMANDS[pkg]));
+  const missing = packages.filter((pkg) => !installed(pkg) && !onPath(E2E_COMMANDS[pkg]));
   if (missing.length === 0) return;
-  process.stderr.write(`test: installing e2e host tools: ${missing.join(" ")}\n`);
+  process.stderr.write(`test: installing ${tier} host tools: ${missing.join(" ")}\n`);
   // 101: "action forbidden" to invoke-rc.d, so no package starts a daemon while installed.
   const policy = "/usr/sbin/policy-rc.d";
   const ownPolicy = !existsSync(policy);
@@ -118,7 +131,7 @@ let failed = false;
 for (const { tier, files } of plan) {
   if (files.length === 0 || isStopping()) continue;
   process.stderr.write(`test: ${tier} tier, ${files.length} files\n`);
-  if (tier === "e2e") ensureE2ePackages();
+  ensurePackages(tier, tier === "e2e" ? E2E_PACKAGES : UNIT_PACKAGES);
   const code =
     tier === "unit"
       ? await runNode(root, testArgs(files, availableParallelism()), process.env)

@@ -1,13 +1,22 @@
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { ENVD_PORT, ENVD_VERSION } from "../protocol/index.js";
+import {
+  CODE_INTERPRETER_MARKER,
+  ENVD_PORT,
+  ENVD_VERSION,
+  INTERPRETER_PORT,
+} from "../protocol/index.js";
 import { setSystemClock } from "./clock.js";
 import { seedGuestRandomness } from "./entropy.js";
+import { builtDrivers, Contexts, createInterpreter, kernelStarter } from "./interpreter/index.js";
 import { system } from "./native/system.js";
 import { createAgent } from "./server.js";
 
 const HELP = `envd — Warren's in-guest agent (E2B envd protocol ${ENVD_VERSION})
 
-Usage: envd [--port N] [--host ADDR] [--default-user NAME] [--guest]
+Usage: envd [--port N] [--host ADDR] [--default-user NAME] [--guest] [--code-interpreter]
 
   --port N             port to listen on (default ${ENVD_PORT})
   --host ADDR          address to bind (default 0.0.0.0)
@@ -15,6 +24,9 @@ Usage: envd [--port N] [--host ADDR] [--default-user NAME] [--guest]
   --guest              envd is a microVM's agent (never pass it on a host): POST /init
                        sets the system clock and reseeds the kernel's random pool, and
                        the idle legacy PIT is stopped
+  --code-interpreter   also serve E2B's code interpreter on port ${INTERPRETER_PORT} (python,
+                       javascript, typescript, bash contexts); on by default in a guest
+                       whose rootfs has ${CODE_INTERPRETER_MARKER}
   --version            print the protocol version and exit
 `;
 
@@ -31,6 +43,7 @@ try {
       host: { type: "string" },
       "default-user": { type: "string" },
       guest: { type: "boolean" },
+      "code-interpreter": { type: "boolean" },
       version: { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
@@ -67,8 +80,26 @@ agent.server.on("error", (err) => fail(`cannot listen on ${host}:${port}: ${err.
 agent.server.listen(port, host, () => {
   process.stderr.write(`envd ${ENVD_VERSION} listening on ${host}:${port}\n`);
 });
+const interpreter =
+  args["code-interpreter"] === true || (args.guest === true && existsSync(CODE_INTERPRETER_MARKER))
+    ? startInterpreter()
+    : undefined;
 for (const signal of ["SIGTERM", "SIGINT"] as const) {
   process.on(signal, () => {
+    interpreter?.closeAll();
     agent.close().finally(() => process.exit(0));
   });
+}
+
+/** The code interpreter beside envd: its kernels built next to this bundle, in interpreter/. */
+function startInterpreter(): Contexts {
+  const drivers = builtDrivers(join(dirname(fileURLToPath(import.meta.url)), "interpreter"));
+  const globals = () => agent.state.globalEnv();
+  const contexts = new Contexts(kernelStarter(drivers, globals), "/home/user");
+  const { server } = createInterpreter({ contexts, globals });
+  server.on("error", (err) => fail(`cannot listen on ${host}:${INTERPRETER_PORT}: ${err.message}`));
+  server.listen(INTERPRETER_PORT, host, () => {
+    process.stderr.write(`envd: code interpreter listening on ${host}:${INTERPRETER_PORT}\n`);
+  });
+  return contexts;
 }

@@ -1,6 +1,6 @@
 import { existsSync } from "node:fs";
 import { chmod, copyFile, mkdir, readdir, writeFile } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { dirname, join, relative } from "node:path";
 import { AGENT_INIT } from "./agent-init.js";
 import type { ArtifactSpec } from "./artifact-builds.js";
 import type { CommandRunner } from "./command.js";
@@ -66,6 +66,17 @@ export async function agentDriveFiles(options: {
     ["envd/envd.mjs", join(sources.agentDir, "envd.mjs")],
   ]);
   for (const addon of addons) files.set(`envd/build/Release/${addon}`, join(release, addon));
+  // The code interpreter's kernel drivers (python/*.py, js-kernel.mjs), run by envd.
+  const interpreter = join(sources.agentDir, "interpreter");
+  const drivers = existsSync(interpreter)
+    ? await readdir(interpreter, { recursive: true, withFileTypes: true })
+    : [];
+  for (const entry of drivers
+    .filter((e) => e.isFile())
+    .sort((a, b) => a.name.localeCompare(b.name))) {
+    const path = join(entry.parentPath, entry.name);
+    files.set(`envd/interpreter/${relative(interpreter, path)}`, path);
+  }
   const dynamic = new Set(["bin/node", "bin/resize2fs"]);
   const elfs = [...files].filter(([dest]) => dynamic.has(dest) || dest.endsWith(".node"));
 
@@ -124,7 +135,8 @@ export async function agentDriveSpec(options: {
           const target = join(root, dest);
           await mkdir(dirname(target), { recursive: true });
           await copyFile(src, target);
-          await chmod(target, dest.endsWith(".mjs") ? 0o644 : 0o755);
+          const program = /^(bin|lib)\//.test(dest) || dest.endsWith(".node");
+          await chmod(target, program ? 0o755 : 0o644);
         }
         await writeFile(join(root, "init"), AGENT_INIT, { mode: 0o755 });
         await writeFile(

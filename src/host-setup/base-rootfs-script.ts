@@ -1,3 +1,5 @@
+import { posix } from "node:path";
+import { CODE_INTERPRETER_MARKER, INTERPRETER_PORT } from "../protocol/index.js";
 import type { DebianMirrors } from "./apt-sources.js";
 
 /** What E2B's `base` template offers (../shared/E2B-PROTOCOL.md §6), from Debian. */
@@ -18,6 +20,32 @@ export const BASE_PACKAGES: readonly string[] = [
   "less",
 ];
 
+/**
+ * What the code-interpreter-v1 template adds to base (issue 28: E2B's code interpreter
+ * template), from Debian: IPython for the Python kernel and the data stack its users import.
+ * Node.js for JavaScript comes with base.
+ */
+export const CODE_INTERPRETER_PACKAGES: readonly string[] = [
+  "python3-ipython",
+  "python3-matplotlib",
+  "python3-matplotlib-inline",
+  "python3-numpy",
+  "python3-pandas",
+  "python3-scipy",
+  "python3-sklearn",
+  "python3-sympy",
+  "python3-pil",
+  "python3-requests",
+  "python3-bs4",
+  "python3-openpyxl",
+  "fonts-dejavu-core",
+];
+
+/** Turns envd's code interpreter on in the rootfs (its marker file). */
+export const CODE_INTERPRETER_SCRIPT = `mkdir -p ${posix.dirname(CODE_INTERPRETER_MARKER)}
+echo "envd serves E2B's code interpreter on port ${INTERPRETER_PORT}" >${CODE_INTERPRETER_MARKER}
+`;
+
 export const GUEST_USER = "user";
 export const GUEST_HOSTNAME = "sandbox";
 
@@ -36,7 +64,11 @@ export function guestAptSources(mirrors: DebianMirrors, suite: string): string {
  * like E2B's finalize step), sets hostname, hosts and umask, and removes caches, apt lists,
  * logs and the build host's resolv.conf (the guest init writes its own).
  */
-export function baseRootfsScript(packages: readonly string[], aptSources: string): string {
+export function baseRootfsScript(
+  packages: readonly string[],
+  aptSources: string,
+  extra = "",
+): string {
   return `set -eu
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C PATH=/usr/sbin:/usr/bin:/sbin:/bin
 rm -f /etc/apt/sources.list
@@ -73,7 +105,7 @@ sed -i 's/^UMASK.*/UMASK\t\t022/' /etc/login.defs
 # fork \`id -u\` (~20 ms under TCG); sh (dash) still asks id.
 sed -i 's/"$(id -u)"/"\${EUID:-$(id -u)}"/' /etc/profile
 printf '# Warren guests mount their filesystems in the initramfs and /.warren/init.\\n' >/etc/fstab
-
+${extra}
 rm -f /etc/resolv.conf
 rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/debconf/*-old /var/lib/dpkg/*-old
 rm -rf /tmp/* /var/tmp/* /root/.cache

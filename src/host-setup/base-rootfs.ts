@@ -5,6 +5,8 @@ import type { ArtifactSpec } from "./artifact-builds.js";
 import {
   BASE_PACKAGES,
   baseRootfsScript,
+  CODE_INTERPRETER_PACKAGES,
+  CODE_INTERPRETER_SCRIPT,
   GUEST_USER,
   guestAptSources,
 } from "./base-rootfs-script.js";
@@ -38,12 +40,34 @@ async function inChroot(runner: CommandRunner, root: string, script: string): Pr
   );
 }
 
+/** One rootfs recipe: a name, its packages on top of debootstrap, and script lines of its own. */
+interface RootfsRecipe {
+  readonly name: "base-rootfs" | "code-interpreter-rootfs";
+  readonly packages: readonly string[];
+  readonly extraScript: string;
+}
+
+export const BASE_ROOTFS: RootfsRecipe = {
+  name: "base-rootfs",
+  packages: BASE_PACKAGES,
+  extraScript: "",
+};
+
+/** base plus the code interpreter's packages and marker: the code-interpreter-v1 template's disk. */
+export const CODE_INTERPRETER_ROOTFS: RootfsRecipe = {
+  name: "code-interpreter-rootfs",
+  packages: [...BASE_PACKAGES, ...CODE_INTERPRETER_PACKAGES],
+  extraScript: CODE_INTERPRETER_SCRIPT,
+};
+
 /**
- * base.ext4: the debootstrap tarball unpacked, E2B's base tools and `user` added in a chroot,
- * then made into a sparse ext4 image with ~1 GiB free. The mirror is not an input: the same
- * recipe from another mirror gives the same system.
+ * A rootfs image (base.ext4, code-interpreter.ext4): the debootstrap tarball unpacked, the
+ * recipe's packages and `user` added in a chroot, then made into a sparse ext4 image with
+ * ~1 GiB free. The mirror is not an input: the same recipe from another mirror gives the
+ * same system.
  */
-export function baseRootfsSpec(options: {
+export function rootfsSpec(options: {
+  recipe: RootfsRecipe;
   path: string;
   mirrors: DebianMirrors;
   runner: CommandRunner;
@@ -51,20 +75,20 @@ export function baseRootfsSpec(options: {
   /** Gives the debootstrap tarball, building it if needed (only called when building). */
   debootstrap: () => Promise<string>;
 }): ArtifactSpec {
-  const { runner, step } = options;
+  const { runner, step, recipe } = options;
   const aptSources = guestAptSources(options.mirrors, DEBIAN_SUITE);
-  const script = baseRootfsScript(BASE_PACKAGES, aptSources);
+  const script = baseRootfsScript(recipe.packages, aptSources, recipe.extraScript);
   return {
-    name: "base-rootfs",
+    name: recipe.name,
     path: options.path,
     recipe: BASE_ROOTFS_RECIPE,
     inputs: {
       suite: DEBIAN_SUITE,
       variant: DEBOOTSTRAP_VARIANT,
       debootstrapRecipe: String(DEBOOTSTRAP_RECIPE),
-      packages: BASE_PACKAGES.join(" "),
+      packages: recipe.packages.join(" "),
       // The script embeds the mirrors; hash it without them (see above).
-      script: sha256Text(baseRootfsScript(BASE_PACKAGES, "")),
+      script: sha256Text(baseRootfsScript(recipe.packages, "", recipe.extraScript)),
     },
     async build(output, workDir) {
       const tarball = await options.debootstrap();
@@ -73,8 +97,9 @@ export function baseRootfsSpec(options: {
       await step.task("unpacking the debootstrap tarball", () =>
         runner.run("tar", ["--zstd", ...TAR_KEEP, "-C", root, "-xpf", tarball]),
       );
-      await step.task(`installing ${BASE_PACKAGES.length} packages and user "${GUEST_USER}"`, () =>
-        inChroot(runner, root, script),
+      await step.task(
+        `installing ${recipe.packages.length} packages and user "${GUEST_USER}"`,
+        () => inChroot(runner, root, script),
       );
       const size = await step.task("mkfs.ext4", () =>
         makeExt4Image({

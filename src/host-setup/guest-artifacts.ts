@@ -26,6 +26,11 @@ export interface GuestArtifacts {
   readonly fingerprint: string;
   /** images/manifest.json: recipe, input and output hashes of each artifact. */
   readonly manifest: string;
+  /**
+   * The code-interpreter-v1 template's rootfs when setup built it: a template captured on it
+   * is stale once the image's sha256 differs.
+   */
+  readonly codeInterpreterRootfs?: { readonly path: string; readonly sha256: string };
 }
 
 /**
@@ -51,7 +56,11 @@ export function guestArtifactPaths(imagesDir: string, manifest: Manifest): Guest
   );
   hashes.push(`kernel-args:${GUEST_KERNEL_ARGS}`);
   const kernelVersion = manifest.artifacts.kernel?.details.kernelRelease ?? "";
+  const interpreter = manifest.artifacts["code-interpreter-rootfs"];
   return {
+    ...(interpreter && {
+      codeInterpreterRootfs: { path: layout.codeInterpreterRootfs, sha256: interpreter.sha256 },
+    }),
     fingerprint: createHash("sha256").update(hashes.join("\n")).digest("hex").slice(0, 16),
     kernelArgs: GUEST_KERNEL_ARGS,
     kernel: layout.kernel,

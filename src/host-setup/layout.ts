@@ -13,6 +13,8 @@ export interface ImagesLayout {
   readonly initramfs: string;
   readonly agentDrive: string;
   readonly baseRootfs: string;
+  /** The code-interpreter-v1 template's rootfs: base plus Python's data stack (optional). */
+  readonly codeInterpreterRootfs: string;
   readonly manifest: string;
   /** Downloads and intermediate results kept to make rebuilds cheap (kernel .deb, debootstrap tarball). */
   readonly cacheDir: string;
@@ -39,6 +41,7 @@ export function imagesLayout(dir: string): ImagesLayout {
     initramfs: join(dir, "initramfs.cpio.gz"),
     agentDrive: join(dir, "agent.ext4"),
     baseRootfs: join(dir, "base.ext4"),
+    codeInterpreterRootfs: join(dir, "code-interpreter.ext4"),
     manifest: join(dir, "manifest.json"),
     cacheDir: join(dir, "cache"),
     hashCache: join(dir, "cache", "file-hashes.json"),

@@ -3,7 +3,13 @@ import { readFile, rename, writeFile } from "node:fs/promises";
 /** Bump when the shape of manifest.json changes; an older file is ignored (all rebuilt). */
 export const MANIFEST_FORMAT = 1;
 
-export type ArtifactName = "kernel" | "initramfs" | "agent-drive" | "base-rootfs" | "debootstrap";
+export type ArtifactName =
+  | "kernel"
+  | "initramfs"
+  | "agent-drive"
+  | "base-rootfs"
+  | "debootstrap"
+  | "code-interpreter-rootfs";
 
 export const ARTIFACT_NAMES: readonly ArtifactName[] = [
   "kernel",
@@ -11,6 +17,7 @@ export const ARTIFACT_NAMES: readonly ArtifactName[] = [
   "agent-drive",
   "base-rootfs",
   "debootstrap",
+  "code-interpreter-rootfs",
 ];
 
 /** What manifest.json says about one built artifact. */

@@ -1,12 +1,12 @@
 import { existsSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { WarrenError } from "../shared/index.js";
 import { agentDriveSpec } from "./agent-drive.js";
 import type { Apt } from "./apt.js";
 import { debianMirrors, hostAptSources } from "./apt-sources.js";
 import type { ArtifactBuilds, ArtifactSpec } from "./artifact-builds.js";
-import { baseRootfsSpec } from "./base-rootfs.js";
+import { BASE_ROOTFS, CODE_INTERPRETER_ROOTFS, rootfsSpec } from "./base-rootfs.js";
 import type { CommandRunner } from "./command.js";
 import { DEBIAN_ARCH, DEBIAN_SUITE, DEBOOTSTRAP_VARIANT, debootstrapSpec } from "./debootstrap.js";
 import type { FileHashCache } from "./file-hash.js";
@@ -55,7 +55,7 @@ export interface SetupStep {
   readonly run: (run: SetupRun, step: StepProgress) => Promise<void>;
 }
 
-/** The six steps, in order. */
+/** The steps, in order (the last only when its rootfs is asked for). */
 export const SETUP_STEPS: readonly SetupStep[] = [
   { name: "host packages", run: hostPackages },
   { name: "agent bundle", serves: "agent-drive", run: agentBundle },
@@ -63,6 +63,11 @@ export const SETUP_STEPS: readonly SetupStep[] = [
   { name: "initramfs", serves: "initramfs", run: initramfs },
   { name: "agent drive", serves: "agent-drive", run: agentDrive },
   { name: "base rootfs", serves: "base-rootfs", run: baseRootfs },
+  {
+    name: "code interpreter rootfs",
+    serves: "code-interpreter-rootfs",
+    run: codeInterpreterRootfs,
+  },
 ];
 
 /** 1. The Debian packages, and a QEMU recent enough. */
@@ -154,6 +159,20 @@ async function agentDrive(run: SetupRun, step: StepProgress): Promise<void> {
 
 /** 6. The base rootfs, on a cached debootstrap tarball. */
 async function baseRootfs(run: SetupRun, step: StepProgress): Promise<void> {
+  await ensureRootfs(run, step, BASE_ROOTFS, run.layout.baseRootfs);
+}
+
+/** 7. The code-interpreter-v1 template's rootfs, on the same tarball. */
+async function codeInterpreterRootfs(run: SetupRun, step: StepProgress): Promise<void> {
+  await ensureRootfs(run, step, CODE_INTERPRETER_ROOTFS, run.layout.codeInterpreterRootfs);
+}
+
+async function ensureRootfs(
+  run: SetupRun,
+  step: StepProgress,
+  recipe: typeof BASE_ROOTFS,
+  path: string,
+): Promise<void> {
   const { builds, layout, runner } = run;
   const mirrors = debianMirrors(await hostAptSources(), DEBIAN_SUITE);
   const tarball = debootstrapSpec({
@@ -164,8 +183,9 @@ async function baseRootfs(run: SetupRun, step: StepProgress): Promise<void> {
     mirror: mirrors.archive,
     runner,
   });
-  const spec = baseRootfsSpec({
-    path: layout.baseRootfs,
+  const spec = rootfsSpec({
+    recipe,
+    path,
     mirrors,
     runner,
     step,
@@ -181,7 +201,7 @@ async function baseRootfs(run: SetupRun, step: StepProgress): Promise<void> {
       return tarball.path;
     },
   });
-  await ensureArtifact(run, step, spec, "base.ext4");
+  await ensureArtifact(run, step, spec, basename(path));
 }
 
 /** Reuses or rebuilds one artifact, saying which and why. */

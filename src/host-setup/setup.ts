@@ -111,7 +111,10 @@ async function openRun(
   const apt = new Apt(runner);
   const rebuild = new Set<ArtifactName>(options.rebuild ?? []);
   // A fresh bootstrap is only useful under a fresh base rootfs.
-  if (rebuild.has("debootstrap")) rebuild.add("base-rootfs");
+  if (rebuild.has("debootstrap")) {
+    rebuild.add("base-rootfs");
+    rebuild.add("code-interpreter-rootfs");
+  }
   const kernelRecord = builds.record("kernel");
   const kernelPackage = new KernelPackage({
     apt,

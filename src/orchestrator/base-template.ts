@@ -40,23 +40,55 @@ export interface BaseTemplateOptions {
   readonly settleMs?: number;
 }
 
+/** A template Warren makes itself from a rootfs of the host setup: `base`, `code-interpreter-v1`. */
+export interface BuiltinTemplate {
+  readonly alias: string;
+  readonly rootfs: string;
+  /**
+   * The rootfs's sha256 when the images fingerprint does not cover it (only base's is one of
+   * the guest artifacts): a capture on another image is stale.
+   */
+  readonly rootfsSha256?: string;
+  /** Readies the booted guest, at `hostAddress`, for its capture (after envd's walk). */
+  readonly prepare?: (hostAddress: string) => Promise<void>;
+}
+
 /**
  * The `base` template: the base rootfs booted once, envd up, captured. Reused while its
  * snapshot is on disk and was taken with the current images and shape; otherwise rebuilt
  * (a cold boot: seconds under TCG), and every create restores from it.
  */
-export async function ensureBaseTemplate(options: BaseTemplateOptions): Promise<TemplateRow> {
+export function ensureBaseTemplate(options: BaseTemplateOptions): Promise<TemplateRow> {
+  return ensureBuiltinTemplate(options, {
+    alias: BASE_TEMPLATE,
+    rootfs: options.images.baseRootfs,
+  });
+}
+
+/** A built-in template, reused while current (see ensureBaseTemplate), else built again. */
+export async function ensureBuiltinTemplate(
+  options: BaseTemplateOptions,
+  builtin: BuiltinTemplate,
+): Promise<TemplateRow> {
   const { catalog, shape, events, snapshots } = options;
-  const current = await catalog.getTemplate(BASE_TEMPLATE);
-  await dropReplaced(options, current);
+  const current = await catalog.getTemplate(builtin.alias);
+  await dropReplaced(options, builtin, current);
   if (current) {
-    const reason = await staleReason(current, options);
+    const reason = await staleReason(current, options, builtin);
     if (reason === undefined) return current;
     events.emit("template.stale", { template: current.id, reason });
   }
   const started = performance.now();
-  events.emit("template.building", { shape });
-  const row = await buildBaseTemplate(options);
+  events.emit("template.building", { alias: builtin.alias, shape });
+  const row = await bootTemplate(options, {
+    id: newId(),
+    kind: "base",
+    aliases: [builtin.alias],
+    rootfs: builtin.rootfs,
+    shape,
+    prepare: builtin.prepare,
+    ...(builtin.rootfsSha256 && { config: { rootfsSha256: builtin.rootfsSha256 } }),
+  });
   events.emit("template.built", {
     template: row.id,
     durationMs: Math.round(performance.now() - started),
@@ -73,17 +105,20 @@ export async function ensureBaseTemplate(options: BaseTemplateOptions): Promise<
 }
 
 /**
- * Deletes base templates `current` replaced: a rebuild moves the alias to the new template
- * before it deletes the old one, so a server that died in between left the old row (which
- * nothing would ever delete: the API refuses to delete a base template) and its data.
+ * Deletes the built-in templates `current` replaced: a rebuild moves the alias to the new
+ * template before it deletes the old one, so a server that died in between left the old row
+ * (which nothing would ever delete: the API refuses to delete a built-in template) and its data.
  */
 async function dropReplaced(
   options: BaseTemplateOptions,
+  builtin: BuiltinTemplate,
   current: TemplateRow | undefined,
 ): Promise<void> {
   const { catalog, snapshots, events } = options;
   for (const old of await catalog.listTemplates()) {
     if (old.kind !== "base" || old.id === current?.id) continue;
+    // A row with no alias left lost it to its replacement; another built-in's row is not ours.
+    if (old.aliases.length > 0 && !old.aliases.includes(builtin.alias)) continue;
     await catalog.deleteTemplate(old.id);
     await snapshots.release(old.snapshotId);
     events.emit("template.replaced_dropped", { template: old.id, snapshot: old.snapshotId });
@@ -94,11 +129,15 @@ async function dropReplaced(
 async function staleReason(
   current: TemplateRow,
   options: BaseTemplateOptions,
+  builtin: BuiltinTemplate,
 ): Promise<string | undefined> {
-  const { catalog, driver, images, shape, layout } = options;
+  const { catalog, driver, shape, layout } = options;
+  const images = { ...options.images, baseRootfs: builtin.rootfs };
   const snapshot = await catalog.getSnapshot(current.snapshotId);
   if (!snapshot || !(await exists(join(snapshot.dir, "meta.json")))) return "its snapshot is gone";
   if (snapshot.imagesFingerprint !== images.fingerprint) return "the guest images changed";
+  if (builtin.rootfsSha256 !== undefined && current.config?.rootfsSha256 !== builtin.rootfsSha256)
+    return "its rootfs changed";
   if (current.vcpus !== shape.vcpus || current.memoryMiB !== shape.memoryMiB)
     return `the machine shape changed to ${shape.vcpus} vCPUs, ${shape.memoryMiB} MiB`;
   const spec = guestSpec({
@@ -117,16 +156,6 @@ async function staleReason(
   }
 }
 
-function buildBaseTemplate(options: BaseTemplateOptions): Promise<TemplateRow> {
-  return bootTemplate(options, {
-    id: newId(),
-    kind: "base",
-    aliases: [BASE_TEMPLATE],
-    rootfs: options.images.baseRootfs,
-    shape: options.shape,
-  });
-}
-
 /** What a cold-booted template is made of (`bootTemplate`). */
 export interface BootedTemplateInput {
   readonly id: string;
@@ -137,6 +166,8 @@ export interface BootedTemplateInput {
   /** diskSizeMiB larger than the image: the guest grows its filesystem to it. */
   readonly shape: MachineShape & { readonly diskSizeMiB?: number };
   readonly config?: TemplateRow["config"];
+  /** Readies the booted guest for its capture, after envd's walk (a built-in's `prepare`). */
+  readonly prepare?: (hostAddress: string) => Promise<void>;
 }
 
 /**
@@ -162,6 +193,7 @@ export async function bootTemplate(
     crashPoint("base-template.boot.after-boot");
     await agent.waitForHealth(slot.hostAddress, { deadlineMs: 180_000, exited: vm.exited });
     await agent.exercise(slot.hostAddress);
+    await input.prepare?.(slot.hostAddress);
     // Captured from a quiet guest: right after boot, every restore would re-run the guest's
     // follow-up work (~6k more TCG blocks to translate, ~80 ms) before answering (bench/vmm.ts).
     await new Promise((resolve) => setTimeout(resolve, options.settleMs ?? TEMPLATE_SETTLE_MS));

@@ -90,7 +90,7 @@ export interface EventFields {
 
   // ---- templates ----------------------------------------------------------------------------
   "template.stale": { template: string; reason: string };
-  "template.building": { shape: MachineShape };
+  "template.building": { alias: string; shape: MachineShape };
   "template.built": { template: string; durationMs: number };
   /** The replaced base template's capture, kept: something still stands on it. */
   "template.snapshot_kept": { snapshot: string };

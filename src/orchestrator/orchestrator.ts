@@ -3,8 +3,14 @@ import type { GuestArtifacts } from "../host-setup/index.js";
 import { type SlotPool, validateEgressPolicy } from "../network/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { DiskChains, MachineShape, VmmDriver } from "../vmm/index.js";
-import { type BaseTemplateOptions, bootTemplate, ensureBaseTemplate } from "./base-template.js";
+import {
+  type BaseTemplateOptions,
+  bootTemplate,
+  ensureBaseTemplate,
+  ensureBuiltinTemplate,
+} from "./base-template.js";
 import { Capacity, type CapacityLimits } from "./capacity.js";
+import { CODE_INTERPRETER_TEMPLATE, codeInterpreterTemplate } from "./code-interpreter-template.js";
 import { DiskSpace, type StatDisk } from "./disk-space.js";
 import { Forks } from "./forks.js";
 import type { GuestAgent } from "./guest-agent.js";
@@ -66,6 +72,8 @@ export interface OrchestratorOptions {
   readonly layout: StateLayout;
   readonly limits: CapacityLimits;
   readonly templateShape: MachineShape;
+  /** Captures the code-interpreter-v1 template after start, when setup built its rootfs. */
+  readonly codeInterpreter?: boolean;
   /** Most children one fork call may ask for. */
   readonly maxForkCount: number;
   /** Disk layers above a template before a snapshot is flattened (Snapshots). */
@@ -118,6 +126,8 @@ export class Orchestrator
   readonly #events: LifecycleEvents;
   readonly #table = new SandboxTable();
   readonly #pool: WarmPool;
+  /** The code-interpreter-v1 template's capture in progress, when one runs. */
+  #codeInterpreter: Promise<unknown> | undefined;
   readonly #kept: KeptVmms;
   readonly #capacity: Capacity;
   readonly #disk: DiskSpace;
@@ -260,6 +270,7 @@ export class Orchestrator
         this.#pool.keepWarm(pooled, this.#o.pool.baseFloor);
       }
       this.#status = { ...this.#status, phase: "ready" };
+      this.#startCodeInterpreter();
       this.#sampler.start();
       this.#log.info({ paused: this.#table.values().length }, "orchestrator.ready");
     } catch (err) {
@@ -412,6 +423,8 @@ export class Orchestrator
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
     assertReady(this.#status);
     const { catalog } = this.#o;
+    // Its first capture runs after start: a create for it waits for the capture.
+    if (input.templateId === CODE_INTERPRETER_TEMPLATE) await this.#codeInterpreter;
     const template = await findTemplate(catalog, input.templateId, {
       layers: input.internal,
       teamId: input.teamId,
@@ -744,6 +757,26 @@ export class Orchestrator
     // Its capture writes the guest's memory.
     this.#disk.admit("booting a template", memoryMiB * 1024 * 1024);
     return bootTemplate(this.#bootOptions(), input);
+  }
+
+  /**
+   * Captures code-interpreter-v1 in the background (a cold boot, kernels started: a minute
+   * or more under TCG) when asked and setup built its rootfs; a failure is logged, and the
+   * template stays missing until the next start.
+   */
+  #startCodeInterpreter(): void {
+    const rootfs = this.#o.images.codeInterpreterRootfs;
+    if (!this.#o.codeInterpreter || !rootfs) return;
+    const capture = ensureBuiltinTemplate(
+      { ...this.#bootOptions(), shape: this.#o.templateShape },
+      codeInterpreterTemplate(rootfs),
+    ).then(
+      (row) => this.#log.info({ template: row.id }, "code_interpreter.ready"),
+      (err: unknown) => this.#log.error({ err }, "code_interpreter.capture_failed"),
+    );
+    this.#codeInterpreter = capture.finally(() => {
+      this.#codeInterpreter = undefined;
+    });
   }
 
   /** What booting a template (base, or a build's image) needs. */

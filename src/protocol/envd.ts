@@ -67,3 +67,12 @@ export interface EnvdMetrics {
   disk_used: number;
   disk_total: number;
 }
+
+/** Port of E2B's code interpreter inside a sandbox (the SDK's JUPYTER_PORT), served by envd. */
+export const INTERPRETER_PORT = 49999;
+
+/**
+ * A rootfs holding this file gets the code interpreter: envd serves it beside itself (the
+ * `code-interpreter-v1` template's rootfs has it, and so every template made from that one).
+ */
+export const CODE_INTERPRETER_MARKER = "/etc/warren/code-interpreter";

@@ -9,7 +9,7 @@ import {
   SqliteCatalog,
   type TeamCatalog,
 } from "../catalog/index.js";
-import { ensureHostSetup, type GuestArtifacts } from "../host-setup/index.js";
+import { ensureHostSetup, GUEST_ARTIFACTS, type GuestArtifacts } from "../host-setup/index.js";
 import { NetnsSlotPool, slotNamesFor } from "../network/index.js";
 import {
   type CapacityLimits,
@@ -68,7 +68,14 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
       "WARREN_SHARED_STORE is a cluster setting: set WARREN_DATABASE_URL too, or unset it",
     );
   }
-  const images = await ensureHostSetup({ dataDir: config.dataDir, imagesDir: config.imagesDir });
+  const images = await ensureHostSetup({
+    dataDir: config.dataDir,
+    imagesDir: config.imagesDir,
+    only: [
+      ...GUEST_ARTIFACTS,
+      ...(config.codeInterpreter === "on" ? (["code-interpreter-rootfs"] as const) : []),
+    ],
+  });
   input.step("choosing the accelerator");
   let orchestrator: Orchestrator | undefined;
   // Restores happen only once the orchestrator runs (it checksums captures).
@@ -217,6 +224,7 @@ function newOrchestrator(
     limits: parts.limits,
     teamLimits: async (teamId) => (await parts.teams.getTeam(teamId))?.limits,
     templateShape: { vcpus: config.templateVcpus, memoryMiB: config.templateMemoryMiB },
+    codeInterpreter: config.codeInterpreter === "on",
     defaultTimeoutMs: config.defaultTimeoutMs,
     maxForkCount: config.maxForkCount,
     flattenDepth: config.flattenDepth,

@@ -323,6 +323,13 @@ const SETTINGS = {
     parse: oneOf("auto", "on", "off"),
     expects: "auto, on or off",
   },
+  codeInterpreter: {
+    env: "WARREN_CODE_INTERPRETER",
+    doc: "The built-in code-interpreter-v1 template (E2B's code interpreter: Python with IPython and its data stack, JavaScript, TypeScript, bash on port 49999): on makes setup build its rootfs (once, minutes: Debian packages) and the server capture it after start; off leaves both out. Off by default until its end-to-end tests run in CI (issue 28).",
+    default: (): "on" | "off" => "off",
+    parse: oneOf("on", "off"),
+    expects: "on or off",
+  },
   ksm: {
     env: "WARREN_KSM",
     doc: "Kernel same-page merging across VMMs: on starts the host's KSM and lets it merge identical pages of every QEMU, guest RAM included (under TCG ~25 MiB less per idle sandbox, for some ksmd CPU). Merged pages let one sandbox sense, by timing its writes, whether another holds the same page: keep it off when sandboxes of different tenants share a host.",

@@ -80,6 +80,9 @@ export function runServerEnv(): Record<string, string> {
     // Pauses let their VMMs go, as the tests of pause and resume expect (what a paused
     // sandbox holds, a restore's path); test/e2e/kept-vmms.test.ts turns keeping on.
     WARREN_PAUSE_KEEP_MS: "0",
+    // Its template's capture (a cold boot, kernels started) would load every server start;
+    // the code interpreter's own tests turn it on.
+    WARREN_CODE_INTERPRETER: "off",
   };
 }
 

@@ -1,0 +1,243 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import type { Readable, Writable } from "node:stream";
+import type { EventSink, ExecuteRequest, Kernel, KernelEvent } from "./kernel.js";
+
+/** Longest event line taken from a driver (a PNG is a few MiB); longer is the driver failing. */
+const MAX_LINE_BYTES = 64 * 1024 * 1024;
+/** The tail of the driver's own output kept to say why it died. */
+const DIAGNOSTIC_BYTES = 8 * 1024;
+
+export interface DriverCommand {
+  readonly command: string;
+  readonly args: readonly string[];
+  readonly cwd: string;
+  readonly env: Readonly<Record<string, string>>;
+  /** Names the language in errors: "the python kernel exited…". */
+  readonly language: string;
+}
+
+interface Running {
+  readonly id: string;
+  readonly sink: EventSink;
+  readonly done: () => void;
+}
+
+/**
+ * A kernel run by a driver process speaking kernels/PROTOCOL.md: requests on its fd 0,
+ * events on its fd 3. Its death mid-execution ends that execution with an error; the owner
+ * starts a new one (the state is gone either way).
+ */
+export class DriverKernel implements Kernel {
+  readonly ready: Promise<void>;
+  readonly #child: ChildProcess;
+  readonly #language: string;
+  #running: Running | undefined;
+  #nextId = 1;
+  #exited: string | undefined;
+  #diagnostics = "";
+
+  constructor(command: DriverCommand) {
+    this.#language = command.language;
+    this.#child = spawn(command.command, [...command.args], {
+      cwd: command.cwd,
+      env: { ...command.env },
+      stdio: ["pipe", "pipe", "pipe", "pipe"],
+    });
+    const events = this.#child.stdio[3] as Readable;
+    for (const output of [this.#child.stdout, this.#child.stderr]) {
+      output?.on("data", (chunk: Buffer) => {
+        this.#diagnostics = (this.#diagnostics + chunk.toString("utf8")).slice(-DIAGNOSTIC_BYTES);
+      });
+    }
+    // A driver that died leaves EPIPE on its stdin: reported through exit, not as a crash.
+    this.#child.stdin?.on("error", () => {});
+    this.ready = new Promise<void>((resolve, reject) => {
+      const lines = new LineReader(events, MAX_LINE_BYTES);
+      lines.onLine = (line) => {
+        const event = parseEvent(line);
+        if (event === undefined)
+          return this.#fail(`sent a line that is not an event: ${line.slice(0, 200)}`);
+        if (event.type === "ready") return resolve();
+        this.#dispatch(event, lines);
+      };
+      lines.onOverflow = () => this.#fail(`sent an event line over ${MAX_LINE_BYTES} bytes`);
+      this.#child.once("error", (err) => this.#exit(`could not start: ${err.message}`));
+      this.#child.once("exit", (code, signal) => {
+        this.#exit(signal ? `exited (${signal})` : `exited (status ${code})`);
+        reject(new Error(this.#why()));
+      });
+    });
+    // An unobserved rejection (a kernel closed before anyone waited) is not a crash.
+    this.ready.catch(() => {});
+  }
+
+  execute(request: ExecuteRequest, sink: EventSink): Promise<void> {
+    if (this.#exited) {
+      sink.emit(exitedError(this.#why()));
+      return Promise.resolve();
+    }
+    const id = String(this.#nextId++);
+    return new Promise<void>((resolve) => {
+      this.#running = { id, sink, done: resolve };
+      const line = JSON.stringify({
+        type: "execute",
+        id,
+        code: request.code,
+        env: request.env,
+        globals: request.globals,
+        silent: request.silent === true,
+      });
+      (this.#child.stdin as Writable).write(`${line}\n`);
+    });
+  }
+
+  get alive(): boolean {
+    return !this.#exited;
+  }
+
+  interrupt(): void {
+    if (this.#running && !this.#exited) this.#child.kill("SIGINT");
+  }
+
+  close(): void {
+    if (!this.#exited) this.#child.kill("SIGKILL");
+  }
+
+  #dispatch(event: Exclude<DriverEvent, { type: "ready" }>, lines: LineReader): void {
+    const running = this.#running;
+    if (!running || event.id !== running.id) return; // a late event of an abandoned run
+    if (event.type === "done") {
+      this.#running = undefined;
+      running.done();
+      return;
+    }
+    if (!running.sink.emit(event.event)) {
+      lines.pause();
+      running.sink.onDrain(() => lines.resume());
+    }
+  }
+
+  #fail(why: string): void {
+    this.#diagnostics += `\n${why}`;
+    this.#child.kill("SIGKILL");
+  }
+
+  #exit(how: string): void {
+    if (this.#exited) return;
+    this.#exited = how;
+    const running = this.#running;
+    this.#running = undefined;
+    if (running) {
+      running.sink.emit(exitedError(this.#why()));
+      running.done();
+    }
+  }
+
+  #why(): string {
+    const tail = this.#diagnostics.trim().split("\n").slice(-5).join("\n");
+    return `the ${this.#language} kernel ${this.#exited ?? "stopped"}${tail ? `: ${tail}` : ""}`;
+  }
+}
+
+function exitedError(why: string): KernelEvent {
+  return {
+    type: "error",
+    name: "KernelExited",
+    value: `${why}; its state is lost, the next run starts a new kernel`,
+    traceback: "",
+  };
+}
+
+type DriverEvent =
+  | { readonly type: "ready" }
+  | { readonly type: "done"; readonly id: string }
+  | { readonly type: "event"; readonly id: string; readonly event: KernelEvent };
+
+/** One fd-3 line as an event, or undefined when it is not one the protocol defines. */
+function parseEvent(line: string): DriverEvent | undefined {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(line);
+  } catch {
+    return undefined;
+  }
+  if (typeof raw !== "object" || raw === null) return undefined;
+  const e = raw as Record<string, unknown>;
+  if (e.type === "ready") return { type: "ready" };
+  if (typeof e.id !== "string") return undefined;
+  const id = e.id;
+  const text = (key: string) => (typeof e[key] === "string" ? (e[key] as string) : "");
+  switch (e.type) {
+    case "done":
+      return { type: "done", id };
+    case "execution_count":
+      return typeof e.count === "number"
+        ? { type: "event", id, event: { type: "execution_count", count: e.count } }
+        : undefined;
+    case "stdout":
+    case "stderr":
+      return { type: "event", id, event: { type: e.type, text: text("text") } };
+    case "error":
+      return {
+        type: "event",
+        id,
+        event: {
+          type: "error",
+          name: text("name"),
+          value: text("value"),
+          traceback: text("traceback"),
+        },
+      };
+    case "result":
+      if (typeof e.data !== "object" || e.data === null || Array.isArray(e.data)) return undefined;
+      return {
+        type: "event",
+        id,
+        event: { type: "result", main: e.main === true, data: e.data as Record<string, unknown> },
+      };
+    default:
+      return undefined;
+  }
+}
+
+/** Splits a stream into lines, none longer than `max` bytes. */
+class LineReader {
+  onLine: (line: string) => void = () => {};
+  onOverflow: () => void = () => {};
+  #parts: Buffer[] = [];
+  #size = 0;
+  readonly #stream: Readable;
+
+  constructor(stream: Readable, max: number) {
+    this.#stream = stream;
+    stream.on("data", (chunk: Buffer) => {
+      let start = 0;
+      for (let nl = chunk.indexOf(10); nl !== -1; nl = chunk.indexOf(10, start)) {
+        this.#parts.push(chunk.subarray(start, nl));
+        const line = Buffer.concat(this.#parts).toString("utf8");
+        this.#parts = [];
+        this.#size = 0;
+        start = nl + 1;
+        this.onLine(line);
+      }
+      if (start < chunk.length) {
+        this.#parts.push(chunk.subarray(start));
+        this.#size += chunk.length - start;
+        if (this.#size > max) {
+          this.#parts = [];
+          this.#size = 0;
+          stream.destroy();
+          this.onOverflow();
+        }
+      }
+    });
+  }
+
+  pause(): void {
+    this.#stream.pause();
+  }
+
+  resume(): void {
+    this.#stream.resume();
+  }
+}
