@@ -128,6 +128,8 @@ export class Orchestrator
   readonly #pool: WarmPool;
   /** The code-interpreter-v1 template's capture in progress, when one runs. */
   #codeInterpreter: Promise<unknown> | undefined;
+  /** Why that capture failed, for a create that asks for the template. */
+  #codeInterpreterFailure: string | undefined;
   readonly #kept: KeptVmms;
   readonly #capacity: Capacity;
   readonly #disk: DiskSpace;
@@ -428,6 +430,12 @@ export class Orchestrator
     const template = await findTemplate(catalog, input.templateId, {
       layers: input.internal,
       teamId: input.teamId,
+    }).catch((err: unknown) => {
+      if (input.templateId !== CODE_INTERPRETER_TEMPLATE) throw err;
+      throw new WarrenError(
+        "template_not_found",
+        `template '${CODE_INTERPRETER_TEMPLATE}' not found: ${this.#codeInterpreterMissing()}`,
+      );
     });
     // Checked before anything is reserved: a bad list is the caller's 400.
     validateEgressPolicy(egressPolicyOf(input.network, input.allowInternetAccess));
@@ -772,11 +780,23 @@ export class Orchestrator
       codeInterpreterTemplate(rootfs),
     ).then(
       (row) => this.#log.info({ template: row.id }, "code_interpreter.ready"),
-      (err: unknown) => this.#log.error({ err }, "code_interpreter.capture_failed"),
+      (err: unknown) => {
+        this.#codeInterpreterFailure = err instanceof Error ? err.message : String(err);
+        this.#log.error({ err }, "code_interpreter.capture_failed");
+      },
     );
     this.#codeInterpreter = capture.finally(() => {
       this.#codeInterpreter = undefined;
     });
+  }
+
+  /** Why code-interpreter-v1 is not here, in words that say what to do. */
+  #codeInterpreterMissing(): string {
+    if (!this.#o.codeInterpreter)
+      return "this server runs without the code interpreter: start it with WARREN_CODE_INTERPRETER=on";
+    if (!this.#o.images.codeInterpreterRootfs)
+      return "host setup has not built its rootfs (npm run setup with WARREN_CODE_INTERPRETER=on)";
+    return `its capture failed when the server started (${this.#codeInterpreterFailure ?? "see the server's log"}); a restart tries again`;
   }
 
   /** What booting a template (base, or a build's image) needs. */

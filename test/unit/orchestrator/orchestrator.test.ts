@@ -408,6 +408,18 @@ describe("Orchestrator (on fakes)", () => {
     });
   });
 
+  describe("code-interpreter-v1", () => {
+    it("asked of a server without it: not found, naming the setting that turns it on", async (t) => {
+      const node = await startNode(t);
+      await assert.rejects(
+        node.orchestrator.create(createInput("code-interpreter-v1")),
+        (err: Error & { reason?: string }) =>
+          err.reason === "template_not_found" && /WARREN_CODE_INTERPRETER=on/.test(err.message),
+      );
+      assert.deepEqual(await node.leaks(), []);
+    });
+  });
+
   describe("restart recovery", () => {
     it("kills the VMMs a crashed server left running and sweeps their runtime dirs", async (t) => {
       const node = await startNode(t);
