@@ -3,12 +3,13 @@
 // read, errors, one run at a time per context, interrupts when a client goes away, kernels
 // that die. The SDK itself runs against it in test/e2e/code-interpreter.test.ts.
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { execFile, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { promisify } from "node:util";
 import { Contexts } from "./contexts.js";
 import { createInterpreter, type Interpreter } from "./interpreter-server.js";
 import { kernelStarter } from "./kernel-starter.js";
@@ -235,6 +236,15 @@ describe("code interpreter server", {
     assert.match(String(error?.value), /python kernel exited \(status 3\).*state is lost/);
     const next = await execute({ code: "'lost' in globals()", context_id: context.id });
     assert.equal(ofType(next.lines, "result")[0]?.text, "False");
+  });
+
+  it("is what the Python SDK reads (a stdlib client of its wire: nulls, timestamps, chart keys)", async () => {
+    const check = join(import.meta.dirname, "../../../test/helpers/python_wire_check.py");
+    // Not spawnSync: the server answering it runs in this process.
+    const run = await promisify(execFile)(PYTHON, [check, url], { timeout: 120_000 }).catch(
+      (err: { stdout?: string; stderr?: string }) => assert.fail(`${err.stdout}${err.stderr}`),
+    );
+    assert.match(run.stdout, /ok context removed/);
   });
 
   it("restarts a context (state gone, cwd and id kept) and removes one", async () => {
