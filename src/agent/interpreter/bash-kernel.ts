@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Writable } from "node:stream";
-import type { EventSink, ExecuteRequest, Kernel } from "./kernel.js";
+import { type EventSink, type ExecuteRequest, type Kernel, kernelExited } from "./kernel.js";
 
 const NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
@@ -172,12 +172,7 @@ export class BashKernel implements Kernel {
 }
 
 function exitedError(how: string) {
-  return {
-    type: "error" as const,
-    name: "KernelExited",
-    value: `the bash kernel exited (${how}); its state is lost, the next run starts a new kernel`,
-    traceback: "",
-  };
+  return kernelExited(`the bash kernel exited (${how})`);
 }
 
 /** A single-quoted shell word. */

@@ -1,6 +1,12 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import type { Readable, Writable } from "node:stream";
-import type { EventSink, ExecuteRequest, Kernel, KernelEvent } from "./kernel.js";
+import {
+  type EventSink,
+  type ExecuteRequest,
+  type Kernel,
+  type KernelEvent,
+  kernelExited,
+} from "./kernel.js";
 
 /** Longest event line taken from a driver (a PNG is a few MiB); longer is the driver failing. */
 const MAX_LINE_BYTES = 64 * 1024 * 1024;
@@ -73,7 +79,7 @@ export class DriverKernel implements Kernel {
 
   execute(request: ExecuteRequest, sink: EventSink): Promise<void> {
     if (this.#exited) {
-      sink.emit(exitedError(this.#why()));
+      sink.emit(kernelExited(this.#why()));
       return Promise.resolve();
     }
     const id = String(this.#nextId++);
@@ -128,7 +134,7 @@ export class DriverKernel implements Kernel {
     const running = this.#running;
     this.#running = undefined;
     if (running) {
-      running.sink.emit(exitedError(this.#why()));
+      running.sink.emit(kernelExited(this.#why()));
       running.done();
     }
   }
@@ -137,15 +143,6 @@ export class DriverKernel implements Kernel {
     const tail = this.#diagnostics.trim().split("\n").slice(-5).join("\n");
     return `the ${this.#language} kernel ${this.#exited ?? "stopped"}${tail ? `: ${tail}` : ""}`;
   }
-}
-
-function exitedError(why: string): KernelEvent {
-  return {
-    type: "error",
-    name: "KernelExited",
-    value: `${why}; its state is lost, the next run starts a new kernel`,
-    traceback: "",
-  };
 }
 
 type DriverEvent =

@@ -47,3 +47,13 @@ export interface Kernel {
   /** Stops the process; an execution in progress ends with an error event. */
   close(): void;
 }
+
+/** How a run ends when its kernel's process is gone (`why` says how it went). */
+export function kernelExited(why: string): KernelEvent {
+  return {
+    type: "error",
+    name: "KernelExited",
+    value: `${why}; its state is lost, the next run starts a new kernel`,
+    traceback: "",
+  };
+}
