@@ -39,9 +39,21 @@ export interface SandboxVmsOptions {
  */
 export class SandboxVms {
   readonly #o: SandboxVmsOptions;
+  /** Work a release leaves running after it returns (a slot's reset, a directory's removal). */
+  readonly #background = new Set<Promise<void>>();
 
   constructor(options: SandboxVmsOptions) {
     this.#o = options;
+  }
+
+  /** Once what earlier releases left running in the background has finished. */
+  async settled(): Promise<void> {
+    while (this.#background.size > 0) await Promise.all([...this.#background]);
+  }
+
+  #inBackground(work: Promise<void>): void {
+    const tracked = work.finally(() => this.#background.delete(tracked));
+    this.#background.add(tracked);
   }
 
   /** A pooled VMM: its slot gets the sandbox's egress policy, then the guest continues. */
@@ -226,9 +238,11 @@ export class SandboxVms {
     // The slot's reset (its policy, its connections forgotten: several commands) need not
     // hold up the caller: the pool finishes it before the slot's next tenant, or at close.
     if (slot) {
-      void this.#o.slots
-        .release(slot)
-        .catch((err: unknown) => log.warn({ err }, "network.slot_release_failed"));
+      this.#inBackground(
+        this.#o.slots
+          .release(slot)
+          .catch((err: unknown) => log.warn({ err }, "network.slot_release_failed")),
+      );
     }
   }
 
@@ -245,8 +259,10 @@ export class SandboxVms {
       if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
       throw err;
     }
-    void rm(gone, { recursive: true, force: true }).catch((err: unknown) =>
-      this.#o.logger.warn({ err, dir: gone }, "sandbox.runtime_dir_removal_failed"),
+    this.#inBackground(
+      rm(gone, { recursive: true, force: true }).catch((err: unknown) =>
+        this.#o.logger.warn({ err, dir: gone }, "sandbox.runtime_dir_removal_failed"),
+      ),
     );
   }
 }
