@@ -2,7 +2,7 @@
 // `npm run setup`: makes this host ready to run Warren's microVMs (as root): Debian packages,
 // then the guest kernel, initramfs, agent drive and base rootfs in the images directory
 // (<data dir>/images/ unless --images-dir or $WARREN_IMAGES_DIR names another), and the
-// code-interpreter-v1 template's rootfs when $WARREN_CODE_INTERPRETER is on.
+// code-interpreter-v1 template's rootfs unless $WARREN_CODE_INTERPRETER is off.
 // Idempotent: a second run checks everything and does nothing. See src/host-setup/README.md.
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -14,7 +14,7 @@ const GUEST_ARTIFACTS = ["kernel", "initramfs", "agent-drive", "base-rootfs"];
 const CODE_INTERPRETER = "code-interpreter-rootfs";
 const WANTED = [
   ...GUEST_ARTIFACTS,
-  ...(process.env.WARREN_CODE_INTERPRETER === "on" ? [CODE_INTERPRETER] : []),
+  ...(process.env.WARREN_CODE_INTERPRETER === "off" ? [] : [CODE_INTERPRETER]),
 ];
 // debootstrap: the cached bootstrap tarball the rootfs images are built on.
 const ARTIFACTS = [...GUEST_ARTIFACTS, CODE_INTERPRETER, "debootstrap"];
@@ -25,7 +25,7 @@ const HELP = `Usage: npm run setup -- [--data-dir DIR] [--images-dir DIR] [--onl
   --images-dir DIR where the guest images go (default $WARREN_IMAGES_DIR, else
                    <data dir>/images)
   --only LIST      check and build only these guest artifacts (comma-separated; default
-                   all but ${CODE_INTERPRETER}, which WARREN_CODE_INTERPRETER=on adds)
+                   all, but ${CODE_INTERPRETER} not when WARREN_CODE_INTERPRETER=off)
   --rebuild LIST   rebuild these even when up to date ("all" for every one); rebuilding
                    "kernel" also moves to the newest Debian cloud kernel, "debootstrap"
                    (the cached bootstrap tarball) also rebuilds the rootfs images

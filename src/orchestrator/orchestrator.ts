@@ -797,7 +797,7 @@ export class Orchestrator
     if (!this.#o.codeInterpreter)
       return "this server runs without the code interpreter: start it with WARREN_CODE_INTERPRETER=on";
     if (!this.#o.images.codeInterpreterRootfs)
-      return "host setup has not built its rootfs (npm run setup with WARREN_CODE_INTERPRETER=on)";
+      return "host setup has not built its rootfs (npm run setup, WARREN_CODE_INTERPRETER not off)";
     return `its capture failed when the server started (${this.#codeInterpreterFailure ?? "see the server's log"}); a restart tries again`;
   }
 

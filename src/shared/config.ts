@@ -325,8 +325,8 @@ const SETTINGS = {
   },
   codeInterpreter: {
     env: "WARREN_CODE_INTERPRETER",
-    doc: "The built-in code-interpreter-v1 template (E2B's code interpreter: Python with IPython and its data stack, JavaScript, TypeScript, bash on port 49999): on makes setup build its rootfs (once, minutes: Debian packages) and the server capture it after start; off leaves both out. Off by default until its end-to-end tests run in CI (issue 28).",
-    default: (): "on" | "off" => "off",
+    doc: "The built-in code-interpreter-v1 template (E2B's code interpreter: Python with IPython and its data stack, JavaScript, TypeScript, bash on port 49999): on makes setup build its rootfs (once, ~6 min: Debian packages, 3 GiB) and the server capture it after start (a cold boot with the kernels started: minutes under TCG; creates of it wait for it); off leaves both out.",
+    default: (): "on" | "off" => "on",
     parse: oneOf("on", "off"),
     expects: "on or off",
   },
