@@ -257,12 +257,12 @@ export class Forks {
     await this.dropTemplate(template);
   }
 
-  /** Deletes any template but base (template builds drop their layers with it). */
+  /** Deletes any template but the built-in ones (template builds drop their layers with it). */
   async dropTemplate(template: TemplateRow): Promise<void> {
     const { catalog, table, snapshots, pool } = this.#o;
     const templateId = template.aliases[0] ?? template.id;
     if (template.kind === "base") {
-      throw new WarrenError("template_protected", `'${templateId}' is the built-in base template`);
+      throw new WarrenError("template_protected", `'${templateId}' is a built-in template`);
     }
     const users = table
       .values()

@@ -1,16 +1,24 @@
 // E2B's code interpreter SDK (@e2b/code-interpreter from npm), unchanged, against Warren's
 // code-interpreter-v1 template: Sandbox.create() with no options, runCode in each language,
 // contexts, state, streaming callbacks, env vars, display data and charts, interrupts, a
-// killed sandbox, reconnect, and the kernels' state through pause/resume and fork.
+// killed sandbox, reconnect, and the kernels' state through pause/resume, fork and snapshots.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import { Sandbox } from "@e2b/code-interpreter";
 import { INTERPRETER_PORT } from "../../src/protocol/index.js";
+import { runEnv } from "../helpers/run-env.js";
 import { useServer, waitFor } from "../helpers/server.js";
 
-const server = useServer({ WARREN_CODE_INTERPRETER: "on", WARREN_LOG_LEVEL: "info" });
+// A data dir of its own: the files after this one find no code-interpreter-v1 among their
+// templates, and no captures of it in their snapshots.
+const server = useServer({
+  WARREN_HOME: join(runEnv().dataDir, "code-interpreter"),
+  WARREN_CODE_INTERPRETER: "on",
+  WARREN_LOG_LEVEL: "info",
+});
 
 /** The template's first capture runs after the server starts: a cold boot, kernels started. */
 const CAPTURE_MS = 900_000;
@@ -237,6 +245,19 @@ describe("code interpreter (@e2b/code-interpreter)", () => {
       assert.equal((await sandbox.runCode("counter")).text, "10", "the source is untouched");
     } finally {
       await Promise.all(kids.map((k) => k.kill()));
+    }
+  });
+
+  it("starts sandboxes from a persistent snapshot with the kernel's state at the capture", async () => {
+    await sandbox.runCode("snapped = 'at the snapshot'");
+    const { snapshotId } = await sandbox.createSnapshot();
+    await sandbox.runCode("snapped = 'after'");
+    const started = await Sandbox.create(snapshotId);
+    try {
+      assert.equal((await started.runCode("snapped")).text, "at the snapshot");
+      assert.equal((await sandbox.runCode("snapped")).text, "after");
+    } finally {
+      await started.kill();
     }
   });
 

@@ -138,11 +138,14 @@ function sandboxRows(state: ServerState): string[] {
   return problems;
 }
 
-/** One built-in template, the one named `base`: a replaced one goes with its data. */
+/**
+ * Built-in templates (`base`, `code-interpreter-v1`) each hold their alias: a replaced one,
+ * which lost its alias to its replacement, goes with its data.
+ */
 function baseTemplate(state: ServerState): string[] {
   return state.templates
-    .filter((t) => t.kind === "base" && !t.aliases.includes("base"))
-    .map((t) => `template ${t.id} is a replaced base template, still kept`);
+    .filter((t) => t.kind === "base" && t.aliases.length === 0)
+    .map((t) => `template ${t.id} is a replaced built-in template, still kept`);
 }
 
 /** Every reference names a snapshot row, and every snapshot row is used by something. */
