@@ -24,6 +24,7 @@ const BENCHES = {
   "resume-split": ["resume-split.ts", true],
   "guest-latency": ["guest-latency.ts", true],
   observability: ["observability.ts", false],
+  rl: ["rl.ts", true],
 };
 
 const name = process.argv[2];

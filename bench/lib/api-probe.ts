@@ -47,6 +47,7 @@ const OPERATIONS: Record<string, string> = {
   "POST /sandboxes/:sandboxID/pause": "pause",
   "POST /sandboxes/:sandboxID/connect": "resume (connect)",
   "POST /sandboxes/:sandboxID/fork": "fork",
+  "POST /sandboxes/:sandboxID/snapshots": "snapshot",
   "DELETE /sandboxes/:sandboxID": "kill",
 };
 
@@ -65,7 +66,7 @@ function p50(samples: number[]): number {
 }
 
 /** p50 of each category and phase per operation, from the lines logged since `from`. */
-function splitOf(logs: readonly LogLine[], from: number) {
+export function apiSplit(logs: readonly LogLine[], from: number) {
   const byOp = new Map<string, LogLine[]>();
   for (const line of logs.slice(from)) {
     if (line.msg !== "api.request" || !line.split) continue;
@@ -195,7 +196,7 @@ export async function probe(
     await heavy.kill();
   }
 
-  if (resumesOnly) return { rows, ...splitOf(server.logs, mark) };
+  if (resumesOnly) return { rows, ...apiSplit(server.logs, mark) };
 
   // ---- fork -----------------------------------------------------------------------------
   {
@@ -245,7 +246,7 @@ export async function probe(
     await Promise.all(idle.map((s) => s.kill()));
   }
 
-  return { rows, ...splitOf(server.logs, mark) };
+  return { rows, ...apiSplit(server.logs, mark) };
 }
 
 /** The split as table rows: one per operation and category, p50 ms. */
