@@ -13,7 +13,7 @@
 // server's `api.request` lines.
 // Run: npm run bench:rl (as root; the server and the peer's dockerd are started and stopped
 // by the bench). BENCH_QUICK=1: a few of each. BENCH_FIRST_RUNS (default 8) creates of each
-// in 1. BENCH_PEER=0 leaves the peer out.
+// in 1. BENCH_ONLY=first stops after 1; BENCH_PEER=0 leaves the peer out.
 import { join } from "node:path";
 import { Sandbox as CodeSandbox } from "@e2b/code-interpreter";
 import { Sandbox } from "e2b";
@@ -34,6 +34,7 @@ import {
 } from "./lib/rl-workloads.js";
 
 const QUICK = process.env.BENCH_QUICK === "1";
+const FIRST_ONLY = process.env.BENCH_ONLY === "first";
 const FIRST_RUNS = Number(process.env.BENCH_FIRST_RUNS ?? (QUICK ? 3 : 8));
 /** Concurrent clients of the reward workload, and samples per client. */
 const REWARD_CLIENTS = QUICK ? [4, 8] : [16, 64];
@@ -231,15 +232,17 @@ try {
   await codeInterpreterReady(server);
   progress("create → first call");
   await firstRuns(server);
-  const warren = await warrenBackend();
-  record("warren", "repository template build ms", warren.buildMs);
-  const mark = server.logs.length;
-  await workloads(warren);
-  extra.warrenSplit = apiSplit(server.logs, mark).split;
+  if (!FIRST_ONLY) {
+    const warren = await warrenBackend();
+    record("warren", "repository template build ms", warren.buildMs);
+    const mark = server.logs.length;
+    await workloads(warren);
+    extra.warrenSplit = apiSplit(server.logs, mark).split;
+  }
 } finally {
   await server.stop();
 }
-if (process.env.BENCH_PEER !== "0") {
+if (!FIRST_ONLY && process.env.BENCH_PEER !== "0") {
   const peer = await startGvisorPeer({
     rootfsExt4: join(runEnv().imagesDir, "base.ext4"),
     log: (line) => console.error(line),

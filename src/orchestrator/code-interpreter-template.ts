@@ -1,3 +1,4 @@
+import type { TemplateRow } from "../catalog/index.js";
 import { INTERPRETER_PORT } from "../protocol/index.js";
 import { WarrenError } from "../shared/index.js";
 import type { BuiltinTemplate } from "./base-template.js";
@@ -7,15 +8,20 @@ export const CODE_INTERPRETER_TEMPLATE = "code-interpreter-v1";
 
 /** Kernels start with IPython, numpy, pandas and matplotlib imported: minutes under TCG, at worst. */
 const KERNELS_READY_MS = 600_000;
-/** One warm-up run, whole (its first run translates the kernel's paths under TCG). */
+/** The warm-up, whole (its first run translates the kernels' paths under TCG). */
 const WARM_UP_MS = 120_000;
 /** What the template's guest may send back to one call. */
 const MAX_REPLY_BYTES = 1024 * 1024;
 
+/** The built-in code-interpreter-v1 template's row (a snapshot of it is the user's). */
+export function isCodeInterpreter(template: TemplateRow): boolean {
+  return template.kind === "base" && template.aliases.includes(CODE_INTERPRETER_TEMPLATE);
+}
+
 /**
  * The code-interpreter-v1 template: its rootfs booted, envd's code interpreter up with its
- * default python and javascript contexts, each run once, then captured: a sandbox's first
- * `runCode` finds its kernel started and its modules imported.
+ * default python and javascript contexts, each run once silently, then captured: a sandbox's
+ * first `runCode` finds its kernel started and its modules imported.
  */
 export function codeInterpreterTemplate(rootfs: { path: string; sha256: string }): BuiltinTemplate {
   return {
@@ -44,22 +50,25 @@ async function warmKernels(host: string): Promise<void> {
       );
     await new Promise((resolve) => setTimeout(resolve, 500));
   }
-  for (const language of ["python", "javascript"]) {
-    const run = await call(
-      `${base}/execute`,
-      {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({ code: "1 + 1", language }),
-      },
-      WARM_UP_MS,
+  await warmInterpreter(host);
+}
+
+/**
+ * Runs a silent `1 + 1` in the guest's default python and javascript contexts (envd's
+ * `/warm`): under TCG the first run after a restore translates the kernels' paths, which
+ * this moves off the user's first `runCode`; execution counts do not move.
+ */
+export async function warmInterpreter(host: string, signal?: AbortSignal): Promise<void> {
+  const warmed = await call(
+    `http://${host}:${INTERPRETER_PORT}/warm`,
+    { method: "POST", ...(signal && { signal }) },
+    WARM_UP_MS,
+  );
+  if (warmed.status !== 204)
+    throw new WarrenError(
+      "guest_unavailable",
+      `the code interpreter's warm-up answered ${warmed.status}: ${warmed.body.slice(0, 500)}`,
     );
-    if (run.status !== 200 || !run.body.includes('"text":"2"'))
-      throw new WarrenError(
-        "guest_unavailable",
-        `the code interpreter's ${language} warm-up run answered ${run.status}: ${run.body.slice(0, 500)}`,
-      );
-  }
 }
 
 /** One bounded call to the template's guest: its status and at most MAX_REPLY_BYTES of body. */
@@ -68,7 +77,9 @@ async function call(
   init: RequestInit,
   timeoutMs: number,
 ): Promise<{ status: number; body: string }> {
-  const res = await fetch(url, { ...init, signal: AbortSignal.timeout(timeoutMs) });
+  const timeout = AbortSignal.timeout(timeoutMs);
+  const signal = init.signal ? AbortSignal.any([init.signal, timeout]) : timeout;
+  const res = await fetch(url, { ...init, signal });
   const chunks: Uint8Array[] = [];
   let size = 0;
   for await (const chunk of res.body ?? []) {

@@ -1,4 +1,5 @@
 import type { Catalog, TemplateRow } from "../catalog/index.js";
+import { isCodeInterpreter, warmInterpreter } from "./code-interpreter-template.js";
 import type { SnapshotInfo } from "./types.js";
 import type { PoolTemplate } from "./warm-pool.js";
 
@@ -47,7 +48,12 @@ export async function templateStart(
 ): Promise<{ presentToken?: string; pool?: PoolTemplate }> {
   const snapshot = await catalog.getSnapshot(template.snapshotId);
   if (!snapshot) return {};
-  const pool = { snapshotId: snapshot.id, dir: await localDir(snapshot.id), shape: template };
+  const pool = {
+    snapshotId: snapshot.id,
+    dir: await localDir(snapshot.id),
+    shape: template,
+    ...(isCodeInterpreter(template) && { warmUp: warmInterpreter }),
+  };
   if (!snapshot.sandboxId) return { pool };
   const token = (await catalog.findSandbox(snapshot.sandboxId))?.envdAccessToken;
   return { presentToken: token, pool: { ...pool, ...(token && { token }) } };

@@ -29,6 +29,8 @@ export interface PoolTemplate {
   readonly shape: MachineShape;
   /** The access token envd in the snapshot has (captured from a secured sandbox), if any. */
   readonly token?: string;
+  /** More of the guest to walk before the VMM is parked (a template's own servers). */
+  readonly warmUp?: (host: string, signal: AbortSignal) => Promise<void>;
 }
 
 /** How the pools are sized (settings of the server, clock and probe of tests). */
@@ -432,6 +434,7 @@ export class WarmPool {
       await prepared.warm(async () => {
         await agent.waitForHealth(host, { deadlineMs: WARM_HEALTH_DEADLINE_MS, signal });
         await agent.exercise(host, target.token, signal);
+        await target.warmUp?.(host, signal);
       });
       crashPoint("warm-pool.make.after-warm");
       const durationMs = Math.round(this.#now() - started);

@@ -46,6 +46,7 @@ describe("code interpreter (@e2b/code-interpreter)", () => {
   it("runs Python with no options: a value, its execution count, state kept between runs", async () => {
     const first = await sandbox.runCode("x = 1; x");
     assert.equal(first.text, "1");
+    assert.equal(first.executionCount, 1, "the template's and the pool's warm-ups do not count");
     assert.equal(first.error, undefined);
     const second = await sandbox.runCode("x += 1; x");
     assert.equal(second.text, "2");

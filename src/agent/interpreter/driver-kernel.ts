@@ -12,6 +12,12 @@ import {
 const MAX_LINE_BYTES = 64 * 1024 * 1024;
 /** The tail of the driver's own output kept to say why it died. */
 const DIAGNOSTIC_BYTES = 8 * 1024;
+/**
+ * An interrupted run still going is sent SIGINT again this often: a SIGINT that lands before
+ * the driver took the request up (it reads requests between runs) finds it idle and does
+ * nothing. Once the run ends no more are sent, and the next request waits for that.
+ */
+const INTERRUPT_REPEAT_MS = 1_000;
 
 export interface DriverCommand {
   readonly command: string;
@@ -26,6 +32,8 @@ interface Running {
   readonly id: string;
   readonly sink: EventSink;
   readonly done: () => void;
+  /** SIGINT sent again until the run ends (INTERRUPT_REPEAT_MS). */
+  interrupting?: NodeJS.Timeout;
 }
 
 /**
@@ -102,7 +110,12 @@ export class DriverKernel implements Kernel {
   }
 
   interrupt(): void {
-    if (this.#running && !this.#exited) this.#child.kill("SIGINT");
+    const running = this.#running;
+    if (!running || this.#exited) return;
+    this.#child.kill("SIGINT");
+    running.interrupting ??= setInterval(() => {
+      if (this.#running === running && !this.#exited) this.#child.kill("SIGINT");
+    }, INTERRUPT_REPEAT_MS);
   }
 
   close(): void {
@@ -114,6 +127,7 @@ export class DriverKernel implements Kernel {
     if (!running || event.id !== running.id) return; // a late event of an abandoned run
     if (event.type === "done") {
       this.#running = undefined;
+      clearInterval(running.interrupting);
       running.done();
       return;
     }
@@ -134,6 +148,7 @@ export class DriverKernel implements Kernel {
     const running = this.#running;
     this.#running = undefined;
     if (running) {
+      clearInterval(running.interrupting);
       running.sink.emit(kernelExited(this.#why()));
       running.done();
     }

@@ -99,6 +99,18 @@ describe("code interpreter server", {
     );
   });
 
+  it("warms the python and javascript defaults silently: their first counted run is the first", async () => {
+    const warmed = await fetch(`${url}/warm`, { method: "POST" });
+    assert.equal(warmed.status, 204);
+    for (const language of ["python", "javascript"]) {
+      const { lines } = await execute({ code: "2 + 3", language });
+      assert.deepEqual(ofType(lines, "number_of_executions"), [
+        { type: "number_of_executions", execution_count: 1 },
+      ]);
+      assert.equal(ofType(lines, "result")[0]?.text, "5", language);
+    }
+  });
+
   it("runs python by default: count, stdout with a timestamp, the main result with quotes off and extra", async () => {
     const { lines } = await execute({
       code: "print('hi')\n'quoted'",

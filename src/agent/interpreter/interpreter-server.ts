@@ -24,7 +24,8 @@ export interface Interpreter {
 
 /**
  * The code interpreter's HTTP server, speaking what `@e2b/code-interpreter` sends to port
- * 49999 (docs/code-interpreter-wire.md): `/execute` streaming JSON lines, `/contexts`, `/health`.
+ * 49999 (docs/code-interpreter-wire.md): `/execute` streaming JSON lines, `/contexts`, `/health`;
+ * and Warren's `/warm`.
  * Errors are text bodies with the status, as E2B's server answers (the SDKs show the text).
  */
 export function createInterpreter(options: InterpreterOptions): Interpreter {
@@ -56,6 +57,7 @@ export function createInterpreter(options: InterpreterOptions): Interpreter {
     const contextPath = /^\/contexts\/([^/]+)(\/restart)?$/.exec(path);
     if (method === "GET" && path === "/health") return json(res, health.status, health.body);
     if (method === "POST" && path === "/execute") return execute(req, res);
+    if (method === "POST" && path === "/warm") return warm(res);
     if (method === "GET" && path === "/contexts")
       return json(res, 200, JSON.stringify(contexts.list()));
     if (method === "POST" && path === "/contexts") {
@@ -116,8 +118,32 @@ export function createInterpreter(options: InterpreterOptions): Interpreter {
     stream.end();
   }
 
+  /**
+   * Warren's own (not E2B's): runs `1 + 1` silently in the python and javascript defaults,
+   * so that a restored VM's first user run finds their paths translated (under TCG) and the
+   * execution counts where a fresh kernel has them. Fixed code: nothing a caller sends runs.
+   */
+  async function warm(res: ServerResponse): Promise<void> {
+    await started;
+    for (const language of WARMED_LANGUAGES) {
+      const context = await contexts.defaultFor(language);
+      await context.serial((kernel) =>
+        kernel.execute(
+          { code: "1 + 1", env: {}, globals: options.globals(), silent: true },
+          DISCARD,
+        ),
+      );
+    }
+    res.writeHead(204).end();
+  }
+
   return { server, started };
 }
+
+const WARMED_LANGUAGES = ["python", "javascript"] as const;
+
+/** A warm-up's events: nobody reads them. */
+const DISCARD: EventSink = { emit: () => true, onDrain: () => {} };
 
 /** `/execute`'s answer: one JSON line per event, keepalives while quiet, then the end line. */
 class ExecutionStream implements EventSink {

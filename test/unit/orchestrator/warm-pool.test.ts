@@ -141,6 +141,29 @@ describe("WarmPool (on fakes)", () => {
     assert.equal(driver.alive.size, 16);
   });
 
+  it("walks a template's own warm-up on each VMM before it is parked; a failing one gives it up", async (t) => {
+    const { pool, template, driver, slots } = await rig(t, { maxPerTemplate: 2 });
+    const warmed: string[] = [];
+    let failing = false;
+    const tpl: PoolTemplate = {
+      ...(await template("interpreter")),
+      async warmUp(host) {
+        if (failing) throw new Error("the kernels did not answer");
+        warmed.push(host);
+      },
+    };
+    burst(pool, tpl, 2);
+    await pool.settled();
+    assert.equal(ready(pool, tpl), 2);
+    assert.equal(new Set(warmed).size, 2, "each pooled VMM's guest was walked");
+    failing = true;
+    for (const warm of burst(pool, tpl, 2)) await pool.discard(warm);
+    await pool.settled();
+    assert.equal(ready(pool, tpl), 0, "no VMM is parked unwarmed");
+    assert.equal(driver.alive.size, 0, "the VMMs of failed warm-ups are gone");
+    assert.equal(slots.inUse.size, 0, "and their slots are back");
+  });
+
   it("a template's pool is capped by the per-template maximum", async (t) => {
     const { pool, template } = await rig(t, { maxPerTemplate: 4 });
     const tpl = await template("task-1");

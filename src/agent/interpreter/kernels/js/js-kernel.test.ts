@@ -111,10 +111,19 @@ class Driver {
   }
 
   /** Runs `code`, sends SIGINT `ms` after it started (its first event), returns the run. */
-  interrupt(code: string, ms: number): Promise<Run> {
-    return this.run(code, {}, () => {
-      setTimeout(() => this.child.kill("SIGINT"), ms);
-    });
+  /**
+   * Runs `code`, sending SIGINT after `ms` and then every `ms` until it ends, as envd does:
+   * one that lands before the driver took the request up finds it idle.
+   */
+  async interrupt(code: string, ms: number): Promise<Run> {
+    let repeat: NodeJS.Timeout | undefined;
+    try {
+      return await this.run(code, {}, () => {
+        repeat = setInterval(() => this.child.kill("SIGINT"), ms);
+      });
+    } finally {
+      clearInterval(repeat);
+    }
   }
 
   /** Ends fd 0 (the driver exits); a driver stuck in a failed test is killed after 5 s. */
