@@ -146,19 +146,27 @@ export async function grpoGroup(backend: Backend, size: number): Promise<GroupRu
 
   const t = performance.now();
   const source = await backend.createPython();
-  const [, setupMs] = await timed(() => setUp(source));
-  const [children, forkMs] = await timed(() => backend.fork(source, size));
-  const forked = await Promise.all(
-    children.map(async (child, i) => {
-      try {
-        return await member(child, i);
-      } finally {
-        await child.kill();
-      }
-    }),
-  );
-  const forkedMs = since(t);
-  await source.kill();
+  let setupMs: number;
+  let forkMs: number;
+  let forked: number[];
+  let forkedMs: number;
+  try {
+    [, setupMs] = await timed(() => setUp(source));
+    let children: Box[];
+    [children, forkMs] = await timed(() => backend.fork(source, size));
+    forked = await Promise.all(
+      children.map(async (child, i) => {
+        try {
+          return await member(child, i);
+        } finally {
+          await child.kill();
+        }
+      }),
+    );
+    forkedMs = since(t);
+  } finally {
+    await source.kill();
+  }
   check(forked);
 
   const c = performance.now();
