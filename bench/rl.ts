@@ -78,27 +78,37 @@ interface FirstCall {
   readonly firstMs: number;
 }
 
-async function firstCommand(): Promise<FirstCall> {
+/** Create, then the first call (its answer checked), then kill: the two parts timed. */
+async function firstCall<S extends { kill(): Promise<unknown> }>(
+  create: () => Promise<S>,
+  call: (sandbox: S) => Promise<void>,
+): Promise<FirstCall> {
   const t = performance.now();
-  const sandbox = await Sandbox.create();
+  const sandbox = await create();
   const createMs = since(t);
-  const run = await sandbox.commands.run("echo ready");
-  if (run.stdout !== "ready\n") throw new Error(`echo answered ${JSON.stringify(run.stdout)}`);
+  await call(sandbox);
   const firstMs = since(t) - createMs;
   await sandbox.kill();
   return { createMs, firstMs };
 }
 
-async function firstRunCode(): Promise<FirstCall> {
-  const t = performance.now();
-  const sandbox = await CodeSandbox.create();
-  const createMs = since(t);
-  const run = await sandbox.runCode("1 + 1");
-  if (run.text !== "2") throw new Error(`1 + 1 answered ${JSON.stringify(run.text)}`);
-  const firstMs = since(t) - createMs;
-  await sandbox.kill();
-  return { createMs, firstMs };
-}
+const firstCommand = () =>
+  firstCall(
+    () => Sandbox.create(),
+    async (sandbox) => {
+      const run = await sandbox.commands.run("echo ready");
+      if (run.stdout !== "ready\n") throw new Error(`echo answered ${JSON.stringify(run.stdout)}`);
+    },
+  );
+
+const firstRunCode = () =>
+  firstCall(
+    () => CodeSandbox.create(),
+    async (sandbox) => {
+      const run = await sandbox.runCode("1 + 1");
+      if (run.text !== "2") throw new Error(`1 + 1 answered ${JSON.stringify(run.text)}`);
+    },
+  );
 
 async function firstRuns(server: TestServer): Promise<void> {
   const samples = { base: [] as FirstCall[], interpreter: [] as FirstCall[] };

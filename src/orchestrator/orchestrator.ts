@@ -307,8 +307,8 @@ export class Orchestrator
   /**
    * Resolves once the warm pools are still: no VMM being warmed or given up (a refill due
    * now runs first), no kept VMM being given up, no released slot or runtime directory still
-   * being cleaned. What the node holds is then its sandboxes',
-   * the pooled VMMs' and the kept ones' only.
+   * being cleaned. What the node holds is then its sandboxes', the pooled VMMs' and the kept
+   * ones' only.
    */
   async settled(): Promise<void> {
     await this.#pool.settled();
