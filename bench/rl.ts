@@ -2,7 +2,8 @@
 // then the same workloads through a peer on the same machine in the same run: Docker with
 // gVisor's runsc (bench/lib/peer-gvisor.ts), with Warren/peer ratios.
 // 1. create → first `runCode` on code-interpreter-v1 against create → first command on base
-//    (the issue's 1.5× target), each split into the create and the first call;
+//    (the issue's 1.5× target), each split into the create and the first call; then new
+//    python contexts on a running sandbox (createCodeContext → first run);
 // 2. code-execution rewards: 16 and 64 concurrent clients, a fresh sandbox per sample or one
 //    per client reused; runs/s, latency, errors;
 // 3. a GRPO group: set up once, fork ×16, each child edits and tests; against 16 creates
@@ -150,6 +151,25 @@ async function firstRuns(server: TestServer): Promise<void> {
   extra.firstRunCodeVsFirstCommand = { p50Ratio: Math.round(ratio * 100) / 100, target: 1.5 };
 }
 
+/** Contexts made on one running sandbox: `createCodeContext`, then its first run. */
+async function newContexts(): Promise<void> {
+  const sandbox = await CodeSandbox.create();
+  try {
+    const ms: number[] = [];
+    for (let i = 0; i < FIRST_RUNS; i++) {
+      const t = performance.now();
+      const context = await sandbox.createCodeContext({ language: "python" });
+      const run = await sandbox.runCode("1 + 1", { context });
+      if (run.text !== "2") throw new Error(`1 + 1 answered ${JSON.stringify(run.text)}`);
+      ms.push(since(t));
+      await sandbox.removeCodeContext(context);
+    }
+    rows.push(summarize("code-interpreter-v1: new python context → first run", "ms", ms));
+  } finally {
+    await sandbox.kill();
+  }
+}
+
 /** Per backend: what each workload measured, for the comparison. */
 const figures: Record<string, Record<string, number>> = {};
 
@@ -239,9 +259,13 @@ function comparison(): Record<string, unknown>[] {
 const server = await startServer({ WARREN_CODE_INTERPRETER: "on", WARREN_LOG_LEVEL: "info" });
 try {
   progress("waiting for code-interpreter-v1's capture");
+  const capture = performance.now();
   await codeInterpreterReady(server);
+  extra.codeInterpreterCaptureMs = Math.round(since(capture));
   progress("create → first call");
   await firstRuns(server);
+  progress("new python contexts");
+  await newContexts();
   if (!FIRST_ONLY) {
     const warren = await warrenBackend();
     record("warren", "repository template build ms", warren.buildMs);

@@ -110,7 +110,7 @@ await build({
   outfile: join(out, "interpreter", "js-kernel.mjs"),
 });
 mkdirSync(join(out, "interpreter", "python"), { recursive: true });
-for (const file of ["warren_kernel.py", "warren_charts.py"])
+for (const file of ["warren_kernel.py", "warren_zygote.py", "warren_charts.py"])
   copyFileSync(join(kernels, "python", file), join(out, "interpreter", "python", file));
 step(`agent ready in ${out}`);
 

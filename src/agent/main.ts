@@ -14,6 +14,11 @@ import { builtDrivers, Contexts, createInterpreter, kernelStarter } from "./inte
 import { system } from "./native/system.js";
 import { createAgent } from "./server.js";
 
+/**
+ * Where forked Python kernels connect back to envd: root-only, outside /tmp (which agents
+ * clean), one per envd (a developer may run several on one host).
+ */
+const KERNEL_SOCKET = `/run/warren-envd/kernels-${process.pid}.sock`;
 const HELP = `envd — Warren's in-guest agent (E2B envd protocol ${ENVD_VERSION})
 
 Usage: envd [--port N] [--host ADDR] [--default-user NAME] [--guest] [--code-interpreter]
@@ -95,7 +100,8 @@ for (const signal of ["SIGTERM", "SIGINT"] as const) {
 function startInterpreter(): Contexts {
   const drivers = builtDrivers(join(dirname(fileURLToPath(import.meta.url)), "interpreter"));
   const globals = () => agent.state.globalEnv();
-  const contexts = new Contexts(kernelStarter(drivers, globals), "/home/user");
+  const kernels = kernelStarter(drivers, globals, KERNEL_SOCKET);
+  const contexts = new Contexts(kernels, "/home/user");
   const { server } = createInterpreter({ contexts, globals });
   server.on("error", (err) => fail(`cannot listen on ${host}:${INTERPRETER_PORT}: ${err.message}`));
   server.listen(INTERPRETER_PORT, host, () => {

@@ -13,8 +13,13 @@ export class InterpreterError extends Error {
   }
 }
 
-/** Starts the kernel of a context (the process is running when it returns; see `ready`). */
-export type KernelStarter = (language: Language, cwd: string) => Kernel;
+/** Starts contexts' kernels. */
+export interface KernelStarter {
+  /** The kernel of a context (its process is starting when it returns; see `ready`). */
+  start(language: Language, cwd: string): Kernel;
+  /** Stops what it keeps for later starts (a zygote); kernels it started are left running. */
+  close(): void;
+}
 
 /** What `GET /contexts` lists: E2B's Context. */
 export interface ContextInfo {
@@ -32,7 +37,7 @@ export class Context implements ContextInfo {
     readonly language: Language,
     readonly cwd: string,
     public kernel: Kernel,
-    private readonly start: KernelStarter,
+    private readonly starter: KernelStarter,
   ) {}
 
   /** Runs `work` once every earlier run has ended, on a live kernel (a dead one is replaced). */
@@ -48,7 +53,7 @@ export class Context implements ContextInfo {
   /** A fresh kernel in place of the current one (restart, or after it died); its state is gone. */
   async replaceKernel(): Promise<void> {
     this.kernel.close();
-    this.kernel = this.start(this.language, this.cwd);
+    this.kernel = this.starter.start(this.language, this.cwd);
     await startedOrThrow(this.kernel, "Failed to restart context");
   }
 
@@ -67,7 +72,7 @@ export class Contexts {
   readonly #defaults = new Map<Language, Promise<Context>>();
 
   constructor(
-    private readonly start: KernelStarter,
+    private readonly starter: KernelStarter,
     readonly defaultCwd: string,
   ) {}
 
@@ -87,7 +92,13 @@ export class Contexts {
       () => false,
     );
     if (!isDir) throw new InterpreterError(400, `cwd '${dir}' is not a directory in the sandbox`);
-    const context = new Context(randomUUID(), lang, dir, this.start(lang, dir), this.start);
+    const context = new Context(
+      randomUUID(),
+      lang,
+      dir,
+      this.starter.start(lang, dir),
+      this.starter,
+    );
     // Listed in the order asked for (the defaults: python, then javascript), not of readiness.
     this.#byId.set(context.id, context);
     try {
@@ -143,8 +154,10 @@ export class Contexts {
     return context.serial(() => context.replaceKernel());
   }
 
+  /** Stops every kernel and what starts them: the interpreter is shutting down. */
   closeAll(): void {
     for (const context of this.#byId.values()) context.kernel.close();
+    this.starter.close();
   }
 }
 

@@ -1,5 +1,5 @@
-import { type ChildProcess, spawn } from "node:child_process";
-import type { Readable, Writable } from "node:stream";
+import type { Readable } from "node:stream";
+import type { DriverProcess } from "./driver-process.js";
 import {
   type EventSink,
   type ExecuteRequest,
@@ -10,23 +10,12 @@ import {
 
 /** Longest event line taken from a driver (a PNG is a few MiB); longer is the driver failing. */
 const MAX_LINE_BYTES = 64 * 1024 * 1024;
-/** The tail of the driver's own output kept to say why it died. */
-const DIAGNOSTIC_BYTES = 8 * 1024;
 /**
  * An interrupted run still going is sent SIGINT again this often: a SIGINT that lands before
  * the driver took the request up (it reads requests between runs) finds it idle and does
  * nothing. Once the run ends no more are sent, and the next request waits for that.
  */
 const INTERRUPT_REPEAT_MS = 1_000;
-
-export interface DriverCommand {
-  readonly command: string;
-  readonly args: readonly string[];
-  readonly cwd: string;
-  readonly env: Readonly<Record<string, string>>;
-  /** Names the language in errors: "the python kernel exited…". */
-  readonly language: string;
-}
 
 interface Running {
   readonly id: string;
@@ -37,36 +26,26 @@ interface Running {
 }
 
 /**
- * A kernel run by a driver process speaking kernels/PROTOCOL.md: requests on its fd 0,
- * events on its fd 3. Its death mid-execution ends that execution with an error; the owner
- * starts a new one (the state is gone either way).
+ * A kernel run by a driver process speaking kernels/PROTOCOL.md: requests in, events out.
+ * Its death mid-execution ends that execution with an error; the owner starts a new one
+ * (the state is gone either way).
  */
 export class DriverKernel implements Kernel {
   readonly ready: Promise<void>;
-  readonly #child: ChildProcess;
+  readonly #process: DriverProcess;
+  /** Names the language in errors: "the python kernel exited…". */
   readonly #language: string;
   #running: Running | undefined;
   #nextId = 1;
   #exited: string | undefined;
-  #diagnostics = "";
+  /** Why envd itself stopped the driver, after its own output. */
+  #failure = "";
 
-  constructor(command: DriverCommand) {
-    this.#language = command.language;
-    this.#child = spawn(command.command, [...command.args], {
-      cwd: command.cwd,
-      env: { ...command.env },
-      stdio: ["pipe", "pipe", "pipe", "pipe"],
-    });
-    const events = this.#child.stdio[3] as Readable;
-    for (const output of [this.#child.stdout, this.#child.stderr]) {
-      output?.on("data", (chunk: Buffer) => {
-        this.#diagnostics = (this.#diagnostics + chunk.toString("utf8")).slice(-DIAGNOSTIC_BYTES);
-      });
-    }
-    // A driver that died leaves EPIPE on its stdin: reported through exit, not as a crash.
-    this.#child.stdin?.on("error", () => {});
+  constructor(language: string, process: DriverProcess) {
+    this.#language = language;
+    this.#process = process;
     this.ready = new Promise<void>((resolve, reject) => {
-      const lines = new LineReader(events, MAX_LINE_BYTES);
+      const lines = new LineReader(process.events, MAX_LINE_BYTES);
       lines.onLine = (line) => {
         const event = parseEvent(line);
         if (event === undefined)
@@ -75,9 +54,8 @@ export class DriverKernel implements Kernel {
         this.#dispatch(event, lines);
       };
       lines.onOverflow = () => this.#fail(`sent an event line over ${MAX_LINE_BYTES} bytes`);
-      this.#child.once("error", (err) => this.#exit(`could not start: ${err.message}`));
-      this.#child.once("exit", (code, signal) => {
-        this.#exit(signal ? `exited (${signal})` : `exited (status ${code})`);
+      process.ended.then((how) => {
+        this.#exit(how);
         reject(new Error(this.#why()));
       });
     });
@@ -101,7 +79,7 @@ export class DriverKernel implements Kernel {
         globals: request.globals,
         silent: request.silent === true,
       });
-      (this.#child.stdin as Writable).write(`${line}\n`);
+      this.#process.requests.write(`${line}\n`);
     });
   }
 
@@ -112,14 +90,14 @@ export class DriverKernel implements Kernel {
   interrupt(): void {
     const running = this.#running;
     if (!running || this.#exited) return;
-    this.#child.kill("SIGINT");
+    this.#process.signal("SIGINT");
     running.interrupting ??= setInterval(() => {
-      if (this.#running === running && !this.#exited) this.#child.kill("SIGINT");
+      if (this.#running === running && !this.#exited) this.#process.signal("SIGINT");
     }, INTERRUPT_REPEAT_MS);
   }
 
   close(): void {
-    if (!this.#exited) this.#child.kill("SIGKILL");
+    if (!this.#exited) this.#process.signal("SIGKILL");
   }
 
   #dispatch(event: Exclude<DriverEvent, { type: "ready" }>, lines: LineReader): void {
@@ -138,8 +116,8 @@ export class DriverKernel implements Kernel {
   }
 
   #fail(why: string): void {
-    this.#diagnostics += `\n${why}`;
-    this.#child.kill("SIGKILL");
+    this.#failure = why;
+    this.#process.signal("SIGKILL");
   }
 
   #exit(how: string): void {
@@ -155,7 +133,8 @@ export class DriverKernel implements Kernel {
   }
 
   #why(): string {
-    const tail = this.#diagnostics.trim().split("\n").slice(-5).join("\n");
+    const output = `${this.#process.diagnostics()}\n${this.#failure}`;
+    const tail = output.trim().split("\n").slice(-5).join("\n");
     return `the ${this.#language} kernel ${this.#exited ?? "stopped"}${tail ? `: ${tail}` : ""}`;
   }
 }

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { execFile, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
-import type { AddressInfo } from "node:net";
+import { type AddressInfo, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -33,7 +33,7 @@ describe("code interpreter server", {
     contexts = new Contexts(
       kernelStarter(
         {
-          python: [PYTHON, join(kernels, "python", "warren_kernel.py")],
+          pythonZygote: [PYTHON, join(kernels, "python", "warren_zygote.py")],
           // Its cwd is the context's: tsx is named by URL, not resolved from there.
           javascript: [
             process.execPath,
@@ -43,6 +43,7 @@ describe("code interpreter server", {
           ],
         },
         () => globals,
+        join(cwd, ".kernels", "kernels.sock"),
       ),
       cwd,
     );
@@ -248,6 +249,31 @@ describe("code interpreter server", {
     assert.match(String(error?.value), /python kernel exited \(status 3\).*state is lost/);
     const next = await execute({ code: "'lost' in globals()", context_id: context.id });
     assert.equal(ofType(next.lines, "result")[0]?.text, "False");
+  });
+
+  it("keeps an idle connection past Node's 5 s default: the proxy reuses its pooled ones", async () => {
+    const socket = connect((interpreter.server.address() as AddressInfo).port, "127.0.0.1");
+    socket.on("error", () => {});
+    let closed = false;
+    socket.on("close", () => {
+      closed = true;
+    });
+    let received = "";
+    socket.on("data", (chunk: Buffer) => {
+      received += chunk.toString();
+    });
+    const health = async () => {
+      received = "";
+      socket.write("GET /health HTTP/1.1\r\nHost: envd\r\nConnection: keep-alive\r\n\r\n");
+      for (let i = 0; i < 100 && !/\r\n\r\n[\s\S]*\S/.test(received) && !closed; i++)
+        await new Promise((r) => setTimeout(r, 50));
+      return received.split("\r\n")[0];
+    };
+    assert.equal(await health(), "HTTP/1.1 200 OK");
+    await new Promise((r) => setTimeout(r, 7_000)); // Node closes at 5 s + 1 s
+    assert.equal(closed, false, "the interpreter closed an idle connection after 5 s");
+    assert.equal(await health(), "HTTP/1.1 200 OK");
+    socket.destroy();
   });
 
   it("is what the Python SDK reads (a stdlib client of its wire: nulls, timestamps, chart keys)", async () => {

@@ -9,6 +9,8 @@ const MAX_BODY_BYTES = 16 * 1024 * 1024;
 const KEEPALIVE_MS = 5_000;
 /** How long an interrupted run may take to end before its kernel is killed (its state lost). */
 const INTERRUPT_GRACE_MS = 10_000;
+/** An idle client connection is kept this long (as envd's own server: agent/server.ts). */
+const KEEP_ALIVE_MS = 640_000;
 
 export interface InterpreterOptions {
   readonly contexts: Contexts;
@@ -50,6 +52,9 @@ export function createInterpreter(options: InterpreterOptions): Interpreter {
     });
   });
   server.requestTimeout = 0;
+  // Longer than the proxy keeps a pooled connection (620 s): with Node's 5 s, a request the
+  // proxy sent on a connection just as envd closed it failed with ECONNRESET (502).
+  server.keepAliveTimeout = KEEP_ALIVE_MS;
 
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? "/").split("?")[0] ?? "/";

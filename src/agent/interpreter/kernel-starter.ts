@@ -2,29 +2,35 @@ import { basename, dirname, join } from "node:path";
 import { BashKernel } from "./bash-kernel.js";
 import type { KernelStarter } from "./contexts.js";
 import { DriverKernel } from "./driver-kernel.js";
+import { spawnDriver } from "./driver-process.js";
+import { PythonZygote } from "./python-zygote.js";
 
 /** The command lines that start each driver (kernels/PROTOCOL.md), program first. */
 export interface DriverCommands {
-  readonly python: readonly string[];
+  /** Given the kernels' socket name after these (warren_zygote.py). */
+  readonly pythonZygote: readonly string[];
   /** Given `--language javascript|typescript` after these. */
   readonly javascript: readonly string[];
 }
 
-/** The drivers as built beside envd's bundle (`<dir>/python/warren_kernel.py`, `<dir>/js-kernel.mjs`). */
+/** The drivers as built beside envd's bundle (`<dir>/python/warren_zygote.py`, `<dir>/js-kernel.mjs`). */
 export function builtDrivers(dir: string): DriverCommands {
   return {
-    python: ["/usr/bin/python3", join(dir, "python", "warren_kernel.py")],
+    pythonZygote: ["/usr/bin/python3", join(dir, "python", "warren_zygote.py")],
     javascript: [...nodeCommand(), join(dir, "js-kernel.mjs")],
   };
 }
 
 /**
  * Starts each language's kernel as root (E2B's kernels run as root), in the context's cwd,
- * with a login-like environment; the sandbox's env vars reach it with each run.
+ * with a login-like environment; the sandbox's env vars reach it with each run. Python's
+ * are forked from a zygote (python-zygote.ts), started with the first.
  */
 export function kernelStarter(
   drivers: DriverCommands,
   env: () => Record<string, string>,
+  /** Where forked Python kernels connect back to envd (python-zygote.ts). */
+  kernelSocket: string,
 ): KernelStarter {
   const baseEnv = () => ({
     PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -34,18 +40,23 @@ export function kernelStarter(
     LANG: "C.UTF-8",
     ...env(),
   });
-  const driver = (language: string, cwd: string, [command, ...args]: readonly string[]) =>
-    new DriverKernel({ language, command: command as string, args, cwd, env: baseEnv() });
-  return (language, cwd) => {
-    switch (language) {
-      case "bash":
-        return new BashKernel({ cwd, env: baseEnv() });
-      case "python":
-        return driver(language, cwd, drivers.python);
-      case "javascript":
-      case "typescript":
-        return driver(language, cwd, [...drivers.javascript, "--language", language]);
-    }
+  const zygote = new PythonZygote(drivers.pythonZygote, baseEnv, kernelSocket);
+  return {
+    start(language, cwd) {
+      switch (language) {
+        case "bash":
+          return new BashKernel({ cwd, env: baseEnv() });
+        case "python":
+          return new DriverKernel(language, zygote.fork(cwd, baseEnv()));
+        case "javascript":
+        case "typescript": {
+          const [command, ...args] = [...drivers.javascript, "--language", language];
+          const driver = spawnDriver({ command: command as string, args, cwd, env: baseEnv() });
+          return new DriverKernel(language, driver);
+        }
+      }
+    },
+    close: () => zygote.close(),
   };
 }
 

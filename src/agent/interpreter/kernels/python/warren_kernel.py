@@ -61,15 +61,26 @@ F_SETPIPE_SZ = 1031
 
 
 def main():
-    requests = _claim_stdio()
-    interrupts = Interrupts()
-    events = Events(EVENTS_FD, interrupts)
+    serve(prepare())
+
+
+def prepare():
+    """Everything that does not depend on the context: the shell, its formatters, the heavy
+    imports. warren_zygote.py does this once and forks kernels from there."""
     shell = WarrenShell.instance(config=_shell_config())
     _install_formatters(shell)
     _warm_up(shell)
     if sys.path and sys.path[0] == os.path.dirname(os.path.abspath(__file__)):
         sys.path[0] = ""  # the cwd, as in an interactive Python (not this script's directory)
     sys.argv = [""]
+    return shell
+
+
+def serve(shell):
+    """Runs the context's cells until fd 0 closes; never returns."""
+    requests = _claim_stdio()
+    interrupts = Interrupts()
+    events = Events(EVENTS_FD, interrupts)
     output = Output(events, interrupts)
     shell.driver = Driver(shell, events, output, interrupts)
     events.emit({"type": "ready"})
