@@ -11,7 +11,7 @@ import {
 /** Longest event line taken from a driver (a PNG is a few MiB); longer is the driver failing. */
 const MAX_LINE_BYTES = 64 * 1024 * 1024;
 /**
- * An interrupted run still going is sent SIGINT again this often: a SIGINT that lands before
+ * An interrupted run still going is interrupted again this often: an interrupt that lands before
  * the driver took the request up (it reads requests between runs) finds it idle and does
  * nothing. Once the run ends no more are sent, and the next request waits for that.
  */
@@ -21,7 +21,7 @@ interface Running {
   readonly id: string;
   readonly sink: EventSink;
   readonly done: () => void;
-  /** SIGINT sent again until the run ends (INTERRUPT_REPEAT_MS). */
+  /** Interrupted again until the run ends (INTERRUPT_REPEAT_MS). */
   interrupting?: NodeJS.Timeout;
 }
 
@@ -90,14 +90,14 @@ export class DriverKernel implements Kernel {
   interrupt(): void {
     const running = this.#running;
     if (!running || this.#exited) return;
-    this.#process.signal("SIGINT");
+    this.#process.interrupt();
     running.interrupting ??= setInterval(() => {
-      if (this.#running === running && !this.#exited) this.#process.signal("SIGINT");
+      if (this.#running === running && !this.#exited) this.#process.interrupt();
     }, INTERRUPT_REPEAT_MS);
   }
 
   close(): void {
-    if (!this.#exited) this.#process.signal("SIGKILL");
+    if (!this.#exited) this.#process.kill();
   }
 
   #dispatch(event: Exclude<DriverEvent, { type: "ready" }>, lines: LineReader): void {
@@ -117,7 +117,7 @@ export class DriverKernel implements Kernel {
 
   #fail(why: string): void {
     this.#failure = why;
-    this.#process.signal("SIGKILL");
+    this.#process.kill();
   }
 
   #exit(how: string): void {

@@ -16,7 +16,9 @@ export interface DriverProcess {
   readonly ended: Promise<string>;
   /** The tail of its own output (an import error at start), to say why it died. */
   diagnostics(): string;
-  signal(signal: "SIGINT" | "SIGKILL"): void;
+  /** Interrupts the running execution (PROTOCOL.md: SIGINT, or a request line). */
+  interrupt(): void;
+  kill(): void;
 }
 
 export interface DriverCommand {
@@ -24,6 +26,8 @@ export interface DriverCommand {
   readonly args: readonly string[];
   readonly cwd: string;
   readonly env: Readonly<Record<string, string>>;
+  /** How it is interrupted: SIGINT, or `{"type":"interrupt"}` on fd 0 (JavaScript). */
+  readonly interruptBy: "signal" | "request";
 }
 
 /** A driver started as envd's own child: requests on its fd 0, events on its fd 3. */
@@ -43,13 +47,20 @@ export function spawnDriver(command: DriverCommand): DriverProcess {
       resolve(signal ? `exited (${signal})` : `exited (status ${code})`),
     );
   });
+  const running = () => child.exitCode === null && child.signalCode === null;
+  const requests = child.stdin as Writable;
   return {
-    requests: child.stdin as Writable,
+    requests,
     events: child.stdio[3] as Readable,
     ended,
     diagnostics: () => tail.text,
-    signal: (signal) => {
-      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+    interrupt: () => {
+      if (!running()) return;
+      if (command.interruptBy === "signal") child.kill("SIGINT");
+      else requests.write(`${JSON.stringify({ type: "interrupt" })}\n`);
+    },
+    kill: () => {
+      if (running()) child.kill("SIGKILL");
     },
   };
 }

@@ -51,7 +51,14 @@ export function kernelStarter(
         case "javascript":
         case "typescript": {
           const [command, ...args] = [...drivers.javascript, "--language", language];
-          const driver = spawnDriver({ command: command as string, args, cwd, env: baseEnv() });
+          // Its busy main thread cannot take a signal: a request line (PROTOCOL.md).
+          const driver = spawnDriver({
+            command: command as string,
+            args,
+            cwd,
+            env: baseEnv(),
+            interruptBy: "request",
+          });
           return new DriverKernel(language, driver);
         }
       }

@@ -42,7 +42,7 @@ export interface Kernel {
   readonly alive: boolean;
   /** Runs `request` to its end, its events to `sink`. Never rejects: failures are error events. */
   execute(request: ExecuteRequest, sink: EventSink): Promise<void>;
-  /** Interrupts the execution in progress (SIGINT); it still ends through execute(). */
+  /** Interrupts the execution in progress; it still ends through execute(). */
   interrupt(): void;
   /** Stops the process; an execution in progress ends with an error event. */
   close(): void;

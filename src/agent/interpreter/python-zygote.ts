@@ -94,7 +94,7 @@ export class PythonZygote {
       if (this.#zygote === zygote) this.#zygote = undefined;
       // Forks it had not made, or whose kernel never connected, will never run.
       for (const driver of new Set([...this.#unforked.values(), ...this.#unconnected.values()])) {
-        driver.signal("SIGKILL");
+        driver.kill();
         driver.end(`could not start: the python zygote ${how}`);
       }
       // Its kernels live on (tini reaps them), but their exits are no longer reported.
@@ -192,7 +192,7 @@ class ForkedDriver implements DriverProcess {
 
   forked(pid: number): void {
     this.pid = pid;
-    if (this.#killed) this.signal("SIGKILL");
+    if (this.#killed) this.kill();
   }
 
   connected(socket: Socket): void {
@@ -210,10 +210,17 @@ class ForkedDriver implements DriverProcess {
     if (this.#socket?.destroyed) this.end("exited");
   }
 
-  signal(signal: "SIGINT" | "SIGKILL"): void {
-    if (this.#over) return;
-    if (signal === "SIGKILL") this.#killed = true;
-    if (this.pid === undefined) return; // not forked yet: SIGKILL is sent once it is
+  interrupt(): void {
+    this.#signal("SIGINT"); // not forked yet: nothing runs to interrupt
+  }
+
+  kill(): void {
+    this.#killed = true; // not forked yet: killed once it is
+    this.#signal("SIGKILL");
+  }
+
+  #signal(signal: "SIGINT" | "SIGKILL"): void {
+    if (this.#over || this.pid === undefined) return;
     try {
       process.kill(this.pid, signal);
     } catch {} // gone already: its exit is on its way

@@ -1,33 +1,31 @@
-import process from "node:process";
 import { setTimeout } from "node:timers";
 import { Worker } from "node:worker_threads";
 
 /**
- * SIGINT for a kernel whose main thread may be busy in user code, where no JavaScript signal
- * handler can run. A "sentry" worker thread catches the signal instead and, through an
+ * Interrupts for a kernel whose main thread may be busy in user code, where no JavaScript
+ * handler can run. A "sentry" worker thread owns fd 0: it passes each request line to the
+ * main thread, and takes `{"type":"interrupt"}` (PROTOCOL.md) itself. Then, through an
  * inspector session on the main thread (served even while that thread is busy: V8 runs it
  * as an interrupt):
  *
- * 1. evaluates the kernel's handler on the main thread, which ends the running execution
+ * 1. it evaluates the kernel's handler on the main thread, which ends the running execution
  *    (error + done) and says whether JavaScript was running under it (busy) or not (idle,
  *    e.g. a cell waiting on a promise, which is then abandoned);
- * 2. if busy, sends `Runtime.terminateExecution`: V8 unwinds the running JavaScript (a loop
+ * 2. if busy, it sends `Runtime.terminateExecution`: V8 unwinds the running JavaScript (a loop
  *    after an `await`, a timer callback) and the event loop goes on. The handler waits until
  *    the sentry has sent it: Node dispatches messages that arrive during a dispatch in the
  *    same round, so the termination lands on the code the handler interrupted, never on
  *    whatever would run next once that code had finished by itself.
  *
- * The sentry sees SIGINT by sleeping inside `vm.runInThisContext(..., {breakOnSigint})`
- * (Node's SIGINT watchdog, a thread of its own that outlives a busy main thread). Its calls
- * are nested so that one watchdog is always active: Node puts back the default SIGINT action
- * (death) only when the last one stops. A `process.on("SIGINT")` in user code takes the
- * signal away from it (and, once removed, leaves the default action): a limitation.
+ * Not SIGINT: Node can only catch a signal on a busy thread with `breakOnSigint` watchdogs,
+ * and between two of them SIGINT's default action is back — a burst of signals killed the
+ * kernel, or left it deaf (CI's js-kernel hangs). A request line has no such window.
  *
  * If the main thread is blocked outside JavaScript (execSync waiting for a child), the
- * handler cannot run: after 300 ms the sentry sends SIGINT to the process's descendants, as
- * a terminal's Ctrl-C would reach them (background ones too: a limitation), and goes on
- * waiting. Without an inspector (a Node built without one) the sentry only posts a message,
- * handled once the main thread is free.
+ * handler cannot run: after 300 ms, and every second after that, the sentry sends SIGINT to
+ * the process's descendants, as a terminal's Ctrl-C would reach them (background ones too:
+ * a limitation). Without an inspector (a Node built without one) the sentry only posts a
+ * message, handled once the main thread is free.
  */
 
 /** Shared Int32Array slots. */
@@ -35,39 +33,28 @@ const STOP = 0;
 const VERDICT = 1;
 /** Set by the sentry once it has sent the termination. */
 const SENT = 2;
+/** 1 while an execution runs (set by the main thread): an interrupt between two is dropped. */
+const RUNNING = 3;
 /** VERDICT values. */
 const PENDING = 1;
 const IDLE = 2;
 const TERMINATE = 3;
 
-const HANDLER_KEY = "warren.kernel.sigint";
+const HANDLER_KEY = "warren.kernel.interrupt";
 
 /** CommonJS, run by `new Worker(..., {eval: true})`: the bundle stays one file. */
 const SENTRY_SOURCE = `"use strict";
 const { parentPort, workerData } = require("node:worker_threads");
-const vm = require("node:vm");
+const net = require("node:net");
 const fs = require("node:fs");
 const { ctl, expression } = workerData;
-const [STOP, VERDICT, SENT, PENDING, TERMINATE] = [${STOP}, ${VERDICT}, ${SENT}, ${PENDING}, ${TERMINATE}];
+const [STOP, VERDICT, SENT, RUNNING, PENDING, TERMINATE] = [${STOP}, ${VERDICT}, ${SENT}, ${RUNNING}, ${PENDING}, ${TERMINATE}];
 let session;
 try {
   session = new (require("node:inspector").Session)();
   session.connectToMainThread();
 } catch {
   session = undefined;
-}
-const stopping = () => Atomics.load(ctl, STOP) !== 0;
-
-/** Runs fn under a SIGINT watchdog; true when SIGINT came meanwhile (fn is then cut short). */
-function guarded(fn) {
-  globalThis.__sentryCall = fn;
-  try {
-    vm.runInThisContext("__sentryCall()", { breakOnSigint: true });
-    return false;
-  } catch (err) {
-    if (err && err.code === "ERR_SCRIPT_EXECUTION_INTERRUPTED") return true;
-    throw err;
-  }
 }
 
 /** SIGINT to every descendant (a shell and what it runs): they hold execSync's pipes. */
@@ -85,15 +72,18 @@ function signalChildren(pid = process.pid) {
   }
 }
 
-function onSigint() {
-  if (!session) return parentPort.postMessage("sigint");
+function interrupt() {
+  // Nothing runs (a repeat that came after the run ended): evaluating now would run into the
+  // termination the last interrupt sent, and its verdict would never come.
+  if (Atomics.load(ctl, RUNNING) === 0) return;
+  if (!session) return parentPort.postMessage({ interrupt: true });
   Atomics.store(ctl, VERDICT, PENDING);
   Atomics.store(ctl, SENT, 0);
   session.post("Runtime.evaluate", { expression });
-  let signalled = false;
+  let signalled = 0;
   for (;;) {
-    const again = guarded(() => Atomics.wait(ctl, VERDICT, PENDING, 300));
-    if (stopping()) return;
+    Atomics.wait(ctl, VERDICT, PENDING, 300);
+    if (Atomics.load(ctl, STOP) !== 0) return;
     const verdict = Atomics.load(ctl, VERDICT);
     if (verdict === TERMINATE) {
       session.post("Runtime.terminateExecution");
@@ -101,54 +91,74 @@ function onSigint() {
       Atomics.notify(ctl, SENT);
     }
     if (verdict !== PENDING) return;
-    if (again || !signalled) signalChildren();
-    signalled = true;
+    if (Date.now() - signalled >= 1000) {
+      signalChildren();
+      signalled = Date.now();
+    }
   }
 }
 
-let sigint = false;
-let armed = false;
-globalThis.__sentryLoop = () => {
-  if (!armed) parentPort.postMessage("armed");
-  armed = true;
-  for (;;) {
-    if (sigint) { sigint = false; onSigint(); }
-    if (stopping()) return;
-    sigint = guarded(() => Atomics.wait(ctl, STOP, 0));
-    if (stopping()) return;
-  }
-};
-for (;;) {
+function isInterrupt(line) {
   try {
-    vm.runInThisContext("__sentryLoop()", { breakOnSigint: true });
-    break;
-  } catch (err) {
-    if (!err || err.code !== "ERR_SCRIPT_EXECUTION_INTERRUPTED") throw err;
-    sigint = true;
+    const request = JSON.parse(line);
+    return request !== null && typeof request === "object" && request.type === "interrupt";
+  } catch {
+    return false;
   }
 }
-if (session) session.disconnect();
+
+const input = new net.Socket({ fd: 0, readable: true, writable: false });
+input.setEncoding("utf8");
+let partial = "";
+input.on("data", (chunk) => {
+  const lines = (partial + chunk).split("\\n");
+  partial = lines.pop();
+  for (const line of lines) {
+    if (isInterrupt(line)) interrupt();
+    else parentPort.postMessage({ line });
+  }
+});
+input.on("error", () => {});
+input.once("close", () => parentPort.postMessage({ end: true }));
+parentPort.on("message", (message) => {
+  if (message !== "stop") return;
+  input.destroy();
+  if (session) session.disconnect();
+  parentPort.close();
+});
+parentPort.postMessage({ armed: true });
 `;
 
-/** Called on the main thread for each SIGINT; `busy`: JavaScript was running under it. */
-export type SigintHandler = (busy: boolean) => void;
+/** What the sentry hands the main thread. */
+export interface SentryHandlers {
+  /** An interrupt; `busy`: JavaScript was running under it (called as an interrupt). */
+  readonly onInterrupt: (busy: boolean) => void;
+  /** A request line other than an interrupt, in order. */
+  readonly onLine: (line: string) => void;
+  /** fd 0 has ended: envd is done with this kernel. */
+  readonly onEnd: () => void;
+}
 
 export interface Sentry {
+  /** Says whether an execution runs: an interrupt between two is nothing to stop. */
+  running(on: boolean): void;
   /** Ends the sentry (before the process exits, so no inspector session is left open). */
   stop(): Promise<void>;
 }
 
-/** Starts the sentry; resolves once SIGINT is caught (before that it would kill). */
-export function startSentry(onSigint: SigintHandler): Promise<Sentry> {
+/** Starts the sentry; resolves once it reads fd 0. */
+export function startSentry(handlers: SentryHandlers): Promise<Sentry> {
   const ctl = new Int32Array(new SharedArrayBuffer(4 * Int32Array.BYTES_PER_ELEMENT));
   const clearAsyncIdStack = asyncIdStackClearer();
   const handler = () => {
     let busy = false;
     try {
+      // Between executions the code under us is the driver's own: never terminated.
+      if (Atomics.load(ctl, RUNNING) === 0) return;
       busy = runningUnder();
       // A callback cut short leaves its async id pushed; Node would abort on the mismatch.
       if (busy) clearAsyncIdStack();
-      onSigint(busy);
+      handlers.onInterrupt(busy);
     } finally {
       Atomics.store(ctl, VERDICT, busy ? TERMINATE : IDLE);
       Atomics.notify(ctl, VERDICT);
@@ -166,21 +176,29 @@ export function startSentry(onSigint: SigintHandler): Promise<Sentry> {
     stdout: false,
     stderr: false,
   });
-  worker.unref();
   const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
   return new Promise<Sentry>((resolve, reject) => {
-    worker.on("message", (message) => {
-      if (message === "armed") resolve({ stop });
-      else if (message === "sigint") onSigint(false);
-    });
+    worker.on(
+      "message",
+      (message: { armed?: true; line?: string; end?: true; interrupt?: true }) => {
+        if (message.line !== undefined) handlers.onLine(message.line);
+        else if (message.interrupt) handlers.onInterrupt(false);
+        else if (message.end) handlers.onEnd();
+        else if (message.armed) resolve({ running, stop });
+      },
+    );
     worker.once("error", reject);
-    worker.once("exit", (code) => reject(new Error(`the SIGINT sentry exited (${code})`)));
+    worker.once("exit", (code) => reject(new Error(`the interrupt sentry exited (${code})`)));
   });
+
+  function running(on: boolean): void {
+    Atomics.store(ctl, RUNNING, on ? 1 : 0);
+  }
 
   async function stop(): Promise<void> {
     Atomics.store(ctl, STOP, 1);
-    Atomics.notify(ctl, STOP);
     Atomics.notify(ctl, VERDICT);
+    worker.postMessage("stop");
     await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 1000).unref())]);
   }
 }

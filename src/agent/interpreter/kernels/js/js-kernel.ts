@@ -1,7 +1,7 @@
 /**
  * The JavaScript/TypeScript kernel driver: runs one context's cells statefully in this
  * process's global scope and speaks kernels/PROTOCOL.md with envd (requests on fd 0, events
- * on fd 3, output of fd 1/2 as stdout/stderr events, SIGINT interrupts).
+ * on fd 3, output of fd 1/2 as stdout/stderr events, `{"type":"interrupt"}` requests).
  *
  * Started as `node js-kernel.mjs [--language javascript|typescript]`; both languages take
  * TypeScript syntax (types are stripped) and behave the same.
@@ -38,7 +38,7 @@ interface Execution {
   readonly restore: ReadonlyMap<string, string | undefined>;
 }
 
-/** What a cell ended with when SIGINT stopped it. */
+/** What a cell ended with when an interrupt stopped it (the name E2B's kernels give). */
 const INTERRUPTED = {
   name: "KeyboardInterrupt",
   value: "Execution interrupted (SIGINT)",
@@ -52,7 +52,6 @@ const events = new EventWriter();
 // Taken before they are replaced (below) or user code replaces them.
 const { stringify, parse } = JSON;
 const writeSync = fs.writeSync;
-const input = process.stdin;
 const queue: ExecuteRequest[] = [];
 let current: Execution | undefined;
 let executionCount = 0;
@@ -71,31 +70,37 @@ process.on("uncaughtException", (err) => reportStray("Uncaught", err));
 await importModule("node:path");
 process.on("unhandledRejection", (reason) => reportStray("Unhandled promise rejection:", reason));
 
-const sentry = await startSentry((busy) => {
+/** Ends the running execution as interrupted (PROTOCOL.md: `{"type":"interrupt"}`). */
+function interrupted(busy: boolean): void {
   if (current) finish(current, { type: "error", ...INTERRUPTED });
   // A cut-short callback may have been ours, about to start the next request.
   if (busy) setImmediate(pump);
-}).catch((err: unknown) => {
-  // Without it a busy loop after an await cannot be stopped; the rest still works.
-  diagnostic(`no SIGINT sentry (${String(err)}); busy async code cannot be interrupted`);
-  process.on("SIGINT", () => {
-    if (current) finish(current, { type: "error", ...INTERRUPTED });
-  });
-  return undefined;
-});
+}
 
-const requests = createInterface({ input, crlfDelay: Number.POSITIVE_INFINITY });
-requests.on("line", (line) => {
+function takeRequest(line: string): void {
   const request = parseRequest(line);
-  if (!request) {
-    diagnostic(`ignoring a request that is not one: ${line.slice(0, 200)}`);
-    return;
+  if (request === "interrupt") interrupted(false);
+  else if (!request) diagnostic(`ignoring a request that is not one: ${line.slice(0, 200)}`);
+  else {
+    queue.push(request);
+    setImmediate(pump);
   }
-  queue.push(request);
-  setImmediate(pump);
-});
-requests.on("close", () => {
+}
+
+const end = () => {
   void (sentry?.stop() ?? Promise.resolve()).finally(() => process.exit(0));
+};
+const sentry = await startSentry({
+  onInterrupt: interrupted,
+  onLine: takeRequest,
+  onEnd: end,
+}).catch((err: unknown) => {
+  // Without it only a run waiting on a promise can be interrupted; the rest still works.
+  diagnostic(`no interrupt sentry (${String(err)}); busy code cannot be interrupted`);
+  const requests = createInterface({ input: process.stdin, crlfDelay: Number.POSITIVE_INFINITY });
+  requests.on("line", takeRequest);
+  requests.on("close", end);
+  return undefined;
 });
 events.emit({ type: "ready" });
 
@@ -110,6 +115,7 @@ function execute(request: ExecuteRequest): void {
   const restore = applyEnv(request);
   const execution: Execution = { id: request.id, restore };
   current = execution;
+  sentry?.running(true);
   if (!request.silent) {
     executionCount += 1;
     events.emit({ type: "execution_count", id: request.id, count: executionCount });
@@ -124,12 +130,10 @@ function execute(request: ExecuteRequest): void {
       columnOffset: -cell.prefixLength,
       importModuleDynamically: vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER,
     });
-    // The sentry stops a busy synchronous part too (even one blocked in execSync); without
-    // it, Node's own watchdog does, by throwing.
-    promise = script.runInThisContext({ breakOnSigint: sentry === undefined }) as Promise<unknown>;
+    // The sentry stops a busy synchronous part too (even one blocked in execSync).
+    promise = script.runInThisContext() as Promise<unknown>;
   } catch (err) {
-    const interrupted = (err as { code?: string })?.code === "ERR_SCRIPT_EXECUTION_INTERRUPTED";
-    finish(execution, interrupted ? { type: "error", ...INTERRUPTED } : errorEvent(err));
+    finish(execution, errorEvent(err));
     return;
   }
   promise.then(
@@ -163,6 +167,7 @@ function finish(execution: Execution, outcome: Outcome | undefined): void {
   }
   restoreEnv(execution.restore);
   current = undefined;
+  sentry?.running(false);
   events.emit({ type: "done", id: execution.id });
   setImmediate(pump);
 }
@@ -295,7 +300,7 @@ function installGlobals(): void {
   });
 }
 
-function parseRequest(line: string): ExecuteRequest | undefined {
+function parseRequest(line: string): ExecuteRequest | "interrupt" | undefined {
   let raw: unknown;
   try {
     raw = parse(line);
@@ -304,6 +309,7 @@ function parseRequest(line: string): ExecuteRequest | undefined {
   }
   if (typeof raw !== "object" || raw === null) return undefined;
   const r = raw as Record<string, unknown>;
+  if (r.type === "interrupt") return "interrupt";
   if (r.type !== "execute" || typeof r.id !== "string" || typeof r.code !== "string")
     return undefined;
   return {
