@@ -26,11 +26,13 @@ export interface DriverCommand {
   readonly args: readonly string[];
   readonly cwd: string;
   readonly env: Readonly<Record<string, string>>;
-  /** How it is interrupted: SIGINT, or `{"type":"interrupt"}` on fd 0 (JavaScript). */
-  readonly interruptBy: "signal" | "request";
 }
 
-/** A driver started as envd's own child: requests on its fd 0, events on its fd 3. */
+/**
+ * A driver started as envd's own child: requests on its fd 0, events on its fd 3, interrupts
+ * as `{"type":"interrupt"}` on fd 0 (the JavaScript driver: its busy main thread cannot
+ * take a signal).
+ */
 export function spawnDriver(command: DriverCommand): DriverProcess {
   const child = spawn(command.command, [...command.args], {
     cwd: command.cwd,
@@ -55,9 +57,7 @@ export function spawnDriver(command: DriverCommand): DriverProcess {
     ended,
     diagnostics: () => tail.text,
     interrupt: () => {
-      if (!running()) return;
-      if (command.interruptBy === "signal") child.kill("SIGINT");
-      else requests.write(`${JSON.stringify({ type: "interrupt" })}\n`);
+      if (running()) requests.write(`${JSON.stringify({ type: "interrupt" })}\n`);
     },
     kill: () => {
       if (running()) child.kill("SIGKILL");

@@ -51,14 +51,7 @@ export function kernelStarter(
         case "javascript":
         case "typescript": {
           const [command, ...args] = [...drivers.javascript, "--language", language];
-          // Its busy main thread cannot take a signal: a request line (PROTOCOL.md).
-          const driver = spawnDriver({
-            command: command as string,
-            args,
-            cwd,
-            env: baseEnv(),
-            interruptBy: "request",
-          });
+          const driver = spawnDriver({ command: command as string, args, cwd, env: baseEnv() });
           return new DriverKernel(language, driver);
         }
       }

@@ -5,6 +5,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import { dirname } from "node:path";
 import { PassThrough, type Readable } from "node:stream";
 import { type DriverProcess, OutputTail } from "./driver-process.js";
+import { LineReader } from "./line-reader.js";
 
 /** A forked kernel's first line (its token) must come this soon and be this short. */
 const HELLO_MS = 10_000;
@@ -89,7 +90,8 @@ export class PythonZygote {
     this.#zygote = zygote;
     for (const output of [zygote.stdout, zygote.stderr]) output?.on("data", this.#tail.add);
     zygote.stdin?.on("error", () => {}); // gone: reported through exit
-    readLines(zygote.stdio[3] as Readable, MAX_ZYGOTE_LINE, (line) => this.#onEvent(line));
+    new LineReader(zygote.stdio[3] as Readable, MAX_ZYGOTE_LINE).onLine = (line) =>
+      this.#onEvent(line);
     const gone = (how: string) => {
       if (this.#zygote === zygote) this.#zygote = undefined;
       // Forks it had not made, or whose kernel never connected, will never run.
@@ -232,19 +234,4 @@ class ForkedDriver implements DriverProcess {
     this.#socket?.destroy();
     this.#end(how);
   }
-}
-
-/** Calls `onLine` for each line of `stream`; a line longer than `max` ends the stream. */
-function readLines(stream: Readable, max: number, onLine: (line: string) => void): void {
-  let pending = "";
-  stream.setEncoding("utf8");
-  stream.on("data", (chunk: string) => {
-    const lines = (pending + chunk).split("\n");
-    pending = lines.pop() ?? "";
-    if (pending.length > max) {
-      pending = "";
-      stream.destroy();
-    }
-    for (const line of lines) onLine(line);
-  });
 }

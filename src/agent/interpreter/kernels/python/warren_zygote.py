@@ -147,9 +147,7 @@ def _reap():
 
 
 def _emit(event):
-    line = memoryview((json.dumps(event) + "\n").encode("utf-8"))
-    while line:
-        line = line[os.write(EVENTS_FD, line) :]
+    warren_kernel._write_all(EVENTS_FD, warren_kernel._encode(event))
 
 
 if __name__ == "__main__":
