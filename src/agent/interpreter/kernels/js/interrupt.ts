@@ -107,33 +107,26 @@ function isInterrupt(line) {
   }
 }
 
-function serve() {
-  const input = new net.Socket({ fd: 0, readable: true, writable: false });
-  input.setEncoding("utf8");
-  let partial = "";
-  input.on("data", (chunk) => {
-    const lines = (partial + chunk).split("\\n");
-    partial = lines.pop();
-    for (const line of lines) {
-      if (isInterrupt(line)) interrupt();
-      else parentPort.postMessage({ line });
-    }
-  });
-  input.on("error", () => {});
-  input.once("close", () => parentPort.postMessage({ end: true }));
-  parentPort.on("message", (message) => {
-    if (message !== "stop") return;
-    input.destroy();
-    if (session) session.disconnect();
-    parentPort.close();
-  });
-  parentPort.postMessage({ armed: true });
-}
-
-// One round trip first, while the main thread is free (it awaits "armed"): the session is
-// set up on the main thread by then, not on the first interrupt of a busy cell.
-if (session) session.post("Runtime.evaluate", { expression: "0" }, () => serve());
-else serve();
+const input = new net.Socket({ fd: 0, readable: true, writable: false });
+input.setEncoding("utf8");
+let partial = "";
+input.on("data", (chunk) => {
+  const lines = (partial + chunk).split("\\n");
+  partial = lines.pop();
+  for (const line of lines) {
+    if (isInterrupt(line)) interrupt();
+    else parentPort.postMessage({ line });
+  }
+});
+input.on("error", () => {});
+input.once("close", () => parentPort.postMessage({ end: true }));
+parentPort.on("message", (message) => {
+  if (message !== "stop") return;
+  input.destroy();
+  if (session) session.disconnect();
+  parentPort.close();
+});
+parentPort.postMessage({ armed: true });
 `;
 
 /** What the sentry hands the main thread. */
