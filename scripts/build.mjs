@@ -100,7 +100,7 @@ for (const [from, name] of addons) {
   copyFileSync(from, join(release, name));
 }
 
-step("the code interpreter's kernel drivers (javascript bundled, python copied)");
+step("the code interpreter's kernel drivers (javascript bundled, python and r copied)");
 const kernels = join(root, "src", "agent", "interpreter", "kernels");
 await build({
   ...NODE_BUNDLE,
@@ -112,6 +112,11 @@ await build({
 mkdirSync(join(out, "interpreter", "python"), { recursive: true });
 for (const file of ["warren_kernel.py", "warren_zygote.py", "warren_charts.py"])
   copyFileSync(join(kernels, "python", file), join(out, "interpreter", "python", file));
+mkdirSync(join(out, "interpreter", "r"), { recursive: true });
+copyFileSync(
+  join(kernels, "r", "warren_kernel.R"),
+  join(out, "interpreter", "r", "warren_kernel.R"),
+);
 step(`agent ready in ${out}`);
 
 step("bundling the node server");

@@ -84,8 +84,9 @@ const E2E_PACKAGES = [
   "fonts-liberation",
 ];
 /**
- * What the unit tier's code interpreter tests run the Python driver with: the Debian packages
- * the code-interpreter-v1 rootfs has (CODE_INTERPRETER_PACKAGES), on the host's own python3.
+ * What the unit tier's code interpreter tests run the Python and R drivers with: the Debian
+ * packages the code-interpreter-v1 rootfs has (CODE_INTERPRETER_PACKAGES), on the host's own
+ * python3 and Rscript.
  */
 const UNIT_PACKAGES = [
   "python3-ipython",
@@ -95,6 +96,9 @@ const UNIT_PACKAGES = [
   "python3-pandas",
   "python3-pil",
   "python3-scipy",
+  "r-base-core",
+  "r-cran-jsonlite",
+  "r-cran-evaluate",
 ];
 /**
  * Packages whose command may come from another package: a `kubectl` package from another apt

@@ -39,6 +39,10 @@ export const CODE_INTERPRETER_PACKAGES: readonly string[] = [
   "python3-bs4",
   "python3-openpyxl",
   "fonts-dejavu-core",
+  // R: the driver (warren_kernel.R) needs jsonlite and evaluate.
+  "r-base-core",
+  "r-cran-jsonlite",
+  "r-cran-evaluate",
 ];
 
 /** Turns envd's code interpreter on in the rootfs (its marker file). */

@@ -118,6 +118,13 @@ describe("code interpreter (@e2b/code-interpreter)", () => {
       assert.equal(js.text, "supertest");
       const bash = await withEnvs.runCode("echo $TEST_ENV_VAR", { language: "bash" });
       assert.equal(bash.logs.stdout.join(""), "supertest\n");
+      const r = await withEnvs.runCode('Sys.getenv("TEST_ENV_VAR")', { language: "r" });
+      assert.equal(r.results[0]?.text?.trim(), '[1] "supertest"');
+      const rOwn = await withEnvs.runCode('Sys.getenv("TEST_ENV_VAR")', {
+        language: "r",
+        envs: { TEST_ENV_VAR: "overwrite" },
+      });
+      assert.equal(rOwn.results[0]?.text?.trim(), '[1] "overwrite"');
     } finally {
       await withEnvs.kill();
     }
@@ -144,11 +151,30 @@ describe("code interpreter (@e2b/code-interpreter)", () => {
     assert.equal(thrown.error?.name, "TypeError");
   });
 
+  it("runs R: values as R prints them, output, state, plots, errors", async () => {
+    const value = await sandbox.runCode('x <- "bar"; x', { language: "r" });
+    assert.equal(value.text, '[1] "bar"');
+    const printed = await sandbox.runCode('cat(getwd(), "\\n"); nchar(x)', { language: "r" });
+    assert.deepEqual(printed.logs.stdout, ["/home/user \n"]);
+    assert.equal(printed.text, "[1] 3");
+    const plot = await sandbox.runCode("plot(1:10)", { language: "r" });
+    assert.equal(plot.results.length, 1);
+    assert.equal(
+      Buffer.from(plot.results[0]?.png ?? "", "base64")
+        .subarray(1, 4)
+        .toString(),
+      "PNG",
+    );
+    const failed = await sandbox.runCode('stop("boom")', { language: "r" });
+    assert.equal(failed.error?.value, "boom");
+  });
+
   it("runs bash, and refuses a language it does not have with a clear message", async () => {
     const run = await sandbox.runCode("cd /tmp && pwd", { language: "bash" });
     assert.deepEqual(run.logs.stdout, ["/tmp\n"]);
     assert.deepEqual((await sandbox.runCode("pwd", { language: "bash" })).logs.stdout, ["/tmp\n"]);
     await assert.rejects(sandbox.runCode("1", { language: "cobol" }), /400/);
+    await assert.rejects(sandbox.runCode("1", { language: "java" }), /400/);
   });
 
   it("creates, lists, restarts and removes contexts; each has its own state", async () => {

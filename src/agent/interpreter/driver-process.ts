@@ -26,13 +26,14 @@ export interface DriverCommand {
   readonly args: readonly string[];
   readonly cwd: string;
   readonly env: Readonly<Record<string, string>>;
+  /**
+   * How an interrupt reaches it (PROTOCOL.md): SIGINT (R), or the request line
+   * `{"type":"interrupt"}` on fd 0 (JavaScript: its busy main thread cannot take a signal).
+   */
+  readonly interruptBy: "SIGINT" | "request";
 }
 
-/**
- * A driver started as envd's own child: requests on its fd 0, events on its fd 3, interrupts
- * as `{"type":"interrupt"}` on fd 0 (the JavaScript driver: its busy main thread cannot
- * take a signal).
- */
+/** A driver started as envd's own child: requests on its fd 0, events on its fd 3. */
 export function spawnDriver(command: DriverCommand): DriverProcess {
   const child = spawn(command.command, [...command.args], {
     cwd: command.cwd,
@@ -57,7 +58,9 @@ export function spawnDriver(command: DriverCommand): DriverProcess {
     ended,
     diagnostics: () => tail.text,
     interrupt: () => {
-      if (running()) requests.write(`${JSON.stringify({ type: "interrupt" })}\n`);
+      if (!running()) return;
+      if (command.interruptBy === "SIGINT") child.kill("SIGINT");
+      else requests.write(`${JSON.stringify({ type: "interrupt" })}\n`);
     },
     kill: () => {
       if (running()) child.kill("SIGKILL");

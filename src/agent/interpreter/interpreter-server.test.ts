@@ -17,6 +17,14 @@ import { kernelStarter } from "./kernel-starter.js";
 const kernels = join(import.meta.dirname, "kernels");
 const PYTHON = "/usr/bin/python3"; // Debian's, with python3-ipython (a pyenv python3 may come first on PATH)
 const hasIPython = spawnSync(PYTHON, ["-c", "import IPython"]).status === 0;
+const RSCRIPT = "/usr/bin/Rscript";
+const hasR =
+  spawnSync(RSCRIPT, ["-e", "library(jsonlite); library(evaluate)"], { stdio: "ignore" }).status ===
+  0;
+if (!hasR)
+  console.log(
+    "# without R (apt-get install r-base-core r-cran-jsonlite r-cran-evaluate): R's runs are left out",
+  );
 
 describe("code interpreter server", {
   skip:
@@ -41,6 +49,7 @@ describe("code interpreter server", {
             import.meta.resolve("tsx"),
             join(kernels, "js", "js-kernel.ts"),
           ],
+          r: [RSCRIPT, "--vanilla", join(kernels, "r", "warren_kernel.R")],
         },
         () => globals,
         join(cwd, ".kernels", "kernels.sock"),
@@ -188,12 +197,14 @@ describe("code interpreter server", {
       python: "import os; os.getenv('V', 'unset')",
       bash: 'if [ -n "$V" ]; then echo "$V"; else echo unset; fi',
       javascript: "process.env.V ?? 'unset'",
+      ...(hasR ? { r: 'cat(Sys.getenv("V", unset = "unset"))' } : {}),
     };
     for (const [language, code] of Object.entries(read)) {
       const value = async (env?: Record<string, string>) => {
         const { lines } = await execute({ code, language, env_vars: env ?? null });
         return String(
-          ofType(lines, language === "bash" ? "stdout" : "result")[0]?.text ?? "",
+          ofType(lines, language === "bash" || language === "r" ? "stdout" : "result")[0]?.text ??
+            "",
         ).trim();
       };
       globals = { V: "global" };

@@ -2,7 +2,8 @@ import { basename, dirname, join } from "node:path";
 import { BashKernel } from "./bash-kernel.js";
 import type { KernelStarter } from "./contexts.js";
 import { DriverKernel } from "./driver-kernel.js";
-import { spawnDriver } from "./driver-process.js";
+import { type DriverCommand, spawnDriver } from "./driver-process.js";
+import type { Language } from "./languages.js";
 import { PythonZygote } from "./python-zygote.js";
 
 /** The command lines that start each driver (kernels/PROTOCOL.md), program first. */
@@ -11,13 +12,19 @@ export interface DriverCommands {
   readonly pythonZygote: readonly string[];
   /** Given `--language javascript|typescript` after these. */
   readonly javascript: readonly string[];
+  readonly r: readonly string[];
 }
 
-/** The drivers as built beside envd's bundle (`<dir>/python/warren_zygote.py`, `<dir>/js-kernel.mjs`). */
+/**
+ * The drivers as built beside envd's bundle (`<dir>/python/warren_zygote.py`,
+ * `<dir>/js-kernel.mjs`, `<dir>/r/warren_kernel.R`).
+ */
 export function builtDrivers(dir: string): DriverCommands {
   return {
     pythonZygote: ["/usr/bin/python3", join(dir, "python", "warren_zygote.py")],
     javascript: [...nodeCommand(), join(dir, "js-kernel.mjs")],
+    // --vanilla: no site or user profile decides what a context starts with.
+    r: ["/usr/bin/Rscript", "--vanilla", join(dir, "r", "warren_kernel.R")],
   };
 }
 
@@ -49,15 +56,30 @@ export function kernelStarter(
         case "python":
           return new DriverKernel(language, zygote.fork(cwd, baseEnv()));
         case "javascript":
-        case "typescript": {
-          const [command, ...args] = [...drivers.javascript, "--language", language];
-          const driver = spawnDriver({ command: command as string, args, cwd, env: baseEnv() });
-          return new DriverKernel(language, driver);
-        }
+        case "typescript":
+          return spawned(language, [...drivers.javascript, "--language", language], cwd, "request");
+        case "r":
+          return spawned(language, drivers.r, cwd, "SIGINT");
       }
     },
     close: () => zygote.close(),
   };
+
+  function spawned(
+    language: Language,
+    [command, ...args]: readonly string[],
+    cwd: string,
+    interruptBy: DriverCommand["interruptBy"],
+  ): DriverKernel {
+    const driver = spawnDriver({
+      command: command as string,
+      args,
+      cwd,
+      env: baseEnv(),
+      interruptBy,
+    });
+    return new DriverKernel(language, driver);
+  }
 }
 
 /**

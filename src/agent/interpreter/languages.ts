@@ -1,5 +1,5 @@
 /** Languages this interpreter runs, by the name a context reports. */
-export const LANGUAGES = ["python", "javascript", "typescript", "bash"] as const;
+export const LANGUAGES = ["python", "javascript", "typescript", "bash", "r"] as const;
 export type Language = (typeof LANGUAGES)[number];
 
 /** E2B's normalisation: none or empty is python; case and spaces ignored; js and ts aliases. */
