@@ -21,9 +21,12 @@ export function checkSandboxId(sandboxId: string): string {
   return sandboxId;
 }
 
-/** A duration in whole seconds (already an integer per the schema) → ms, in (0, maxMs]. */
+/**
+ * A duration in whole seconds (already an integer per the schema) → ms, in [0, maxMs]. 0 is
+ * E2B's minimum too: the deadline is now (the sandbox ends as soon as it is up).
+ */
 export function secondsToMs(field: string, seconds: number, maxMs: number): number {
-  if (seconds <= 0) throw invalid(field, "must be greater than 0 (seconds)");
+  if (seconds < 0) throw invalid(field, "must be 0 or more (seconds)");
   const ms = seconds * 1000;
   if (ms > maxMs) throw invalid(field, `must be at most ${Math.floor(maxMs / 1000)} (seconds)`);
   return ms;

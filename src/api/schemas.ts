@@ -201,6 +201,14 @@ export const metricsQuerySchema = {
   properties: { start: queryString, end: queryString },
 } as const;
 
+export type SandboxesMetricsQuery = Query<"sandbox_ids">;
+
+export const sandboxesMetricsQuerySchema = {
+  type: "object",
+  required: ["sandbox_ids"],
+  properties: { sandbox_ids: queryString },
+} as const;
+
 export type LogsV1Query = Query<"start" | "limit">;
 
 export const logsV1QuerySchema = {

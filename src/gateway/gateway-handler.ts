@@ -9,7 +9,7 @@ import type { Creates } from "./creates.js";
 import { forkAcrossNodes } from "./forks.js";
 import { forwardRequest, forwardUpgrade, type NodeAgents, type NodeTarget } from "./forward.js";
 import type { InternalCalls } from "./internal-calls.js";
-import { mergeLists } from "./lists.js";
+import { mergeLists, mergeMetrics } from "./lists.js";
 import type { NodeDirectory } from "./node-directory.js";
 import { readBody, sandboxRefusal, sendJson } from "./respond.js";
 import { classify, type GatewayRoute } from "./routes.js";
@@ -123,6 +123,11 @@ export class GatewayHandler {
       case "list": {
         const up = (await directory.nodes()).filter((node) => node.state !== "down");
         const merged = await mergeLists(req, up, this.p.agents, route.version, 30_000);
+        return sendJson(res, merged.status, merged.body, merged.headers);
+      }
+      case "metrics": {
+        const up = (await directory.nodes()).filter((node) => node.state !== "down");
+        const merged = await mergeMetrics(req, up, this.p.agents, 30_000);
         return sendJson(res, merged.status, merged.body, merged.headers);
       }
       case "snapshots":

@@ -80,6 +80,43 @@ function position(item: Listed): ListPosition {
   return { startedAt: new Date(item.startedAt), sandboxId: item.sandboxID };
 }
 
+/**
+ * `GET /sandboxes/metrics` over every node: each answers for the sandboxes it holds (its API
+ * checks the key and which are the caller's), and the `sandboxes` maps are joined. As for
+ * lists, a node that does not answer is left out and an error one answers is the answer.
+ */
+export async function mergeMetrics(
+  req: IncomingMessage,
+  nodes: readonly NodeRow[],
+  agents: NodeAgents,
+  timeoutMs: number,
+): Promise<MergedList> {
+  const answers = await Promise.all(
+    nodes.map((node) =>
+      callNode(req, { nodeId: node.id, url: node.url }, agents, {
+        method: "GET",
+        path: req.url ?? "/",
+        timeoutMs,
+        maxBytes: MAX_LIST_BYTES,
+      }).catch(() => undefined),
+    ),
+  );
+  const sandboxes: Record<string, unknown> = {};
+  for (const answer of answers) {
+    if (!answer) continue;
+    const found = (answer.json as { sandboxes?: unknown } | undefined)?.sandboxes;
+    if (answer.status !== 200 || typeof found !== "object" || found === null) {
+      return {
+        status: answer.status === 200 ? 502 : answer.status,
+        body: answer.json,
+        headers: {},
+      };
+    }
+    Object.assign(sandboxes, found);
+  }
+  return { status: 200, body: { sandboxes }, headers: {} };
+}
+
 type PageAnswer =
   | { readonly status: 200; readonly page: NodePage }
   | { readonly status: number; readonly json: unknown };

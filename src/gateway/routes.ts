@@ -4,7 +4,7 @@ import { isSandboxHost, parseTarget } from "../protocol/index.js";
 /**
  * What the gateway does with a request, from its method, path and headers alone. Sandbox
  * traffic (envd and app ports) and every call naming a sandbox are relayed to the node that
- * holds it; creates are placed; lists are merged from every node; template calls go to the
+ * holds it; creates are placed; lists and many sandboxes' metrics are merged from every node; template calls go to the
  * template node; `/nodes` is the gateway's own.
  */
 export type GatewayRoute =
@@ -13,6 +13,7 @@ export type GatewayRoute =
   | { readonly kind: "health" }
   | { readonly kind: "create" }
   | { readonly kind: "list"; readonly version: 1 | 2 }
+  | { readonly kind: "metrics" }
   | { readonly kind: "snapshots" }
   | { readonly kind: "sandbox"; readonly sandboxId: string; readonly action: string }
   | { readonly kind: "templates"; readonly signedUpload: boolean }
@@ -49,6 +50,7 @@ export function classify(req: IncomingMessage, domain: string | undefined): Gate
     if (method === "GET") return { kind: "list", version: path === "/sandboxes" ? 1 : 2 };
     return { kind: "not_found" };
   }
+  if (path === "/sandboxes/metrics" && method === "GET") return { kind: "metrics" };
   const sandbox = SANDBOX_PATH.exec(path);
   if (sandbox) {
     return {

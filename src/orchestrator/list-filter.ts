@@ -10,7 +10,8 @@ export function matchesFilter(row: SandboxRow, filter: ListFilter): boolean {
   if (filter.template && row.templateId !== filter.template && row.alias !== filter.template) {
     return false;
   }
-  if (filter.startedAfter && new Date(row.startedAt) <= filter.startedAfter) return false;
+  // Inclusive: E2B lists a sandbox started at exactly that instant (its JS suite relies on it).
+  if (filter.startedAfter && new Date(row.startedAt) < filter.startedAfter) return false;
   return Object.entries(filter.metadata ?? {}).every(([key, value]) => row.metadata[key] === value);
 }
 

@@ -129,10 +129,14 @@ export async function downloadFile(
     res.writeHead(200, { ...headers, "Content-Encoding": "gzip" });
     // Speed over ratio: the guest CPU is the scarce resource.
     body = createReadStream(path).pipe(createGzip({ level: zlib.Z_BEST_SPEED }));
+  } else if (info.size === 0 && info.isFile()) {
+    // procfs and sysfs files stat as empty and are not: read to EOF, with no length announced.
+    res.writeHead(200, headers);
+    body = createReadStream(path);
   } else {
     res.writeHead(200, { ...headers, "Content-Length": info.size });
-    // Never more than announced: a file that grew meanwhile, or one stat calls empty but is
-    // not (/proc, /sys), would otherwise spill bytes past the response into the connection.
+    // Never more than announced: a file that grew meanwhile would otherwise spill bytes past
+    // the response into the connection. Devices and FIFOs stat as empty: nothing is read.
     body = info.size === 0 ? Readable.from([]) : createReadStream(path, { end: info.size - 1 });
   }
   if (req.method === "HEAD") {

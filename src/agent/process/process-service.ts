@@ -1,6 +1,6 @@
 import { stat } from "node:fs/promises";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import {
   type ConnectResponseSchema,
   type Process,
@@ -63,17 +63,27 @@ async function workingDirectory(config: ProcessConfig, user: UserAccount, state:
   return workdir;
 }
 
-/** A process's events as Start and Connect stream them: start, output, end, keepalives. */
+/**
+ * A process's events as Start and Connect stream them: start, output, end, keepalives. A
+ * call whose deadline (Connect-Timeout-Ms) passes first ends with `deadline_exceeded` and no
+ * end event, as envd's does: the SDKs raise their timeout error from it.
+ */
 async function* stream(proc: ManagedProcess, ctx: HandlerContext): AsyncGenerator<EventMessage> {
   const queue = proc.subscribe();
+  let ended = false;
   try {
     yield { event: { event: { case: "start", value: { pid: proc.pid } } } };
     const interval = keepaliveIntervalMs(ctx.requestHeader);
     for await (const output of withKeepalive(queue.iterate(ctx.signal), interval, ctx.signal)) {
+      ended ||= output !== KEEPALIVE && output.kind === "end";
       yield toEvent(output);
     }
   } finally {
     proc.unsubscribe(queue);
+  }
+  const reason: unknown = ctx.signal.reason;
+  if (!ended && reason instanceof ConnectError && reason.code === Code.DeadlineExceeded) {
+    throw reason;
   }
 }
 

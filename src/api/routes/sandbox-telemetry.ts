@@ -1,8 +1,15 @@
-/** One sandbox's metrics and logs (v1 and v2 shapes). */
+/** Sandboxes' metrics (one's series, many's latest) and logs (v1 and v2 shapes). */
 import type { FastifyInstance } from "fastify";
 import type { SandboxLogEntry } from "../../orchestrator/index.js";
 import type { ApiContext } from "../api-context.js";
-import { invalid, queryInteger, queryUnixMillis, queryUnixSeconds } from "../input.js";
+import { callerOf, ownedSandbox } from "../caller.js";
+import {
+  checkSandboxId,
+  invalid,
+  queryInteger,
+  queryUnixMillis,
+  queryUnixSeconds,
+} from "../input.js";
 import { toLogEntryJson, toLogsV1Json, toMetricJson } from "../responses.js";
 import {
   type LogsV1Query,
@@ -11,13 +18,17 @@ import {
   logsV2QuerySchema,
   type MetricsQuery,
   metricsQuerySchema,
+  type SandboxesMetricsQuery,
   type SandboxParams,
+  sandboxesMetricsQuerySchema,
 } from "../schemas.js";
 
 /** infra's default number of log entries per request. */
 const DEFAULT_LOG_LIMIT = 1000;
 const MAX_LOG_LIMIT = 10_000;
 const LEVELS: readonly SandboxLogEntry["level"][] = ["debug", "info", "warn", "error"];
+/** Sandboxes one `GET /sandboxes/metrics` may name (infra's page size). */
+const MAX_METRICS_IDS = 100;
 
 export function registerTelemetryRoutes(app: FastifyInstance, { service }: ApiContext): void {
   // start/end are unix seconds (the SDK rounds its Dates).
@@ -36,6 +47,41 @@ export function registerTelemetryRoutes(app: FastifyInstance, { service }: ApiCo
       };
       const metrics = await service.metrics(request.params.sandboxID, window);
       return metrics.map(toMetricJson);
+    },
+  );
+
+  // Many sandboxes' latest sample at once (`SandboxesWithMetrics`): ids comma-separated; one
+  // the caller cannot see, not running, or whose guest does not answer is left out, as
+  // infra leaves out all but the running ones.
+  app.get<{ Querystring: SandboxesMetricsQuery }>(
+    "/sandboxes/metrics",
+    { schema: { querystring: sandboxesMetricsQuerySchema } },
+    async (request) => {
+      const ids = [
+        ...new Set((request.query.sandbox_ids ?? "").split(",").map((id) => id.trim())),
+      ].filter((id) => id !== "");
+      if (ids.length === 0) throw invalid("querystring/sandbox_ids", "must name a sandbox");
+      if (ids.length > MAX_METRICS_IDS) {
+        throw invalid("querystring/sandbox_ids", `must name at most ${MAX_METRICS_IDS} sandboxes`);
+      }
+      const caller = callerOf(request);
+      const since = new Date(Date.now() - 60_000);
+      const latest = await Promise.all(
+        ids.map(async (id) => {
+          try {
+            ownedSandbox(service, caller, checkSandboxId(id));
+            return (await service.metrics(id, { start: since })).at(-1);
+          } catch {
+            return undefined;
+          }
+        }),
+      );
+      const sandboxes: Record<string, ReturnType<typeof toMetricJson>> = {};
+      ids.forEach((id, i) => {
+        const metric = latest[i];
+        if (metric) sandboxes[id] = toMetricJson(metric);
+      });
+      return { sandboxes };
     },
   );
 

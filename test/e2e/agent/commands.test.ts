@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { createClient } from "@connectrpc/connect";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { AuthenticationError, CommandExitError, InvalidArgumentError, TimeoutError } from "e2b";
 import { Process, Signal } from "../../../src/protocol/gen/process/process_pb.js";
@@ -155,6 +155,24 @@ describe("envd commands through the e2b SDK", () => {
       !listed.some((p) => p.args.join(" ").includes("warren-timeout-probe")),
       "timed-out process was killed",
     );
+  });
+
+  it("ends a Start whose deadline passed with deadline_exceeded, not an end event (envd's wire)", async () => {
+    // The deadline only as the header: the server must end the stream, not the client.
+    const stream = rpc().start(
+      { process: { cmd: "/bin/sleep", args: ["10"] }, stdin: false },
+      { headers: { "Connect-Timeout-Ms": "1000" } },
+    );
+    const seen: string[] = [];
+    const failure = await (async () => {
+      for await (const res of stream) seen.push(res.event?.event.case ?? "");
+    })().then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    assert.ok(failure instanceof ConnectError, String(failure));
+    assert.equal(failure.code, Code.DeadlineExceeded);
+    assert.ok(!seen.includes("end"), seen.join());
   });
 
   it("sends SIGTERM on request and reports the signal", async () => {

@@ -2,6 +2,7 @@
 // Covers /files upload/download and the Filesystem RPCs (Stat, MakeDir, Move, ListDir, Remove).
 import assert from "node:assert/strict";
 import { randomBytes, randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { mkdir, rm } from "node:fs/promises";
 import { after, afterEach, before, describe, it, type TestContext } from "node:test";
 import {
@@ -175,6 +176,15 @@ describe("files: write and read", () => {
     assert.equal((await sbx.files.read(`${dir}/empty.txt`, { format: "bytes" })).length, 0);
     assert.equal((await sbx.files.read(`${dir}/empty.txt`, { format: "blob" })).size, 0);
     assert.equal((await sbx.files.getInfo(`${dir}/empty.txt`)).size, 0);
+  });
+
+  it("reads procfs and sysfs files, which stat as empty, to their end", async () => {
+    const bootId = readFileSync("/proc/sys/kernel/random/boot_id", "utf8");
+    assert.match(bootId, /^[0-9a-f-]{36}\n$/);
+    assert.equal((await sbx.files.getInfo("/proc/sys/kernel/random/boot_id")).size, 0);
+    assert.equal(await sbx.files.read("/proc/sys/kernel/random/boot_id"), bootId);
+    assert.equal(await sbx.files.read("/proc/version"), readFileSync("/proc/version", "utf8"));
+    assert.equal(await sbx.files.read("/dev/null"), "", "a device is not read");
   });
 
   it("round-trips with gzip on write and read", async (t) => {

@@ -127,17 +127,18 @@ test("autoPause false / absent means kill on timeout", async () => {
   assert.deepEqual(lastCreate(service).lifecycle, { onTimeout: "pause", autoResume: false });
 });
 
-test("timeout: seconds → ms, must be a positive integer within the maximum", async () => {
+test("timeout: seconds → ms, an integer from 0 (E2B's minimum) to the maximum", async () => {
   const { call, service } = useApi({ maxTimeoutMs: 3_600_000 });
   await call("POST", "/v2/sandboxes", { body: { timeout: 3600 } });
   assert.equal(lastCreate(service).timeoutMs, 3_600_000);
+  assert.equal((await call("POST", "/v2/sandboxes", { body: { timeout: 0 } })).statusCode, 201);
+  assert.equal(lastCreate(service).timeoutMs, 0);
 
   const cases: [unknown, string][] = [
     ["30", "body/timeout must be integer"],
     [1.5, "body/timeout must be integer"],
     [true, "body/timeout must be integer"],
-    [0, "body/timeout must be greater than 0 (seconds)"],
-    [-5, "body/timeout must be greater than 0 (seconds)"],
+    [-5, "body/timeout must be 0 or more (seconds)"],
     [3601, "body/timeout must be at most 3600 (seconds)"],
   ];
   const before = service.callsOf("create").length;

@@ -165,12 +165,21 @@ test("timeout and refreshes: seconds → ms, 204, validated", async () => {
     (await call("POST", "/sandboxes/abc/timeout", { body: { timeout: 5 } })).statusCode,
     204,
   );
-  assert.deepEqual(service.callsOf("setTimeout"), [["abc", 5000]]);
+  service.seed({ sandboxId: "zero" });
+  assert.equal(
+    (await call("POST", "/sandboxes/zero/timeout", { body: { timeout: 0 } })).statusCode,
+    204,
+    "0 (E2B's minimum): the sandbox ends now",
+  );
+  assert.deepEqual(service.callsOf("setTimeout"), [
+    ["abc", 5000],
+    ["zero", 0],
+  ]);
 
   const cases: [unknown, string][] = [
     [{}, "body must have required property 'timeout'"],
     [{ timeout: "5" }, "body/timeout must be integer"],
-    [{ timeout: 0 }, "body/timeout must be greater than 0 (seconds)"],
+    [{ timeout: -1 }, "body/timeout must be 0 or more (seconds)"],
     [{ timeout: 601 }, "body/timeout must be at most 600 (seconds)"],
   ];
   for (const [body, message] of cases) {
@@ -192,6 +201,42 @@ test("timeout and refreshes: seconds → ms, 204, validated", async () => {
   ]);
   const badDuration = await call("POST", "/sandboxes/abc/refreshes", { body: { duration: 1.5 } });
   assert.equal(errorOf(badDuration).message, "body/duration must be integer");
+});
+
+test("GET /sandboxes/metrics: each named sandbox's latest sample, only the caller's own", async () => {
+  const { call, service } = useApi();
+  service.seed({ sandboxId: "abc" });
+  service.seed({ sandboxId: "xyz", teamId: "another" });
+  const sample = (msAgo: number, cpuUsedPct: number) => ({
+    timestamp: new Date(Date.now() - msAgo),
+    cpuCount: 2,
+    cpuUsedPct,
+    memUsed: 100,
+    memTotal: 200,
+    memCache: 10,
+    diskUsed: 300,
+    diskTotal: 400,
+  });
+  service.metricSamples = [sample(2000, 10), sample(1000, 20)];
+  const res = await call("GET", "/sandboxes/metrics?sandbox_ids=abc,xyz,missing,NOT-AN-ID,abc");
+  assert.equal(res.statusCode, 200);
+  const body = res.json() as { sandboxes: Record<string, { cpuUsedPct: number }> };
+  assert.deepEqual(Object.keys(body.sandboxes), ["abc"], "another team's and unknown ids left out");
+  assert.equal(body.sandboxes.abc?.cpuUsedPct, 20, "the latest sample");
+  assert.equal(service.callsOf("metrics").filter(([id]) => id === "xyz").length, 0);
+
+  for (const [query, message] of [
+    ["", "querystring must have required property 'sandbox_ids'"],
+    ["?sandbox_ids=,", "querystring/sandbox_ids must name a sandbox"],
+    [
+      `?sandbox_ids=${Array.from({ length: 101 }, (_, i) => `s${i}`).join(",")}`,
+      "querystring/sandbox_ids must name at most 100 sandboxes",
+    ],
+  ]) {
+    const bad = await call("GET", `/sandboxes/metrics${query}`);
+    assert.equal(bad.statusCode, 400, query);
+    assert.equal(errorOf(bad).message, message);
+  }
 });
 
 test("metrics: unix-second window → Dates; ISO and unix timestamps out", async () => {

@@ -578,6 +578,31 @@ describe("gateway: lists", () => {
     );
   });
 
+  it("joins many sandboxes' metrics from the nodes that hold them", async () => {
+    const c = await cluster({ nodes: 2 });
+    const [first, second] = c.nodes.map((node) => node.service.seed().sandboxId);
+    for (const node of c.nodes) {
+      node.service.metricSamples = [
+        {
+          timestamp: new Date(),
+          cpuCount: 1,
+          cpuUsedPct: 5,
+          memUsed: 1,
+          memTotal: 2,
+          memCache: 0,
+          diskUsed: 3,
+          diskTotal: 4,
+        },
+      ];
+    }
+    const res = await c.call("GET", `/sandboxes/metrics?sandbox_ids=${first},${second},gone`);
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as { sandboxes: Record<string, unknown> };
+    assert.deepEqual(Object.keys(body.sandboxes).sort(), [first, second].sort());
+    const bad = await c.call("GET", "/sandboxes/metrics");
+    assert.equal(bad.status, 400);
+  });
+
   it("a bad query is the nodes' 400, as one node would answer", async () => {
     const c = await cluster({ nodes: 2 });
     const res = await c.call("GET", "/v2/sandboxes?limit=0");
