@@ -22,11 +22,13 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   store: ["shared"],
   tls: ["shared"],
   tenancy: ["catalog", "shared"],
+  // Volumes' rows and files (the content API's safe file access).
+  volumes: ["catalog", "shared"],
   orchestrator: ["vmm", "network", "host-setup", "tenancy", "catalog", "protocol", "shared"],
   builds: ["orchestrator", "oci-images", "catalog", "protocol", "shared"],
   // Relays HTTP requests and upgrades; writes error answers for every server.
   relay: ["shared"],
-  api: ["builds", "orchestrator", "tenancy", "catalog", "relay", "protocol", "shared"],
+  api: ["builds", "orchestrator", "tenancy", "volumes", "catalog", "relay", "protocol", "shared"],
   proxy: ["orchestrator", "relay", "protocol", "shared"],
   server: [
     "api",
@@ -42,6 +44,7 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "store",
     "tls",
     "tenancy",
+    "volumes",
     "protocol",
     "shared",
   ],

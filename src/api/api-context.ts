@@ -1,6 +1,7 @@
 import type { TemplateBuilds } from "../builds/index.js";
 import type { SandboxService } from "../orchestrator/index.js";
 import type { TeamAdmin } from "../tenancy/index.js";
+import type { Volumes } from "../volumes/index.js";
 
 /** What every route group is handed: the service and the settings of `createApi`. */
 export interface ApiContext {
@@ -9,6 +10,8 @@ export interface ApiContext {
   readonly builds?: () => TemplateBuilds;
   /** Teams and keys; throws (503) while the node starts. Absent: their routes answer 503. */
   readonly teamAdmin?: () => TeamAdmin;
+  /** Volumes and their files; throws (503) while the node starts. Absent: their routes answer 503. */
+  readonly volumes?: () => Volumes;
   /** Returned as `domain` in Sandbox responses; null: the SDK uses its E2B_DOMAIN. */
   readonly domain: string | null;
   /** TTL when a create (or refresh) does not name one. */

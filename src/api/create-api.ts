@@ -13,6 +13,7 @@ import type { Logger } from "pino";
 import type { TemplateBuilds } from "../builds/index.js";
 import { assertReady, type SandboxService } from "../orchestrator/index.js";
 import type { Caller, TeamAdmin } from "../tenancy/index.js";
+import type { Volumes } from "../volumes/index.js";
 import type { ApiContext } from "./api-context.js";
 import { ownedSandbox } from "./caller.js";
 import { registerCors } from "./cors.js";
@@ -35,6 +36,7 @@ import { registerSandboxRoutes } from "./routes/sandboxes.js";
 import { registerSnapshotRoutes } from "./routes/snapshots.js";
 import { registerTeamRoutes } from "./routes/teams.js";
 import { registerTemplateRoutes, registerUploadRoute } from "./routes/templates.js";
+import { registerVolumeContentRoutes, registerVolumeRoutes } from "./routes/volumes.js";
 
 export interface ApiOptions {
   readonly service: SandboxService;
@@ -47,6 +49,8 @@ export interface ApiOptions {
   readonly authenticate: (headers: IncomingHttpHeaders) => Promise<Caller>;
   /** Teams and keys (the admin's and `/api-keys` routes); throws 503 while the node starts. */
   readonly teamAdmin?: () => TeamAdmin;
+  /** Volumes and their content API; throws 503 while the node starts. Absent: 503. */
+  readonly volumes?: () => Volumes;
   /** `domain` of Sandbox responses. Default null: the SDK uses its own E2B_DOMAIN. */
   readonly domain?: string | null;
   /** TTL of a sandbox created without `timeout`. Default 300 000 (E2B's 300 s). */
@@ -74,6 +78,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
     service: options.service,
     builds: options.builds,
     teamAdmin: options.teamAdmin,
+    volumes: options.volumes,
     domain: options.domain ?? null,
     defaultTimeoutMs: options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS,
     maxTimeoutMs: options.maxTimeoutMs ?? MAX_TIMEOUT_MS,
@@ -114,6 +119,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
   app.setNotFoundHandler(handleNotFound);
   registerHealthRoutes(app, context, options.authenticate);
   registerUploadRoute(app, context);
+  registerVolumeContentRoutes(app, context);
   if (options.internal) registerInternalRoutes(app, context, options.internal);
 
   // Every other route: the caller (API key or admin token), then readiness, then a
@@ -138,6 +144,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
     registerTemplateRoutes(api, context);
     registerNodeRoutes(api, context);
     registerTeamRoutes(api, context);
+    registerVolumeRoutes(api, context);
   });
   return app;
 }

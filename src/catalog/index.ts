@@ -37,3 +37,4 @@ export {
   type TeamLimits,
   type TeamRow,
 } from "./teams.js";
+export type { VolumeCatalog, VolumeRow } from "./volumes.js";

@@ -93,6 +93,10 @@ export class GatewayHandler {
       case "templates":
         if (!route.signedUpload) await this.p.authenticate(req.headers);
         return this.#relay(req, res, await locator.templateNode());
+      case "volumes":
+        // The content API's key is the volume's own token, which the node checks.
+        if (!route.content) await this.p.authenticate(req.headers);
+        return this.#relay(req, res, await locator.templateNode());
       default: {
         const caller = await this.p.authenticate(req.headers);
         if (route.kind === "nodes" || route.kind === "node_action") {

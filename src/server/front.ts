@@ -10,6 +10,7 @@ import { apiError, sendError } from "../relay/index.js";
 import type { Config } from "../shared/config.js";
 import type { Authenticator, TeamAdmin } from "../tenancy/index.js";
 import type { ClusterCredentials } from "../tls/index.js";
+import type { Volumes } from "../volumes/index.js";
 import { type ClusterListener, fromGateway, listenCluster } from "./cluster-listener.js";
 import { dashboardFiles } from "./dashboard-files.js";
 import type { Late, LateBound } from "./late-bound.js";
@@ -26,6 +27,8 @@ export interface FrontOptions {
   readonly authenticator: Authenticator;
   /** Teams and keys, once the catalog is open (throws 503 until then). */
   readonly teamAdmin: () => TeamAdmin;
+  /** Volumes, once the catalog is open (throws 503 until then). */
+  readonly volumes: () => Volumes;
   /** The orchestrator, once the node has started. */
   readonly orchestrator: LateBound;
   readonly builds: Late<TemplateBuilds>;
@@ -82,6 +85,7 @@ export async function listenFront(options: FrontOptions): Promise<Front> {
     builds: () => options.builds.get(),
     authenticate: (headers) => authenticator.authenticate(headers),
     teamAdmin: options.teamAdmin,
+    volumes: options.volumes,
     domain: config.domain ?? null,
     defaultTimeoutMs: config.defaultTimeoutMs,
     maxTimeoutMs: config.maxTimeoutMs,

@@ -8,6 +8,7 @@ import {
   PostgresCluster,
   SqliteCatalog,
   type TeamCatalog,
+  type VolumeCatalog,
 } from "../catalog/index.js";
 import { ensureHostSetup, GUEST_ARTIFACTS, type GuestArtifacts } from "../host-setup/index.js";
 import { NetnsSlotPool, slotNamesFor } from "../network/index.js";
@@ -25,6 +26,7 @@ import {
   type QemuDriverConfig,
   type QemuDriverSetup,
 } from "../vmm/qemu/index.js";
+import { Volumes } from "../volumes/index.js";
 import type { CloseStack } from "./close-stack.js";
 import { joinCluster } from "./cluster-membership.js";
 import { startKilledPurge } from "./killed-purge.js";
@@ -49,6 +51,8 @@ export interface NodePartsInput {
   readonly uncontainedForBenchmarks?: boolean;
   /** Teams and their keys, bound as soon as the catalog is open. */
   readonly teams: Late<TeamCatalog>;
+  /** Volumes, bound as soon as the catalog is open. */
+  readonly volumes: Late<Volumes>;
   readonly metrics: NodeMetrics;
   /** Each part started is added, to be stopped with the server. */
   readonly closers: CloseStack;
@@ -84,8 +88,14 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   await writeFile("/proc/self/oom_score_adj", "-500").catch((err: unknown) =>
     log.warn({ err }, "server.oom_score_unchanged"),
   );
-  const { catalog, cluster, teams } = await openCatalogs(input);
+  const { catalog, cluster, teams, volumes } = await openCatalogs(input);
   input.teams.bind(teams);
+  input.volumes.bind(
+    new Volumes({
+      catalog: volumes,
+      dir: input.config.volumesDir ?? join(input.layout.dataDir, "volumes"),
+    }),
+  );
   const host = hostResources();
   const limits = capacityLimits(config, host);
   const started = newOrchestrator(input, { images, vmm, catalog, cluster, limits, host, teams });
@@ -160,13 +170,16 @@ async function startVmm(
 }
 
 /** The node's catalog: SQLite alone, or in a cluster the shared PostgreSQL, scoped to this node. */
-async function openCatalogs(
-  input: NodePartsInput,
-): Promise<{ catalog: Catalog; cluster?: PostgresCluster; teams: TeamCatalog }> {
+async function openCatalogs(input: NodePartsInput): Promise<{
+  catalog: Catalog;
+  cluster?: PostgresCluster;
+  teams: TeamCatalog;
+  volumes: VolumeCatalog;
+}> {
   const { config, layout } = input;
   if (!config.databaseUrl) {
     const catalog = await SqliteCatalog.open(layout.catalog);
-    return { catalog, teams: catalog.teams };
+    return { catalog, teams: catalog.teams, volumes: catalog.volumes };
   }
   const connectionString = config.databaseUrl;
   const catalog = await PostgresCatalog.open({ connectionString, nodeId: config.nodeId });
@@ -179,7 +192,7 @@ async function openCatalogs(
       .catch((err: unknown) => input.logger.warn({ err }, "cluster.leave_failed"));
     await cluster.close();
   });
-  return { catalog, cluster, teams: catalog.teams };
+  return { catalog, cluster, teams: catalog.teams, volumes: catalog.volumes };
 }
 
 /** This machine's cores and memory (`hostResources`), which the limits are shares of. */

@@ -6,6 +6,7 @@ import type { Config } from "../shared/config.js";
 import { WarrenError } from "../shared/index.js";
 import { Authenticator, loadAdminToken, TeamAdmin, type TeamSandboxes } from "../tenancy/index.js";
 import { type ClusterCredentials, loadClusterCredentials } from "../tls/index.js";
+import type { Volumes } from "../volumes/index.js";
 import { LiveApiKeys, loadApiKeys } from "./api-keys.js";
 import { CloseStack } from "./close-stack.js";
 import { listenFront } from "./front.js";
@@ -53,6 +54,7 @@ export async function startNodeServer(
   const orchestrator = new LateBound(() => status);
   const builds = new Late<TemplateBuilds>(() => status);
   const teams = new Late<TeamCatalog>(() => status);
+  const volumes = new Late<Volumes>(() => status);
   const metrics = new NodeMetrics(() => orchestrator.current?.stats());
   const authenticator = new Authenticator({
     adminToken: admin.token,
@@ -65,6 +67,7 @@ export async function startNodeServer(
     logger: root,
     authenticator,
     teamAdmin: () => new TeamAdmin(teams.get(), teamSandboxes(orchestrator)),
+    volumes: () => volumes.get(),
     orchestrator,
     builds,
     cluster,
@@ -88,6 +91,7 @@ export async function startNodeServer(
     orchestrator,
     builds,
     teams,
+    volumes,
     metrics,
     closers,
     uncontainedForBenchmarks: options.uncontainedForBenchmarks,

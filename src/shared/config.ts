@@ -98,6 +98,13 @@ const SETTINGS = {
     parse: str,
     expects: "a path",
   },
+  volumesDir: {
+    env: "WARREN_VOLUMES_DIR",
+    doc: "Where volumes' files live, one directory each (kept 0700, root's); unset: <data dir>/volumes. In a cluster, storage every node reaches at the same path.",
+    default: (): string | undefined => undefined,
+    parse: str,
+    expects: "a path",
+  },
   accel: {
     env: "WARREN_ACCEL",
     doc: "Accelerator: kvm, tcg, or auto (probe once per host by booting a guest).",
@@ -325,7 +332,7 @@ const SETTINGS = {
   },
   codeInterpreter: {
     env: "WARREN_CODE_INTERPRETER",
-    doc: "The built-in code-interpreter-v1 template (E2B's code interpreter: Python with IPython and its data stack, JavaScript, TypeScript, bash on port 49999): on makes setup build its rootfs (once, ~6 min: Debian packages, 3 GiB) and the server capture it after start (a cold boot with the kernels started: minutes under TCG; creates of it wait for it); off leaves both out.",
+    doc: "The built-in code-interpreter-v1 template (E2B's code interpreter: Python with IPython and its data stack, JavaScript, TypeScript, R, bash on port 49999): on makes setup build its rootfs (once, ~6 min: Debian packages, 3 GiB) and the server capture it after start (a cold boot with the kernels started: minutes under TCG; creates of it wait for it); off leaves both out.",
     default: (): "on" | "off" => "on",
     parse: oneOf("on", "off"),
     expects: "on or off",

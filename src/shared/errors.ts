@@ -208,6 +208,18 @@ export const ERROR_REASONS = {
     kind: "not_found",
     doc: "The team has no API key with this id: list them with `GET /api-keys` or `warren key ls`.",
   },
+  volume_not_found: {
+    kind: "not_found",
+    doc: "No volume of the caller's team has this id: list them with `GET /volumes` (`Volume.list()`).",
+  },
+  volume_name_taken: {
+    kind: "already_exists",
+    doc: "The team already has a volume of this name: pick another, or use that one (`GET /volumes`).",
+  },
+  volume_token_invalid: {
+    kind: "unauthenticated",
+    doc: "The volume content API needs `Authorization: Bearer <token>` with the token `POST /volumes` or `GET /volumes/{id}` returned for this very volume.",
+  },
 } as const satisfies Record<string, ReasonSpec>;
 
 export type ErrorReason = ErrorKind | keyof typeof ERROR_REASONS;

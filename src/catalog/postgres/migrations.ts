@@ -168,6 +168,17 @@ export const MIGRATIONS: readonly string[] = [
   `
   DROP TABLE cluster_secrets;
   `,
+  // Volumes, by team; a name is unique within its team.
+  `
+  CREATE TABLE volumes (
+    id TEXT PRIMARY KEY,
+    team_id TEXT NOT NULL REFERENCES teams (id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    token TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    UNIQUE (team_id, name)
+  );
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

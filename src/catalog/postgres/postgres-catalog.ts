@@ -13,8 +13,10 @@ import {
   type TemplateRow,
 } from "../catalog.js";
 import type { TeamCatalog } from "../teams.js";
+import type { VolumeCatalog } from "../volumes.js";
 import { CatalogPool, type PoolOptions, rowsOf } from "./pool.js";
 import { PostgresTeams } from "./postgres-teams.js";
+import { PostgresVolumes } from "./postgres-volumes.js";
 import {
   type BuildRecord,
   type EventRecord,
@@ -53,11 +55,13 @@ export class PostgresCatalog implements Catalog {
   readonly #node: string;
   /** Teams and their keys: the cluster's, not this node's. */
   readonly teams: TeamCatalog;
+  readonly volumes: VolumeCatalog;
 
   private constructor(db: CatalogPool, nodeId: string) {
     this.#db = db;
     this.#node = nodeId;
     this.teams = new PostgresTeams(db);
+    this.volumes = new PostgresVolumes(db);
   }
 
   /** Connects (a bounded pool) and migrates the database, once across nodes opening at once. */

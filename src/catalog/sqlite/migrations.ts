@@ -136,6 +136,17 @@ export const MIGRATIONS: readonly string[] = [
   ALTER TABLE templates ADD COLUMN team_id TEXT;
   UPDATE templates SET team_id = 'default' WHERE kind IN ('snapshot', 'build');
   `,
+  // v5: volumes, by team; a name is unique within its team.
+  `
+  CREATE TABLE volumes (
+    id TEXT PRIMARY KEY,
+    team_id TEXT NOT NULL REFERENCES teams (id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    token TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    UNIQUE (team_id, name)
+  ) STRICT;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

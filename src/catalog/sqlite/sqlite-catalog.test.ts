@@ -64,6 +64,7 @@ describe("SqliteCatalog", () => {
       "template_aliases",
       "template_tags",
       "templates",
+      "volumes",
     ]);
   });
 

@@ -15,6 +15,7 @@ import {
   type TemplateRow,
 } from "../catalog.js";
 import type { TeamCatalog } from "../teams.js";
+import type { VolumeCatalog } from "../volumes.js";
 import { checkVersion, migrate } from "./migrations.js";
 import {
   buildParams,
@@ -30,6 +31,7 @@ import {
   toTemplateRow,
 } from "./rows.js";
 import { SqliteTeams } from "./sqlite-teams.js";
+import { SqliteVolumes } from "./sqlite-volumes.js";
 import { prepareStatements, type Statements } from "./statements.js";
 
 const BUSY_TIMEOUT_MS = 5_000;
@@ -43,11 +45,13 @@ export class SqliteCatalog implements Catalog {
   readonly #sql: Statements;
   /** Teams and their keys, in the same file. */
   readonly teams: TeamCatalog;
+  readonly volumes: VolumeCatalog;
 
   private constructor(db: Database.Database) {
     this.#db = db;
     this.#sql = prepareStatements(db);
     this.teams = new SqliteTeams(db, (context, work) => this.#run(context, work));
+    this.volumes = new SqliteVolumes(db, (context, work) => this.#run(context, work));
   }
 
   /** Opens (creating if needed, with its directory) and migrates the catalog file at `path`. */

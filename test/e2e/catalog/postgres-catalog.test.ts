@@ -8,6 +8,7 @@ import { type Catalog, PostgresCatalog, type TemplateKind } from "../../../src/c
 import { MIGRATIONS, SCHEMA_VERSION } from "../../../src/catalog/postgres/migrations.js";
 import { catalogContract, sandboxRow } from "../../contracts/catalog.contract.js";
 import { teamsContract } from "../../contracts/teams.contract.js";
+import { volumesContract } from "../../contracts/volumes.contract.js";
 import { startPostgres, type TestPostgres } from "../../helpers/postgres.js";
 
 let server: TestPostgres;
@@ -38,6 +39,22 @@ catalogContract("postgres", async () => {
     },
     cleanup: async () => {
       for (const catalog of opened) await catalog.close();
+      await server.dropDatabase(name);
+    },
+  };
+});
+
+volumesContract("postgres", async () => {
+  const name = `volumes_${++databases}`;
+  const catalog = await PostgresCatalog.open({
+    connectionString: await server.createDatabase(name),
+    nodeId: "node-a",
+  });
+  return {
+    volumes: catalog.volumes,
+    teams: catalog.teams,
+    cleanup: async () => {
+      await catalog.close();
       await server.dropDatabase(name);
     },
   };

@@ -327,6 +327,17 @@ describe("gateway: routing", () => {
     assert.equal(traffic.status, 200);
   });
 
+  it("relays volumes to a node: /volumes with the API key, their content with none of its own", async () => {
+    const c = await cluster({ nodes: 1 });
+    assert.equal((await c.call("GET", "/volumes", { apiKey: null })).status, 401);
+    // The stand-in nodes serve no volumes: their 503 shows the call reached one.
+    const listed = await c.call("GET", "/volumes");
+    assert.equal(listed.status, 503);
+    assert.match(((await listed.json()) as { message: string }).message, /volumes/);
+    const content = await c.call("GET", "/volumecontent/x/dir?path=/", { apiKey: null });
+    assert.equal(content.status, 503, "the node, not the gateway, checks the volume's token");
+  });
+
   it("tells strangers its /health status only; how many nodes are up is the admin's", async () => {
     const c = await cluster({ nodes: 2 });
     for (const apiKey of [null, "wrong", API_KEY]) {

@@ -15,6 +15,7 @@ import { type Front, listenFront } from "../../../src/server/front.js";
 import { Late, LateBound } from "../../../src/server/late-bound.js";
 import { NodeMetrics } from "../../../src/server/prometheus.js";
 import { loadConfig } from "../../../src/shared/config.js";
+import { WarrenError } from "../../../src/shared/index.js";
 import { Authenticator, TeamAdmin } from "../../../src/tenancy/index.js";
 import { ALGORITHM, loadX509, pkcs8Pem, serial } from "../../../src/tls/certificate-kit.js";
 import {
@@ -80,6 +81,9 @@ before(async () => {
       teams: () => teams,
     }),
     teamAdmin: () => new TeamAdmin(teams, { count: async () => 0, killAll: async () => {} }),
+    volumes: () => {
+      throw new WarrenError("unavailable", "no volumes in this test");
+    },
     orchestrator,
     builds: new Late<TemplateBuilds>(() => ({ phase: "starting" })),
     cluster: certs.get("node"),

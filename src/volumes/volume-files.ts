@@ -1,0 +1,422 @@
+import { constants, createReadStream, createWriteStream } from "node:fs";
+import type { FileHandle } from "node:fs/promises";
+import { lstat, mkdir, open, readdir, readlink, rmdir, unlink } from "node:fs/promises";
+import type { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { WarrenError } from "../shared/index.js";
+
+/** A volume entry as E2B's `VolumeEntryStat`. */
+export interface VolumeEntry {
+  readonly name: string;
+  /** Absolute within the volume: `/dir/file`. */
+  readonly path: string;
+  readonly type: "file" | "directory" | "symlink" | "unknown";
+  readonly size: number;
+  /** Permission bits (`0o644`), no file type. */
+  readonly mode: number;
+  readonly uid: number;
+  readonly gid: number;
+  readonly atime: Date;
+  readonly mtime: Date;
+  readonly ctime: Date;
+  /** A symbolic link's target, as written. */
+  readonly target?: string;
+}
+
+/** Owner and permissions to set; absent ones are left as they are (or the defaults). */
+export interface EntryMetadata {
+  readonly uid?: number;
+  readonly gid?: number;
+  readonly mode?: number;
+}
+
+const MAX_PATH_BYTES = 4096;
+const MAX_NAME_BYTES = 255;
+const MAX_DEPTH = 64;
+const DIR_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
+/** O_NONBLOCK: a FIFO a guest left there must not hang the open. */
+const ENTRY_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+
+/**
+ * A volume's files as the content API reaches them, as root, while guests write the same tree
+ * over their mounts. A guest is hostile: any name may become a symbolic link (to `/etc`) or a
+ * FIFO at any moment. So no path is ever resolved as text: each directory is opened from its
+ * parent's open descriptor (`/proc/self/fd/<parent>/<name>`, which looks `name` up in that
+ * very directory) with O_NOFOLLOW, and the last step acts on a name in an open directory or
+ * on an open descriptor, checked to be what it was expected to be. A symbolic link on the way
+ * is refused, never followed, even one that stays inside the volume.
+ */
+export class VolumeFiles {
+  readonly #root: string;
+
+  /** `root`: the volume's directory, made by Warren (trusted, unlike everything under it). */
+  constructor(root: string) {
+    this.#root = root;
+  }
+
+  async stat(path: string): Promise<VolumeEntry> {
+    const names = parsePath(path);
+    if (names.length === 0) return this.#withDir([], (dir) => describeOpen(dir, "/"));
+    return this.#inParent(names, (dir, name) => describeIn(dir, name, joinPath(names)));
+  }
+
+  /** The entries under a directory, `depth` levels down (1: its children), pre-order. */
+  async list(path: string, depth = 1): Promise<VolumeEntry[]> {
+    if (!Number.isInteger(depth) || depth < 1 || depth > MAX_DEPTH) {
+      throw new WarrenError("invalid_argument", `depth must be an integer from 1 to ${MAX_DEPTH}`);
+    }
+    const names = parsePath(path);
+    return this.#withDir(names, (dir) => listUnder(dir, joinPath(names), depth));
+  }
+
+  /**
+   * Makes a directory. `force`: its missing parents too, and an existing directory is no
+   * error (`mkdir -p`); without it the parent must exist and the name must be free.
+   */
+  async makeDir(path: string, options: EntryMetadata & { force?: boolean }): Promise<VolumeEntry> {
+    const names = parsePath(path);
+    if (names.length === 0) throw new WarrenError("conflict", "the volume's root already exists");
+    const parent = names.slice(0, -1);
+    const name = names.at(-1) as string;
+    return this.#withDir(
+      parent,
+      async (dir) => {
+        try {
+          await mkdir(inDir(dir, name), { mode: 0o755 });
+        } catch (err) {
+          if (!(options.force && (err as NodeJS.ErrnoException).code === "EEXIST")) {
+            throw fsError(err, joinPath(names));
+          }
+        }
+        const made = await openEntry(dir, name, joinPath(names), "directory");
+        try {
+          await applyMetadata(made, options);
+          return await describeOpen(made, joinPath(names));
+        } finally {
+          await made.close();
+        }
+      },
+      options.force === true,
+    );
+  }
+
+  /** The file's bytes; the stream owns the descriptor. */
+  async read(path: string): Promise<{ readonly size: number; readonly body: Readable }> {
+    const names = parsePath(path);
+    if (names.length === 0) throw new WarrenError("invalid_argument", "'/' is a directory");
+    return this.#inParent(names, async (dir, name) => {
+      const file = await openEntry(dir, name, joinPath(names), "file");
+      const { size } = await file.stat();
+      return { size, body: createReadStream("", { fd: file, start: 0 }) };
+    });
+  }
+
+  /**
+   * Writes a file from `body`, replacing what it held. `force`: missing parent directories
+   * are made. A new file is 0644, owned by root unless `uid`/`gid` say otherwise.
+   */
+  async write(
+    path: string,
+    body: Readable,
+    options: EntryMetadata & { force?: boolean },
+  ): Promise<VolumeEntry> {
+    const names = parsePath(path);
+    if (names.length === 0) throw new WarrenError("invalid_argument", "'/' is a directory");
+    const shown = joinPath(names);
+    return this.#withDir(
+      names.slice(0, -1),
+      async (dir) => {
+        const name = names.at(-1) as string;
+        let file: FileHandle;
+        try {
+          file = await open(
+            inDir(dir, name),
+            constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK,
+            0o644,
+          );
+        } catch (err) {
+          throw fsError(err, shown);
+        }
+        try {
+          if (!(await file.stat()).isFile()) {
+            throw new WarrenError("invalid_argument", `'${shown}' is not a regular file`);
+          }
+          await file.truncate(0);
+          // The numeric fd: a stream given the FileHandle holds it, and close() would wait on it.
+          await pipeline(body, createWriteStream("", { fd: file.fd, autoClose: false, start: 0 }));
+          await applyMetadata(file, options);
+          return await describeOpen(file, shown);
+        } finally {
+          await file.close();
+        }
+      },
+      options.force === true,
+    );
+  }
+
+  /** Removes a file, a link or a whole directory tree. */
+  async remove(path: string): Promise<void> {
+    const names = parsePath(path);
+    if (names.length === 0)
+      throw new WarrenError("invalid_argument", "the volume's root cannot be removed");
+    await this.#inParent(names, (dir, name) => removeIn(dir, name, joinPath(names)));
+  }
+
+  /** Sets owner and permissions (a link: its owner only). */
+  async setMetadata(path: string, metadata: EntryMetadata): Promise<VolumeEntry> {
+    const names = parsePath(path);
+    const shown = joinPath(names);
+    if (names.length === 0) {
+      return this.#withDir([], async (dir) => {
+        await applyMetadata(dir, metadata);
+        return describeOpen(dir, shown);
+      });
+    }
+    return this.#inParent(names, async (dir, name) => {
+      const kind = typeOf(await lstatIn(dir, name, shown));
+      if (kind === "symlink" || kind === "unknown") {
+        throw new WarrenError("invalid_argument", `'${shown}' is not a file or a directory`);
+      }
+      const entry = await openEntry(dir, name, shown, kind);
+      try {
+        await applyMetadata(entry, metadata);
+        return await describeOpen(entry, shown);
+      } finally {
+        await entry.close();
+      }
+    });
+  }
+
+  /** Runs `work` on the open parent directory of the last name. */
+  #inParent<T>(names: readonly string[], work: (dir: FileHandle, name: string) => Promise<T>) {
+    return this.#withDir(names.slice(0, -1), (dir) => work(dir, names.at(-1) as string));
+  }
+
+  /** Opens the directory `names` leads to, step by step; `create`: making missing ones. */
+  async #withDir<T>(
+    names: readonly string[],
+    work: (dir: FileHandle) => Promise<T>,
+    create = false,
+  ): Promise<T> {
+    let dir = await open(this.#root, DIR_FLAGS);
+    try {
+      for (let i = 0; i < names.length; i++) {
+        const name = names[i] as string;
+        const shown = joinPath(names.slice(0, i + 1));
+        if (create) {
+          await mkdir(inDir(dir, name), { mode: 0o755 }).catch((err: NodeJS.ErrnoException) => {
+            if (err.code !== "EEXIST") throw fsError(err, shown);
+          });
+        }
+        const next = await open(inDir(dir, name), DIR_FLAGS).catch((err: unknown) => {
+          throw fsError(err, shown);
+        });
+        await dir.close();
+        dir = next;
+      }
+      return await work(dir);
+    } finally {
+      await dir.close();
+    }
+  }
+}
+
+/** `name` in the directory open as `dir`, as a path the kernel resolves from that directory. */
+function inDir(dir: FileHandle, name: string): string {
+  return `/proc/self/fd/${dir.fd}/${name}`;
+}
+
+/**
+ * A volume path's names: absolute or relative to the root, `.` and empty names dropped;
+ * `..`, NUL and oversized names refused (a path can only go down).
+ */
+export function parsePath(path: string): string[] {
+  if (typeof path !== "string" || path.includes("\0")) {
+    throw new WarrenError("invalid_argument", "path must be a string without NUL bytes");
+  }
+  if (Buffer.byteLength(path) > MAX_PATH_BYTES) {
+    throw new WarrenError("invalid_argument", `path is longer than ${MAX_PATH_BYTES} bytes`);
+  }
+  const names = path.split("/").filter((name) => name !== "" && name !== ".");
+  for (const name of names) {
+    if (name === "..") throw new WarrenError("invalid_argument", "path must not contain '..'");
+    if (Buffer.byteLength(name) > MAX_NAME_BYTES) {
+      throw new WarrenError(
+        "invalid_argument",
+        `a name in the path is longer than ${MAX_NAME_BYTES} bytes`,
+      );
+    }
+  }
+  return names;
+}
+
+function joinPath(names: readonly string[]): string {
+  return `/${names.join("/")}`;
+}
+
+/** Opens `name` in `dir` without following a link, and checks it is a `kind`. */
+async function openEntry(
+  dir: FileHandle,
+  name: string,
+  shown: string,
+  kind: "file" | "directory",
+): Promise<FileHandle> {
+  const entry = await open(inDir(dir, name), kind === "directory" ? DIR_FLAGS : ENTRY_FLAGS).catch(
+    (err: unknown) => {
+      throw fsError(err, shown);
+    },
+  );
+  const stats = await entry.stat();
+  if (kind === "file" ? stats.isFile() : stats.isDirectory()) return entry;
+  await entry.close();
+  throw new WarrenError(
+    "invalid_argument",
+    `'${shown}' is ${stats.isDirectory() ? "a directory" : "not a regular file"}`,
+  );
+}
+
+async function lstatIn(dir: FileHandle, name: string, shown: string) {
+  return lstat(inDir(dir, name)).catch((err: unknown) => {
+    throw fsError(err, shown);
+  });
+}
+
+async function applyMetadata(entry: FileHandle, metadata: EntryMetadata): Promise<void> {
+  const { uid, gid, mode } = checkMetadata(metadata);
+  if (uid !== undefined || gid !== undefined) await entry.chown(uid ?? -1, gid ?? -1);
+  if (mode !== undefined) await entry.chmod(mode);
+}
+
+function checkMetadata(metadata: EntryMetadata): EntryMetadata {
+  for (const key of ["uid", "gid"] as const) {
+    const value = metadata[key];
+    if (value !== undefined && (!Number.isInteger(value) || value < 0 || value > 0xfffffffe)) {
+      throw new WarrenError("invalid_argument", `${key} must be an integer from 0 to 4294967294`);
+    }
+  }
+  const { mode } = metadata;
+  if (mode !== undefined && (!Number.isInteger(mode) || mode < 0 || mode > 0o7777)) {
+    throw new WarrenError("invalid_argument", "mode must be permission bits from 0 to 0o7777");
+  }
+  return metadata;
+}
+
+type Stats = Awaited<ReturnType<typeof lstat>>;
+
+function typeOf(stats: Stats): VolumeEntry["type"] {
+  if (stats.isFile()) return "file";
+  if (stats.isDirectory()) return "directory";
+  if (stats.isSymbolicLink()) return "symlink";
+  return "unknown";
+}
+
+function entryOf(stats: Stats, path: string, target?: string): VolumeEntry {
+  const name = path === "/" ? "/" : (path.split("/").at(-1) as string);
+  return {
+    name,
+    path,
+    type: typeOf(stats),
+    size: Number(stats.size),
+    mode: Number(stats.mode) & 0o7777,
+    uid: Number(stats.uid),
+    gid: Number(stats.gid),
+    atime: stats.atime,
+    mtime: stats.mtime,
+    ctime: stats.ctime,
+    ...(target !== undefined && { target }),
+  };
+}
+
+async function describeOpen(entry: FileHandle, path: string): Promise<VolumeEntry> {
+  return entryOf(await entry.stat(), path);
+}
+
+async function describeIn(dir: FileHandle, name: string, path: string): Promise<VolumeEntry> {
+  const stats = await lstatIn(dir, name, path);
+  if (!stats.isSymbolicLink()) return entryOf(stats, path);
+  const target = await readlink(inDir(dir, name)).catch(() => undefined);
+  return entryOf(stats, path, target);
+}
+
+async function listUnder(dir: FileHandle, path: string, depth: number): Promise<VolumeEntry[]> {
+  const names = (await readdir(`/proc/self/fd/${dir.fd}`)).sort();
+  const entries: VolumeEntry[] = [];
+  for (const name of names) {
+    const childPath = path === "/" ? `/${name}` : `${path}/${name}`;
+    let entry: VolumeEntry;
+    try {
+      entry = await describeIn(dir, name, childPath);
+    } catch {
+      continue; // removed while listed
+    }
+    entries.push(entry);
+    if (depth > 1 && entry.type === "directory") {
+      const child = await open(inDir(dir, name), DIR_FLAGS).catch(() => undefined);
+      if (!child) continue; // replaced by a link or removed meanwhile: not followed
+      try {
+        entries.push(...(await listUnder(child, childPath, depth - 1)));
+      } finally {
+        await child.close();
+      }
+    }
+  }
+  return entries;
+}
+
+/** Removes `name` from `dir`: a directory with everything in it, descending by descriptor. */
+async function removeIn(dir: FileHandle, name: string, shown: string, level = 0): Promise<void> {
+  const stats = await lstatIn(dir, name, shown);
+  if (!stats.isDirectory()) {
+    await unlink(inDir(dir, name)).catch((err: unknown) => {
+      throw fsError(err, shown);
+    });
+    return;
+  }
+  if (level > 4096) throw new WarrenError("invalid_argument", `'${shown}' is nested too deep`);
+  const child = await open(inDir(dir, name), DIR_FLAGS).catch((err: unknown) => {
+    throw fsError(err, shown);
+  });
+  try {
+    for (const entry of await readdir(`/proc/self/fd/${child.fd}`)) {
+      await removeIn(child, entry, `${shown}/${entry}`, level + 1).catch((err: unknown) => {
+        if (!(err instanceof WarrenError && err.reason === "not_found")) throw err;
+      });
+    }
+  } finally {
+    await child.close();
+  }
+  await rmdir(inDir(dir, name)).catch((err: unknown) => {
+    throw fsError(err, shown);
+  });
+}
+
+/** A filesystem failure as the API's error, naming the volume path (never the host's). */
+function fsError(err: unknown, shown: string): WarrenError {
+  if (err instanceof WarrenError) return err;
+  switch ((err as NodeJS.ErrnoException).code) {
+    case "ENOENT":
+      return new WarrenError("not_found", `path '${shown}' not found in the volume`);
+    case "ENOTDIR":
+      return new WarrenError("invalid_argument", `a part of '${shown}' is not a directory`);
+    case "ELOOP":
+      return new WarrenError(
+        "invalid_argument",
+        `'${shown}' is or crosses a symbolic link: the content API does not follow links`,
+      );
+    case "EEXIST":
+      return new WarrenError("conflict", `'${shown}' already exists`);
+    case "EISDIR":
+      return new WarrenError("invalid_argument", `'${shown}' is a directory`);
+    case "ENOTEMPTY":
+      return new WarrenError("conflict", `'${shown}' is not empty`);
+    case "ENXIO":
+      return new WarrenError("invalid_argument", `'${shown}' is not a regular file`);
+    case "ENOSPC":
+    case "EDQUOT":
+      return new WarrenError("insufficient_storage", `no space left for '${shown}'`);
+    case "ENAMETOOLONG":
+      return new WarrenError("invalid_argument", `'${shown}' is too long`);
+    default:
+      return new WarrenError("internal", `'${shown}': ${(err as Error).message}`, { cause: err });
+  }
+}

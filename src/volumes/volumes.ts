@@ -1,0 +1,125 @@
+import { randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
+import { chmod, mkdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import type { VolumeCatalog, VolumeRow } from "../catalog/index.js";
+import { WarrenError } from "../shared/index.js";
+import { VolumeFiles } from "./volume-files.js";
+
+/** E2B's volume name rule. */
+const NAME = /^[a-zA-Z0-9_-]+$/;
+const MAX_NAME_LENGTH = 128;
+/** Volume ids are UUIDs; anything else cannot name one (and never reaches the disk). */
+const VOLUME_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+export interface VolumesOptions {
+  readonly catalog: VolumeCatalog;
+  /** Where volumes' directories live (`<data>/volumes`; shared storage in a cluster). */
+  readonly dir: string;
+}
+
+/**
+ * The node's volumes: rows in the catalog, one directory each under `dir`. `dir` itself is
+ * root's and 0700: a volume holds whatever owners and modes its sandboxes set (set-uid
+ * files too), which no other account of the host may reach.
+ */
+export class Volumes {
+  readonly #o: VolumesOptions;
+
+  constructor(options: VolumesOptions) {
+    this.#o = options;
+  }
+
+  async create(teamId: string, name: string): Promise<VolumeRow> {
+    checkName(name);
+    if ((await this.#o.catalog.listVolumes(teamId)).some((v) => v.name === name)) {
+      throw nameTaken(name);
+    }
+    const row: VolumeRow = {
+      id: randomUUID(),
+      teamId,
+      name,
+      token: randomBytes(32).toString("base64url"),
+      createdAt: new Date().toISOString(),
+    };
+    await this.#ensureDir();
+    const root = this.#root(row.id);
+    await mkdir(root, { mode: 0o755 });
+    await chmod(root, 0o755);
+    try {
+      await this.#o.catalog.insertVolume(row);
+    } catch (err) {
+      await rm(root, { recursive: true, force: true });
+      if (err instanceof WarrenError && err.reason === "already_exists") throw nameTaken(name);
+      throw err;
+    }
+    return row;
+  }
+
+  /** A team's volumes (every team's for the admin: `teamId` undefined). */
+  list(teamId: string | undefined): Promise<VolumeRow[]> {
+    return this.#o.catalog.listVolumes(teamId);
+  }
+
+  /** The volume, if the team may see it (undefined `teamId`: the admin, any team's). */
+  async get(teamId: string | undefined, id: string): Promise<VolumeRow> {
+    const row = VOLUME_ID.test(id) ? await this.#o.catalog.getVolume(id) : undefined;
+    if (!row || (teamId !== undefined && row.teamId !== teamId)) {
+      throw new WarrenError("volume_not_found", `volume ${shown(id)} not found`);
+    }
+    return row;
+  }
+
+  /** Forgets the volume and removes its files; volume_not_found when there is none. */
+  async destroy(teamId: string | undefined, id: string): Promise<void> {
+    const row = await this.get(teamId, id);
+    await this.#o.catalog.deleteVolume(row.id);
+    // By descriptor, never following a link a guest left: the tree is the guests' work.
+    await new VolumeFiles(this.#o.dir).remove(row.id).catch((err: unknown) => {
+      if (!(err instanceof WarrenError && err.reason === "not_found")) throw err;
+    });
+  }
+
+  /** The files of the volume this content API token is for. */
+  async files(id: string, token: string | undefined): Promise<VolumeFiles> {
+    const row = VOLUME_ID.test(id) ? await this.#o.catalog.getVolume(id) : undefined;
+    if (!row || token === undefined || !sameSecret(token, row.token)) {
+      throw new WarrenError(
+        "volume_token_invalid",
+        "this volume's content needs its token: Authorization: Bearer <token> from GET /volumes/{id}",
+      );
+    }
+    return new VolumeFiles(this.#root(row.id));
+  }
+
+  #root(id: string): string {
+    return join(this.#o.dir, id);
+  }
+
+  async #ensureDir(): Promise<void> {
+    await mkdir(this.#o.dir, { recursive: true, mode: 0o700 });
+    await chmod(this.#o.dir, 0o700);
+  }
+}
+
+function checkName(name: unknown): void {
+  if (typeof name !== "string" || !NAME.test(name) || name.length > MAX_NAME_LENGTH) {
+    throw new WarrenError(
+      "invalid_argument",
+      `body/name must be 1 to ${MAX_NAME_LENGTH} letters, digits, '_' or '-'`,
+    );
+  }
+}
+
+function nameTaken(name: string): WarrenError {
+  return new WarrenError("volume_name_taken", `the team already has a volume named '${name}'`);
+}
+
+function sameSecret(given: string, expected: string): boolean {
+  const a = Buffer.from(given);
+  const b = Buffer.from(expected);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+function shown(id: string): string {
+  return JSON.stringify(id.length > 64 ? `${id.slice(0, 64)}…` : id);
+}

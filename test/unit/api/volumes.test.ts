@@ -1,0 +1,166 @@
+// Volumes over the API, on a real SQLite catalog and a real directory: E2B's `/volumes`
+// (names, teams, tokens) and the content API behind each volume's own token.
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { SqliteCatalog } from "../../../src/catalog/index.js";
+import { TeamAdmin } from "../../../src/tenancy/index.js";
+import { Volumes } from "../../../src/volumes/index.js";
+import { TEST_ADMIN_TOKEN, testAuth } from "../../helpers/auth.js";
+import { API_KEY, errorOf, type Harness, useApi } from "./api-harness.js";
+
+describe("volumes API", () => {
+  const dir = mkdtempSync(join(tmpdir(), "warren-volumes-api-"));
+  const volumesDir = join(dir, "volumes");
+  let catalog: SqliteCatalog;
+  let api: Harness;
+  let keyB: string;
+
+  before(async () => {
+    catalog = await SqliteCatalog.open(join(dir, "catalog.sqlite"));
+    const teams = catalog.teams;
+    const volumes = new Volumes({ catalog: catalog.volumes, dir: volumesDir });
+    const admin = new TeamAdmin(teams, { count: async () => 0, killAll: async () => {} });
+    api = useApi({
+      authenticate: testAuth(() => new Set([API_KEY]), teams),
+      teamAdmin: () => admin,
+      volumes: () => volumes,
+    });
+    const made = await api.call("POST", "/admin/teams", {
+      apiKey: null,
+      headers: { "x-admin-token": TEST_ADMIN_TOKEN },
+      body: { name: "b" },
+    });
+    keyB = (made.json() as { apiKey: string }).apiKey;
+  });
+
+  after(async () => {
+    await catalog.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const content = (
+    method: "GET" | "POST" | "PUT" | "DELETE" | "PATCH",
+    volume: { volumeID: string; token: string },
+    what: string,
+    query: Record<string, string>,
+    options: { body?: string | object; token?: string } = {},
+  ) =>
+    api.app.inject({
+      method,
+      url: `/volumecontent/${volume.volumeID}/${what}?${new URLSearchParams(query)}`,
+      headers: {
+        authorization: `Bearer ${options.token ?? volume.token}`,
+        ...(typeof options.body === "string" && { "content-type": "application/octet-stream" }),
+      },
+      ...(options.body !== undefined && { payload: options.body }),
+    });
+
+  it("creates, lists, gets and destroys volumes of the caller's team", async () => {
+    const created = await api.call("POST", "/volumes", { body: { name: "data_1-x" } });
+    assert.equal(created.statusCode, 201);
+    const volume = created.json() as { volumeID: string; name: string; token: string };
+    assert.equal(volume.name, "data_1-x");
+    assert.match(volume.volumeID, /^[0-9a-f-]{36}$/);
+    assert.ok(volume.token.length >= 40);
+    assert.equal(statSync(volumesDir).mode & 0o777, 0o700, "no other account reaches volumes");
+
+    const listed = await api.call("GET", "/volumes");
+    assert.deepEqual(listed.json(), [{ volumeID: volume.volumeID, name: "data_1-x" }]);
+    const got = await api.call("GET", `/volumes/${volume.volumeID}`);
+    assert.deepEqual(got.json(), volume);
+
+    // Another team: none of it visible, its own name space.
+    assert.deepEqual((await api.call("GET", "/volumes", { apiKey: keyB })).json(), []);
+    for (const method of ["GET", "DELETE"] as const) {
+      const res = await api.call(method, `/volumes/${volume.volumeID}`, { apiKey: keyB });
+      assert.equal(res.statusCode, 404, method);
+    }
+    const same = await api.call("POST", "/volumes", { apiKey: keyB, body: { name: "data_1-x" } });
+    assert.equal(same.statusCode, 201, "names are per team");
+
+    const again = await api.call("POST", "/volumes", { body: { name: "data_1-x" } });
+    assert.equal(again.statusCode, 409);
+    assert.match(errorOf(again).message, /already has a volume named 'data_1-x'/);
+
+    assert.equal((await api.call("DELETE", `/volumes/${volume.volumeID}`)).statusCode, 204);
+    assert.equal((await api.call("DELETE", `/volumes/${volume.volumeID}`)).statusCode, 404);
+    assert.equal((await api.call("GET", `/volumes/${volume.volumeID}`)).statusCode, 404);
+    assert.equal((await api.call("GET", "/volumes/not-a-uuid")).statusCode, 404);
+  });
+
+  it("refuses names E2B refuses; the admin creates in the team it acts as", async () => {
+    for (const name of ["", "vol name", "vol.name", "vol/a", "{x}", 5]) {
+      const res = await api.call("POST", "/volumes", { body: { name } });
+      assert.equal(res.statusCode, 400, JSON.stringify(name));
+    }
+    const admin = await api.call("POST", "/volumes", {
+      apiKey: null,
+      headers: { "x-admin-token": TEST_ADMIN_TOKEN },
+      body: { name: "admins" },
+    });
+    assert.equal(admin.statusCode, 201);
+    const listed = (await api.call("GET", "/volumes")).json() as { name: string }[];
+    assert.ok(
+      listed.some((v) => v.name === "admins"),
+      "the default team's",
+    );
+  });
+
+  it("serves a volume's files to its token only", async () => {
+    const volume = (await api.call("POST", "/volumes", { body: { name: "files" } })).json() as {
+      volumeID: string;
+      token: string;
+    };
+    const other = (await api.call("POST", "/volumes", { body: { name: "other" } })).json() as {
+      volumeID: string;
+      token: string;
+    };
+
+    const made = await content("POST", volume, "dir", { path: "/a/b", force: "true", mode: "493" });
+    assert.equal(made.statusCode, 201);
+    assert.equal((made.json() as { type: string }).type, "directory");
+    const written = await content("PUT", volume, "file", { path: "/a/b/f.txt" }, { body: "hi" });
+    assert.equal(written.statusCode, 200, written.body);
+    assert.deepEqual(
+      (({ name, path, type, size, mode }) => ({ name, path, type, size, mode }))(
+        written.json() as Record<string, unknown>,
+      ),
+      { name: "f.txt", path: "/a/b/f.txt", type: "file", size: 2, mode: 0o644 },
+    );
+    const read = await content("GET", volume, "file", { path: "/a/b/f.txt" });
+    assert.equal(read.body, "hi");
+    assert.equal(read.headers["content-type"], "application/octet-stream");
+    const listed = await content("GET", volume, "dir", { path: "/a", depth: "2" });
+    assert.deepEqual(
+      (listed.json() as { path: string }[]).map((e) => e.path),
+      ["/a/b", "/a/b/f.txt"],
+    );
+    const patched = await content(
+      "PATCH",
+      volume,
+      "path",
+      { path: "/a/b/f.txt" },
+      {
+        body: { mode: 0o600 },
+      },
+    );
+    assert.equal((patched.json() as { mode: number }).mode, 0o600);
+    assert.equal((await content("DELETE", volume, "path", { path: "/a" })).statusCode, 204);
+    const gone = await content("GET", volume, "path", { path: "/a" });
+    assert.equal(gone.statusCode, 404);
+    assert.match(errorOf(gone).message, /path '\/a' not found/);
+
+    // Tokens: none, another volume's, or an API key do not open it.
+    for (const token of ["", other.token, API_KEY]) {
+      const res = await content("GET", volume, "dir", { path: "/" }, { token });
+      assert.equal(res.statusCode, 401, `token ${JSON.stringify(token.slice(0, 8))}`);
+    }
+    const climb = await content("GET", volume, "file", { path: "../other" });
+    assert.equal(climb.statusCode, 400);
+    const noPath = await content("GET", volume, "file", {});
+    assert.equal(errorOf(noPath).message, "querystring/path is required");
+  });
+});
