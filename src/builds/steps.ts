@@ -5,6 +5,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Readable } from "node:stream";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { linkSafeArchive } from "./copy-archive.js";
 import type { CommandContext, GuestShell, RunResult } from "./guest-shell.js";
 import type { BuildStep } from "./spec.js";
@@ -26,34 +27,43 @@ function quote(word: string): string {
 
 /**
  * POSIX sh, run as root: unpacks the uploaded archive, then copies `src` (a path or a glob
- * inside it) to `dest` with Docker's COPY semantics (a directory's contents merge into
- * `dest`; `dest/` is a directory; symlinks stay links), owner and mode applied first.
+ * inside it) to `dest` with Docker's COPY semantics: a directory's contents merge into
+ * `dest`; files go into `dest` when it ends with `/`, is a directory already, or the glob
+ * matched more than one entry, else they become `dest`; symlinks stay links; owner and mode
+ * applied first.
  */
-const COPY_SCRIPT = `set -e
+export const COPY_SCRIPT = `set -e
 b=${BUSYBOX}
 archive=$1 src=$2 dest=$3 owner=$4 mode=$5
 tmp=$($b mktemp -d /tmp/.warren-copy.XXXXXX)
 trap '$b rm -rf "$tmp" "$archive"' EXIT
 $b tar -xf "$archive" -C "$tmp"
 group=$($b id -gn "$owner")
-found=
+count=0
+for entry in "$tmp"/$src; do
+  if [ -e "$entry" ] || [ -L "$entry" ]; then count=$((count + 1)); fi
+done
+if [ "$count" -eq 0 ]; then echo "'$src' is not in the uploaded files" >&2; exit 1; fi
+into=
+case "$dest" in */) into=1 ;; esac
+if [ "$count" -gt 1 ] || { [ -d "$dest" ] && [ ! -L "$dest" ]; }; then into=1; fi
+[ "$dest" = / ] || dest=\${dest%/}
 for entry in "$tmp"/$src; do
   [ -e "$entry" ] || [ -L "$entry" ] || continue
-  found=1
   $b chown -R -h "$owner:$group" "$entry"
   if [ -n "$mode" ] && [ ! -L "$entry" ]; then $b chmod -R "$mode" "$entry"; fi
   if [ -d "$entry" ] && [ ! -L "$entry" ]; then
     $b mkdir -p "$dest"
     (cd "$entry" && $b tar -cf - .) | $b tar -xf - -C "$dest"
+  elif [ -n "$into" ]; then
+    $b mkdir -p "$dest"
+    $b rm -rf "$dest/$($b basename "$entry")"
+    $b mv -f "$entry" "$dest/"
   else
-    case "$dest" in
-    */) $b mkdir -p "$dest" ;;
-    *) $b mkdir -p "$($b dirname "$dest")" ;;
-    esac
+    $b mkdir -p "$($b dirname "$dest")"
     $b mv -f "$entry" "$dest"
   fi
 done
-if [ -z "$found" ]; then echo "'$src' is not in the uploaded files" >&2; exit 1; fi
 `;
 
 /** Adds the user when missing (useradd, else busybox adduser), optionally to passwordless sudo. */
@@ -115,11 +125,21 @@ export async function runStep(
       return { ...context, user: step.user };
     case "RUN":
       await checked(step.command, () =>
-        io.shell.run(
-          step.command,
-          { ...context, user: step.user ?? context.user },
-          { onLine: io.onLine, signal: io.signal, timeoutMs: io.timeoutMs },
-        ),
+        io.shell
+          .run(
+            step.command,
+            { ...context, user: step.user ?? context.user },
+            { onLine: io.onLine, signal: io.signal, timeoutMs: io.timeoutMs },
+          )
+          .catch((err: unknown) => {
+            // envd refused to start it (a user the image lacks): E2B's words for it.
+            if (!(err instanceof ConnectError)) throw err;
+            throw new StepFailed(
+              step.command,
+              undefined,
+              `failed to run command '${step.command}': command failed: ${codeName(err.code)}: ${err.rawMessage}`,
+            );
+          }),
       );
       return context;
     case "COPY": {
@@ -144,16 +164,23 @@ export async function runStep(
 
 /** A step's command exited non-zero: its exit code and last output lines. */
 export class StepFailed extends Error {
-  readonly exitCode: number;
+  /** Undefined when it never ran (envd refused to start it). */
+  readonly exitCode: number | undefined;
   readonly tail: string;
 
-  constructor(what: string, result: RunResult) {
+  constructor(what: string, result: RunResult | undefined, message?: string) {
     super(
-      `'${what}' failed with exit code ${result.exitCode}${result.tail ? `:\n${result.tail}` : ""}`,
+      message ??
+        `'${what}' failed with exit code ${result?.exitCode}${result?.tail ? `:\n${result.tail}` : ""}`,
     );
-    this.exitCode = result.exitCode;
-    this.tail = result.tail;
+    this.exitCode = result?.exitCode;
+    this.tail = result?.tail ?? "";
   }
+}
+
+/** Connect's name of a code, as envd's errors print it: `Code.Unauthenticated` → unauthenticated. */
+function codeName(code: Code): string {
+  return (Code[code] ?? String(code)).replace(/(?<=[a-z])(?=[A-Z])/g, "_").toLowerCase();
 }
 
 async function checked(what: string, run: () => Promise<RunResult>): Promise<void> {

@@ -4,6 +4,7 @@ import { lstat, mkdir, open, readdir, readlink, rmdir, unlink } from "node:fs/pr
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { WarrenError } from "../shared/index.js";
+import { DIR_FLAGS, ENTRY_FLAGS, inDir, openDirectory, WalkError } from "./by-descriptor.js";
 
 /** A volume entry as E2B's `VolumeEntryStat`. */
 export interface VolumeEntry {
@@ -33,9 +34,6 @@ export interface EntryMetadata {
 const MAX_PATH_BYTES = 4096;
 const MAX_NAME_BYTES = 255;
 const MAX_DEPTH = 64;
-const DIR_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
-/** O_NONBLOCK: a FIFO a guest left there must not hang the open. */
-const ENTRY_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
 /**
  * A volume's files as the content API reaches them, as root, while guests write the same tree
@@ -198,32 +196,16 @@ export class VolumeFiles {
     work: (dir: FileHandle) => Promise<T>,
     create = false,
   ): Promise<T> {
-    let dir = await open(this.#root, DIR_FLAGS);
+    const dir = await openDirectory(this.#root, names, create).catch((err: unknown) => {
+      if (!(err instanceof WalkError)) throw err;
+      throw fsError(err.cause, joinPath(names.slice(0, err.at + 1)));
+    });
     try {
-      for (let i = 0; i < names.length; i++) {
-        const name = names[i] as string;
-        const shown = joinPath(names.slice(0, i + 1));
-        if (create) {
-          await mkdir(inDir(dir, name), { mode: 0o755 }).catch((err: NodeJS.ErrnoException) => {
-            if (err.code !== "EEXIST") throw fsError(err, shown);
-          });
-        }
-        const next = await open(inDir(dir, name), DIR_FLAGS).catch((err: unknown) => {
-          throw fsError(err, shown);
-        });
-        await dir.close();
-        dir = next;
-      }
       return await work(dir);
     } finally {
       await dir.close();
     }
   }
-}
-
-/** `name` in the directory open as `dir`, as a path the kernel resolves from that directory. */
-function inDir(dir: FileHandle, name: string): string {
-  return `/proc/self/fd/${dir.fd}/${name}`;
 }
 
 /**

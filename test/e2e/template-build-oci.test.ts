@@ -188,8 +188,10 @@ it("builds a template from an Alpine-like musl image", async () => {
   await Template.build(template, "oci-alpine");
   const sandbox = await Sandbox.create("oci-alpine");
   try {
-    // No bash in the image (the SDK's commands need it): read what the build's steps wrote.
     assert.equal(await sandbox.files.read("/tmp/release"), "3.20.0\n");
+    // No bash in the image: the SDK's commands (sent to /bin/bash) run under /bin/sh.
+    const ran = await sandbox.commands.run("cat /etc/alpine-release; echo $0");
+    assert.equal(ran.stdout, "3.20.0\n/bin/sh\n");
     assert.equal(await sandbox.files.read("/tmp/uid"), "1000\n", "steps run as the added user");
     assert.equal(await sandbox.files.read("/tmp/cwd"), "/srv\n", "the image's WorkingDir");
     const home = await sandbox.files.list("/home");

@@ -1,4 +1,5 @@
-import { stat } from "node:fs/promises";
+import { constants } from "node:fs";
+import { access, stat } from "node:fs/promises";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import {
@@ -87,6 +88,19 @@ async function* stream(proc: ManagedProcess, ctx: HandlerContext): AsyncGenerato
   }
 }
 
+/**
+ * The SDKs run every command and terminal through `/bin/bash`; an image without it (busybox,
+ * Alpine) runs them with `/bin/sh` instead, which takes the same `-l -c`.
+ */
+export async function withShellFallback(cmd: string, bash = "/bin/bash"): Promise<string> {
+  if (cmd !== "/bin/bash") return cmd;
+  const hasBash = await access(bash, constants.X_OK).then(
+    () => true,
+    () => false,
+  );
+  return hasBash ? cmd : "/bin/sh";
+}
+
 /** Spawns what a Start asks for, as its user, in its working directory, and registers it. */
 async function startProcess(
   state: AgentState,
@@ -96,6 +110,7 @@ async function startProcess(
 ): Promise<ManagedProcess> {
   const config = req.process;
   if (!config?.cmd) throw new WarrenError("invalid_argument", "process.cmd is required");
+  const cmd = await withShellFallback(config.cmd);
   const user = requestUser(state, ctx.requestHeader);
   const workdir = await workingDirectory(config, user, state);
   const size = req.pty?.size;
@@ -110,7 +125,7 @@ async function startProcess(
   };
   refuseNul(config.cmd, config.args, env);
   const proc = new ManagedProcess({
-    cmd: config.cmd,
+    cmd,
     args: config.args,
     envs: { ...config.envs },
     cwd: config.cwd,

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { mkdirSync, rmSync } from "node:fs";
 import { readFile, readlink } from "node:fs/promises";
-import { createServer, type Server } from "node:net";
+import { type AddressInfo, createServer, type Server } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
@@ -27,7 +27,8 @@ import { FAKENET, FakeNet } from "../network/fake-net.js";
 
 const execFileP = promisify(execFile);
 const FAKENET_PORT = 47011;
-const HOST_PORT = 47012;
+/** The host's listener: a port the kernel picks (a fixed one in the ephemeral range can be some outgoing connection's, EADDRINUSE in CI). */
+let hostPort = 0;
 const SHAPE = { vcpus: 1, memoryMiB: 512 };
 
 /** The real uid of a process (what an escaped QEMU runs as). */
@@ -90,7 +91,11 @@ describe("an escaped VMM's network (real guest)", () => {
     mkdirSync(join(work, "run"));
     fakenet = await FakeNet.start(FAKENET_PORT);
     pool = new NetnsSlotPool({ ...runPoolOptions(), size: 0, egressInterface: FAKENET.hostVeth });
-    hostListener = createServer((socket) => socket.end("host\n")).listen(HOST_PORT, "0.0.0.0");
+    hostListener = createServer((socket) => socket.end("host\n"));
+    await new Promise<void>((resolve, reject) => {
+      hostListener?.once("error", reject).listen(0, "0.0.0.0", () => resolve());
+    });
+    hostPort = (hostListener.address() as AddressInfo).port;
     // The guest may reach one internet address, nothing else.
     slot = await pool.acquire({
       allowInternet: false,
@@ -123,8 +128,8 @@ describe("an escaped VMM's network (real guest)", () => {
     { what: "an internet address the policy refuses", host: FAKENET.public2, port: FAKENET_PORT },
     { what: "another host on the LAN", host: FAKENET.lan1, port: FAKENET_PORT },
     { what: "a private address", host: FAKENET.private1, port: FAKENET_PORT },
-    { what: "the host, at its slot veth", host: slot.hostVethAddress, port: HOST_PORT },
-    { what: "the host, at its LAN address", host: FAKENET.hostAddress, port: HOST_PORT },
+    { what: "the host, at its slot veth", host: slot.hostVethAddress, port: hostPort },
+    { what: "the host, at its LAN address", host: FAKENET.hostAddress, port: hostPort },
   ];
 
   it("QEMU runs in a network namespace of its own, not its slot's", async () => {

@@ -932,7 +932,8 @@ test("envd fuzz finds, fixed: cut-short forms and bad gzip are 400s (not a crash
     assert.equal(res.status, 400, `${type}: ${res.body}`);
   }
   // /proc files stat as empty but are not: the bytes beyond Content-Length spilled into the
-  // connection, and the next answer on it could not be parsed.
+  // connection, and the next answer on it could not be parsed. They are read to their end,
+  // with no length announced (chunked).
   const environ = await ask({
     kind: "rest",
     method: "GET",
@@ -940,7 +941,8 @@ test("envd fuzz finds, fixed: cut-short forms and bad gzip are 400s (not a crash
     headers: { "x-access-token": TOKEN },
   });
   assert.equal(environ.status, 200);
-  assert.equal(Number(environ.headers["content-length"]), environ.body.length);
+  assert.equal(environ.headers["content-length"], undefined);
+  assert.ok(environ.body.length > 0, "read to the end, not cut at the stated size 0");
   assert.equal((await ask(HEALTH)).status, 204, "the same connection still parses");
   // rmdir / is EBUSY: the caller's problem, not envd's internal error.
   const remove = await ask({
