@@ -11,6 +11,9 @@ export const GUEST_MODULES: readonly { readonly name: string; readonly config: s
   // pool from boot on (then about once a minute). Debian builds the core in, the driver as a module.
   { name: "rng_core", config: "CONFIG_HW_RANDOM" },
   { name: "virtio_rng", config: "CONFIG_HW_RANDOM_VIRTIO" },
+  // Volumes: the NFSv3 client (sunrpc, lockd… come with it), loaded at boot so that a
+  // sandbox restored from any snapshot can mount one.
+  { name: "nfsv3", config: "CONFIG_NFS_V3" },
 ];
 
 /** A module to load, with its path relative to lib/modules/<release>/. */
