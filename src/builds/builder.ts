@@ -214,7 +214,9 @@ export class Builder {
           key: digest("template", template.snapshotId),
         };
       }
-      if (source.kind === "template") {
+      // `base` is its rootfs booted: another shape boots that rootfs again. A captured or
+      // built template's disk is a snapshot's, whose machine shape stays.
+      if (source.kind === "template" && template.kind !== "base") {
         throw new WarrenError(
           "build_invalid",
           `fromTemplate ${reference}: its machine shape (${template.vcpus} vCPUs, ${template.memoryMiB} MiB) is fixed; build without cpuCount, memoryMB and minFreeDiskMb, or from its image`,

@@ -289,7 +289,7 @@ it("fails a build whose start command exits before its ready check passes", asyn
   assert.equal(await Template.exists("e2e-bad-start"), false);
 });
 
-it("honours cpuCount, memoryMB and minFreeDiskMb (the base rootfs booted with that shape)", async () => {
+it("honours cpuCount, memoryMB and minFreeDiskMb (the base rootfs booted with that shape, also from fromTemplate('base'))", async () => {
   const template = Template().fromBaseImage().runCmd("echo shaped > /tmp/shaped");
   await Template.build(template, "e2e-shape", { cpuCount: 1, memoryMB: 768, minFreeDiskMb: 1024 });
   const listed = await api(server, "GET", "/templates");
@@ -308,6 +308,21 @@ it("honours cpuCount, memoryMB and minFreeDiskMb (the base rootfs booted with th
     assert.equal(await run("cat /tmp/shaped"), "shaped");
   } finally {
     await sandbox.kill();
+  }
+  // fromTemplate('base') with another shape boots base's rootfs with it (the layer above).
+  const fromBase = Template().fromTemplate("base").runCmd("echo from-base > /tmp/from");
+  await Template.build(fromBase, "e2e-shape-from-base", {
+    cpuCount: 1,
+    memoryMB: 768,
+    minFreeDiskMb: 1024,
+  });
+  const reshaped = await Sandbox.create("e2e-shape-from-base");
+  try {
+    const run = commandOutput(reshaped);
+    assert.equal(await run("nproc"), "1");
+    assert.equal(await run("cat /tmp/from"), "from-base");
+  } finally {
+    await reshaped.kill();
   }
 });
 

@@ -255,6 +255,17 @@ describe("volume NFS server", () => {
     assert.equal((await create(rootHandle, "hello.txt")).status, 17, "GUARDED: EXIST");
   });
 
+  it("answers an EXCLUSIVE create's retransmission as done, another verifier as EXIST", async () => {
+    const exclusive = (verifier: Buffer) =>
+      client.nfs(8, new XdrWriter().opaque(rootHandle).string("once").u32(2).fixed(verifier));
+    const first = Buffer.from("verifier");
+    assert.equal((await exclusive(first)).u32(), 0);
+    assert.equal((await exclusive(first)).u32(), 0, "the same call again");
+    assert.equal((await exclusive(Buffer.from("another!"))).u32(), 17, "EXIST");
+    const removed = await client.nfs(12, new XdrWriter().opaque(rootHandle).string("once"));
+    assert.equal(removed.u32(), 0);
+  });
+
   it("makes directories, lists them, renames across them, removes", async () => {
     const dir = await mkdirIn(rootHandle, "d");
     assert.equal(dir.status, 0);

@@ -256,7 +256,8 @@ export class Nfs3Program implements RpcProgram {
     const name = readName(args);
     const how = args.u32(); // UNCHECKED 0, GUARDED 1, EXCLUSIVE 2 (a verifier, no attributes)
     let wanted: SetAttributes = {};
-    if (how === 2) args.fixed(8);
+    let verifier: { atime: Date; mtime: Date } | undefined;
+    if (how === 2) verifier = verifierTimes(args.fixed(8));
     else wanted = readSetAttributes(args);
     const stats = await this.#inDirectory(dir, async (handle) => {
       const access = constants.O_WRONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
@@ -264,7 +265,11 @@ export class Nfs3Program implements RpcProgram {
       let created = true;
       const file = await open(path, access | constants.O_CREAT | constants.O_EXCL, 0o644).catch(
         async (err: NodeJS.ErrnoException) => {
-          if (err.code !== "EEXIST" || how !== 0) throw err;
+          if (err.code !== "EEXIST") throw err;
+          // UNCHECKED opens what is there; EXCLUSIVE does when it is its own retransmission
+          // (the verifier is in the file's times, RFC 1813's way); GUARDED never.
+          const existing = how === 0 || (how === 2 && (await hasTimes(path, verifier)));
+          if (!existing) throw err;
           created = false;
           return open(path, access);
         },
@@ -273,7 +278,7 @@ export class Nfs3Program implements RpcProgram {
         const opened = await file.stat({ bigint: true });
         if (!opened.isFile()) throw new NfsError(Status.EXIST);
         if (created) await file.chown(who.uid, who.gid);
-        await setOnOpen(file, { ...(created && { mode: 0o644 }), ...wanted });
+        await setOnOpen(file, { ...(created && { mode: 0o644 }), ...wanted, ...verifier });
         return await file.stat({ bigint: true });
       } finally {
         await file.close();
@@ -648,6 +653,24 @@ async function setOnOpen(entry: FileHandle, wanted: SetAttributes): Promise<void
     const stats = await entry.stat();
     await entry.utimes(timeOf(wanted.atime, stats.atimeMs), timeOf(wanted.mtime, stats.mtimeMs));
   }
+}
+
+/** An EXCLUSIVE create's verifier kept as the new file's access and modification seconds. */
+function verifierTimes(verifier: Buffer): { atime: Date; mtime: Date } {
+  return {
+    atime: new Date(verifier.readUInt32BE(0) * 1000),
+    mtime: new Date(verifier.readUInt32BE(4) * 1000),
+  };
+}
+
+async function hasTimes(path: string, times: { atime: Date; mtime: Date } | undefined) {
+  if (!times) return false;
+  const stats = await lstat(path).catch(() => undefined);
+  return (
+    stats?.isFile() === true &&
+    Math.floor(stats.atimeMs / 1000) * 1000 === times.atime.getTime() &&
+    Math.floor(stats.mtimeMs / 1000) * 1000 === times.mtime.getTime()
+  );
 }
 
 function timeOf(wanted: "server" | Date | undefined, currentMs: number | bigint): Date {
