@@ -144,5 +144,10 @@ describe("volumes over NFS (real guest kernel)", () => {
       "cd /mnt/vol && for i in $(seq 1 200); do echo $i > f$i; done && mv f1 f2 && rm -r a && ls | wc -l",
     );
     assert.equal((await run("ls /mnt/vol | wc -l")).stdout.trim(), String(199 + 3));
+    // O_EXCL creates (lock files, `set -C`) are NFS EXCLUSIVE creates: once, then EEXIST.
+    const locked = await run(
+      "set -C; echo 1 > /mnt/vol/lock && echo first; echo 2 > /mnt/vol/lock 2>/dev/null || echo taken; cat /mnt/vol/lock",
+    );
+    assert.equal(locked.stdout, "first\ntaken\n1\n");
   });
 });
