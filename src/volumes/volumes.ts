@@ -31,9 +31,6 @@ export class Volumes {
 
   async create(teamId: string, name: string): Promise<VolumeRow> {
     checkName(name);
-    if ((await this.#o.catalog.listVolumes(teamId)).some((v) => v.name === name)) {
-      throw nameTaken(name);
-    }
     const row: VolumeRow = {
       id: randomUUID(),
       teamId,

@@ -370,19 +370,23 @@ export class Nfs3Program implements RpcProgram {
     // READDIRPLUS: dircount, then maxcount (the reply's bound); READDIR: count.
     if (plus) args.u32();
     const budget = args.u32();
-    const { names, stats } = await this.#inDirectory(dir, async (handle) => ({
-      names: (await readdir(`/proc/self/fd/${handle.fd}`)).sort(),
-      stats: await handle.stat({ bigint: true }),
-    }));
+    // One walk to the directory for the whole listing; each entry stat'ed in it.
+    const { names, stats, entries } = await this.#inDirectory(dir, async (handle) => {
+      const names = (await readdir(`/proc/self/fd/${handle.fd}`)).sort();
+      const entries = await Promise.all(
+        names
+          .slice(cookie)
+          .map((name) => lstat(inDir(handle, name), { bigint: true }).catch(() => undefined)),
+      );
+      return { names, stats: await handle.stat({ bigint: true }), entries };
+    });
     writeAttributes(out.u32(Status.OK).bool(true), stats);
     out.fixed(Buffer.alloc(8));
     let used = 200;
     let index = cookie;
     for (; index < names.length; index++) {
       const name = names[index] as string;
-      const entry = await this.#inDirectory(dir, (handle) =>
-        lstat(inDir(handle, name), { bigint: true }),
-      ).catch(() => undefined);
+      const entry = entries[index - cookie];
       if (!entry) continue; // gone since listed
       const size = 24 + name.length + (plus ? 120 + HANDLE_BYTES : 0);
       if (used + size > budget) break;
