@@ -16,8 +16,8 @@
 //
 // Usage: node scripts/test.mjs [unit|e2e] [filter...]; a filter is a path or a substring.
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { availableParallelism } from "node:os";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { availableParallelism, tmpdir } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ensureBuilt } from "./ensure-deps.mjs";
@@ -56,11 +56,15 @@ if (plan.every(({ files }) => files.length === 0)) {
 ensureBuilt(root);
 
 // Unit files share nothing and run side by side; e2e files share the machine's VMs and CPUs.
-const testArgs = (files, concurrency) => [
+const testArgs = (files, concurrency, failuresFile) => [
   "--import",
   "tsx",
   "--test",
   `--test-concurrency=${concurrency}`,
+  "--test-reporter=tap",
+  "--test-reporter-destination=stdout",
+  `--test-reporter=${join(root, "scripts", "failures-reporter.mjs")}`,
+  `--test-reporter-destination=${failuresFile}`,
   ...files,
 ];
 /**
@@ -132,16 +136,23 @@ function ensurePackages(tier, packages) {
 }
 
 let failed = false;
+const failures = mkdtempSync(join(tmpdir(), "warren-test-failures-"));
+const summary = [];
 for (const { tier, files } of plan) {
   if (files.length === 0 || isStopping()) continue;
   process.stderr.write(`test: ${tier} tier, ${files.length} files\n`);
   ensurePackages(tier, tier === "e2e" ? E2E_PACKAGES : UNIT_PACKAGES);
+  const failuresFile = join(failures, tier);
   const code =
     tier === "unit"
-      ? await runNode(root, testArgs(files, availableParallelism()), process.env)
+      ? await runNode(root, testArgs(files, availableParallelism(), failuresFile), process.env)
       : await inRunSandbox(root, { label: "test: e2e run" }, (env) =>
-          runNode(root, testArgs(files, 1), env),
+          runNode(root, testArgs(files, 1, failuresFile), env),
         );
   if (code !== 0) failed = true;
+  const lines = existsSync(failuresFile) ? readFileSync(failuresFile, "utf8").trim() : "";
+  summary.push(`test: ${tier} tier exited ${code}${lines ? `; failed:\n${lines}` : ""}`);
 }
+rmSync(failures, { recursive: true, force: true });
+process.stderr.write(`${summary.join("\n")}\n`);
 process.exit(failed || isStopping() ? 1 : 0);
