@@ -43,7 +43,7 @@ function buildAddon(dir, name, sources) {
   return target;
 }
 
-step("native addons inotify, system, spawn (agent), memmerge, tapfd, filelease (server)");
+step("native addons inotify, system, spawn (agent), memmerge, tapfd, filelease, nslisten (server)");
 /** src/agent/native/<name>/: <name>.c and its binding.gyp. */
 const agentAddon = (name) =>
   buildAddon(join(root, "src", "agent", "native", name), name, [`${name}.c`, "binding.gyp"]);
@@ -53,10 +53,13 @@ const spawnAddon = agentAddon("spawn");
 /** src/vmm/qemu/native/<name>/: <name>.c and its binding.gyp. */
 const vmmAddon = (name) =>
   buildAddon(join(root, "src", "vmm", "qemu", "native", name), name, [`${name}.c`, "binding.gyp"]);
-const serverAddons = ["memmerge", "tapfd", "filelease"].map((name) => [
-  vmmAddon(name),
-  `${name}.node`,
-]);
+/** src/network/native/<name>/: likewise. */
+const networkAddon = (name) =>
+  buildAddon(join(root, "src", "network", "native", name), name, [`${name}.c`, "binding.gyp"]);
+const serverAddons = [
+  ...["memmerge", "tapfd", "filelease"].map((name) => [vmmAddon(name), `${name}.node`]),
+  [networkAddon("nslisten"), "nslisten.node"],
+];
 
 /** What both bundles (agent and server) share: one ESM file for Node 20 with a source map. */
 const NODE_BUNDLE = {

@@ -13,6 +13,7 @@ import { seedGuestRandomness } from "./entropy.js";
 import { builtDrivers, Contexts, createInterpreter, kernelStarter } from "./interpreter/index.js";
 import { system } from "./native/system.js";
 import { createAgent } from "./server.js";
+import { mountGuestVolume } from "./volume-mounts.js";
 
 /**
  * Where forked Python kernels connect back to envd: root-only, outside /tmp (which agents
@@ -80,6 +81,7 @@ const agent = createAgent({
   defaultUser: typeof args["default-user"] === "string" ? args["default-user"] : undefined,
   setClock: args.guest ? setSystemClock : undefined,
   seedRandomness: args.guest ? seedGuestRandomness : undefined,
+  mountVolume: args.guest ? mountGuestVolume : undefined,
 });
 agent.server.on("error", (err) => fail(`cannot listen on ${host}:${port}: ${err.message}`));
 agent.server.listen(port, host, () => {

@@ -17,6 +17,7 @@ import { createRestHandler } from "./http/rest-router.js";
 import { ProcessRegistry } from "./process/process-registry.js";
 import { createProcessService } from "./process/process-service.js";
 import { AgentState } from "./state.js";
+import type { VolumeMounter } from "./volume-mounts.js";
 
 export interface AgentOptions {
   /** User for requests that name none, until /init says otherwise. Default `user`. */
@@ -25,6 +26,8 @@ export interface AgentOptions {
   readonly setClock?: ClockSetter;
   /** Applies /init's random seed to the system; only inside a guest. */
   readonly seedRandomness?: EntropySeeder;
+  /** Mounts /init's volumes; only inside a guest. */
+  readonly mountVolume?: VolumeMounter;
 }
 
 export interface Agent {
@@ -48,6 +51,7 @@ export function createAgent(options: AgentOptions = {}): Agent {
     metrics: new MetricsReader(),
     setClock: options.setClock,
     seedRandomness: options.seedRandomness,
+    mountVolume: options.mountVolume,
   });
   const rpc = connectNodeAdapter({
     routes(router) {

@@ -9,6 +9,7 @@ export {
   validateEgressPolicy,
 } from "./egress-policy.js";
 export { EgressPolicyError, NetworkError, SlotTakenError } from "./errors.js";
+export { listenInNamespace } from "./listen-in-namespace.js";
 export { NetnsSlotPool, type NetnsSlotPoolOptions } from "./netns-slot-pool.js";
 export { NetworkSlot } from "./network-slot.js";
 export { DEFAULT_BASE_CIDR, TAP_NAME } from "./slot-addressing.js";

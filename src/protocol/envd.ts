@@ -49,6 +49,17 @@ export interface EnvdInitRequest {
    * RNG state; envd mixes this into the kernel's pool and forces a reseed (docs/guest-boot.md).
    */
   seed?: string;
+  /**
+   * NFS exports to mount (E2B's field): `nfs_target` is `<IPv4 address>:/<export>`, `path`
+   * absolute. envd mounts each one not mounted already (a resumed or forked guest's mounts
+   * carry on) with the options in src/agent/volume-mounts.ts.
+   */
+  volumeMounts?: EnvdVolumeMount[];
+}
+
+export interface EnvdVolumeMount {
+  nfs_target: string;
+  path: string;
 }
 
 /** Size of `/init`'s `seed`: 256 bits, what the kernel's CRNG needs to count as seeded. */

@@ -9,3 +9,8 @@ export const GATEWAY_ADDRESS = "169.254.0.22";
 export const GUEST_LINK_PREFIX = 30;
 /** The gateway's (tap's) MAC is fixed too: a restored guest's ARP cache still points at it. */
 export const GATEWAY_MAC = "02:fc:00:00:00:16";
+/**
+ * Where a guest mounts its sandbox's volumes: NFSv3 and MOUNT v3 on this port of the gateway,
+ * served by the host inside the slot's namespace (src/volumes/README.md).
+ */
+export const VOLUME_NFS_PORT = 2049;

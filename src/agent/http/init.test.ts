@@ -36,6 +36,7 @@ function recordingSeeder() {
   const handed: Buffer[] = [];
   const hooks: InitHooks = {
     setClock: undefined,
+    mountVolume: undefined,
     seedRandomness: (seed) => {
       handed.push(seed);
       copies.push(Buffer.from(seed));
@@ -147,7 +148,11 @@ describe("POST /init seed", () => {
 
   it("outside a guest (no seeder) checks the seed and drops it", async () => {
     const state = new AgentState();
-    const hooks: InitHooks = { setClock: undefined, seedRandomness: undefined };
+    const hooks: InitHooks = {
+      setClock: undefined,
+      seedRandomness: undefined,
+      mountVolume: undefined,
+    };
     assert.equal(await init(state, hooks, { seed: seedOf(randomBytes(INIT_SEED_BYTES)) }), 204);
     await assert.rejects(init(state, hooks, { seed: "short" }), /standard base64/);
   });
@@ -157,6 +162,7 @@ describe("POST /init seed", () => {
     let handed: Buffer | undefined;
     const hooks: InitHooks = {
       setClock: undefined,
+      mountVolume: undefined,
       seedRandomness: (seed) => {
         handed = seed;
         throw new WarrenError("internal", "cannot reseed the guest kernel's random pool: EPERM");

@@ -5,6 +5,7 @@ import { ACCESS_TOKEN_HEADER, hasValidToken } from "../auth.js";
 import { type ClockSetter, clockNeedsSetting } from "../clock.js";
 import { type EntropySeeder, parseSeed } from "../entropy.js";
 import type { AgentState } from "../state.js";
+import { applyVolumeMounts, parseVolumeMounts, type VolumeMounter } from "../volume-mounts.js";
 import { sendEmpty } from "./respond.js";
 
 const MAX_INIT_BYTES = 1 << 20;
@@ -52,15 +53,16 @@ function optionalString(
   return value;
 }
 
-/** What /init may change outside envd; both only inside a guest (`--guest`). */
+/** What /init may change outside envd; all only inside a guest (`--guest`). */
 export interface InitHooks {
   readonly setClock: ClockSetter | undefined;
   readonly seedRandomness: EntropySeeder | undefined;
+  readonly mountVolume: VolumeMounter | undefined;
 }
 
 /**
  * POST /init (orchestrator only): global env vars, access token, default user and workdir,
- * host time, a random seed. Once a token is set, /init must present it (header or body) to
+ * host time, a random seed, NFS volumes to mount. Once a token is set, /init must present it (header or body) to
  * change anything; an /init older than the last one applied is ignored, except for its seed.
  */
 export async function handleInit(
@@ -83,6 +85,9 @@ export async function handleInit(
   const defaultUser = optionalString(body, "defaultUser");
   const defaultWorkdir = optionalString(body, "defaultWorkdir");
   const seed = parseSeed(body.seed);
+  const volumeMounts = parseVolumeMounts(body.volumeMounts);
+  if (volumeMounts?.length && !hooks.mountVolume)
+    throw new WarrenError("invalid_argument", "volumeMounts: this envd runs outside a guest");
 
   if (state.accessToken !== undefined) {
     const presented = req.headers[ACCESS_TOKEN_HEADER] as string | undefined;
@@ -125,9 +130,14 @@ export async function handleInit(
   if (defaultWorkdir) state.defaultWorkdir = defaultWorkdir;
   const clock = hostMs !== undefined && hooks.setClock && clockNeedsSetting(hostMs, Date.now());
   if (clock) hooks.setClock?.(hostMs as number);
+  // After the clock: files the guest writes to a volume get the right times from the start.
+  const mounted =
+    volumeMounts && hooks.mountVolume
+      ? await applyVolumeMounts(volumeMounts, hooks.mountVolume)
+      : 0;
   state.log.record(
     "info",
-    `init: ${Object.keys(envVars ?? {}).length} env vars${accessToken !== undefined ? ", access token set" : ""}${clock ? ", clock set" : ""}`,
+    `init: ${Object.keys(envVars ?? {}).length} env vars${accessToken !== undefined ? ", access token set" : ""}${clock ? ", clock set" : ""}${mounted ? `, ${mounted} volumes mounted` : ""}`,
   );
   sendEmpty(res, 204, { "X-Envd-Version": ENVD_VERSION });
 }

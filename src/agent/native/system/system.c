@@ -18,6 +18,10 @@
  *                       its state was cloned with the memory, and OpenSSL notices a fork by a
  *                       pid change, which a cloned VM does not have. False when the process has
  *                       no OpenSSL RAND_seed (a Node built without OpenSSL) or no entropy yet.
+ * mount(source, target, fstype, options) -> Promise  mount(2) with text options, on the thread
+ *                       pool: an NFS mount waits on its server (seconds when it is slow), and
+ *                       envd's loop must keep answering meanwhile. Guest images need no
+ *                       mount.nfs (nfs-common) for it: the kernel parses NFS's options itself.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,7 +29,9 @@
 #include <node_api.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -149,12 +155,81 @@ static napi_value reseed_openssl(napi_env env, napi_callback_info info) {
   return result;
 }
 
+#define MAX_MOUNT_ARG 4096
+
+struct mount_work {
+  napi_async_work work;
+  napi_deferred deferred;
+  char source[MAX_MOUNT_ARG];
+  char target[MAX_MOUNT_ARG];
+  char fstype[64];
+  char options[MAX_MOUNT_ARG];
+  int err;
+};
+
+static void mount_execute(napi_env env, void *data) {
+  (void)env;
+  struct mount_work *w = data;
+  w->err = mount(w->source, w->target, w->fstype, 0, w->options) == 0 ? 0 : errno;
+}
+
+static void mount_complete(napi_env env, napi_status status, void *data) {
+  struct mount_work *w = data;
+  napi_value outcome;
+  if (status == napi_ok && w->err == 0) {
+    napi_get_undefined(env, &outcome);
+    napi_resolve_deferred(env, w->deferred, outcome);
+  } else {
+    char text[MAX_MOUNT_ARG + 64];
+    snprintf(text, sizeof text, "mount %s: %s", w->target,
+             strerror(status == napi_ok ? w->err : ECANCELED));
+    napi_value message;
+    napi_create_string_utf8(env, text, NAPI_AUTO_LENGTH, &message);
+    napi_create_error(env, NULL, message, &outcome);
+    napi_reject_deferred(env, w->deferred, outcome);
+  }
+  napi_delete_async_work(env, w->work);
+  free(w);
+}
+
+static int mount_arg(napi_env env, napi_value value, char *out, size_t size) {
+  size_t length;
+  if (napi_get_value_string_utf8(env, value, out, size, &length) != napi_ok) return -1;
+  return length + 1 < size && strlen(out) == length ? 0 : -1; /* truncated, or a NUL inside */
+}
+
+static napi_value mount_fs(napi_env env, napi_callback_info info) {
+  size_t argc = 4;
+  napi_value argv[4];
+  struct mount_work *w = calloc(1, sizeof *w);
+  if (w == NULL) {
+    napi_throw_error(env, NULL, "mount: out of memory");
+    return NULL;
+  }
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 4 ||
+      mount_arg(env, argv[0], w->source, sizeof w->source) != 0 ||
+      mount_arg(env, argv[1], w->target, sizeof w->target) != 0 ||
+      mount_arg(env, argv[2], w->fstype, sizeof w->fstype) != 0 ||
+      mount_arg(env, argv[3], w->options, sizeof w->options) != 0) {
+    free(w);
+    napi_throw_type_error(env, NULL, "mount(source, target, fstype, options): four strings");
+    return NULL;
+  }
+  napi_value promise, name;
+  napi_create_promise(env, &w->deferred, &promise);
+  napi_create_string_utf8(env, "warren.mount", NAPI_AUTO_LENGTH, &name);
+  napi_create_async_work(env, NULL, name, mount_execute, mount_complete, w, &w->work);
+  napi_queue_async_work(env, w->work);
+  return promise;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"setRealtime", NULL, set_realtime, NULL, NULL, NULL, napi_default, NULL},
       {"stopPitTimer", NULL, stop_pit_timer, NULL, NULL, NULL, napi_default, NULL},
       {"reseedKernel", NULL, reseed_kernel, NULL, NULL, NULL, napi_default, NULL},
       {"reseedOpenssl", NULL, reseed_openssl, NULL, NULL, NULL, napi_default, NULL},
+      {"mount", NULL, mount_fs, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -1,0 +1,9 @@
+{
+  "targets": [
+    {
+      "target_name": "nslisten",
+      "sources": ["nslisten.c"],
+      "cflags": ["-Wall", "-Wextra", "-O2"]
+    }
+  ]
+}
