@@ -3,7 +3,13 @@
  * and checks (infra's `sandbox_create.go`): template "base", timeout in seconds, internet
  * on, public traffic on, `allowPublicTraffic: false` only for secured sandboxes.
  */
-import type { CreateSandboxInput, SandboxNetwork } from "../orchestrator/index.js";
+import { posix } from "node:path";
+import type {
+  CreateSandboxInput,
+  SandboxNetwork,
+  SandboxVolumeMount,
+} from "../orchestrator/index.js";
+import { WarrenError } from "../shared/index.js";
 import type { ApiContext } from "./api-context.js";
 import { invalid, secondsToMs } from "./input.js";
 import type { NetworkConfigBody, NewSandboxBody } from "./schemas.js";
@@ -68,9 +74,6 @@ function toNetwork(body: NetworkConfigBody | undefined): SandboxNetwork {
  */
 function rejectUnsupported(body: NewSandboxBody): void {
   const unsupported = (field: string) => invalid(field, "is not supported by Warren");
-  if (body.volumeMounts !== undefined && body.volumeMounts.length > 0) {
-    throw unsupported("body/volumeMounts");
-  }
   if (body.iam?.tokens !== undefined && Object.keys(body.iam.tokens).length > 0) {
     throw unsupported("body/iam/tokens");
   }
@@ -83,3 +86,72 @@ function rejectUnsupported(body: NewSandboxBody): void {
     throw unsupported("body/network/httpsPorts");
   }
 }
+
+/** Mounts at most; each is a server and a mount in the guest. */
+const MAX_VOLUME_MOUNTS = 16;
+
+/**
+ * The create's `volumeMounts` (`[{name, path}]`), each name one of the team's volumes: 404
+ * for a name it has not (another team's volume is not there either), 400 for a bad path.
+ */
+export async function withVolumes(
+  input: CreateSandboxInput,
+  body: NewSandboxBody,
+  context: Pick<ApiContext, "volumes">,
+): Promise<CreateSandboxInput> {
+  const requested = body.volumeMounts ?? [];
+  if (requested.length === 0) return input;
+  if (requested.length > MAX_VOLUME_MOUNTS)
+    throw invalid("body/volumeMounts", `may list at most ${MAX_VOLUME_MOUNTS} volumes`);
+  if (!context.volumes) throw new WarrenError("unavailable", "volumes are not served here");
+  const volumes = context.volumes();
+  const mounts: SandboxVolumeMount[] = [];
+  for (const [i, entry] of requested.entries()) {
+    const { name, path } = (entry ?? {}) as { name?: unknown; path?: unknown };
+    if (typeof name !== "string" || name === "")
+      throw invalid(`body/volumeMounts/${i}/name`, "must be a volume's name");
+    mounts.push({
+      volumeId: (await volumes.byName(input.teamId, name)).id,
+      name,
+      path: mountPath(`body/volumeMounts/${i}/path`, path),
+    });
+  }
+  if (new Set(mounts.map((m) => m.path)).size !== mounts.length)
+    throw invalid("body/volumeMounts", "mounts two volumes at one path");
+  return { ...input, volumeMounts: mounts };
+}
+
+/** Absolute, normalized; not `/`, a system directory itself, or inside a kernel filesystem. */
+function mountPath(field: string, value: unknown): string {
+  if (
+    typeof value !== "string" ||
+    !value.startsWith("/") ||
+    value.length > 1024 ||
+    value.includes("\0")
+  )
+    throw invalid(field, "must be an absolute path");
+  const path = posix.normalize(value).replace(/(.)\/$/, "$1");
+  const top = path.split("/")[1] ?? "";
+  if (path === "/" || SYSTEM_DIRS.has(path) || ["proc", "sys", "dev"].includes(top))
+    throw invalid(field, `cannot be ${path}: a mount there would hide what the guest runs on`);
+  return path;
+}
+
+const SYSTEM_DIRS = new Set(
+  [
+    "bin",
+    "boot",
+    "dev",
+    "etc",
+    "home",
+    "lib",
+    "lib64",
+    "proc",
+    "run",
+    "sbin",
+    "sys",
+    "tmp",
+    "usr",
+    "var",
+  ].map((d) => `/${d}`),
+);

@@ -18,6 +18,7 @@ export interface ListedSandboxJson {
   diskSizeMB: number;
   envdVersion: string;
   metadata: Record<string, string>;
+  volumeMounts: { name: string; path: string }[];
 }
 
 /** `Sandbox`: what create, connect and resume return (plus the listed fields, for clients that read them). */
@@ -64,6 +65,7 @@ export function toListedSandboxJson(info: SandboxInfo): ListedSandboxJson {
     diskSizeMB: info.diskSizeMiB,
     envdVersion: info.envdVersion,
     metadata: { ...info.metadata },
+    volumeMounts: info.volumeMounts.map(({ name, path }) => ({ name, path })),
   };
 }
 

@@ -1,10 +1,11 @@
-import { GUEST_ADDRESS } from "../protocol/index.js";
+import { GATEWAY_ADDRESS, GUEST_ADDRESS, VOLUME_NFS_PORT } from "../protocol/index.js";
 import { type EgressPolicy, NEVER_RANGES, PRIVATE_RANGES } from "./egress-policy.js";
 import { cidrWithin, type Ipv4Cidr, parseCidr } from "./ipv4.js";
 import { NETNS_VETH, type SlotAddresses, TAP_NAME } from "./slot-addressing.js";
 
 // The iptables ruleset inside one slot's namespace (iptables-restore input). The namespace
-// is a router between the guest (tap0) and the host (eth0); nothing listens in it.
+// is a router between the guest (tap0) and the host (eth0); the one thing that listens in it
+// is the server's NFS socket for the sandbox's volumes, for the guest alone.
 
 /** Per-packet egress decision for guest-initiated traffic; rebuilt on every policy change. */
 export const EGRESS_CHAIN = "WARREN-EGRESS";
@@ -23,6 +24,8 @@ export function netnsRuleset(
   policy: EgressPolicy,
   limits: EgressLimits,
 ): string {
+  const nfs = `-p tcp -d ${GATEWAY_ADDRESS}/32 --dport ${VOLUME_NFS_PORT}`;
+  const nfsReplies = `-p tcp -s ${GATEWAY_ADDRESS}/32 --sport ${VOLUME_NFS_PORT}`;
   const guest = `${GUEST_ADDRESS}/32`;
   return lines(
     "*nat",
@@ -41,10 +44,11 @@ export function netnsRuleset(
     ":OUTPUT DROP [0:0]",
     `:${EGRESS_CHAIN} - [0:0]`,
     `:${REJECT_CHAIN} - [0:0]`,
-    // Nothing in the namespace serves anyone: neither the guest (tap0) nor the host side
-    // may open connections to the namespace's own addresses.
+    // Nothing in the namespace serves anyone but the guest's volume mounts: neither the
+    // guest (tap0) nor the host side may open other connections to its own addresses.
     "-A INPUT -i lo -j ACCEPT",
     "-A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
+    `-A INPUT -i ${TAP_NAME} -s ${guest} ${nfs} -m conntrack --ctstate NEW -j ACCEPT`,
     // Nor does anything in it open connections: whatever runs in the namespace (a VMM that
     // opens its tap itself, one its guest took over) would leave by the host's NAT around
     // the egress policy, which polices forwarded traffic only. What the kernel itself sends
@@ -52,6 +56,12 @@ export function netnsRuleset(
     // no unprivileged process can make a packet RELATED.
     "-A OUTPUT -o lo -j ACCEPT",
     "-A OUTPUT -m conntrack --ctstate RELATED -j ACCEPT",
+    // Replies on the guest's own connections to its NFS server, and the kernel's resets and
+    // time-wait ACKs on them (a resumed guest's connection to a server of another slot is
+    // reset, and it reconnects): so no owner match, these have no socket of the server's.
+    // The server opens nothing to the guest; anything else listening there could only ever
+    // answer the guest, which its VMM reaches anyway.
+    `-A OUTPUT -o ${TAP_NAME} -d ${guest} ${nfsReplies} -m conntrack --ctstate ESTABLISHED -j ACCEPT`,
     // A guest may only send from its own address (no spoofing past the SNAT).
     `-A FORWARD -i ${TAP_NAME} ! -s ${guest} -j DROP`,
     // Host-initiated connections (DNATed above), both directions, whatever the policy.

@@ -16,6 +16,7 @@ import type {
   SpillingForkInput,
   SpillingForkResult,
 } from "./types.js";
+import { snapshotTemplateConfig } from "./volume-mounts.js";
 import type { WarmPool } from "./warm-pool.js";
 
 export interface ForksOptions {
@@ -197,11 +198,13 @@ export class Forks {
         );
       }
     }
+    const source = this.#o.table.get(sandboxId).row;
     const template = await this.captureTemplate(sandboxId, {
       id: newId(),
-      teamId: this.#o.table.get(sandboxId).row.teamId,
+      teamId: source.teamId,
       kind: "snapshot",
       aliases: input.name ? [input.name] : [],
+      config: snapshotTemplateConfig(configOf(source).volumeMounts),
     });
     return snapshotInfo(template, sandboxId);
   }

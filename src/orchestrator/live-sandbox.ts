@@ -10,6 +10,7 @@ import type {
   SandboxLogEntry,
   SandboxMetric,
   SandboxNetwork,
+  SandboxVolumeMount,
 } from "./types.js";
 
 /** The orchestrator's own part of a catalog row (`SandboxRow.config`). */
@@ -22,6 +23,8 @@ export interface SandboxConfig {
   readonly internal?: boolean;
   /** Paused without memory: its resume cold-boots from the disk, traffic never resumes it. */
   readonly pausedWithoutMemory?: boolean;
+  /** Volumes its guest mounts (fork children and snapshots keep them). */
+  readonly volumeMounts?: readonly SandboxVolumeMount[];
 }
 
 /** A sandbox the orchestrator tracks: its catalog row and, while running, its VM and slot. */
@@ -40,6 +43,8 @@ export interface LiveSandbox {
    * lost), so that none of them outlives it or waits on a guest that may never answer.
    */
   guestCalls?: AbortController;
+  /** The NFS server of its volumes in its current slot (SandboxVms), while it has one. */
+  volumes?: { close(): Promise<void> };
   readonly metrics: SandboxMetric[];
   /** envd's log lines fetched so far (the last 1 000) and the newest one's seq. */
   envdLog?: { seq: number; readonly entries: SandboxLogEntry[] };
@@ -85,6 +90,7 @@ export function sandboxInfo(row: SandboxRow): SandboxInfo {
     network: config.network,
     allowInternetAccess: config.allowInternetAccess,
     lifecycle: config.lifecycle,
+    volumeMounts: (config.volumeMounts ?? []).map(({ name, path }) => ({ name, path })),
   };
 }
 

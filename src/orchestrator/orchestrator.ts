@@ -26,7 +26,7 @@ import { assertReady } from "./readiness.js";
 import { recoverLeftovers } from "./recovery.js";
 import { type RoutingOptions, routeSandbox } from "./routing.js";
 import { requireState, SandboxTable } from "./sandbox-table.js";
-import { SandboxVms } from "./sandbox-vms.js";
+import { SandboxVms, type VolumeServer } from "./sandbox-vms.js";
 import { templateStart } from "./snapshot-templates.js";
 import { type SharedSnapshots, Snapshots } from "./snapshots.js";
 import { type TeamLimitsLookup, TeamQuotas } from "./team-quotas.js";
@@ -59,6 +59,7 @@ import type {
   TemplateHost,
   WakeCheck,
 } from "./types.js";
+import { withTemplateVolumes } from "./volume-mounts.js";
 import { type PoolSettings, WarmPool } from "./warm-pool.js";
 
 export interface OrchestratorOptions {
@@ -104,6 +105,8 @@ export interface OrchestratorOptions {
   readonly teamLimits?: TeamLimitsLookup;
   /** statfs of the data dir, for free-disk admission (tests pass their own). */
   readonly statDisk?: StatDisk;
+  /** Serves volumes to sandboxes that mount them; unset: such creates are refused. */
+  readonly volumes?: VolumeServer;
 }
 
 /**
@@ -179,6 +182,7 @@ export class Orchestrator
       logger,
       envdDeadlineMs: options.envdDeadlineMs ?? 30_000,
       snapshotDir: (id) => this.#snapshots.localDir(id),
+      volumes: options.volumes,
     });
     this.#vms = vms;
     // Before the pool's: a reserve that does not fit takes a kept VMM's room first.
@@ -441,12 +445,20 @@ export class Orchestrator
     });
     // Checked before anything is reserved: a bad list is the caller's 400.
     validateEgressPolicy(egressPolicyOf(input.network, input.allowInternetAccess));
+    const volumeMounts = withTemplateVolumes(template, input.volumeMounts ?? []);
+    if (volumeMounts.length > 0 && !this.#o.volumes) {
+      throw new WarrenError(
+        "invalid_argument",
+        "volumeMounts: volumes are not served on this node",
+      );
+    }
     const config: SandboxConfig = {
       network: input.network,
       allowInternetAccess: input.allowInternetAccess,
       lifecycle: input.lifecycle,
       secure: input.secure,
       ...(input.internal && { internal: true }),
+      ...(volumeMounts.length > 0 && { volumeMounts }),
     };
     const row = newRow({
       teamId: input.teamId,

@@ -10,9 +10,20 @@ import type { Vm, VmmDriver, VmSpec } from "../vmm/index.js";
 import type { GuestAgent } from "./guest-agent.js";
 import type { KeptVmm } from "./kept-vmms.js";
 import { runtimeDir, type StateLayout } from "./layout.js";
-import type { LiveSandbox } from "./live-sandbox.js";
+import { configOf, type LiveSandbox } from "./live-sandbox.js";
+import type { SandboxVolumeMount } from "./types.js";
 import { guestSpec } from "./vm-spec.js";
 import type { WarmVm } from "./warm-pool.js";
+
+/**
+ * Serves volumes to the guest of a slot (the volumes' NFS server, listening inside the
+ * slot's namespace on the gateway's VOLUME_NFS_PORT), until closed. NFSv3 keeps no state
+ * on the server: a guest whose VM moved to another slot (resume, fork) carries on with a
+ * new server there.
+ */
+export interface VolumeServer {
+  serve(slot: Slot, volumeIds: readonly string[]): Promise<{ close(): Promise<void> }>;
+}
 
 /** A cold boot's envd answering, from QEMU's start: ~3.5 s idle under TCG, far more under load. */
 const BOOT_DEADLINE_MS = 180_000;
@@ -29,6 +40,8 @@ export interface SandboxVmsOptions {
   readonly envdDeadlineMs: number;
   /** Where a snapshot's files are on this node (Snapshots.localDir). */
   readonly snapshotDir: (snapshotId: string) => Promise<string>;
+  /** Serves sandboxes' volumes; unset: a sandbox with volumes cannot start here. */
+  readonly volumes?: VolumeServer;
 }
 
 /**
@@ -41,6 +54,8 @@ export class SandboxVms {
   readonly #o: SandboxVmsOptions;
   /** Work a release leaves running after it returns (a slot's reset, a directory's removal). */
   readonly #background = new Set<Promise<void>>();
+  /** Volume servers closing, by slot: the next one there waits for the port. */
+  readonly #volumesClosing = new Map<Slot, Promise<void>>();
 
   constructor(options: SandboxVmsOptions) {
     this.#o = options;
@@ -162,10 +177,21 @@ export class SandboxVms {
   async initGuest(live: LiveSandbox, presentToken?: string, signal?: AbortSignal): Promise<void> {
     if (!live.slot) throw new WarrenError("internal", `sandbox ${live.row.id} has no slot`);
     const { hostAddress } = live.slot;
+    const mounts = configOf(live.row).volumeMounts ?? [];
+    if (mounts.length > 0) await this.#serveVolumes(live, live.slot, mounts);
     await phase("guest.init", () =>
       this.#o.agent.init(
         hostAddress,
-        { envVars: guestEnvVars(live.row), accessToken: live.row.envdAccessToken ?? "" },
+        {
+          envVars: guestEnvVars(live.row),
+          accessToken: live.row.envdAccessToken ?? "",
+          ...(mounts.length > 0 && {
+            volumeMounts: mounts.map((m) => ({
+              nfs_target: `${live.slot?.gateway}:/${m.volumeId}`,
+              path: m.path,
+            })),
+          }),
+        },
         {
           token: presentToken ?? live.row.envdAccessToken,
           deadlineMs: this.#o.envdDeadlineMs,
@@ -219,10 +245,41 @@ export class SandboxVms {
     return this.#giveBack(kept.sandboxId, kept.vm, kept.slot);
   }
 
+  /**
+   * The NFS server for the sandbox's volumes in its slot, before /init mounts them (a
+   * restored guest's mounts reconnect to it on their own). Once per slot: a kept VMM
+   * resumed in its old slot gets a new one, its old one went with the pause.
+   */
+  async #serveVolumes(
+    live: LiveSandbox,
+    slot: Slot,
+    mounts: readonly SandboxVolumeMount[],
+  ): Promise<void> {
+    if (live.volumes) return;
+    const server = this.#o.volumes;
+    if (!server) throw new WarrenError("invalid_argument", "volumes are not served on this node");
+    const ids = mounts.map((m) => m.volumeId);
+    await this.#volumesClosing.get(slot);
+    live.volumes = await phase("volumes.serve", () => server.serve(slot, ids));
+  }
+
   /** Calls to its guest still in flight are aborted: nothing waits on a guest that is going. */
   #detach(live: LiveSandbox): void {
     live.guestCalls?.abort(new WarrenError("guest_unavailable", `sandbox ${live.row.id} stopped`));
     live.guestCalls = undefined;
+    // Its guest is stopped or gone: nothing is in flight that a close would cut short.
+    const { volumes, slot } = live;
+    live.volumes = undefined;
+    if (volumes && slot) {
+      const closing = volumes
+        .close()
+        .catch((err: unknown) =>
+          this.#o.logger.warn({ sandboxId: live.row.id, err }, "volumes.close_failed"),
+        )
+        .finally(() => this.#volumesClosing.delete(slot));
+      this.#volumesClosing.set(slot, closing);
+      this.#inBackground(closing);
+    }
     live.vm = undefined;
     live.slot = undefined;
   }

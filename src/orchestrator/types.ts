@@ -62,6 +62,16 @@ export interface CreateSandboxInput {
   readonly secure: boolean;
   /** Warren's own VM (a template build's): never listed. */
   readonly internal?: boolean;
+  /** The team's volumes to mount, found by name (the API checks they are the team's). */
+  readonly volumeMounts?: readonly SandboxVolumeMount[];
+}
+
+/** A volume mounted in a sandbox: which (its id and name) and where in the guest. */
+export interface SandboxVolumeMount {
+  readonly volumeId: string;
+  readonly name: string;
+  /** Absolute, normalized. */
+  readonly path: string;
 }
 
 export interface SandboxInfo {
@@ -84,6 +94,7 @@ export interface SandboxInfo {
   readonly network: SandboxNetwork;
   readonly allowInternetAccess: boolean;
   readonly lifecycle: SandboxLifecycle;
+  readonly volumeMounts: readonly { readonly name: string; readonly path: string }[];
 }
 
 export interface ListFilter {

@@ -11,13 +11,15 @@ import {
   type VolumeCatalog,
 } from "../catalog/index.js";
 import { ensureHostSetup, GUEST_ARTIFACTS, type GuestArtifacts } from "../host-setup/index.js";
-import { NetnsSlotPool, slotNamesFor } from "../network/index.js";
+import { listenInNamespace, NetnsSlotPool, slotNamesFor } from "../network/index.js";
 import {
   type CapacityLimits,
   EnvdGuestAgent,
+  mountedVolumeIds,
   Orchestrator,
   type StateLayout,
 } from "../orchestrator/index.js";
+import { VOLUME_NFS_PORT } from "../protocol/index.js";
 import { type Config, hostResources } from "../shared/config.js";
 import { WarrenError } from "../shared/index.js";
 import { openSharedStore } from "../store/index.js";
@@ -88,17 +90,31 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   await writeFile("/proc/self/oom_score_adj", "-500").catch((err: unknown) =>
     log.warn({ err }, "server.oom_score_unchanged"),
   );
-  const { catalog, cluster, teams, volumes } = await openCatalogs(input);
+  const { catalog, cluster, teams, volumes: volumeRows } = await openCatalogs(input);
   input.teams.bind(teams);
-  input.volumes.bind(
-    new Volumes({
-      catalog: volumes,
-      dir: input.config.volumesDir ?? join(input.layout.dataDir, "volumes"),
-    }),
-  );
+  const volumes = new Volumes({
+    catalog: volumeRows,
+    dir: input.config.volumesDir ?? join(input.layout.dataDir, "volumes"),
+    mountedBy: async (volumeId) => {
+      const rows = cluster ? await cluster.listSandboxes() : await catalog.listSandboxes();
+      return rows
+        .filter((row) => row.state !== "killed" && mountedVolumeIds(row).includes(volumeId))
+        .map((row) => row.id);
+    },
+  });
+  input.volumes.bind(volumes);
   const host = hostResources();
   const limits = capacityLimits(config, host);
-  const started = newOrchestrator(input, { images, vmm, catalog, cluster, limits, host, teams });
+  const started = newOrchestrator(input, {
+    images,
+    vmm,
+    catalog,
+    cluster,
+    limits,
+    host,
+    teams,
+    volumes,
+  });
   orchestrator = started;
   closers.add("orchestrator", () => started.close());
   input.metrics.follow(started);
@@ -218,6 +234,7 @@ function newOrchestrator(
     limits: CapacityLimits;
     host: HostResources;
     teams: TeamCatalog;
+    volumes: Volumes;
   },
 ): Orchestrator {
   const { config, logger } = input;
@@ -254,6 +271,11 @@ function newOrchestrator(
     logger: logger.child({ component: "orchestrator" }),
     shared: parts.cluster && sharedSnapshots(input, parts.cluster),
     metricsIntervalMs: config.metricsIntervalMs,
+    // Each sandbox's volumes on a socket in its slot's namespace, for its guest alone.
+    volumes: {
+      serve: (slot, ids) =>
+        parts.volumes.serve(listenInNamespace(slot.netns, slot.gateway, VOLUME_NFS_PORT), ids),
+    },
   });
 }
 

@@ -1,8 +1,10 @@
 import { randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
+import { closeSync } from "node:fs";
 import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { VolumeCatalog, VolumeRow } from "../catalog/index.js";
 import { WarrenError } from "../shared/index.js";
+import { type NfsServer, startNfsServer } from "./nfs/nfs-server.js";
 import { VolumeFiles } from "./volume-files.js";
 
 /** E2B's volume name rule. */
@@ -15,6 +17,8 @@ export interface VolumesOptions {
   readonly catalog: VolumeCatalog;
   /** Where volumes' directories live (`<data>/volumes`; shared storage in a cluster). */
   readonly dir: string;
+  /** The sandboxes (paused ones too) that mount the volume, on any node: they block its destroy. */
+  readonly mountedBy?: (volumeId: string) => Promise<string[]>;
 }
 
 /**
@@ -40,8 +44,10 @@ export class Volumes {
     };
     await this.#ensureDir();
     const root = this.#root(row.id);
-    await mkdir(root, { mode: 0o755 });
-    await chmod(root, 0o755);
+    // Any user of the guests that mount it may write at its top (git clone, pip --target as
+    // the sandbox's `user`): a volume is its team's, and so are its guests' users.
+    await mkdir(root, { mode: 0o777 });
+    await chmod(root, 0o777);
     try {
       await this.#o.catalog.insertVolume(row);
     } catch (err) {
@@ -66,9 +72,26 @@ export class Volumes {
     return row;
   }
 
-  /** Forgets the volume and removes its files; volume_not_found when there is none. */
+  /** The team's volume of that name (a create's volumeMounts name volumes). */
+  async byName(teamId: string, name: string): Promise<VolumeRow> {
+    const row = (await this.#o.catalog.listVolumes(teamId)).find((v) => v.name === name);
+    if (!row) throw new WarrenError("volume_not_found", `volume ${shown(name)} not found`);
+    return row;
+  }
+
+  /**
+   * Forgets the volume and removes its files; volume_not_found when there is none,
+   * `conflict` while a sandbox mounts it (its guest would lose the files under its feet).
+   */
   async destroy(teamId: string | undefined, id: string): Promise<void> {
     const row = await this.get(teamId, id);
+    const users = (await this.#o.mountedBy?.(row.id)) ?? [];
+    if (users.length > 0) {
+      throw new WarrenError(
+        "conflict",
+        `volume '${row.name}' is mounted by sandbox${users.length > 1 ? "es" : ""} ${users.join(", ")}: kill ${users.length > 1 ? "them" : "it"} first`,
+      );
+    }
     await this.#o.catalog.deleteVolume(row.id);
     // By descriptor, never following a link a guest left: the tree is the guests' work.
     await new VolumeFiles(this.#o.dir).remove(row.id).catch((err: unknown) => {
@@ -86,6 +109,23 @@ export class Volumes {
       );
     }
     return new VolumeFiles(this.#root(row.id));
+  }
+
+  /**
+   * NFS for these volumes on a listening socket made for one sandbox's guest (in its slot's
+   * namespace); the socket is closed with the server, or at once when a volume is gone.
+   */
+  async serve(fd: number, volumeIds: readonly string[]): Promise<NfsServer> {
+    for (const id of volumeIds) {
+      if (!(VOLUME_ID.test(id) && (await this.#o.catalog.getVolume(id)))) {
+        closeSync(fd);
+        throw new WarrenError("volume_not_found", `volume ${shown(id)} no longer exists`);
+      }
+    }
+    return startNfsServer({
+      volumes: volumeIds.map((id) => ({ key: id, root: this.#root(id) })),
+      listen: { fd },
+    });
   }
 
   #root(id: string): string {

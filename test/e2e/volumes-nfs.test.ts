@@ -1,20 +1,26 @@
-// The volume NFS server (src/volumes/nfs) against a real guest kernel's NFSv3 client, before
-// sandboxes mount volumes themselves: the server runs in the slot's network namespace on the
-// gateway address (with the two rules that lets it serve there), the guest mounts a volume
-// and uses it as programs do; what it writes is on the host, what the host writes it sees;
+// The volume NFS server (src/volumes/nfs) against a real guest kernel's NFSv3 client, below
+// the orchestrator: the server listens in the slot's network namespace on the gateway
+// address (the slot's rules let the guest, and only it, reach that port), envd's /init
+// mounts the volume and the guest uses it as programs do; what it writes is on the host, what the host writes it sees;
 // a link the guest makes to /etc is a link in the volume, never followed on the host.
 import assert from "node:assert/strict";
-import { type ChildProcess, execFile, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { fileURLToPath } from "node:url";
-import { promisify } from "node:util";
 import type { GuestArtifacts } from "../../src/host-setup/index.js";
-import { NetnsSlotPool, type NetworkSlot } from "../../src/network/index.js";
-import { GATEWAY_ADDRESS } from "../../src/protocol/index.js";
+import { listenInNamespace, NetnsSlotPool, type NetworkSlot } from "../../src/network/index.js";
+import { GATEWAY_ADDRESS, VOLUME_NFS_PORT } from "../../src/protocol/index.js";
 import type { Vm } from "../../src/vmm/index.js";
 import type { QemuDriver } from "../../src/vmm/qemu/index.js";
+import { type NfsServer, startNfsServer } from "../../src/volumes/nfs/nfs-server.js";
 import {
   envdUrl,
   initEnvd,
@@ -26,10 +32,7 @@ import {
 import { leakCheck, removeLeftovers } from "../helpers/leak-check.js";
 import { runPoolOptions } from "../helpers/run-env.js";
 
-const execFileP = promisify(execFile);
 const SHAPE = { vcpus: 1, memoryMiB: 512 };
-const SERVER = fileURLToPath(new URL("../helpers/nfs-server-main.ts", import.meta.url));
-const TSX = import.meta.resolve("tsx");
 
 describe("volumes over NFS (real guest kernel)", () => {
   let images: GuestArtifacts;
@@ -38,8 +41,9 @@ describe("volumes over NFS (real guest kernel)", () => {
   let slot: NetworkSlot;
   let vm: Vm | undefined;
   let work: string;
-  let server: ChildProcess | undefined;
+  let server: NfsServer | undefined;
   const volume = mkdtempSync("/var/tmp/warren-nfs-volume-");
+  chmodSync(volume, 0o777); // as Volumes makes a volume's top
 
   const run = async (command: string) => {
     const sandbox = sandboxAt(envdUrl(slot.hostAddress));
@@ -52,66 +56,20 @@ describe("volumes over NFS (real guest kernel)", () => {
     mkdirSync(join(work, "run"));
     pool = new NetnsSlotPool({ ...runPoolOptions(), size: 0 });
     slot = await pool.acquire({ allowInternet: false, allowOut: [], denyOut: [] });
-    // The server in the slot's namespace, on the gateway address only the guest reaches:
-    // its connections in, and their replies out (the namespace refuses both otherwise).
-    const inNetns = (...args: string[]) =>
-      execFileP("nsenter", [`--net=${slot.netnsPath}`, "iptables", ...args]);
-    await inNetns(
-      "-I",
-      "INPUT",
-      "-i",
-      "tap0",
-      "-p",
-      "tcp",
-      "-d",
-      GATEWAY_ADDRESS,
-      "--dport",
-      "2049",
-      "-j",
-      "ACCEPT",
-    );
-    await inNetns(
-      "-I",
-      "OUTPUT",
-      "-o",
-      "tap0",
-      "-p",
-      "tcp",
-      "-s",
-      GATEWAY_ADDRESS,
-      "--sport",
-      "2049",
-      "-m",
-      "conntrack",
-      "--ctstate",
-      "ESTABLISHED",
-      "-j",
-      "ACCEPT",
-    );
-    server = spawn(
-      "nsenter",
-      [
-        `--net=${slot.netnsPath}`,
-        process.execPath,
-        "--import",
-        TSX,
-        SERVER,
-        volume,
-        GATEWAY_ADDRESS,
-      ],
-      { stdio: ["ignore", "pipe", "inherit"] },
-    );
-    await new Promise<void>((resolve, reject) => {
-      server?.stdout?.once("data", () => resolve());
-      server?.once("exit", (code) => reject(new Error(`the NFS server exited (${code})`)));
-    });
+    server = await serveInSlot();
     vm = await driver.boot(slotVmSpec("nfs", slot, images, work, SHAPE));
     await waitForEnvd(envdUrl(slot.hostAddress), 180_000, vm);
-    await initEnvd(envdUrl(slot.hostAddress), { defaultUser: "user" });
   });
 
+  /** The server as Warren runs it: this process, on a socket in the slot's namespace. */
+  const serveInSlot = () =>
+    startNfsServer({
+      volumes: [{ key: "vol", root: volume }],
+      listen: { fd: listenInNamespace(slot.netns, GATEWAY_ADDRESS, VOLUME_NFS_PORT) },
+    });
+
   after(async () => {
-    server?.kill("SIGKILL");
+    await server?.close();
     await vm?.destroy().catch(() => {});
     if (slot) await pool.release(slot).catch(() => {});
     await pool?.close();
@@ -123,13 +81,13 @@ describe("volumes over NFS (real guest kernel)", () => {
   it("mounts, writes, reads both ways, and keeps a guest's links in the volume", async () => {
     const filesystems = await run("cat /proc/filesystems");
     assert.match(filesystems.stdout, /\tnfs\n/, "the initramfs loaded the NFS client");
-    const mount = await run(
-      `mkdir -p /mnt/vol && mount -t nfs -o vers=3,proto=tcp,port=2049,mountport=2049,mountproto=tcp,nolock,soft,timeo=50,retrans=1,addr=${GATEWAY_ADDRESS} ${GATEWAY_ADDRESS}:/vol /mnt/vol && echo mounted`,
-    ).catch((err: { stdout?: string; stderr?: string; message?: string }) => ({
-      stdout: "",
-      stderr: `${err.message} ${err.stderr ?? ""}`,
-    }));
-    assert.equal(mount.stdout.trim(), "mounted", mount.stderr);
+    // envd's /init mounts it (mount(2) from envd: no mount.nfs in the image), once.
+    const mounts = [{ nfs_target: `${GATEWAY_ADDRESS}:/vol`, path: "/mnt/vol" }];
+    await initEnvd(envdUrl(slot.hostAddress), { defaultUser: "user", volumeMounts: mounts });
+    await initEnvd(envdUrl(slot.hostAddress), { volumeMounts: mounts });
+    const mounted = await run("grep ' /mnt/vol ' /proc/mounts");
+    assert.equal(mounted.stdout.split("\n").filter(Boolean).length, 1, mounted.stdout);
+    assert.match(mounted.stdout, /nfs .*vers=3.*hard/);
     await run(
       "echo hello > /mnt/vol/hello.txt && mkdir -p /mnt/vol/a/b && seq 1 1000 > /mnt/vol/a/b/n && ln -s /etc /mnt/vol/etc-link && chown 1000:1000 /mnt/vol/hello.txt",
     );
@@ -149,5 +107,21 @@ describe("volumes over NFS (real guest kernel)", () => {
       "set -C; echo 1 > /mnt/vol/lock && echo first; echo 2 > /mnt/vol/lock 2>/dev/null || echo taken; cat /mnt/vol/lock",
     );
     assert.equal(locked.stdout, "first\ntaken\n1\n");
+  });
+
+  it("carries on against a new server (a resumed or forked guest's case), and the guest's user writes at the top", async () => {
+    await server?.close();
+    server = await serveInSlot();
+    assert.equal((await run("cat /mnt/vol/hello.txt")).stdout, "hello\n");
+    const sandbox = sandboxAt(envdUrl(slot.hostAddress));
+    await sandbox.commands.run("echo mine > /mnt/vol/by-user", { user: "user" });
+    assert.equal(readFileSync(join(volume, "by-user"), "utf8"), "mine\n");
+  });
+
+  it("answers nothing to the guest but NFS: other ports of the gateway stay closed", async () => {
+    const probe = await run(
+      `timeout 5 bash -c 'echo > /dev/tcp/${GATEWAY_ADDRESS}/22' 2>&1 && echo open || echo closed`,
+    );
+    assert.equal(probe.stdout.trim().split("\n").at(-1), "closed");
   });
 });

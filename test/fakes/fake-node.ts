@@ -20,6 +20,7 @@ import { FakeDiskChains } from "./fake-disk-chains.js";
 import { FakeGuestAgent } from "./fake-guest-agent.js";
 import { FakeSlotPool } from "./fake-slot-pool.js";
 import { FakeVmmDriver } from "./fake-vmm-driver.js";
+import { FakeVolumeServer } from "./fake-volume-server.js";
 import { InMemoryCatalog } from "./in-memory-catalog.js";
 import { ServerLife } from "./server-life.js";
 
@@ -77,6 +78,7 @@ export class FakeNode {
   readonly driver = new FakeVmmDriver();
   readonly disks = new FakeDiskChains();
   readonly logger = new RecordingLogger();
+  readonly volumes = new FakeVolumeServer();
   slots: FakeSlotPool;
   agent: FakeGuestAgent;
   catalog = new InMemoryCatalog();
@@ -127,7 +129,8 @@ export class FakeNode {
       await this.#life.crash();
       this.agent.stop();
     }
-    // A crashed server's slots are gone with it; its VMMs and files are not.
+    // A crashed server's slots and the NFS servers in it are gone with it; its VMMs and files are not.
+    if (mode === "crash") this.volumes.open.clear();
     this.catalog = await this.catalog.reopen();
     this.slots = new FakeSlotPool(this.settings.maxSlots);
     this.agent = new FakeGuestAgent(this.driver, this.slots);
@@ -147,6 +150,7 @@ export class FakeNode {
       found.push(...[...this.driver.alive].map((vm) => `vmm ${vm.id}`));
     }
     if (this.slots.inUse.size > pooled) found.push(`${this.slots.inUse.size} slots in use`);
+    if (this.volumes.open.size > 0) found.push(`${this.volumes.open.size} volume servers open`);
     const runtimeDirs = await readdir(this.layout.runDir).catch(() => [] as string[]);
     if (runtimeDirs.length > pooled) found.push(...runtimeDirs.map((d) => `runtime dir ${d}`));
     const needed = new Set<string>();
@@ -242,6 +246,7 @@ export class FakeNode {
       keptVmms: s.keptVmms,
       teamLimits: s.teamLimits,
       templateSettleMs: 0,
+      volumes: this.volumes,
     });
     await this.orchestrator.start();
   }

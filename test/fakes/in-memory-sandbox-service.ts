@@ -109,6 +109,7 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
       network: { allowOut: [], denyOut: [], allowPublicTraffic: true },
       allowInternetAccess: true,
       lifecycle: { onTimeout: "kill", autoResume: false },
+      volumeMounts: [],
       ...overrides,
     };
     this.sandboxes.set(sandboxId, info);
@@ -178,6 +179,7 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
       network: input.network,
       allowInternetAccess: input.allowInternetAccess,
       lifecycle: input.lifecycle,
+      volumeMounts: (input.volumeMounts ?? []).map(({ name, path }) => ({ name, path })),
       ...(input.secure ? { envdAccessToken: "envd-token" } : {}),
       ...(input.network.allowPublicTraffic ? {} : { trafficAccessToken: "traffic-token" }),
     });

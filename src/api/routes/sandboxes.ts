@@ -7,7 +7,7 @@ import type { ListFilter, PublicState } from "../../orchestrator/index.js";
 import { actingTeam } from "../../tenancy/index.js";
 import type { ApiContext } from "../api-context.js";
 import { callerOf } from "../caller.js";
-import { toCreateInput } from "../create-input.js";
+import { toCreateInput, withVolumes } from "../create-input.js";
 import { invalid, queryDateTime, queryInteger } from "../input.js";
 import { parseMetadataQuery } from "../metadata-query.js";
 import {
@@ -37,7 +37,8 @@ export function registerSandboxRoutes(app: FastifyInstance, context: ApiContext)
     { schema: { body: newSandboxV1Schema } },
     async (request, reply) => {
       const team = actingTeam(callerOf(request));
-      const info = await service.create(toCreateInput(team, request.body, "v1", context));
+      const input = toCreateInput(team, request.body, "v1", context);
+      const info = await service.create(await withVolumes(input, request.body, context));
       return reply.code(201).send(toSandboxJson(info, domain));
     },
   );
@@ -47,7 +48,8 @@ export function registerSandboxRoutes(app: FastifyInstance, context: ApiContext)
     { schema: { body: newSandboxV2Schema } },
     async (request, reply) => {
       const team = actingTeam(callerOf(request));
-      const info = await service.create(toCreateInput(team, request.body, "v2", context));
+      const input = toCreateInput(team, request.body, "v2", context);
+      const info = await service.create(await withVolumes(input, request.body, context));
       return reply.code(201).send(toSandboxJson(info, domain));
     },
   );

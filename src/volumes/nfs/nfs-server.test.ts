@@ -139,8 +139,7 @@ describe("volume NFS server", () => {
         { key: "vol-1", root },
         { key: "vol-2", root: other },
       ],
-      host: "127.0.0.1",
-      port: 0,
+      listen: { host: "127.0.0.1", port: 0 },
     });
     client = await Client.open(server.port);
     const mounted = await client.call(MOUNT_PROGRAM, 1, new XdrWriter().string("/vol-1"));
@@ -352,8 +351,7 @@ describe("volume NFS server", () => {
     assert.equal(await write(file.handle as Buffer, 0, "still here"), 0);
     const again = await startNfsServer({
       volumes: [{ key: "vol-1", root }],
-      host: "127.0.0.1",
-      port: 0,
+      listen: { host: "127.0.0.1", port: 0 },
     });
     const fresh = await Client.open(again.port);
     try {

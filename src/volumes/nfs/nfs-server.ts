@@ -1,3 +1,4 @@
+import { closeSync } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
 import { Handles } from "./handles.js";
 import { Mount3Program, Nfs3Program } from "./nfs3.js";
@@ -9,9 +10,12 @@ export interface NfsServerOptions {
    * handle of another volume is refused), from its directory (trusted: made by Warren).
    */
   readonly volumes: readonly { readonly key: string; readonly root: string }[];
-  readonly host: string;
-  /** 0: any free port. */
-  readonly port: number;
+  /**
+   * Where to listen: an address and port (0: any free port), or a listening socket made
+   * elsewhere (a slot's namespace: network's listenInNamespace), taken over and closed with
+   * the server.
+   */
+  readonly listen: { readonly host: string; readonly port: number } | { readonly fd: number };
   /** Connections at once; more are closed at once (a guest opening sockets in a loop). */
   readonly maxConnections?: number;
 }
@@ -23,7 +27,13 @@ export interface NfsServer {
 
 /** NFSv3 and MOUNT v3 for some volumes on one TCP port (nfs3.ts says what it serves). */
 export async function startNfsServer(options: NfsServerOptions): Promise<NfsServer> {
-  const volumes = await Promise.all(options.volumes.map((v) => Handles.open(v.root, v.key)));
+  const { listen } = options;
+  const volumes = await Promise.all(options.volumes.map((v) => Handles.open(v.root, v.key))).catch(
+    (err: unknown) => {
+      if ("fd" in listen) closeSync(listen.fd); // taken over: closed whatever happens
+      throw err;
+    },
+  );
   const programs = [new Mount3Program(volumes), new Nfs3Program(volumes)];
   const sockets = new Set<Socket>();
   const server: Server = createServer((socket) => {
@@ -35,11 +45,12 @@ export async function startNfsServer(options: NfsServerOptions): Promise<NfsServ
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(options.port, options.host, () => resolve());
+    if ("fd" in listen) server.listen({ fd: listen.fd }, () => resolve());
+    else server.listen(listen.port, listen.host, () => resolve());
   });
   const address = server.address();
   return {
-    port: typeof address === "object" && address ? address.port : options.port,
+    port: typeof address === "object" && address ? address.port : 0,
     close: () =>
       new Promise<void>((resolve) => {
         for (const socket of sockets) socket.destroy();

@@ -101,6 +101,7 @@ test("the Sandbox response has every field the SDK reads", async () => {
     templateID: "base",
     clientID: "warren",
     envdVersion: "0.6.4",
+    volumeMounts: [],
     envdAccessToken: "envd-token",
     trafficAccessToken: "traffic-token",
     domain: "sandboxes.example.com",
@@ -187,11 +188,6 @@ test("bad combinations and features Warren lacks are 400s", async () => {
       /allowPublicTraffic false requires secure/,
     ],
     ["/v2/sandboxes", { autoResume: { enabled: true } }, /^body\/autoResume needs autoPause/],
-    [
-      "/v2/sandboxes",
-      { volumeMounts: [{ name: "v", path: "/v" }] },
-      /^body\/volumeMounts is not supported/,
-    ],
     [
       "/v2/sandboxes",
       { network: { rules: { "a.com": [] } } },

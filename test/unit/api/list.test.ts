@@ -247,6 +247,7 @@ test("v1 list: running sandboxes only, ListedSandbox shape", async () => {
     memoryMB: 512,
     diskSizeMB: 2048,
     envdVersion: "0.6.4",
+    volumeMounts: [],
     metadata: { k: "v" },
   });
 });

@@ -39,6 +39,7 @@ test("GET /sandboxes/:id: the SandboxDetail fields the SDK's getInfo reads", asy
     memoryMB: 512,
     diskSizeMB: 2048,
     envdVersion: "0.6.4",
+    volumeMounts: [],
     metadata: { k: "v" },
     envdAccessToken: "tok",
     domain: "example.test",

@@ -17,11 +17,17 @@ describe("volumes API", () => {
   let catalog: SqliteCatalog;
   let api: Harness;
   let keyB: string;
+  /** What the node would say mounts each volume (the catalog's sandbox rows, in the server). */
+  const mountedBy = new Map<string, string[]>();
 
   before(async () => {
     catalog = await SqliteCatalog.open(join(dir, "catalog.sqlite"));
     const teams = catalog.teams;
-    const volumes = new Volumes({ catalog: catalog.volumes, dir: volumesDir });
+    const volumes = new Volumes({
+      catalog: catalog.volumes,
+      dir: volumesDir,
+      mountedBy: async (id) => mountedBy.get(id) ?? [],
+    });
     const admin = new TeamAdmin(teams, { count: async () => 0, killAll: async () => {} });
     api = useApi({
       authenticate: testAuth(() => new Set([API_KEY]), teams),
@@ -162,5 +168,70 @@ describe("volumes API", () => {
     assert.equal(climb.statusCode, 400);
     const noPath = await content("GET", volume, "file", {});
     assert.equal(errorOf(noPath).message, "querystring/path is required");
+  });
+
+  it("mounts the team's volumes by name at create, and no other's", async () => {
+    const created = await api.call("POST", "/volumes", { body: { name: "mounted" } });
+    const volume = created.json() as { volumeID: string };
+    const ofB = (
+      await api.call("POST", "/volumes", { apiKey: keyB, body: { name: "b-only" } })
+    ).json() as {
+      volumeID: string;
+    };
+    const res = await api.call("POST", "/v2/sandboxes", {
+      body: { templateID: "base", volumeMounts: [{ name: "mounted", path: "/mnt/data/" }] },
+    });
+    assert.equal(res.statusCode, 201, res.body);
+    const input = api.service.callsOf("create").at(-1)?.[0] as { volumeMounts: unknown };
+    assert.deepEqual(input.volumeMounts, [
+      { volumeId: volume.volumeID, name: "mounted", path: "/mnt/data" },
+    ]);
+    const sandboxId = (res.json() as { sandboxID: string }).sandboxID;
+    const detail = await api.call("GET", `/sandboxes/${sandboxId}`);
+    assert.deepEqual((detail.json() as { volumeMounts: unknown }).volumeMounts, [
+      { name: "mounted", path: "/mnt/data" },
+    ]);
+
+    const refused: [object, number, RegExp][] = [
+      [{ name: "b-only", path: "/mnt/x" }, 404, /volume "b-only" not found/],
+      [{ name: "nope", path: "/mnt/x" }, 404, /not found/],
+      [
+        { name: "mounted", path: "relative" },
+        400,
+        /volumeMounts\/0\/path must be an absolute path/,
+      ],
+      [{ name: "mounted", path: "/etc" }, 400, /cannot be \/etc/],
+      [{ name: "mounted", path: "/proc/x" }, 400, /cannot be \/proc\/x/],
+      [{ path: "/mnt/x" }, 400, /name must be a volume's name/],
+    ];
+    for (const [mount, status, message] of refused) {
+      const bad = await api.call("POST", "/v2/sandboxes", { body: { volumeMounts: [mount] } });
+      assert.equal(bad.statusCode, status, JSON.stringify(mount));
+      assert.match(errorOf(bad).message, message);
+    }
+    const twice = await api.call("POST", "/v2/sandboxes", {
+      body: {
+        volumeMounts: [
+          { name: "mounted", path: "/mnt/a" },
+          { name: "mounted", path: "/mnt/a/" },
+        ],
+      },
+    });
+    assert.match(errorOf(twice).message, /two volumes at one path/);
+
+    // A mounted volume stays until its sandboxes are gone.
+    mountedBy.set(volume.volumeID, [sandboxId]);
+    const busy = await api.call("DELETE", `/volumes/${volume.volumeID}`);
+    assert.equal(busy.statusCode, 409);
+    assert.match(
+      errorOf(busy).message,
+      new RegExp(`mounted by sandbox ${sandboxId}: kill it first`),
+    );
+    mountedBy.delete(volume.volumeID);
+    assert.equal((await api.call("DELETE", `/volumes/${volume.volumeID}`)).statusCode, 204);
+    assert.equal(
+      (await api.call("DELETE", `/volumes/${ofB.volumeID}`, { apiKey: keyB })).statusCode,
+      204,
+    );
   });
 });

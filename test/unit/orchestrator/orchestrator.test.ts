@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import { readdir } from "node:fs/promises";
 import { describe, it, type TestContext } from "node:test";
+import type { WarrenError } from "../../../src/shared/index.js";
 import { SnapshotMismatchError } from "../../../src/vmm/index.js";
 import { createInput } from "../../contracts/sandbox-service.contract.js";
 import { FakeNode, type FakeNodeSettings } from "../../fakes/fake-node.js";
@@ -31,6 +32,63 @@ async function eventually(check: () => boolean, what: string): Promise<void> {
 
 describe("Orchestrator (on fakes)", () => {
   describe("guests", () => {
+    it("serves a sandbox's volumes in each slot its VM runs in, and names them to /init", async (t) => {
+      const node = await startNode(t, { keptVmms: { keepMs: 0, maxKept: 0 } });
+      const mounts = [{ volumeId: "vol-1", name: "data", path: "/mnt/data" }];
+      const info = await node.orchestrator.create(createInput("base", { volumeMounts: mounts }));
+      assert.deepEqual(info.volumeMounts, [{ name: "data", path: "/mnt/data" }]);
+      const servedIn = () =>
+        [...node.volumes.open.entries()].map(([slot, ids]) => [slot.hostAddress, ids]);
+      const init = node.agent.inits.at(-1);
+      assert.deepEqual(init?.body.volumeMounts, [
+        { nfs_target: "169.254.0.22:/vol-1", path: "/mnt/data" },
+      ]);
+      assert.deepEqual(
+        servedIn(),
+        [[init?.host, ["vol-1"]]],
+        "served where the guest is, before /init",
+      );
+
+      await node.orchestrator.pause(info.sandboxId);
+      assert.equal(node.volumes.open.size, 0, "a paused sandbox has no server");
+      await node.orchestrator.resume(info.sandboxId, undefined);
+      assert.equal(node.volumes.open.size, 1, "served again in the resumed VM's slot");
+
+      const results = await node.orchestrator.fork(info.sandboxId, { count: 2 });
+      const children = results.map((r) =>
+        "sandbox" in r ? r.sandbox : assert.fail("child failed"),
+      );
+      for (const child of children) assert.deepEqual(child.volumeMounts, info.volumeMounts);
+      assert.equal(node.volumes.open.size, 3, "each child's slot serves the same volume");
+
+      const snapshot = await node.orchestrator.createSnapshot(info.sandboxId, {});
+      const fromSnapshot = await node.orchestrator.create(createInput(snapshot.snapshotId));
+      assert.deepEqual(fromSnapshot.volumeMounts, info.volumeMounts, "a snapshot keeps its mounts");
+      await assert.rejects(
+        node.orchestrator.create(
+          createInput(snapshot.snapshotId, {
+            volumeMounts: [{ volumeId: "vol-2", name: "other", path: "/mnt/data" }],
+          }),
+        ),
+        /\/mnt\/data has volume 'data' mounted in the snapshot/,
+      );
+
+      for (const id of [
+        info.sandboxId,
+        fromSnapshot.sandboxId,
+        ...children.map((c) => c.sandboxId),
+      ])
+        await node.orchestrator.kill(id);
+      // Its volume destroyed since: a create from the snapshot fails cleanly.
+      node.volumes.gone.add("vol-1");
+      await assert.rejects(
+        node.orchestrator.create(createInput(snapshot.snapshotId)),
+        (err: WarrenError) => err.reason === "volume_not_found",
+      );
+      await node.orchestrator.deleteTemplate(snapshot.templateId);
+      assert.deepEqual(await node.leaks(), [], "every server closed with its VM, no slot kept");
+    });
+
     it("a create hands the guest its env vars, E2B's and a fresh access token through /init", async (t) => {
       const node = await startNode(t);
       const info = await node.orchestrator.create(
