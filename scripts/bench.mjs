@@ -25,6 +25,7 @@ const BENCHES = {
   "guest-latency": ["guest-latency.ts", true],
   observability: ["observability.ts", false],
   rl: ["rl.ts", true],
+  volumes: ["volumes.ts", true],
 };
 
 const name = process.argv[2];

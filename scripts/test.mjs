@@ -93,6 +93,7 @@ const E2E_PACKAGES = [
  * python3 and Rscript.
  */
 const UNIT_PACKAGES = [
+  "openssl",
   "python3-ipython",
   "python3-matplotlib",
   "python3-matplotlib-inline",

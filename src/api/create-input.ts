@@ -9,6 +9,7 @@ import type {
   SandboxNetwork,
   SandboxVolumeMount,
 } from "../orchestrator/index.js";
+import { ENVD_PORT } from "../protocol/index.js";
 import { WarrenError } from "../shared/index.js";
 import type { ApiContext } from "./api-context.js";
 import { invalid, secondsToMs } from "./input.js";
@@ -64,7 +65,20 @@ function toNetwork(body: NetworkConfigBody | undefined): SandboxNetwork {
     denyOut: body?.denyOut ?? [],
     allowPublicTraffic: body?.allowPublicTraffic ?? true,
     ...(body?.maskRequestHost === undefined ? {} : { maskRequestHost: body.maskRequestHost }),
+    ...(body?.httpsPorts?.length ? { httpsPorts: httpsPorts(body.httpsPorts) } : {}),
   };
+}
+
+/** Guest ports the proxy reaches over TLS: distinct ports, not envd's, at most 32. */
+function httpsPorts(ports: readonly number[]): number[] {
+  const field = "body/network/httpsPorts";
+  if (ports.length > 32) throw invalid(field, "may list at most 32 ports");
+  for (const port of ports) {
+    if (!Number.isInteger(port) || port < 1 || port > 65535)
+      throw invalid(field, `${port} is not a port (1-65535)`);
+    if (port === ENVD_PORT) throw invalid(field, `${ENVD_PORT} is envd's port, plain HTTP`);
+  }
+  return [...new Set(ports)];
 }
 
 /**
@@ -82,9 +96,6 @@ function rejectUnsupported(body: NewSandboxBody): void {
     throw unsupported("body/network/rules");
   }
   if (network?.egressProxy != null) throw unsupported("body/network/egressProxy");
-  if (network?.httpsPorts !== undefined && network.httpsPorts.length > 0) {
-    throw unsupported("body/network/httpsPorts");
-  }
 }
 
 /** Mounts at most; each is a server and a mount in the guest. */

@@ -89,7 +89,8 @@ const DRAIN_LIMIT_BYTES = 64 * 1024 * 1024;
  * answering 413 and closing mid-body makes them fail with EPIPE and never see the answer.
  */
 function drainBody(raw: FastifyRequest["raw"]): Promise<void> {
-  if (raw.complete || raw.destroyed) return Promise.resolve();
+  // Ended without `complete`: a body cut short (or an injected request's), nothing more comes.
+  if (raw.complete || raw.readableEnded || raw.destroyed) return Promise.resolve();
   return new Promise((resolve) => {
     let seen = 0;
     const done = () => {
@@ -115,7 +116,9 @@ export async function handleError(error: unknown, request: FastifyRequest, reply
   if (body.code >= 500 && body.code !== 503) {
     request.log.error({ err: error }, `${request.method} ${request.url} failed: ${body.message}`);
   }
-  if (body.code === 413) {
+  // Refused before its body was all read (too large, over a quota half-way): the connection
+  // cannot carry another request, and a client must not pool it.
+  if (body.code === 413 || !request.raw.complete) {
     reply.header("connection", "close");
     await drainBody(request.raw);
   }

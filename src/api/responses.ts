@@ -38,6 +38,7 @@ export interface SandboxDetailJson extends ListedSandboxJson {
     denyOut: string[];
     allowPublicTraffic: boolean;
     maskRequestHost?: string;
+    httpsPorts?: number[];
   };
   lifecycle: { onTimeout: "kill" | "pause"; autoResume: boolean };
 }
@@ -83,6 +84,7 @@ export function toSandboxDetailJson(info: SandboxInfo, domain: string | null): S
       ...(network.maskRequestHost === undefined
         ? {}
         : { maskRequestHost: network.maskRequestHost }),
+      ...(network.httpsPorts?.length ? { httpsPorts: [...network.httpsPorts] } : {}),
     },
     lifecycle: { onTimeout: lifecycle.onTimeout, autoResume: lifecycle.autoResume },
   };

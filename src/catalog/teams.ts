@@ -19,6 +19,8 @@ export interface TeamLimits {
   readonly maxBuilds?: number;
   /** Bytes of template build uploads kept for the team's templates. */
   readonly maxUploadBytes?: number;
+  /** Disk bytes of all the team's volumes (whoever writes: content API or mounts). */
+  readonly maxVolumeBytes?: number;
 }
 
 export const TEAM_LIMIT_KEYS = [
@@ -28,6 +30,7 @@ export const TEAM_LIMIT_KEYS = [
   "maxDiskGiB",
   "maxBuilds",
   "maxUploadBytes",
+  "maxVolumeBytes",
 ] as const satisfies readonly (keyof TeamLimits)[];
 
 export interface TeamRow {

@@ -60,6 +60,7 @@ export async function routeSandbox(
       host: live.slot.hostAddress,
       port,
       maskRequestHost: configOf(live.row).network.maskRequestHost,
+      ...(configOf(live.row).network.httpsPorts?.includes(port) && { https: true }),
     },
   };
 }

@@ -20,6 +20,8 @@ export interface SandboxNetwork {
   readonly allowPublicTraffic: boolean;
   /** Upstream Host header for app ports; `${PORT}` is replaced by the port. */
   readonly maskRequestHost?: string;
+  /** Guest ports that serve HTTPS: the proxy speaks TLS to them (certificate not verified). */
+  readonly httpsPorts?: readonly number[];
 }
 
 export interface SandboxLifecycle {
@@ -365,6 +367,8 @@ export interface ProxyRoute {
   readonly trafficAccessToken?: string;
   readonly allowPublicTraffic: boolean;
   readonly maskRequestHost?: string;
+  /** The port serves HTTPS (the sandbox's `httpsPorts`): the proxy speaks TLS to it. */
+  readonly https?: boolean;
   /** The token envd wants: the proxy's loopback tunnel through envd presents it. */
   readonly envdAccessToken?: string;
 }

@@ -11,6 +11,7 @@ export interface TeamLimitsView {
   readonly maxDiskGiB?: number;
   readonly maxBuilds?: number;
   readonly maxUploadBytes?: number;
+  readonly maxVolumeBytes?: number;
 }
 
 /** What the team holds on the node (running sandboxes, their vCPUs and memory; disk of running and paused). */

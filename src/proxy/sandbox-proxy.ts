@@ -1,5 +1,7 @@
 import { Agent, type IncomingMessage, type ServerResponse } from "node:http";
+import { Agent as TlsAgent } from "node:https";
 import type { Duplex } from "node:stream";
+import { connect as tlsConnect } from "node:tls";
 import type { ProxyRoute, SandboxRouter } from "../orchestrator/types.js";
 import { ENVD_PORT, isSandboxHost, parseTarget } from "../protocol/index.js";
 import {
@@ -59,6 +61,8 @@ interface SandboxConnections {
   /** The sandbox's address the pool connects to. */
   readonly host: string;
   readonly agent: Agent;
+  /** For its `httpsPorts`: TLS, the guest's certificate not verified (E2B's behaviour). */
+  readonly tlsAgent: TlsAgent;
   /** What to do to each open exchange when the sandbox stops. */
   readonly open: Set<(why: Cut) => void>;
 }
@@ -219,10 +223,19 @@ export class SandboxProxy {
       upgrade,
     });
     const connections = this.#connections(sandboxId, route.host);
+    const tls = route.https === true;
     const exchange: Exchange = {
       sandboxId,
       port,
-      upstream: { host: route.host, port: route.port, path, headers, agent: connections.agent },
+      upstream: {
+        host: route.host,
+        port: route.port,
+        path,
+        headers,
+        ...(tls
+          ? { agent: connections.tlsAgent, protocol: "https:" }
+          : { agent: connections.agent }),
+      },
       idleTimeoutMs: this.#idleTimeoutMs,
       headTimeoutMs: this.#headTimeoutMs,
       maxResponseHeadBytes: this.#maxResponseHeadBytes,
@@ -234,11 +247,13 @@ export class SandboxProxy {
         return () => connections.open.delete(cut);
       },
       ...(port !== ENVD_PORT && {
-        loopback: () =>
-          openLoopbackTunnel(route, port, {
+        loopback: async () => {
+          const tunnel = await openLoopbackTunnel(route, port, {
             envdPort: this.#envdPort,
             timeoutMs: Math.min(this.#headTimeoutMs, LOOPBACK_TUNNEL_TIMEOUT_MS),
-          }),
+          });
+          return tls ? tlsConnect({ socket: tunnel, rejectUnauthorized: false }) : tunnel;
+        },
       }),
     };
     return { ok: true, exchange };
@@ -273,9 +288,16 @@ export class SandboxProxy {
     if (connections?.host !== host) {
       // New, or resumed at another address without a stop seen: nothing pooled is reusable.
       connections?.agent.destroy();
+      connections?.tlsAgent.destroy();
+      const pooling = {
+        keepAlive: true,
+        timeout: this.#idleTimeoutMs,
+        scheduling: "lifo",
+      } as const;
       connections = {
         host,
-        agent: new Agent({ keepAlive: true, timeout: this.#idleTimeoutMs, scheduling: "lifo" }),
+        agent: new Agent(pooling),
+        tlsAgent: new TlsAgent({ ...pooling, rejectUnauthorized: false }),
         open: connections?.open ?? new Set(),
       };
       this.#sandboxes.set(sandboxId, connections);
@@ -301,6 +323,7 @@ export class SandboxProxy {
     };
     for (const cut of open) cut(why);
     connections.agent.destroy();
+    connections.tlsAgent.destroy();
     return open.length;
   }
 

@@ -63,7 +63,8 @@ export function upstreamRequest(
   const sent = request({
     host: upstream.host,
     port: upstream.port,
-    protocol: upstream.protocol,
+    // Over a tunnel the caller's socket is the connection, TLS already when it must be.
+    protocol: tunnel ? undefined : upstream.protocol,
     method,
     path: upstream.path,
     headers: upstream.headers,

@@ -95,6 +95,7 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   const volumes = new Volumes({
     catalog: volumeRows,
     dir: input.config.volumesDir ?? join(input.layout.dataDir, "volumes"),
+    limitOf: async (teamId) => (await teams.getTeam(teamId))?.limits.maxVolumeBytes,
     mountedBy: async (volumeId) => {
       const rows = cluster ? await cluster.listSandboxes() : await catalog.listSandboxes();
       return rows

@@ -1,10 +1,11 @@
 import { constants, createReadStream, createWriteStream } from "node:fs";
 import type { FileHandle } from "node:fs/promises";
 import { lstat, mkdir, open, readdir, readlink, rmdir, unlink } from "node:fs/promises";
-import type { Readable } from "node:stream";
+import { type Readable, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { WarrenError } from "../shared/index.js";
 import { DIR_FLAGS, ENTRY_FLAGS, inDir, openDirectory, WalkError } from "./by-descriptor.js";
+import { ENTRY_BYTES } from "./quota.js";
 
 /** A volume entry as E2B's `VolumeEntryStat`. */
 export interface VolumeEntry {
@@ -46,10 +47,25 @@ const MAX_DEPTH = 64;
  */
 export class VolumeFiles {
   readonly #root: string;
+  readonly #admit: (bytes: number) => boolean;
 
-  /** `root`: the volume's directory, made by Warren (trusted, unlike everything under it). */
-  constructor(root: string) {
+  /**
+   * `root`: the volume's directory, made by Warren (trusted, unlike everything under it);
+   * `admit`: whether the volume's team may add that many bytes now (its quota).
+   */
+  constructor(root: string, admit: (bytes: number) => boolean = () => true) {
     this.#root = root;
+    this.#admit = admit;
+  }
+
+  /** Counts what a call adds against the team's quota, or refuses it (429). */
+  #adding(bytes: number): void {
+    if (!this.#admit(bytes)) {
+      throw new WarrenError(
+        "quota_exceeded",
+        "the team is at its quota of volume bytes (maxVolumeBytes): remove files from its volumes",
+      );
+    }
   }
 
   async stat(path: string): Promise<VolumeEntry> {
@@ -76,6 +92,7 @@ export class VolumeFiles {
     if (names.length === 0) throw new WarrenError("conflict", "the volume's root already exists");
     const parent = names.slice(0, -1);
     const name = names.at(-1) as string;
+    this.#adding(ENTRY_BYTES);
     return this.#withDir(
       parent,
       async (dir) => {
@@ -121,6 +138,7 @@ export class VolumeFiles {
     const names = parsePath(path);
     if (names.length === 0) throw new WarrenError("invalid_argument", "'/' is a directory");
     const shown = joinPath(names);
+    this.#adding(ENTRY_BYTES);
     return this.#withDir(
       names.slice(0, -1),
       async (dir) => {
@@ -141,7 +159,21 @@ export class VolumeFiles {
           }
           await file.truncate(0);
           // The numeric fd: a stream given the FileHandle holds it, and close() would wait on it.
-          await pipeline(body, createWriteStream("", { fd: file.fd, autoClose: false, start: 0 }));
+          const metered = new Transform({
+            transform: (chunk: Buffer, _encoding, done) => {
+              try {
+                this.#adding(chunk.length);
+                done(null, chunk);
+              } catch (err) {
+                done(err as Error);
+              }
+            },
+          });
+          await pipeline(
+            body,
+            metered,
+            createWriteStream("", { fd: file.fd, autoClose: false, start: 0 }),
+          );
           await applyMetadata(file, options);
           return await describeOpen(file, shown);
         } finally {

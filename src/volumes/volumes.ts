@@ -5,6 +5,7 @@ import { join } from "node:path";
 import type { VolumeCatalog, VolumeRow } from "../catalog/index.js";
 import { WarrenError } from "../shared/index.js";
 import { type NfsServer, startNfsServer } from "./nfs/nfs-server.js";
+import { VolumeQuota } from "./quota.js";
 import { VolumeFiles } from "./volume-files.js";
 
 /** E2B's volume name rule. */
@@ -19,6 +20,8 @@ export interface VolumesOptions {
   readonly dir: string;
   /** The sandboxes (paused ones too) that mount the volume, on any node: they block its destroy. */
   readonly mountedBy?: (volumeId: string) => Promise<string[]>;
+  /** The team's `maxVolumeBytes` (the team catalog); unset: no quota. */
+  readonly limitOf?: (teamId: string) => Promise<number | undefined>;
 }
 
 /**
@@ -28,9 +31,28 @@ export interface VolumesOptions {
  */
 export class Volumes {
   readonly #o: VolumesOptions;
+  readonly #quota: VolumeQuota | undefined;
 
   constructor(options: VolumesOptions) {
     this.#o = options;
+    const { limitOf } = options;
+    this.#quota =
+      limitOf &&
+      new VolumeQuota({
+        limitOf,
+        rootsOf: async (teamId) => (await this.list(teamId)).map((row) => this.#root(row.id)),
+      });
+  }
+
+  /** What the team's volumes hold, in disk bytes, as last measured (0 without a quota). */
+  bytesUsed(teamId: string): number {
+    return this.#quota?.used(teamId) ?? 0;
+  }
+
+  /** Whether the team may add `bytes` (counted if so): for writers that cannot wait. */
+  #admitter(teamId: string): (bytes: number) => boolean {
+    const quota = this.#quota;
+    return quota ? (bytes) => quota.admit(teamId, bytes) : () => true;
   }
 
   async create(teamId: string, name: string): Promise<VolumeRow> {
@@ -108,7 +130,9 @@ export class Volumes {
         "this volume's content needs its token: Authorization: Bearer <token> from GET /volumes/{id}",
       );
     }
-    return new VolumeFiles(this.#root(row.id));
+    // Measured now if stale: the content API's writes are refused on a fresh figure.
+    await this.#quota?.check(row.teamId, 0);
+    return new VolumeFiles(this.#root(row.id), this.#admitter(row.teamId));
   }
 
   /**
@@ -116,15 +140,24 @@ export class Volumes {
    * namespace); the socket is closed with the server, or at once when a volume is gone.
    */
   async serve(fd: number, volumeIds: readonly string[]): Promise<NfsServer> {
+    const teams = new Set<string>();
     for (const id of volumeIds) {
-      if (!(VOLUME_ID.test(id) && (await this.#o.catalog.getVolume(id)))) {
+      const row = VOLUME_ID.test(id) ? await this.#o.catalog.getVolume(id) : undefined;
+      if (!row) {
         closeSync(fd);
         throw new WarrenError("volume_not_found", `volume ${shown(id)} no longer exists`);
       }
+      teams.add(row.teamId);
+    }
+    const [teamId, ...others] = teams;
+    if (others.length > 0 || !teamId) {
+      closeSync(fd);
+      throw new WarrenError("invalid_argument", "a sandbox mounts volumes of its own team only");
     }
     return startNfsServer({
       volumes: volumeIds.map((id) => ({ key: id, root: this.#root(id) })),
       listen: { fd },
+      admit: this.#admitter(teamId),
     });
   }
 

@@ -146,6 +146,38 @@ describe("the proxy", () => {
     assert.ok(Date.now() - started < 10_000, "cut at once, not at a timeout");
   });
 
+  it("speaks TLS to a guest port listed in httpsPorts (self-signed certificate)", async () => {
+    const sandbox = await Sandbox.create({ network: { httpsPorts: [8443] } });
+    try {
+      assert.deepEqual((await sandbox.getInfo()).network?.httpsPorts, [8443]);
+      await sandbox.commands.run(
+        "cd /tmp && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=guest -days 1 -keyout k.pem -out c.pem 2>/dev/null",
+      );
+      const serve = `python3 -c '
+import http.server, ssl
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"over tls " + self.path.encode())
+    def log_message(self, *a): pass
+s = http.server.HTTPServer(("0.0.0.0", 8443), H)
+c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain("/tmp/c.pem", "/tmp/k.pem")
+s.socket = c.wrap_socket(s.socket, server_side=True)
+s.serve_forever()'`;
+      await sandbox.commands.run(serve, { background: true, timeoutMs: 0 });
+      let body = "";
+      for (let i = 0; i < 50 && !body.startsWith("over tls"); i++) {
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        const res = await fetch(`${server.url}/hello`, {
+          headers: { "e2b-sandbox-id": sandbox.sandboxId, "e2b-sandbox-port": "8443" },
+        });
+        body = await res.text();
+      }
+      assert.equal(body, "over tls /hello");
+    } finally {
+      await sandbox.kill();
+    }
+  });
+
   it("answers 502 with E2B's body for an unknown sandbox", async () => {
     const res = await fetch(`${server.url}/health`, {
       headers: { "e2b-sandbox-id": "doesnotexist", "e2b-sandbox-port": "49983" },

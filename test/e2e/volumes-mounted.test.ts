@@ -8,7 +8,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { Sandbox, Volume } from "e2b";
-import { useServer } from "../helpers/server.js";
+import { api, useServer } from "../helpers/server.js";
 
 const server = useServer();
 
@@ -121,5 +121,38 @@ describe("volumes mounted in sandboxes (e2b SDK)", () => {
       assert.ok(top.includes(name), `${name} in ${top.join(", ")}`);
     assert.equal(await Volume.destroy(volume.volumeId), true);
     assert.equal(existsSync(join(server.dataDir, "volumes", volume.volumeId)), false);
+  });
+
+  it("holds a team to its maxVolumeBytes: the guest gets EDQUOT, the content API 429, until files go", async () => {
+    const admin = { "x-admin-token": server.adminToken, "x-api-key": "" };
+    const limits = { maxVolumeBytes: 8 * 1024 * 1024 };
+    const made = await api(
+      server,
+      "POST",
+      "/admin/teams",
+      { name: `quota-${Date.now()}`, limits },
+      admin,
+    );
+    assert.equal(made.status, 201);
+    const { apiKey } = made.body as { apiKey: string };
+    const small = await Volume.create(`small-${Date.now()}`, { apiKey });
+    const sandbox = await Sandbox.create({ apiKey, volumeMounts: { "/mnt/small": small } });
+    sandboxes.push(sandbox);
+    const filled = await sandbox.commands.run(
+      "dd if=/dev/urandom of=/mnt/small/big bs=1M count=20 conv=fsync 2>&1; echo exit=$?",
+    );
+    assert.match(filled.stdout, /Disk quota exceeded/);
+    assert.match(filled.stdout, /exit=1/);
+    await assert.rejects(small.writeFile("/more", "x".repeat(2 * 1024 * 1024)), /429|quota/);
+    // Removed: room again, once the next measure (at most 5 s later) sees it.
+    await sandbox.commands.run("rm /mnt/small/big");
+    let wrote = "";
+    for (let i = 0; i < 40 && !wrote.includes("exit=0"); i++) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      wrote = (await sandbox.commands.run("echo ok > /mnt/small/again 2>&1; echo exit=$?")).stdout;
+    }
+    assert.match(wrote, /exit=0/);
+    await sandbox.kill();
+    assert.equal(await Volume.destroy(small.volumeId, { apiKey }), true);
   });
 });

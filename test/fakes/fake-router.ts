@@ -9,6 +9,8 @@ export interface FakeSandbox {
   readonly trafficAccessToken?: string;
   readonly maskRequestHost?: string;
   readonly envdAccessToken?: string;
+  /** Ports that serve HTTPS (the sandbox's `httpsPorts`). */
+  readonly httpsPorts?: readonly number[];
   /** Set: route() answers conflict with this message (a sandbox mid-transition). */
   readonly conflict?: string;
 }
@@ -50,6 +52,7 @@ export class FakeRouter implements SandboxRouter {
       }),
       ...(sandbox.maskRequestHost !== undefined && { maskRequestHost: sandbox.maskRequestHost }),
       ...(sandbox.envdAccessToken !== undefined && { envdAccessToken: sandbox.envdAccessToken }),
+      ...(sandbox.httpsPorts?.includes(port) && { https: true }),
     };
     return { kind: "ok", route };
   }

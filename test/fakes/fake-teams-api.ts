@@ -20,6 +20,7 @@ export interface FakeLimits {
   maxDiskGiB?: number;
   maxBuilds?: number;
   maxUploadBytes?: number;
+  maxVolumeBytes?: number;
 }
 
 export interface FakeTeam {

@@ -34,6 +34,7 @@ export function teamCommands(program: Command, connect: Connect): void {
     .option("--max-disk-gib <n>", "disk of its sandboxes together, GiB")
     .option("--max-builds <n>", "template builds in flight")
     .option("--max-upload-mib <n>", "bytes of uploaded build files, MiB")
+    .option("--max-volume-mib <n>", "disk of its volumes together, MiB")
     .option("--json", 'print {"teamID", "apiKey"} only')
     .action(async (name: string, opts, cmd: Command) => {
       const limits = limitsFrom(opts);
@@ -92,6 +93,7 @@ export function limitsFrom(opts: Record<string, unknown>): Limits {
     return n;
   };
   const upload = count("max-upload-mib", opts.maxUploadMib);
+  const volumes = count("max-volume-mib", opts.maxVolumeMib);
   const limits: Limits = {
     maxSandboxes: count("max-sandboxes", opts.maxSandboxes),
     maxVcpus: count("max-vcpus", opts.maxVcpus),
@@ -99,6 +101,7 @@ export function limitsFrom(opts: Record<string, unknown>): Limits {
     maxDiskGiB: count("max-disk-gib", opts.maxDiskGib),
     maxBuilds: count("max-builds", opts.maxBuilds),
     maxUploadBytes: upload === undefined ? undefined : upload * MIB,
+    maxVolumeBytes: volumes === undefined ? undefined : volumes * MIB,
   };
   // Absent, not undefined: the body names only the limits set.
   return Object.fromEntries(
@@ -110,7 +113,7 @@ function printTeams(teams: readonly TeamSummary[]): void {
   const of = (used: string, limit: number | undefined, unit = "") =>
     `${used}${unit}/${limit === undefined ? "-" : `${limit}${unit}`}`;
   printTable(
-    ["ID", "NAME", "SANDBOXES", "VCPUS", "MEMORY", "DISK", "BUILDS", "UPLOADS", "AGE"],
+    ["ID", "NAME", "SANDBOXES", "VCPUS", "MEMORY", "DISK", "BUILDS", "UPLOADS", "VOLUMES", "AGE"],
     teams.map((t) => [
       t.teamID,
       t.name,
@@ -122,6 +125,9 @@ function printTeams(teams: readonly TeamSummary[]): void {
       t.limits.maxUploadBytes === undefined
         ? "-"
         : `${Math.floor(t.limits.maxUploadBytes / MIB)}Mi`,
+      t.limits.maxVolumeBytes === undefined
+        ? "-"
+        : `${Math.floor(t.limits.maxVolumeBytes / MIB)}Mi`,
       age(new Date(t.createdAt)),
     ]),
   );

@@ -365,6 +365,34 @@ describe("volume NFS server", () => {
     }
   });
 
+  it("refuses writes and new entries past the team's quota with EDQUOT, reads go on", async () => {
+    const file = await create(rootHandle, "quota-file");
+    assert.equal(await write(file.handle as Buffer, 0, "before"), 0);
+    let room = 10;
+    const limited = await startNfsServer({
+      volumes: [{ key: "vol-1", root }],
+      listen: { host: "127.0.0.1", port: 0 },
+      admit: (bytes) => {
+        if (bytes > room) return false;
+        room -= bytes;
+        return true;
+      },
+    });
+    const fresh = await Client.open(limited.port);
+    const previous = client;
+    try {
+      client = fresh;
+      assert.equal(await write(file.handle as Buffer, 0, "tiny"), 0, "within the quota");
+      assert.equal(await write(file.handle as Buffer, 0, "more than ten"), 69, "DQUOT");
+      assert.equal((await create(rootHandle, "another")).status, 69, "a new entry counts too");
+      assert.equal((await read(file.handle as Buffer, 0, 100)).data, "tinyre");
+    } finally {
+      client = previous;
+      fresh.socket.destroy();
+      await limited.close();
+    }
+  });
+
   it("drops a connection that sends a record over the bound", async () => {
     const hostile = await Client.open(server.port);
     const mark = Buffer.allocUnsafe(4);

@@ -18,6 +18,8 @@ export interface NfsServerOptions {
   readonly listen: { readonly host: string; readonly port: number } | { readonly fd: number };
   /** Connections at once; more are closed at once (a guest opening sockets in a loop). */
   readonly maxConnections?: number;
+  /** Whether the volumes' team may add that many bytes now (its quota); default: always. */
+  readonly admit?: (bytes: number) => boolean;
 }
 
 export interface NfsServer {
@@ -34,7 +36,7 @@ export async function startNfsServer(options: NfsServerOptions): Promise<NfsServ
       throw err;
     },
   );
-  const programs = [new Mount3Program(volumes), new Nfs3Program(volumes)];
+  const programs = [new Mount3Program(volumes), new Nfs3Program(volumes, options.admit)];
   const sockets = new Set<Socket>();
   const server: Server = createServer((socket) => {
     if (sockets.size >= (options.maxConnections ?? 16)) return void socket.destroy();

@@ -17,6 +17,7 @@ import {
   unlink,
 } from "node:fs/promises";
 import { DIR_FLAGS, ENTRY_FLAGS, inDir, openDirectory, WalkError } from "../by-descriptor.js";
+import { ENTRY_BYTES } from "../quota.js";
 import { HANDLE_BYTES, type Handles } from "./handles.js";
 import { AcceptStat, type Credentials, type ProgramReply, type RpcProgram } from "./rpc.js";
 import { type XdrReader, XdrWriter } from "./xdr.js";
@@ -88,9 +89,17 @@ export class Nfs3Program implements RpcProgram {
   readonly #volumes: readonly Handles[];
   /** Changes when the server starts: a client resends writes it had not seen committed. */
   readonly #writeVerifier = randomBytes(8);
+  readonly #admit: (bytes: number) => boolean;
 
-  constructor(volumes: readonly Handles[]) {
+  /** `admit`: whether the volumes' team may add that many bytes (its quota); EDQUOT if not. */
+  constructor(volumes: readonly Handles[], admit: (bytes: number) => boolean = () => true) {
     this.#volumes = volumes;
+    this.#admit = admit;
+  }
+
+  /** Counts what a call adds against the quota, or refuses the call. */
+  #adding(bytes: number): void {
+    if (!this.#admit(bytes)) throw new NfsError(Status.DQUOT);
   }
 
   async call(procedure: number, args: XdrReader, credentials: Credentials): Promise<ProgramReply> {
@@ -233,6 +242,7 @@ export class Nfs3Program implements RpcProgram {
     args.u32(); // count: the data's own length is what is written
     args.u32(); // stable_how: every write is FILE_SYNC here
     const data = args.opaque(MAX_IO_BYTES);
+    this.#adding(data.length);
     const stats = await this.#withFile(target, constants.O_WRONLY, async (file) => {
       let written = 0;
       while (written < data.length) {
@@ -253,6 +263,7 @@ export class Nfs3Program implements RpcProgram {
 
   async #create(args: XdrReader, out: XdrWriter, who: Credentials) {
     const dir = await this.#resolve(args);
+    this.#adding(ENTRY_BYTES);
     const name = readName(args);
     const how = args.u32(); // UNCHECKED 0, GUARDED 1, EXCLUSIVE 2 (a verifier, no attributes)
     let wanted: SetAttributes = {};
@@ -289,6 +300,7 @@ export class Nfs3Program implements RpcProgram {
 
   async #mkdir(args: XdrReader, out: XdrWriter, who: Credentials) {
     const dir = await this.#resolve(args);
+    this.#adding(ENTRY_BYTES);
     const name = readName(args);
     const wanted = readSetAttributes(args);
     const stats = await this.#inDirectory(dir, async (handle) => {
@@ -307,6 +319,7 @@ export class Nfs3Program implements RpcProgram {
 
   async #symlink(args: XdrReader, out: XdrWriter, who: Credentials) {
     const dir = await this.#resolve(args);
+    this.#adding(ENTRY_BYTES);
     const name = readName(args);
     readSetAttributes(args); // a link's mode means nothing on Linux
     const target = args.string(MAX_PATH_BYTES);
@@ -353,6 +366,7 @@ export class Nfs3Program implements RpcProgram {
   async #link(args: XdrReader, out: XdrWriter) {
     const file = await this.#resolve(args);
     const dir = await this.#resolve(args);
+    this.#adding(ENTRY_BYTES);
     const name = readName(args);
     if (file.names.length === 0) throw new NfsError(Status.ISDIR);
     if (file.volume !== dir.volume) throw new NfsError(Status.XDEV);

@@ -199,6 +199,8 @@ test("bad combinations and features Warren lacks are 400s", async () => {
       /egressProxy is not supported/,
     ],
     ["/v2/sandboxes", { iam: { tokens: { t: { audience: "a", tokenType: "b" } } } }, /iam\/tokens/],
+    ["/v2/sandboxes", { network: { httpsPorts: [0] } }, /httpsPorts 0 is not a port/],
+    ["/v2/sandboxes", { network: { httpsPorts: [49983] } }, /49983 is envd's port/],
     [
       "/v2/sandboxes",
       { autoPause: true, autoPauseMemory: false, autoResume: { enabled: true } },

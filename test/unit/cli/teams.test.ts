@@ -141,17 +141,25 @@ describe("warren team, warren key and the credentials they use", () => {
   });
 
   it("team ls: each team's quotas and usage as used/limit, - where there is no limit; --json as the server says", async () => {
-    const team = fake.addTeam("busy", { maxSandboxes: 5, maxMemoryMiB: 4096, maxDiskGiB: 20 });
+    const team = fake.addTeam("busy", {
+      maxSandboxes: 5,
+      maxMemoryMiB: 4096,
+      maxDiskGiB: 20,
+      maxVolumeBytes: 512 * 1024 * 1024,
+    });
     fake.addSandbox(team.teamID, { cpuCount: 2, memoryMB: 1024, diskSizeMB: 1536 });
     fake.addSandbox(team.teamID, { cpuCount: 1, memoryMB: 512, diskSizeMB: 512, state: "paused" });
     const table = await ok(["team", "ls"]);
     const [header, ...rows] = table.trimEnd().split("\n");
     assert.match(
       header as string,
-      /^ID\s+NAME\s+SANDBOXES\s+VCPUS\s+MEMORY\s+DISK\s+BUILDS\s+UPLOADS\s+AGE$/,
+      /^ID\s+NAME\s+SANDBOXES\s+VCPUS\s+MEMORY\s+DISK\s+BUILDS\s+UPLOADS\s+VOLUMES\s+AGE$/,
     );
     const row = rows.find((r) => r.startsWith(team.teamID));
-    assert.match(row ?? "", /busy\s+2\/5\s+3\/-\s+1536Mi\/4096Mi\s+2Gi\/20Gi\s+-\s+-\s+\d+s$/);
+    assert.match(
+      row ?? "",
+      /busy\s+2\/5\s+3\/-\s+1536Mi\/4096Mi\s+2Gi\/20Gi\s+-\s+-\s+512Mi\s+\d+s$/,
+    );
     assert.ok(
       rows.some((r) => /^default\s+default\s+0\/-\s+0\/-\s+0Mi\/-\s+0Gi\/-/.test(r)),
       table,
@@ -333,7 +341,7 @@ describe("warren team, warren key and the credentials they use", () => {
     assert.match(script, /"team"\) words="create ls rm --help"/);
     assert.match(
       script,
-      /"team create"\) words="--max-sandboxes --max-vcpus --max-memory-mib --max-disk-gib --max-builds --max-upload-mib --json --help"/,
+      /"team create"\) words="--max-sandboxes --max-vcpus --max-memory-mib --max-disk-gib --max-builds --max-upload-mib --max-volume-mib --json --help"/,
     );
     assert.match(script, /"key create"\) words="--name --team --json --help"/);
     assert.match(script, /"key ls"\) words="--team --json --help"/);
