@@ -1,0 +1,91 @@
+import type { EgressPolicy } from "../egress-policy.js";
+import { cidrContains, cidrWithin, type Ipv4Cidr, parseCidr, parseIpv4 } from "../ipv4.js";
+import type { EgressLimits } from "../netns-rules.js";
+import { type DomainPattern, matchesDomain } from "./domains.js";
+
+/** A guest's new connection as the egress gate sees it. */
+export interface GateRequest {
+  /** Where the guest sent it (IPv4). */
+  readonly destination: string;
+  /** The name it is for (SNI, Host), when it named one. */
+  readonly name?: string;
+}
+
+export type GateVerdict =
+  | { readonly allow: true; readonly address: string; readonly by: "domain" | "address" }
+  | { readonly allow: false; readonly reason: string };
+
+/** Resolves a name to IPv4 addresses (the node's resolver, or a test's). */
+export type Resolve = (name: string) => Promise<readonly string[]>;
+
+/**
+ * Where a connection may go. A name the domain list allows goes to what **Warren** resolves
+ * it to (never to the address the guest picked: a guest could name an allowed host and
+ * connect anywhere), the first address no limit refuses — domain entries beat `denyOut` and
+ * `allowInternet: false`, never the host's, the slots' or the never-ranges, and a private
+ * range or LAN only where an `allowOut` address names it. Anything else is judged by its
+ * destination address, as the slot's egress chain judges packets.
+ */
+export async function decide(
+  request: GateRequest,
+  policy: EgressPolicy,
+  domains: readonly DomainPattern[],
+  limits: EgressLimits,
+  resolve: Resolve,
+): Promise<GateVerdict> {
+  if (request.name !== undefined && matchesDomain(request.name, domains)) {
+    const addresses = await resolve(request.name).catch(() => [] as readonly string[]);
+    const reachable = addresses.find((a) => limitsAllow(a, policy, limits));
+    if (reachable) return { allow: true, address: reachable, by: "domain" };
+    return {
+      allow: false,
+      reason: addresses.length
+        ? `${request.name} resolves to no address a sandbox may reach`
+        : `${request.name} does not resolve`,
+    };
+  }
+  if (addressAllowed(request.destination, policy, limits)) {
+    return { allow: true, address: request.destination, by: "address" };
+  }
+  return {
+    allow: false,
+    reason:
+      request.name === undefined
+        ? `${request.destination} is not allowed`
+        : `${request.name} (${request.destination}) is not allowed`,
+  };
+}
+
+/**
+ * The egress chain's verdict for an address (netns-rules.ts `egressChainRules`, same order):
+ * never-ranges and the host, allowOut naming a restricted range, restricted ranges, other
+ * allowOut entries, denyOut, then allowInternet.
+ */
+export function addressAllowed(
+  address: string,
+  policy: EgressPolicy,
+  limits: EgressLimits,
+): boolean {
+  const ip = parseIpv4(address);
+  if (ip === undefined) return false;
+  const inAny = (list: readonly string[]) => list.some((c) => cidrContains(cidr(c), ip));
+  if (inAny(limits.never)) return false;
+  const restricted = limits.restricted.map(cidr);
+  const namesRestricted = (entry: string) => restricted.some((r) => cidrWithin(cidr(entry), r));
+  if (inAny(policy.allowOut.filter(namesRestricted))) return true;
+  if (restricted.some((r) => cidrContains(r, ip))) return false;
+  if (inAny(policy.allowOut)) return true;
+  if (inAny(policy.denyOut)) return false;
+  return policy.allowInternet;
+}
+
+/** What no domain entry opens: the never-ranges, and a restricted range no allowOut names. */
+function limitsAllow(address: string, policy: EgressPolicy, limits: EgressLimits): boolean {
+  return addressAllowed(address, { ...policy, allowInternet: true, denyOut: [] }, limits);
+}
+
+function cidr(text: string): Ipv4Cidr {
+  const parsed = parseCidr(text);
+  if (!parsed) throw new Error(`not an IPv4 CIDR: ${text}`);
+  return parsed;
+}
