@@ -13,6 +13,7 @@ test("validateEgressPolicy normalizes entries", () => {
     allowInternet: false,
     allowOut: ["1.2.3.4/32", "10.0.0.0/8"],
     denyOut: [],
+    allowDomains: [],
   });
   assert.ok(Object.isFrozen(policy) && Object.isFrozen(policy.allowOut));
   assert.ok(sameEgressPolicy(policy, validateEgressPolicy(policy)));

@@ -1,3 +1,4 @@
+import { parseDomainPattern } from "./egress-gate/domains.js";
 import { EgressPolicyError } from "./errors.js";
 import { formatCidr, parseCidr } from "./ipv4.js";
 
@@ -18,12 +19,19 @@ export interface EgressPolicy {
   readonly allowOut: readonly string[];
   /** IPv4 addresses or CIDRs never reachable, unless also matched by allowOut. */
   readonly denyOut: readonly string[];
+  /**
+   * Names reachable whatever their address (`example.com`, `*.example.com`), within the
+   * limits no policy opens; given among `allowOut` (E2B's way), split out by
+   * validateEgressPolicy. While any is set, DNS answers only these names (egress-gate/).
+   */
+  readonly allowDomains?: readonly string[];
 }
 
 export const DEFAULT_EGRESS_POLICY: EgressPolicy = Object.freeze({
   allowInternet: true,
   allowOut: Object.freeze([]),
   denyOut: Object.freeze([]),
+  allowDomains: Object.freeze([]),
 });
 
 /** Refused unless an allowOut entry inside the range names the destination. */
@@ -68,10 +76,38 @@ export function validateEgressPolicy(policy: EgressPolicy): EgressPolicy {
       String(policy.allowInternet),
     );
   }
+  const allowOut = Array.isArray(policy.allowOut) ? (policy.allowOut as unknown[]) : [];
+  const isDomain = (entry: unknown) =>
+    typeof entry === "string" &&
+    parseCidr(entry.trim()) === undefined &&
+    parseDomainPattern(entry.trim()) !== undefined;
+  const domains = [...(policy.allowDomains ?? []), ...allowOut.filter(isDomain)] as string[];
+  if (domains.length > MAX_POLICY_ENTRIES) {
+    throw new EgressPolicyError(
+      `egress policy allowOut has ${domains.length} domains, more than ${MAX_POLICY_ENTRIES}`,
+      String(domains[MAX_POLICY_ENTRIES]),
+    );
+  }
+  const allowDomains = [
+    ...new Set(
+      domains.map((entry) => {
+        const pattern = parseDomainPattern(String(entry).trim());
+        if (!pattern)
+          throw new EgressPolicyError(`egress policy domain "${entry}" is not a host name`, entry);
+        return pattern.entry;
+      }),
+    ),
+  ];
   return Object.freeze({
     allowInternet: policy.allowInternet,
-    allowOut: normalizeList("allowOut", policy.allowOut),
+    allowOut: normalizeList(
+      "allowOut",
+      Array.isArray(policy.allowOut)
+        ? allowOut.filter((entry) => !isDomain(entry))
+        : policy.allowOut,
+    ),
     denyOut: normalizeList("denyOut", policy.denyOut),
+    allowDomains: Object.freeze(allowDomains),
   });
 }
 
@@ -91,7 +127,8 @@ function normalizeList(name: string, list: unknown): readonly string[] {
     if (!cidr) {
       throw new EgressPolicyError(
         `egress policy ${name} entry "${String(entry)}" is not an IPv4 address or CIDR ` +
-          "(e.g. 203.0.113.7 or 203.0.113.0/24)",
+          "(e.g. 203.0.113.7 or 203.0.113.0/24)" +
+          (name === "allowOut" ? ", nor a domain (example.com, *.example.com)" : ""),
         String(entry),
       );
     }
@@ -106,6 +143,7 @@ export function sameEgressPolicy(a: EgressPolicy, b: EgressPolicy): boolean {
   return (
     a.allowInternet === b.allowInternet &&
     sameList(a.allowOut, b.allowOut) &&
-    sameList(a.denyOut, b.denyOut)
+    sameList(a.denyOut, b.denyOut) &&
+    sameList(a.allowDomains ?? [], b.allowDomains ?? [])
   );
 }

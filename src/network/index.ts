@@ -1,4 +1,5 @@
 export { type CommandResult, type CommandRunner, runCommand } from "./command-runner.js";
+export { type Resolve, resolverAt } from "./egress-gate/decide.js";
 export {
   DEFAULT_EGRESS_POLICY,
   type EgressPolicy,

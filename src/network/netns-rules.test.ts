@@ -2,7 +2,13 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { type EgressPolicy, validateEgressPolicy } from "./egress-policy.js";
 import { cidrContains, parseCidr, parseIpv4 } from "./ipv4.js";
-import { type EgressLimits, egressChainRules, egressLimits, egressUpdate } from "./netns-rules.js";
+import {
+  type EgressLimits,
+  egressChainRules,
+  egressLimits,
+  egressUpdate,
+  gateChainRules,
+} from "./netns-rules.js";
 
 // The host of these tests: slots in 10.201.0.0/16, one address on a public-looking LAN
 // (198.51.100.0/24) and one on a private one (192.168.1.0/24).
@@ -55,7 +61,7 @@ test("the egress chain: never, allowOut naming a restricted range, restricted ra
   // An update re-declares (so empties) the chain and refills it in one transaction.
   assert.match(
     egressUpdate(policy({}), limits),
-    /^\*filter\n:WARREN-EGRESS - \[0:0\]\n(-A .*\n)+COMMIT\n$/,
+    /^\*nat\n:WARREN-GATE - \[0:0\]\nCOMMIT\n\*filter\n:WARREN-EGRESS - \[0:0\]\n(-A .*\n)+COMMIT\n$/,
   );
 });
 
@@ -139,4 +145,45 @@ test("allowOut wins over denyOut, and denyOut over the internet", () => {
   assert.equal(verdict(rules, "203.0.113.7"), ACCEPT);
   assert.equal(verdict(rules, "203.0.113.8"), REFUSE);
   assert.equal(verdict(rules, "8.8.8.8"), ACCEPT);
+});
+
+test("the gate chain: empty without domains; with them, DNS and what the egress chain refuses go to the gate", () => {
+  const plain = policy({ allowInternet: false, allowOut: ["198.51.100.7"] });
+  assert.deepEqual(gateChainRules(plain, limits), []);
+  const withDomains = policy({
+    allowInternet: true,
+    allowOut: ["198.51.100.7", "*.allowed.test"],
+    denyOut: ["0.0.0.0/0"],
+  });
+  assert.deepEqual(withDomains.allowDomains, ["*.allowed.test"]);
+  assert.deepEqual(withDomains.allowOut, ["198.51.100.7/32"]);
+  const rules = gateChainRules(withDomains, limits);
+  const toGate = "-p tcp -m conntrack --ctstate NEW -j REDIRECT --to-ports 15001";
+  assert.deepEqual(rules.slice(0, 2), [
+    "-A WARREN-GATE -p udp --dport 53 -j REDIRECT --to-ports 53",
+    "-A WARREN-GATE -p tcp --dport 53 -j REDIRECT --to-ports 53",
+  ]);
+  // The egress chain's order, ACCEPT → RETURN (its own way), REJECT → the gate (TCP).
+  assert.ok(rules.includes(`-A WARREN-GATE -d 198.51.100.7/32 -j RETURN`));
+  assert.ok(rules.includes(`-A WARREN-GATE -d 0.0.0.0/0 ${toGate}`));
+  assert.ok(rules.includes(`-A WARREN-GATE -d 169.254.0.0/16 ${toGate}`));
+  assert.equal(rules.at(-1), "-A WARREN-GATE -j RETURN");
+  assert.ok(
+    rules.indexOf("-A WARREN-GATE -d 198.51.100.7/32 -j RETURN") <
+      rules.indexOf(`-A WARREN-GATE -d 0.0.0.0/0 ${toGate}`),
+    "allow beats deny",
+  );
+  const update = egressUpdate(withDomains, limits);
+  assert.match(update, /^\*nat\n:WARREN-GATE - \[0:0\]\n-A WARREN-GATE -p udp/);
+});
+
+test("policies: domains go among allowOut and split out; denyOut takes none", () => {
+  assert.throws(
+    () => policy({ denyOut: ["denied.test"] }),
+    /denyOut entry "denied.test" is not an IPv4 address or CIDR \(e\.g\./,
+  );
+  assert.throws(() => policy({ allowOut: ["not a name"] }), /nor a domain/);
+  const mixed = policy({ allowOut: ["Example.COM", "*.a.test", "example.com", "10.0.0.1"] });
+  assert.deepEqual(mixed.allowDomains, ["example.com", "*.a.test"]);
+  assert.deepEqual(mixed.allowOut, ["10.0.0.1/32"]);
 });

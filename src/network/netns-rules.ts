@@ -11,6 +11,14 @@ import { NETNS_VETH, type SlotAddresses, TAP_NAME } from "./slot-addressing.js";
 export const EGRESS_CHAIN = "WARREN-EGRESS";
 /** Refuses fast: TCP gets a reset, the rest an ICMP "administratively prohibited". */
 export const REJECT_CHAIN = "WARREN-REJECT";
+/**
+ * nat: what the egress gate takes (egress-gate/): while the policy lists domains, every DNS
+ * query, and the new TCP connections the egress chain would refuse. Empty otherwise.
+ */
+export const GATE_CHAIN = "WARREN-GATE";
+/** Where the gate listens, on the gateway address inside the namespace. */
+export const GATE_TCP_PORT = 15001;
+export const GATE_DNS_PORT = 53;
 
 /**
  * The whole ruleset of a new slot namespace, applied with a plain `iptables-restore`
@@ -24,8 +32,12 @@ export function netnsRuleset(
   policy: EgressPolicy,
   limits: EgressLimits,
 ): string {
-  const nfs = `-p tcp -d ${GATEWAY_ADDRESS}/32 --dport ${VOLUME_NFS_PORT}`;
-  const nfsReplies = `-p tcp -s ${GATEWAY_ADDRESS}/32 --sport ${VOLUME_NFS_PORT}`;
+  const served = [
+    ["tcp", VOLUME_NFS_PORT],
+    ["tcp", GATE_TCP_PORT],
+    ["tcp", GATE_DNS_PORT],
+    ["udp", GATE_DNS_PORT],
+  ] as const;
   const guest = `${GUEST_ADDRESS}/32`;
   return lines(
     "*nat",
@@ -33,6 +45,9 @@ export function netnsRuleset(
     ":INPUT ACCEPT [0:0]",
     ":OUTPUT ACCEPT [0:0]",
     ":POSTROUTING ACCEPT [0:0]",
+    `:${GATE_CHAIN} - [0:0]`,
+    `-A PREROUTING -i ${TAP_NAME} -j ${GATE_CHAIN}`,
+    ...gateChainRules(policy, limits),
     // The host reaches the guest at the slot's own address.
     `-A PREROUTING -i ${NETNS_VETH} -d ${slot.hostAddress}/32 -j DNAT --to-destination ${GUEST_ADDRESS}`,
     // The guest's traffic leaves as the slot's address (the host then masquerades it).
@@ -44,11 +59,15 @@ export function netnsRuleset(
     ":OUTPUT DROP [0:0]",
     `:${EGRESS_CHAIN} - [0:0]`,
     `:${REJECT_CHAIN} - [0:0]`,
-    // Nothing in the namespace serves anyone but the guest's volume mounts: neither the
-    // guest (tap0) nor the host side may open other connections to its own addresses.
+    // Nothing in the namespace serves anyone but its guest, on the gateway address: its
+    // volumes (NFS) and, while the policy lists domains, the egress gate (TCP and DNS).
+    // Neither the guest nor the host side may open other connections to it.
     "-A INPUT -i lo -j ACCEPT",
     "-A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
-    `-A INPUT -i ${TAP_NAME} -s ${guest} ${nfs} -m conntrack --ctstate NEW -j ACCEPT`,
+    ...served.map(
+      ([proto, port]) =>
+        `-A INPUT -i ${TAP_NAME} -s ${guest} -p ${proto} -d ${GATEWAY_ADDRESS}/32 --dport ${port} -m conntrack --ctstate NEW -j ACCEPT`,
+    ),
     // Nor does anything in it open connections: whatever runs in the namespace (a VMM that
     // opens its tap itself, one its guest took over) would leave by the host's NAT around
     // the egress policy, which polices forwarded traffic only. What the kernel itself sends
@@ -56,12 +75,15 @@ export function netnsRuleset(
     // no unprivileged process can make a packet RELATED.
     "-A OUTPUT -o lo -j ACCEPT",
     "-A OUTPUT -m conntrack --ctstate RELATED -j ACCEPT",
-    // Replies on the guest's own connections to its NFS server, and the kernel's resets and
+    // Replies on the guest's own connections to what serves it, and the kernel's resets and
     // time-wait ACKs on them (a resumed guest's connection to a server of another slot is
     // reset, and it reconnects): so no owner match, these have no socket of the server's.
     // The server opens nothing to the guest; anything else listening there could only ever
     // answer the guest, which its VMM reaches anyway.
-    `-A OUTPUT -o ${TAP_NAME} -d ${guest} ${nfsReplies} -m conntrack --ctstate ESTABLISHED -j ACCEPT`,
+    ...served.map(
+      ([proto, port]) =>
+        `-A OUTPUT -o ${TAP_NAME} -d ${guest} -p ${proto} -s ${GATEWAY_ADDRESS}/32 --sport ${port} -m conntrack --ctstate ESTABLISHED -j ACCEPT`,
+    ),
     // A guest may only send from its own address (no spoofing past the SNAT).
     `-A FORWARD -i ${TAP_NAME} ! -s ${guest} -j DROP`,
     // Host-initiated connections (DNATed above), both directions, whatever the policy.
@@ -78,15 +100,39 @@ export function netnsRuleset(
   );
 }
 
-/** Replaces the egress chain alone, atomically: input for `iptables-restore --noflush`. */
+/** Replaces the egress and gate chains alone, atomically: `iptables-restore --noflush`. */
 export function egressUpdate(policy: EgressPolicy, limits: EgressLimits): string {
   // Declaring a chain under --noflush empties it first.
   return lines(
+    "*nat",
+    `:${GATE_CHAIN} - [0:0]`,
+    ...gateChainRules(policy, limits),
+    "COMMIT",
     "*filter",
     `:${EGRESS_CHAIN} - [0:0]`,
     ...egressChainRules(policy, limits),
     "COMMIT",
   );
+}
+
+/**
+ * The gate chain (nat PREROUTING, from the guest): empty without domains. With them, every
+ * DNS query goes to the gate's resolver, and each new TCP connection the egress chain would
+ * refuse goes to the gate's listener, which lets it through when it names an allowed domain;
+ * what the chain accepts goes its own way, untouched.
+ */
+export function gateChainRules(policy: EgressPolicy, limits: EgressLimits): string[] {
+  if (!policy.allowDomains?.length) return [];
+  const dns = (proto: string) =>
+    `-A ${GATE_CHAIN} -p ${proto} --dport 53 -j REDIRECT --to-ports ${GATE_DNS_PORT}`;
+  const toGate = `-p tcp -m conntrack --ctstate NEW -j REDIRECT --to-ports ${GATE_TCP_PORT}`;
+  const verdicts = egressChainRules(policy, limits).map((rule) =>
+    rule
+      .replace(`-A ${EGRESS_CHAIN} `, `-A ${GATE_CHAIN} `)
+      .replace(/-j ACCEPT$/, "-j RETURN")
+      .replace(new RegExp(`-j ${REJECT_CHAIN}$`), toGate),
+  );
+  return [dns("udp"), dns("tcp"), ...verdicts];
 }
 
 /** Destinations the egress chain judges before the policy's own lists. */

@@ -1,6 +1,7 @@
 import { type Logger, silentLogger, WarrenError } from "../shared/index.js";
 import { type CommandRunner, runCommand } from "./command-runner.js";
 import { flushHostConntrack } from "./conntrack.js";
+import { hostResolve, type Resolve } from "./egress-gate/decide.js";
 import {
   DEFAULT_EGRESS_POLICY,
   type EgressPolicy,
@@ -60,6 +61,11 @@ export interface NetnsSlotPoolOptions {
   logger?: Logger;
   /** Runs every command; tests wrap it to inject failures. Default: runCommand. */
   runner?: CommandRunner;
+  /**
+   * Resolves the names a policy's domain entries allow (the egress gate's upstream
+   * resolver). Default: the host's resolver (`/etc/resolv.conf`).
+   */
+  resolve?: Resolve;
 }
 
 /**
@@ -299,6 +305,8 @@ export class NetnsSlotPool implements SlotPool {
       egressInterface,
       serverUid: this.#options.serverUid ?? process.getuid?.() ?? 0,
       run: this.#run,
+      resolve: this.#options.resolve ?? hostResolve,
+      logger: this.#logger,
     };
   }
 

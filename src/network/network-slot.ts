@@ -6,9 +6,11 @@ import {
   GUEST_LINK_PREFIX,
   GUEST_MAC,
 } from "../protocol/index.js";
-import { WarrenError } from "../shared/index.js";
+import { type Logger, WarrenError } from "../shared/index.js";
 import type { CommandRunner } from "./command-runner.js";
 import { flushHostConntrack, flushNamespaceConntrack } from "./conntrack.js";
+import type { Resolve } from "./egress-gate/decide.js";
+import { EgressGate } from "./egress-gate/egress-gate.js";
 import { DEFAULT_EGRESS_POLICY, type EgressPolicy, validateEgressPolicy } from "./egress-policy.js";
 import { SlotTakenError } from "./errors.js";
 import { enableForwarding } from "./host-forwarding.js";
@@ -39,6 +41,9 @@ export interface SlotSettings {
   /** The only local user that may open connections to a slot (the server's). */
   readonly serverUid: number;
   readonly run: CommandRunner;
+  /** Resolves the names policies' domain entries allow (the egress gate). */
+  readonly resolve: Resolve;
+  readonly logger?: Logger;
 }
 
 /**
@@ -65,6 +70,8 @@ export class NetworkSlot implements Slot, SlotAddresses {
   readonly #settings: SlotSettings;
   readonly #hostRules: readonly HostRule[];
   #policy: EgressPolicy;
+  /** While the policy lists domains: the gate serving this slot's guest (egress-gate/). */
+  #gate: EgressGate | undefined;
   #queue: Promise<unknown> = Promise.resolve();
   #destroyed = false;
   #removed = false;
@@ -121,6 +128,7 @@ export class NetworkSlot implements Slot, SlotAddresses {
     };
     try {
       await settleAll([inNamespace(), insertHostRules(run, slot.#hostRules)]);
+      await slot.#gateFor(slot.#policy);
     } catch (err) {
       slot.#destroyed = true;
       try {
@@ -158,6 +166,8 @@ export class NetworkSlot implements Slot, SlotAddresses {
       if (this.#destroyed) {
         throw new WarrenError("conflict", `network slot ${this.index} is destroyed`);
       }
+      // The gate listens before the rules send anything to it, and goes after they stop.
+      if (next.allowDomains?.length) await this.#gateFor(next);
       await this.#settings.run(
         "nsenter",
         [`--net=${this.netnsPath}`, "iptables-restore", "--noflush"],
@@ -166,7 +176,34 @@ export class NetworkSlot implements Slot, SlotAddresses {
         },
       );
       this.#policy = next;
+      if (!next.allowDomains?.length) await this.#gateFor(next);
     });
+  }
+
+  /** Connections open through the egress gate (0 without domains in the policy). */
+  get gateConnections(): number {
+    return this.#gate?.connections ?? 0;
+  }
+
+  /** Opens, updates or closes the gate for a policy (open only while it lists domains). */
+  async #gateFor(policy: EgressPolicy): Promise<void> {
+    if (!policy.allowDomains?.length) {
+      const gate = this.#gate;
+      this.#gate = undefined;
+      await gate?.close();
+      return;
+    }
+    if (this.#gate) return this.#gate.update(policy);
+    this.#gate = await EgressGate.open(
+      {
+        netns: this.netns,
+        gateway: this.gateway,
+        limits: () => this.#limits(),
+        resolve: this.#settings.resolve,
+        logger: this.#settings.logger,
+      },
+      policy,
+    );
   }
 
   /**
@@ -194,6 +231,9 @@ export class NetworkSlot implements Slot, SlotAddresses {
   async destroy(): Promise<void> {
     this.#destroyed = true;
     await this.#serially(async () => {
+      const gate = this.#gate;
+      this.#gate = undefined;
+      await gate?.close();
       if (this.#removed) return;
       await removeSlotResources(this.#settings.run, this, this.#hostRules);
       this.#removed = true;

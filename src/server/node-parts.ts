@@ -11,7 +11,7 @@ import {
   type VolumeCatalog,
 } from "../catalog/index.js";
 import { ensureHostSetup, GUEST_ARTIFACTS, type GuestArtifacts } from "../host-setup/index.js";
-import { listenInNamespace, NetnsSlotPool, slotNamesFor } from "../network/index.js";
+import { listenInNamespace, NetnsSlotPool, resolverAt, slotNamesFor } from "../network/index.js";
 import {
   type CapacityLimits,
   EnvdGuestAgent,
@@ -248,6 +248,7 @@ function newOrchestrator(
       baseCidr: config.networkCidr,
       ...slotNamesFor(config.networkPrefix),
       logger: logger.child({ component: "network" }),
+      ...(config.egressResolver && { resolve: resolverAt(config.egressResolver) }),
     }),
     agent: new EnvdGuestAgent(),
     images: parts.images,

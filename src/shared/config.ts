@@ -422,6 +422,14 @@ const SETTINGS = {
     parse: ipv4Block,
     expects: "an IPv4 block from /8 to /30, e.g. 10.201.0.0/16",
   },
+  egressResolver: {
+    env: "WARREN_EGRESS_RESOLVER",
+    doc: "The DNS server (IPv4[:port]) that resolves the names sandboxes' allowOut domain entries allow, for their connections and their DNS answers; unset: the host's resolver (/etc/resolv.conf).",
+    default: (): string | undefined => undefined,
+    parse: (text: string) =>
+      /^\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?$/.test(text.trim()) ? text.trim() : undefined,
+    expects: "an IPv4 address with an optional port, e.g. 10.0.0.2 or 127.0.0.1:5353",
+  },
   registryMirrors: {
     env: "WARREN_REGISTRY_MIRRORS",
     doc: "Image pulls of these registries go to a mirror instead (comma-separated registry=url, e.g. docker.io=http://127.0.0.1:5000): for hosts without internet. A plain-HTTP mirror must also be listed in WARREN_INSECURE_REGISTRIES.",

@@ -1,3 +1,4 @@
+import { Resolver, resolve4 } from "node:dns/promises";
 import type { EgressPolicy } from "../egress-policy.js";
 import { cidrContains, cidrWithin, type Ipv4Cidr, parseCidr, parseIpv4 } from "../ipv4.js";
 import type { EgressLimits } from "../netns-rules.js";
@@ -17,6 +18,16 @@ export type GateVerdict =
 
 /** Resolves a name to IPv4 addresses (the node's resolver, or a test's). */
 export type Resolve = (name: string) => Promise<readonly string[]>;
+
+/** The host's resolver: what `/etc/resolv.conf` names, A records only. */
+export const hostResolve: Resolve = (name) => resolve4(name);
+
+/** A resolver asking one DNS server (`address[:port]`), A records only. */
+export function resolverAt(server: string): Resolve {
+  const resolver = new Resolver({ timeout: 2_000, tries: 2 });
+  resolver.setServers([server]);
+  return (name) => resolver.resolve4(name);
+}
 
 /**
  * Where a connection may go. A name the domain list allows goes to what **Warren** resolves
@@ -80,7 +91,7 @@ export function addressAllowed(
 }
 
 /** What no domain entry opens: the never-ranges, and a restricted range no allowOut names. */
-function limitsAllow(address: string, policy: EgressPolicy, limits: EgressLimits): boolean {
+export function limitsAllow(address: string, policy: EgressPolicy, limits: EgressLimits): boolean {
   return addressAllowed(address, { ...policy, allowInternet: true, denyOut: [] }, limits);
 }
 

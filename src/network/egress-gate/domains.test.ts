@@ -20,6 +20,8 @@ describe("domain patterns", () => {
       "",
       "*",
       "*.",
+      "nope",
+      "*.com",
       "a..b",
       "-a.com",
       "a-.com",

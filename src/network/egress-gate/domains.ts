@@ -19,7 +19,8 @@ export function normalizeHostName(text: string): string | undefined {
   const name = text.trim().toLowerCase().replace(/\.$/, "");
   if (name.length === 0 || name.length > MAX_NAME) return undefined;
   const labels = name.split(".");
-  if (!labels.every((label) => LABEL.test(label))) return undefined;
+  // A dot at least: `localhost` or a bare word names nothing on the internet.
+  if (labels.length < 2 || !labels.every((label) => LABEL.test(label))) return undefined;
   // All-numeric last label: an IPv4 literal or something that reads as one, never a name.
   if (/^\d+$/.test(labels.at(-1) as string)) return undefined;
   return name;

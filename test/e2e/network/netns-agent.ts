@@ -66,6 +66,31 @@ export class NetnsAgent {
     return this.#request({ op: "send", conn, data, timeoutMs });
   }
 
+  listenTls(port: number, reply: string, tls: { key: string; cert: string }): Promise<AgentReply> {
+    return this.#request({ op: "listenTls", port, reply, ...tls });
+  }
+
+  /** TLS with `servername` (SNI), any certificate; reads the first line. */
+  tls(
+    host: string,
+    port: number,
+    servername: string | undefined,
+    keep = false,
+    timeoutMs = 4000,
+  ): Promise<AgentReply> {
+    return this.#request({ op: "tls", host, port, servername, keep, timeoutMs });
+  }
+
+  /** Sends an HTTP request head with `hostHeader` first, then reads the first line. */
+  http(host: string, port: number, hostHeader: string, timeoutMs = 4000): Promise<AgentReply> {
+    return this.#request({ op: "http", host, port, hostHeader, timeoutMs });
+  }
+
+  /** A records of `name` from the DNS server `server`; `ok: false` with the error code. */
+  resolve(server: string, name: string, timeoutMs = 3000): Promise<AgentReply> {
+    return this.#request({ op: "resolve", server, name, timeoutMs });
+  }
+
   async close(): Promise<void> {
     if (this.#child.exitCode !== null || this.#child.signalCode !== null) return;
     const exited = new Promise((resolve) => this.#child.once("exit", resolve));
