@@ -26,6 +26,7 @@ const BENCHES = {
   observability: ["observability.ts", false],
   rl: ["rl.ts", true],
   volumes: ["volumes.ts", true],
+  egress: ["egress.ts", false],
 };
 
 const name = process.argv[2];

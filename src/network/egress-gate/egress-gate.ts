@@ -19,6 +19,10 @@ const SNIFF_TIMEOUT_MS = 3_000;
 const MAX_CONNECTIONS = 512;
 /** An upstream that does not accept within this long fails the guest's connection. */
 const CONNECT_TIMEOUT_MS = 10_000;
+/** How long a name's addresses are reused (the TTL of the gate's own DNS answers). */
+const RESOLVED_TTL_MS = 30_000;
+/** Names remembered at once; the oldest goes first. */
+const MAX_RESOLVED = 1024;
 
 export interface EgressGateOptions {
   /** The slot's namespace and gateway address, where the gate listens. */
@@ -52,6 +56,11 @@ export class EgressGate {
   readonly #udp: UdpSocket;
   readonly #dnsTcp: Server;
   readonly #open = new Set<GateConnection>();
+  /** Names' addresses as last resolved: the guest's answers and its connections agree. */
+  readonly #resolved = new Map<
+    string,
+    { readonly at: number; readonly addresses: Promise<readonly string[]> }
+  >();
   #policy: EgressPolicy;
   #domains: readonly DomainPattern[];
 
@@ -97,11 +106,26 @@ export class EgressGate {
         policy,
         this.#domains,
         this.#o.limits(),
-        this.#o.resolve,
+        this.#resolve,
       );
       if (!verdict.allow) this.#cut(connection);
     }
   }
+
+  /** The resolver's answer, reused for RESOLVED_TTL_MS (a failure is not kept). */
+  #resolve = (name: string): Promise<readonly string[]> => {
+    const key = name.toLowerCase().replace(/\.$/, "");
+    const known = this.#resolved.get(key);
+    if (known && Date.now() - known.at < RESOLVED_TTL_MS) return known.addresses;
+    const addresses = this.#o.resolve(key);
+    this.#resolved.delete(key);
+    this.#resolved.set(key, { at: Date.now(), addresses });
+    if (this.#resolved.size > MAX_RESOLVED) {
+      this.#resolved.delete(this.#resolved.keys().next().value as string);
+    }
+    addresses.catch(() => this.#resolved.delete(key));
+    return addresses;
+  };
 
   async close(): Promise<void> {
     for (const connection of [...this.#open]) this.#cut(connection);
@@ -144,7 +168,7 @@ export class EgressGate {
       this.#policy,
       this.#domains,
       this.#o.limits(),
-      this.#o.resolve,
+      this.#resolve,
     );
     const fields = {
       netns: this.#o.netns,
@@ -152,7 +176,8 @@ export class EgressGate {
       destination: `${destination.address}:${destination.port}`,
     };
     if (!verdict.allow || guest.destroyed) {
-      this.#o.logger?.info(
+      // Debug: a guest connecting in a loop must not flood the server's log.
+      this.#o.logger?.debug(
         { ...fields, reason: verdict.allow ? "guest gone" : verdict.reason },
         "egress_gate.refused",
       );
@@ -245,7 +270,7 @@ export class EgressGate {
     const policy = this.#policy;
     const limits = this.#o.limits();
     return answerQuery(query, this.#domains, async (name) => {
-      const addresses = await this.#o.resolve(name);
+      const addresses = await this.#resolve(name);
       // The addresses the gate would connect an allowed name to, nothing else.
       return addresses.filter((a) => limitsAllow(a, policy, limits));
     });

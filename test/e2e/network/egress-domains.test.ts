@@ -3,13 +3,7 @@
 // resolver: `*.allowed.test` → public1, `denied.test` → public2, `lan.allowed.test` → a
 // private address. The gate runs in this process, listening inside the slot's namespace.
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { createSocket } from "node:dgram";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { after, before, test } from "node:test";
-import * as dnsPacket from "dns-packet";
 import {
   DEFAULT_EGRESS_POLICY,
   type EgressPolicy,
@@ -20,6 +14,7 @@ import {
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
 import { runPoolOptions } from "../../helpers/run-env.js";
 import { CleanupStack } from "./cleanup-stack.js";
+import { selfSignedCertificate, startFakeDns } from "./fake-dns.js";
 import { FakeGuest, TAP_OWNER } from "./fake-guest.js";
 import { FAKENET, FakeNet } from "./fake-net.js";
 
@@ -36,55 +31,22 @@ const cleanup = new CleanupStack();
 let slot: NetworkSlot;
 let guest: FakeGuest;
 
-/** The test's DNS server: answers A queries from NAMES (and *.allowed.test → public1). */
-async function startDns(): Promise<number> {
-  const server = createSocket("udp4");
-  server.on("message", (query, from) => {
-    const packet = dnsPacket.decode(query);
-    const question = packet.questions?.[0];
-    const name = question?.name.toLowerCase() ?? "";
-    const address = NAMES[name] ?? (name.endsWith(".allowed.test") ? public1 : undefined);
-    const answer = dnsPacket.encode({
-      type: "response",
-      id: packet.id ?? 0,
-      flags: address ? 0 : 3, // NXDOMAIN
-      questions: question ? [question] : [],
-      answers: address ? [{ type: "A", name, class: "IN", ttl: 5, data: address }] : [],
-    });
-    server.send(answer, from.port, from.address);
-  });
-  await new Promise<void>((resolve) => server.bind(0, "127.0.0.1", resolve));
-  cleanup.defer(() => server.close());
-  return server.address().port;
-}
-
 before(async () => {
   await removeLeftovers();
   const net = await FakeNet.start(NET_PORT);
   cleanup.defer(() => net.close());
-  const dir = mkdtempSync(join(tmpdir(), "warren-egress-domains-"));
-  cleanup.defer(() => rmSync(dir, { recursive: true, force: true }));
-  execFileSync(
-    "openssl",
-    [
-      ...["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"],
-      ...["-subj", "/CN=fakenet", "-days", "1"],
-      ...["-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem")],
-    ],
-    { stdio: "ignore" },
-  );
-  const tls = {
-    key: readFileSync(join(dir, "key.pem"), "utf8"),
-    cert: readFileSync(join(dir, "cert.pem"), "utf8"),
-  };
+  const tls = selfSignedCertificate("fakenet");
   assert.ok((await net.agent.listenTls(TLS_PORT, "fakenet-tls", tls)).ok);
-  const dnsPort = await startDns();
+  const dns = await startFakeDns(
+    (name) => NAMES[name] ?? (name.endsWith(".allowed.test") ? public1 : undefined),
+  );
+  cleanup.defer(() => dns.close());
   const pool = new NetnsSlotPool({
     ...runPoolOptions(),
     size: 0,
     tapOwner: TAP_OWNER,
     egressInterface: FAKENET.hostVeth,
-    resolve: resolverAt(`127.0.0.1:${dnsPort}`),
+    resolve: resolverAt(`127.0.0.1:${dns.port}`),
   });
   cleanup.defer(() => pool.close());
   slot = await pool.acquire();

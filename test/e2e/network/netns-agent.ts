@@ -91,6 +91,21 @@ export class NetnsAgent {
     return this.#request({ op: "resolve", server, name, timeoutMs });
   }
 
+  /** A TLS server on `port` sending `bytes` bytes to each connection, then ending it. */
+  listenBulk(port: number, bytes: number, tls: { key: string; cert: string }): Promise<AgentReply> {
+    return this.#request({ op: "listenBulk", port, bytes, ...tls });
+  }
+
+  /** `count` TLS connections one after another, each to its first byte: ms each, comma-joined. */
+  connectTimes(host: string, port: number, servername: string, count: number): Promise<AgentReply> {
+    return this.#request({ op: "connectTimes", host, port, servername, count, timeoutMs: 120_000 });
+  }
+
+  /** One TLS connection read to its end: "<bytes> <ms>". */
+  download(host: string, port: number, servername: string): Promise<AgentReply> {
+    return this.#request({ op: "download", host, port, servername, timeoutMs: 300_000 });
+  }
+
   async close(): Promise<void> {
     if (this.#child.exitCode !== null || this.#child.signalCode !== null) return;
     const exited = new Promise((resolve) => this.#child.once("exit", resolve));

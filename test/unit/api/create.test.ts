@@ -220,3 +220,26 @@ test("bad combinations and features Warren lacks are 400s", async () => {
   });
   assert.equal(ok.statusCode, 201);
 });
+
+test("allowOut takes domains, denyOut does not; the sandbox shows them as given", async () => {
+  const { call } = useApi();
+  const allowOut = ["*.allowed.test", "api.example.com", "198.51.100.7"];
+  const res = await call("POST", "/v2/sandboxes", {
+    body: { network: { allowOut, denyOut: ["0.0.0.0/0"] } },
+  });
+  assert.equal(res.statusCode, 201, res.body);
+  const { sandboxID } = res.json() as { sandboxID: string };
+  const detail = (await call("GET", `/sandboxes/${sandboxID}`)).json() as {
+    network: { allowOut: string[] };
+  };
+  assert.deepEqual(detail.network.allowOut, allowOut);
+  const bad = await call("POST", "/v2/sandboxes", {
+    body: { network: { denyOut: ["denied.test"] } },
+  });
+  assert.equal(bad.statusCode, 400);
+  assert.match(errorOf(bad).message, /denyOut entry "denied\.test" is not an IPv4 address or CIDR/);
+  const junk = await call("POST", "/v2/sandboxes", {
+    body: { network: { allowOut: ["not a host"] } },
+  });
+  assert.match(errorOf(junk).message, /nor a domain \(example\.com, \*\.example\.com\)/);
+});

@@ -1,0 +1,100 @@
+// What the egress gate costs a sandbox's connections (issue 29): new TLS connections (to
+// their first byte) and a 64 MB HTTPS-style download, from a guest on a real slot to a
+// server on the fake internet, in one run: with no policy, with the destination allowed by
+// address (both straight through the slot's NAT), and allowed by name only (through the
+// gate: SNI read, the name resolved, an upstream connection from the host). No VM: the
+// guest is a namespace behind the slot's tap (test/e2e/network/fake-guest.ts), so the
+// figures are the network path's, not TCG's.
+// Run: npm run bench:egress (as root). BENCH_CONNECTIONS (default 200), BENCH_DOWNLOAD_MB (64).
+import {
+  DEFAULT_EGRESS_POLICY,
+  type EgressPolicy,
+  NetnsSlotPool,
+  resolverAt,
+} from "../src/network/index.js";
+import { CleanupStack } from "../test/e2e/network/cleanup-stack.js";
+import { selfSignedCertificate, startFakeDns } from "../test/e2e/network/fake-dns.js";
+import { FakeGuest, TAP_OWNER } from "../test/e2e/network/fake-guest.js";
+import { FAKENET, FakeNet } from "../test/e2e/network/fake-net.js";
+import type { AgentReply } from "../test/e2e/network/netns-agent.js";
+import { removeLeftovers } from "../test/helpers/leak-check.js";
+import { runPoolOptions } from "../test/helpers/run-env.js";
+import { report, type Summary, summarize } from "./lib/report.js";
+
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 200);
+const DOWNLOAD_MB = Number(process.env.BENCH_DOWNLOAD_MB ?? 64);
+const DOWNLOADS = 3;
+const TLS_PORT = 8443;
+const BULK_PORT = 8444;
+const NAME = "files.allowed.test";
+
+const cleanup = new CleanupStack();
+try {
+  await removeLeftovers();
+  const net = await FakeNet.start(9090);
+  cleanup.defer(() => net.close());
+  const tls = selfSignedCertificate("fakenet");
+  need(await net.agent.listenTls(TLS_PORT, "fakenet-tls", tls));
+  need(await net.agent.listenBulk(BULK_PORT, DOWNLOAD_MB * 1024 * 1024, tls));
+  const dns = await startFakeDns((name) =>
+    name.endsWith(".allowed.test") ? FAKENET.public1 : undefined,
+  );
+  cleanup.defer(() => dns.close());
+  const pool = new NetnsSlotPool({
+    ...runPoolOptions(),
+    size: 0,
+    tapOwner: TAP_OWNER,
+    egressInterface: FAKENET.hostVeth,
+    resolve: resolverAt(`127.0.0.1:${dns.port}`),
+  });
+  cleanup.defer(() => pool.close());
+  const slot = await pool.acquire();
+  const guest = await FakeGuest.attach(slot);
+  cleanup.defer(() => guest.close());
+
+  const policies: Record<string, Partial<EgressPolicy>> = {
+    "no policy": {},
+    "allowed by address": { allowOut: [FAKENET.public1], denyOut: ["0.0.0.0/0"] },
+    "allowed by name (gate)": { allowOut: ["*.allowed.test"], denyOut: ["0.0.0.0/0"] },
+  };
+  const rows: Summary[] = [];
+  const p50: Record<string, { connectMs: number; mbps: number }> = {};
+  for (const [label, policy] of Object.entries(policies)) {
+    await slot.setPolicy({ ...DEFAULT_EGRESS_POLICY, ...policy });
+    need(await guest.agent.connectTimes(FAKENET.public1, TLS_PORT, NAME, 10)); // warm-up
+    const times = need(await guest.agent.connectTimes(FAKENET.public1, TLS_PORT, NAME, CONNECTIONS))
+      .split(",")
+      .map(Number);
+    const connect = summarize(`${label}: new TLS connection`, "ms", times);
+    const rates: number[] = [];
+    for (let i = 0; i < DOWNLOADS; i++) {
+      const [bytes, ms] = need(await guest.agent.download(FAKENET.public1, BULK_PORT, NAME))
+        .split(" ")
+        .map(Number);
+      if (bytes !== DOWNLOAD_MB * 1024 * 1024)
+        throw new Error(`${label}: downloaded ${bytes} bytes`);
+      rates.push((bytes as number) / 1e6 / ((ms as number) / 1000));
+    }
+    const download = summarize(`${label}: ${DOWNLOAD_MB} MB download`, "MB/s", rates);
+    rows.push(connect, download);
+    p50[label] = { connectMs: connect.p50, mbps: download.p50 };
+  }
+  const base = p50["allowed by address"] as { connectMs: number; mbps: number };
+  const gate = p50["allowed by name (gate)"] as { connectMs: number; mbps: number };
+  report("egress", rows, {
+    connections: CONNECTIONS,
+    downloadMB: DOWNLOAD_MB,
+    gateAddedMsPerConnection: Math.round((gate.connectMs - base.connectMs) * 100) / 100,
+    ratios: {
+      "gate/address new connection": Math.round((gate.connectMs / base.connectMs) * 100) / 100,
+      "gate/address download": Math.round((gate.mbps / base.mbps) * 100) / 100,
+    },
+  });
+} finally {
+  await cleanup.run();
+}
+
+function need(reply: AgentReply): string {
+  if (!reply.ok) throw new Error(reply.error);
+  return reply.data ?? "";
+}
