@@ -100,7 +100,8 @@ describe("paused sandboxes' kept VMMs", () => {
       await second.pause(); // one kept at most: the first's goes
       await waitFor("the first's QEMU exits", () => qemusOf(first.sandboxId).length === 0);
       assert.equal(qemusOf(second.sandboxId).length, 1);
-      assert.ok(
+      // Logged once the release is done (its runtime dir too), a moment after QEMU exits.
+      await waitFor("the release logged, full", () =>
         server.logs.some(
           (l) =>
             l.msg === "sandbox.kept_vmm_released" &&
