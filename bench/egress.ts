@@ -61,14 +61,18 @@ try {
   const p50: Record<string, { connectMs: number; mbps: number }> = {};
   for (const [label, policy] of Object.entries(policies)) {
     await slot.setPolicy({ ...DEFAULT_EGRESS_POLICY, ...policy });
-    need(await guest.agent.connectTimes(FAKENET.public1, TLS_PORT, NAME, 10)); // warm-up
+    process.stderr.write(`bench:egress: ${label}\n`);
+    need(await guest.agent.connectTimes(FAKENET.public1, TLS_PORT, NAME, 10), "warm-up"); // warm-up
     const times = need(await guest.agent.connectTimes(FAKENET.public1, TLS_PORT, NAME, CONNECTIONS))
       .split(",")
       .map(Number);
     const connect = summarize(`${label}: new TLS connection`, "ms", times);
     const rates: number[] = [];
     for (let i = 0; i < DOWNLOADS; i++) {
-      const [bytes, ms] = need(await guest.agent.download(FAKENET.public1, BULK_PORT, NAME))
+      const [bytes, ms] = need(
+        await guest.agent.download(FAKENET.public1, BULK_PORT, NAME),
+        "download",
+      )
         .split(" ")
         .map(Number);
       if (bytes !== DOWNLOAD_MB * 1024 * 1024)
@@ -94,7 +98,7 @@ try {
   await cleanup.run();
 }
 
-function need(reply: AgentReply): string {
-  if (!reply.ok) throw new Error(reply.error);
+function need(reply: AgentReply, what = "agent call"): string {
+  if (!reply.ok) throw new Error(`${what}: ${reply.error}`);
   return reply.data ?? "";
 }

@@ -186,8 +186,10 @@ export class EgressGate {
     const upstream = connect({ host: verdict.address, port: destination.port });
     const connection: GateConnection = { guest, upstream, name, destination: destination.address };
     this.#open.add(connection);
-    const end = () => this.#cut(connection);
-    upstream.setTimeout(CONNECT_TIMEOUT_MS, end);
+    // A failure resets both sides; an end is relayed (the pipes half-close), and the
+    // connection is forgotten once the guest's side has closed.
+    const fail = () => this.#cut(connection);
+    upstream.setTimeout(CONNECT_TIMEOUT_MS, fail);
     upstream.once("connect", () => {
       upstream.setTimeout(0);
       upstream.write(head);
@@ -195,9 +197,14 @@ export class EgressGate {
       upstream.pipe(guest);
       guest.resume();
     });
-    upstream.on("error", end);
-    upstream.once("close", end);
-    guest.once("close", end);
+    upstream.on("error", fail);
+    upstream.once("close", (hadError) => {
+      if (hadError) fail();
+    });
+    guest.once("close", () => {
+      this.#open.delete(connection);
+      upstream.destroy();
+    });
     this.#o.logger?.debug(
       { ...fields, to: verdict.address, by: verdict.by },
       "egress_gate.allowed",
