@@ -24,11 +24,22 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   tenancy: ["catalog", "shared"],
   // Volumes' rows and files (the content API's safe file access).
   volumes: ["catalog", "shared"],
+  secrets: ["catalog", "shared"],
   orchestrator: ["vmm", "network", "host-setup", "tenancy", "catalog", "protocol", "shared"],
   builds: ["orchestrator", "oci-images", "catalog", "protocol", "shared"],
   // Relays HTTP requests and upgrades; writes error answers for every server.
   relay: ["shared"],
-  api: ["builds", "orchestrator", "tenancy", "volumes", "catalog", "relay", "protocol", "shared"],
+  api: [
+    "builds",
+    "orchestrator",
+    "tenancy",
+    "volumes",
+    "secrets",
+    "catalog",
+    "relay",
+    "protocol",
+    "shared",
+  ],
   proxy: ["orchestrator", "relay", "protocol", "shared"],
   server: [
     "api",
@@ -45,6 +56,7 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "tls",
     "tenancy",
     "volumes",
+    "secrets",
     "protocol",
     "shared",
   ],

@@ -1,5 +1,6 @@
 import type { TemplateBuilds } from "../builds/index.js";
 import type { SandboxService } from "../orchestrator/index.js";
+import type { Secrets } from "../secrets/index.js";
 import type { TeamAdmin } from "../tenancy/index.js";
 import type { Volumes } from "../volumes/index.js";
 
@@ -12,6 +13,8 @@ export interface ApiContext {
   readonly teamAdmin?: () => TeamAdmin;
   /** Volumes and their files; throws (503) while the node starts. Absent: their routes answer 503. */
   readonly volumes?: () => Volumes;
+  /** Secrets (values write-only); throws (503) while the node starts. Absent: their routes answer 503. */
+  readonly secrets?: () => Secrets;
   /** Returned as `domain` in Sandbox responses; null: the SDK uses its E2B_DOMAIN. */
   readonly domain: string | null;
   /** TTL when a create (or refresh) does not name one. */

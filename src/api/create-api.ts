@@ -12,6 +12,7 @@ import fastify, {
 import type { Logger } from "pino";
 import type { TemplateBuilds } from "../builds/index.js";
 import { assertReady, type SandboxService } from "../orchestrator/index.js";
+import type { Secrets } from "../secrets/index.js";
 import type { Caller, TeamAdmin } from "../tenancy/index.js";
 import type { Volumes } from "../volumes/index.js";
 import type { ApiContext } from "./api-context.js";
@@ -33,6 +34,7 @@ import { registerLifecycleRoutes } from "./routes/sandbox-lifecycle.js";
 import { registerNetworkRoutes } from "./routes/sandbox-network.js";
 import { registerTelemetryRoutes } from "./routes/sandbox-telemetry.js";
 import { registerSandboxRoutes } from "./routes/sandboxes.js";
+import { registerSecretRoutes } from "./routes/secrets.js";
 import { registerSnapshotRoutes } from "./routes/snapshots.js";
 import { registerTeamRoutes } from "./routes/teams.js";
 import { registerTemplateRoutes, registerUploadRoute } from "./routes/templates.js";
@@ -51,6 +53,7 @@ export interface ApiOptions {
   readonly teamAdmin?: () => TeamAdmin;
   /** Volumes and their content API; throws 503 while the node starts. Absent: 503. */
   readonly volumes?: () => Volumes;
+  readonly secrets?: () => Secrets;
   /** `domain` of Sandbox responses. Default null: the SDK uses its own E2B_DOMAIN. */
   readonly domain?: string | null;
   /** TTL of a sandbox created without `timeout`. Default 300 000 (E2B's 300 s). */
@@ -79,6 +82,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
     builds: options.builds,
     teamAdmin: options.teamAdmin,
     volumes: options.volumes,
+    secrets: options.secrets,
     domain: options.domain ?? null,
     defaultTimeoutMs: options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS,
     maxTimeoutMs: options.maxTimeoutMs ?? MAX_TIMEOUT_MS,
@@ -145,6 +149,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
     registerNodeRoutes(api, context);
     registerTeamRoutes(api, context);
     registerVolumeRoutes(api, context);
+    registerSecretRoutes(api, context);
   });
   return app;
 }

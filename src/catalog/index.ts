@@ -27,6 +27,7 @@ export type {
 export type { PoolOptions as PostgresOptions } from "./postgres/pool.js";
 export { PostgresCatalog, type PostgresCatalogOptions } from "./postgres/postgres-catalog.js";
 export { PostgresCluster } from "./postgres/postgres-cluster.js";
+export type { SecretCatalog, SecretRow } from "./secrets.js";
 export { SqliteCatalog } from "./sqlite/sqlite-catalog.js";
 export {
   type ApiKeyRow,

@@ -97,6 +97,9 @@ export class GatewayHandler {
         // The content API's key is the volume's own token, which the node checks.
         if (!route.content) await this.p.authenticate(req.headers);
         return this.#relay(req, res, await locator.templateNode());
+      case "secrets":
+        await this.p.authenticate(req.headers);
+        return this.#relay(req, res, await locator.templateNode());
       default: {
         const caller = await this.p.authenticate(req.headers);
         if (route.kind === "nodes" || route.kind === "node_action") {

@@ -5,7 +5,7 @@ import { isSandboxHost, parseTarget } from "../protocol/index.js";
  * What the gateway does with a request, from its method, path and headers alone. Sandbox
  * traffic (envd and app ports) and every call naming a sandbox are relayed to the node that
  * holds it; creates are placed; lists and many sandboxes' metrics are merged from every node; template calls go to the
- * template node, and so do volumes; `/nodes` is the gateway's own.
+ * template node, and so do volumes and secrets; `/nodes` is the gateway's own.
  */
 export type GatewayRoute =
   | { readonly kind: "proxy"; readonly sandboxId: string }
@@ -18,6 +18,7 @@ export type GatewayRoute =
   | { readonly kind: "sandbox"; readonly sandboxId: string; readonly action: string }
   | { readonly kind: "templates"; readonly signedUpload: boolean }
   | { readonly kind: "volumes"; readonly content: boolean }
+  | { readonly kind: "secrets" }
   | { readonly kind: "nodes" }
   | { readonly kind: "node_action"; readonly nodeId: string; readonly action: string }
   | { readonly kind: "not_found" };
@@ -27,6 +28,7 @@ const NODE_ACTION = /^\/nodes\/([^/]+)\/([a-z]+)$/;
 const TEMPLATE_PATH = /^\/(?:v[23]\/)?templates(?:\/|$)/;
 const SIGNED_UPLOAD = /^\/templates\/[^/]+\/files\/[^/]+$/;
 const VOLUME_PATH = /^\/(volumes|volumecontent)(?:\/|$)/;
+const SECRET_PATH = /^\/secrets(?:\/|$)/;
 
 export function isProxyRequest(req: IncomingMessage, domain: string | undefined): boolean {
   return req.headers["e2b-sandbox-id"] !== undefined || isSandboxHost(req.headers.host, domain);
@@ -69,6 +71,8 @@ export function classify(req: IncomingMessage, domain: string | undefined): Gate
   const volume = VOLUME_PATH.exec(path);
   // Any node serves any volume (shared catalog, shared storage): they go where templates go.
   if (volume) return { kind: "volumes", content: volume[1] === "volumecontent" };
+  // Shared catalog: any node answers for any team's secrets.
+  if (SECRET_PATH.test(path)) return { kind: "secrets" };
   if (path === "/nodes" && method === "GET") return { kind: "nodes" };
   const node = NODE_ACTION.exec(path);
   if (node && method === "POST") {

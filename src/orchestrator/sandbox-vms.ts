@@ -176,7 +176,7 @@ export class SandboxVms {
    */
   async initGuest(live: LiveSandbox, presentToken?: string, signal?: AbortSignal): Promise<void> {
     if (!live.slot) throw new WarrenError("internal", `sandbox ${live.row.id} has no slot`);
-    const { hostAddress } = live.slot;
+    const { hostAddress, gateway } = live.slot;
     const mounts = configOf(live.row).volumeMounts ?? [];
     if (mounts.length > 0) await this.#serveVolumes(live, live.slot, mounts);
     await phase("guest.init", () =>
@@ -187,7 +187,7 @@ export class SandboxVms {
           accessToken: live.row.envdAccessToken ?? "",
           ...(mounts.length > 0 && {
             volumeMounts: mounts.map((m) => ({
-              nfs_target: `${live.slot?.gateway}:/${m.volumeId}`,
+              nfs_target: `${gateway}:/${m.volumeId}`,
               path: m.path,
             })),
           }),

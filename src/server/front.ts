@@ -7,6 +7,7 @@ import { createApi } from "../api/index.js";
 import type { TemplateBuilds } from "../builds/index.js";
 import { SandboxProxy } from "../proxy/index.js";
 import { apiError, sendError } from "../relay/index.js";
+import type { Secrets } from "../secrets/index.js";
 import type { Config } from "../shared/config.js";
 import type { Authenticator, TeamAdmin } from "../tenancy/index.js";
 import type { ClusterCredentials } from "../tls/index.js";
@@ -29,6 +30,8 @@ export interface FrontOptions {
   readonly teamAdmin: () => TeamAdmin;
   /** Volumes, once the catalog is open (throws 503 until then). */
   readonly volumes: () => Volumes;
+  /** Secrets, once the catalog is open (throws 503 until then). */
+  readonly secrets: () => Secrets;
   /** The orchestrator, once the node has started. */
   readonly orchestrator: LateBound;
   readonly builds: Late<TemplateBuilds>;
@@ -86,6 +89,7 @@ export async function listenFront(options: FrontOptions): Promise<Front> {
     authenticate: (headers) => authenticator.authenticate(headers),
     teamAdmin: options.teamAdmin,
     volumes: options.volumes,
+    secrets: options.secrets,
     domain: config.domain ?? null,
     defaultTimeoutMs: config.defaultTimeoutMs,
     maxTimeoutMs: config.maxTimeoutMs,

@@ -6,6 +6,7 @@ import {
   type Catalog,
   PostgresCatalog,
   PostgresCluster,
+  type SecretCatalog,
   SqliteCatalog,
   type TeamCatalog,
   type VolumeCatalog,
@@ -20,6 +21,7 @@ import {
   type StateLayout,
 } from "../orchestrator/index.js";
 import { VOLUME_NFS_PORT } from "../protocol/index.js";
+import { SecretBox, Secrets } from "../secrets/index.js";
 import { type Config, hostResources } from "../shared/config.js";
 import { WarrenError } from "../shared/index.js";
 import { openSharedStore } from "../store/index.js";
@@ -55,6 +57,7 @@ export interface NodePartsInput {
   readonly teams: Late<TeamCatalog>;
   /** Volumes, bound as soon as the catalog is open. */
   readonly volumes: Late<Volumes>;
+  readonly secrets: Late<Secrets>;
   readonly metrics: NodeMetrics;
   /** Each part started is added, to be stopped with the server. */
   readonly closers: CloseStack;
@@ -90,7 +93,10 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   await writeFile("/proc/self/oom_score_adj", "-500").catch((err: unknown) =>
     log.warn({ err }, "server.oom_score_unchanged"),
   );
-  const { catalog, cluster, teams, volumes: volumeRows } = await openCatalogs(input);
+  const { catalog, cluster, teams, volumes: volumeRows, secrets } = await openCatalogs(input);
+  input.secrets.bind(
+    new Secrets({ catalog: secrets, box: await SecretBox.open(input.layout.secretsDir) }),
+  );
   input.teams.bind(teams);
   const volumes = new Volumes({
     catalog: volumeRows,
@@ -192,11 +198,17 @@ async function openCatalogs(input: NodePartsInput): Promise<{
   cluster?: PostgresCluster;
   teams: TeamCatalog;
   volumes: VolumeCatalog;
+  secrets: SecretCatalog;
 }> {
   const { config, layout } = input;
   if (!config.databaseUrl) {
     const catalog = await SqliteCatalog.open(layout.catalog);
-    return { catalog, teams: catalog.teams, volumes: catalog.volumes };
+    return {
+      catalog,
+      teams: catalog.teams,
+      volumes: catalog.volumes,
+      secrets: catalog.secrets,
+    };
   }
   const connectionString = config.databaseUrl;
   const catalog = await PostgresCatalog.open({ connectionString, nodeId: config.nodeId });
@@ -209,7 +221,13 @@ async function openCatalogs(input: NodePartsInput): Promise<{
       .catch((err: unknown) => input.logger.warn({ err }, "cluster.leave_failed"));
     await cluster.close();
   });
-  return { catalog, cluster, teams: catalog.teams, volumes: catalog.volumes };
+  return {
+    catalog,
+    cluster,
+    teams: catalog.teams,
+    volumes: catalog.volumes,
+    secrets: catalog.secrets,
+  };
 }
 
 /** This machine's cores and memory (`hostResources`), which the limits are shares of. */

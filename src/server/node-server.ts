@@ -2,6 +2,7 @@ import pino, { type Logger } from "pino";
 import type { TemplateBuilds } from "../builds/index.js";
 import type { TeamCatalog } from "../catalog/index.js";
 import { ensureLayout, type ServerStatus, stateLayout } from "../orchestrator/index.js";
+import type { Secrets } from "../secrets/index.js";
 import type { Config } from "../shared/config.js";
 import { WarrenError } from "../shared/index.js";
 import { Authenticator, loadAdminToken, TeamAdmin, type TeamSandboxes } from "../tenancy/index.js";
@@ -55,6 +56,7 @@ export async function startNodeServer(
   const builds = new Late<TemplateBuilds>(() => status);
   const teams = new Late<TeamCatalog>(() => status);
   const volumes = new Late<Volumes>(() => status);
+  const secrets = new Late<Secrets>(() => status);
   const metrics = new NodeMetrics(() => orchestrator.current?.stats());
   const authenticator = new Authenticator({
     adminToken: admin.token,
@@ -68,6 +70,7 @@ export async function startNodeServer(
     authenticator,
     teamAdmin: () => new TeamAdmin(teams.get(), teamSandboxes(orchestrator)),
     volumes: () => volumes.get(),
+    secrets: () => secrets.get(),
     orchestrator,
     builds,
     cluster,
@@ -92,6 +95,7 @@ export async function startNodeServer(
     builds,
     teams,
     volumes,
+    secrets,
     metrics,
     closers,
     uncontainedForBenchmarks: options.uncontainedForBenchmarks,

@@ -179,6 +179,20 @@ export const MIGRATIONS: readonly string[] = [
     UNIQUE (team_id, name)
   );
   `,
+  // Secrets, by team, sealed; a name is unique within its team.
+  `
+  CREATE TABLE secrets (
+    id TEXT PRIMARY KEY,
+    team_id TEXT NOT NULL REFERENCES teams (id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    version BIGINT NOT NULL,
+    metadata JSONB NOT NULL,
+    sealed TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL,
+    UNIQUE (team_id, name)
+  );
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -12,9 +12,11 @@ import {
   type TemplateKind,
   type TemplateRow,
 } from "../catalog.js";
+import type { SecretCatalog } from "../secrets.js";
 import type { TeamCatalog } from "../teams.js";
 import type { VolumeCatalog } from "../volumes.js";
 import { CatalogPool, type PoolOptions, rowsOf } from "./pool.js";
+import { PostgresSecrets } from "./postgres-secrets.js";
 import { PostgresTeams } from "./postgres-teams.js";
 import { PostgresVolumes } from "./postgres-volumes.js";
 import {
@@ -56,12 +58,14 @@ export class PostgresCatalog implements Catalog {
   /** Teams and their keys: the cluster's, not this node's. */
   readonly teams: TeamCatalog;
   readonly volumes: VolumeCatalog;
+  readonly secrets: SecretCatalog;
 
   private constructor(db: CatalogPool, nodeId: string) {
     this.#db = db;
     this.#node = nodeId;
     this.teams = new PostgresTeams(db);
     this.volumes = new PostgresVolumes(db);
+    this.secrets = new PostgresSecrets(db);
   }
 
   /** Connects (a bounded pool) and migrates the database, once across nodes opening at once. */

@@ -147,6 +147,20 @@ export const MIGRATIONS: readonly string[] = [
     UNIQUE (team_id, name)
   ) STRICT;
   `,
+  // v6: secrets, by team, sealed; a name is unique within its team.
+  `
+  CREATE TABLE secrets (
+    id TEXT PRIMARY KEY,
+    team_id TEXT NOT NULL REFERENCES teams (id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    metadata TEXT NOT NULL,
+    sealed TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    UNIQUE (team_id, name)
+  ) STRICT;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -59,6 +59,7 @@ describe("SqliteCatalog", () => {
       "builds",
       "events",
       "sandboxes",
+      "secrets",
       "snapshots",
       "teams",
       "template_aliases",

@@ -14,6 +14,7 @@ import {
   type TagRow,
   type TemplateRow,
 } from "../catalog.js";
+import type { SecretCatalog } from "../secrets.js";
 import type { TeamCatalog } from "../teams.js";
 import type { VolumeCatalog } from "../volumes.js";
 import { checkVersion, migrate } from "./migrations.js";
@@ -30,6 +31,7 @@ import {
   toTagRow,
   toTemplateRow,
 } from "./rows.js";
+import { SqliteSecrets } from "./sqlite-secrets.js";
 import { SqliteTeams } from "./sqlite-teams.js";
 import { SqliteVolumes } from "./sqlite-volumes.js";
 import { prepareStatements, type Statements } from "./statements.js";
@@ -46,12 +48,14 @@ export class SqliteCatalog implements Catalog {
   /** Teams and their keys, in the same file. */
   readonly teams: TeamCatalog;
   readonly volumes: VolumeCatalog;
+  readonly secrets: SecretCatalog;
 
   private constructor(db: Database.Database) {
     this.#db = db;
     this.#sql = prepareStatements(db);
     this.teams = new SqliteTeams(db, (context, work) => this.#run(context, work));
     this.volumes = new SqliteVolumes(db, (context, work) => this.#run(context, work));
+    this.secrets = new SqliteSecrets(db, (context, work) => this.#run(context, work));
   }
 
   /** Opens (creating if needed, with its directory) and migrates the catalog file at `path`. */

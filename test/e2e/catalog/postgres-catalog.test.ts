@@ -7,6 +7,7 @@ import pg from "pg";
 import { type Catalog, PostgresCatalog, type TemplateKind } from "../../../src/catalog/index.js";
 import { MIGRATIONS, SCHEMA_VERSION } from "../../../src/catalog/postgres/migrations.js";
 import { catalogContract, sandboxRow } from "../../contracts/catalog.contract.js";
+import { secretsContract } from "../../contracts/secrets.contract.js";
 import { teamsContract } from "../../contracts/teams.contract.js";
 import { volumesContract } from "../../contracts/volumes.contract.js";
 import { startPostgres, type TestPostgres } from "../../helpers/postgres.js";
@@ -333,4 +334,20 @@ describe("PostgresCatalog", () => {
       assert.equal((await b.listEvents("sb-1")).length, 1);
     });
   });
+});
+
+secretsContract("postgres", async () => {
+  const name = `secrets_${++databases}`;
+  const catalog = await PostgresCatalog.open({
+    connectionString: await server.createDatabase(name),
+    nodeId: "node-a",
+  });
+  return {
+    secrets: catalog.secrets,
+    teams: catalog.teams,
+    cleanup: async () => {
+      await catalog.close();
+      await server.dropDatabase(name);
+    },
+  };
 });

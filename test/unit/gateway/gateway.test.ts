@@ -338,6 +338,15 @@ describe("gateway: routing", () => {
     assert.equal(content.status, 503, "the node, not the gateway, checks the volume's token");
   });
 
+  it("relays secrets to a node, with the API key", async () => {
+    const c = await cluster({ nodes: 1 });
+    assert.equal((await c.call("GET", "/secrets", { apiKey: null })).status, 401);
+    // The stand-in nodes serve no secrets: their 503 shows the call reached one.
+    const listed = await c.call("POST", "/secrets/sec_x", { body: { value: "v" } });
+    assert.equal(listed.status, 503);
+    assert.match(((await listed.json()) as { message: string }).message, /secrets/);
+  });
+
   it("tells strangers its /health status only; how many nodes are up is the admin's", async () => {
     const c = await cluster({ nodes: 2 });
     for (const apiKey of [null, "wrong", API_KEY]) {

@@ -84,6 +84,9 @@ before(async () => {
     volumes: () => {
       throw new WarrenError("unavailable", "no volumes in this test");
     },
+    secrets: () => {
+      throw new WarrenError("unavailable", "no secrets in this test");
+    },
     orchestrator,
     builds: new Late<TemplateBuilds>(() => ({ phase: "starting" })),
     cluster: certs.get("node"),

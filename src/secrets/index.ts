@@ -1,0 +1,2 @@
+export { SecretBox } from "./secret-box.js";
+export { type SecretInfo, Secrets, type SecretsOptions } from "./secrets.js";
