@@ -126,12 +126,11 @@ export function gateChainRules(policy: EgressPolicy, limits: EgressLimits): stri
   const dns = (proto: string) =>
     `-A ${GATE_CHAIN} -p ${proto} --dport 53 -j REDIRECT --to-ports ${GATE_DNS_PORT}`;
   const toGate = `-p tcp -m conntrack --ctstate NEW -j REDIRECT --to-ports ${GATE_TCP_PORT}`;
-  const verdicts = egressChainRules(policy, limits).map((rule) =>
-    rule
-      .replace(`-A ${EGRESS_CHAIN} `, `-A ${GATE_CHAIN} `)
-      .replace(/-j ACCEPT$/, "-j RETURN")
-      .replace(new RegExp(`-j ${REJECT_CHAIN}$`), toGate),
-  );
+  const verdicts = verdictRules(policy, limits, {
+    chain: GATE_CHAIN,
+    accept: "-j RETURN",
+    refuse: toGate,
+  });
   return [dns("udp"), dns("tcp"), ...verdicts];
 }
 
@@ -152,16 +151,29 @@ export interface EgressLimits {
  * refusal (they name it), the others after it (0.0.0.0/0 opens the internet, not the LAN).
  */
 export function egressChainRules(policy: EgressPolicy, limits: EgressLimits): string[] {
-  const rule = (cidr: string, target: string) => `-A ${EGRESS_CHAIN} -d ${cidr} -j ${target}`;
+  return verdictRules(policy, limits, {
+    chain: EGRESS_CHAIN,
+    accept: "-j ACCEPT",
+    refuse: `-j ${REJECT_CHAIN}`,
+  });
+}
+
+/** The policy's verdicts in evaluation order, as rules of `chain` ending in `accept`/`refuse`. */
+function verdictRules(
+  policy: EgressPolicy,
+  limits: EgressLimits,
+  to: { readonly chain: string; readonly accept: string; readonly refuse: string },
+): string[] {
+  const rule = (cidr: string, verdict: string) => `-A ${to.chain} -d ${cidr} ${verdict}`;
   const restricted = limits.restricted.map(cidrOf);
   const names = (entry: string) => restricted.some((range) => cidrWithin(cidrOf(entry), range));
   return [
-    ...limits.never.map((cidr) => rule(cidr, REJECT_CHAIN)),
-    ...policy.allowOut.filter(names).map((cidr) => rule(cidr, "ACCEPT")),
-    ...limits.restricted.map((cidr) => rule(cidr, REJECT_CHAIN)),
-    ...policy.allowOut.filter((entry) => !names(entry)).map((cidr) => rule(cidr, "ACCEPT")),
-    ...policy.denyOut.map((cidr) => rule(cidr, REJECT_CHAIN)),
-    `-A ${EGRESS_CHAIN} -j ${policy.allowInternet ? "ACCEPT" : REJECT_CHAIN}`,
+    ...limits.never.map((cidr) => rule(cidr, to.refuse)),
+    ...policy.allowOut.filter(names).map((cidr) => rule(cidr, to.accept)),
+    ...limits.restricted.map((cidr) => rule(cidr, to.refuse)),
+    ...policy.allowOut.filter((entry) => !names(entry)).map((cidr) => rule(cidr, to.accept)),
+    ...policy.denyOut.map((cidr) => rule(cidr, to.refuse)),
+    `-A ${to.chain} ${policy.allowInternet ? to.accept : to.refuse}`,
   ];
 }
 

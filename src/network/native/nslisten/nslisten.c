@@ -103,22 +103,22 @@ static napi_value bound_in(napi_env env, const char *path, const struct sockaddr
   return result;
 }
 
-static napi_value listen_tcp(napi_env env, napi_callback_info info) {
+/* listenTcp and bindUdp: the same arguments, a socket of another type. */
+static napi_value socket_call(napi_env env, napi_callback_info info, int type, const char *usage) {
   char path[4096];
   struct sockaddr_in addr;
-  if (where_args(env, info, "listenTcp(netnsPath, address, port): a path, an IPv4 address, 1-65535",
-                 path, sizeof path, &addr) != 0)
-    return NULL;
-  return bound_in(env, path, &addr, SOCK_STREAM);
+  if (where_args(env, info, usage, path, sizeof path, &addr) != 0) return NULL;
+  return bound_in(env, path, &addr, type);
+}
+
+static napi_value listen_tcp(napi_env env, napi_callback_info info) {
+  return socket_call(env, info, SOCK_STREAM,
+                     "listenTcp(netnsPath, address, port): a path, an IPv4 address, 1-65535");
 }
 
 static napi_value bind_udp(napi_env env, napi_callback_info info) {
-  char path[4096];
-  struct sockaddr_in addr;
-  if (where_args(env, info, "bindUdp(netnsPath, address, port): a path, an IPv4 address, 1-65535",
-                 path, sizeof path, &addr) != 0)
-    return NULL;
-  return bound_in(env, path, &addr, SOCK_DGRAM);
+  return socket_call(env, info, SOCK_DGRAM,
+                     "bindUdp(netnsPath, address, port): a path, an IPv4 address, 1-65535");
 }
 
 static napi_value original_destination(napi_env env, napi_callback_info info) {
