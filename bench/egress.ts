@@ -6,19 +6,12 @@
 // guest is a namespace behind the slot's tap (test/e2e/network/fake-guest.ts), so the
 // figures are the network path's, not TCG's.
 // Run: npm run bench:egress (as root). BENCH_CONNECTIONS (default 200), BENCH_DOWNLOAD_MB (64).
-import {
-  DEFAULT_EGRESS_POLICY,
-  type EgressPolicy,
-  NetnsSlotPool,
-  resolverAt,
-} from "../src/network/index.js";
+import { DEFAULT_EGRESS_POLICY, type EgressPolicy } from "../src/network/index.js";
 import { CleanupStack } from "../test/e2e/network/cleanup-stack.js";
-import { selfSignedCertificate, startFakeDns } from "../test/e2e/network/fake-dns.js";
-import { FakeGuest, TAP_OWNER } from "../test/e2e/network/fake-guest.js";
+import { guestBehindGate, selfSignedCertificate } from "../test/e2e/network/fake-dns.js";
 import { FAKENET, FakeNet } from "../test/e2e/network/fake-net.js";
 import type { AgentReply } from "../test/e2e/network/netns-agent.js";
 import { removeLeftovers } from "../test/helpers/leak-check.js";
-import { runPoolOptions } from "../test/helpers/run-env.js";
 import { report, type Summary, summarize } from "./lib/report.js";
 
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 200);
@@ -36,21 +29,9 @@ try {
   const tls = selfSignedCertificate("fakenet");
   need(await net.agent.listenTls(TLS_PORT, "fakenet-tls", tls));
   need(await net.agent.listenBulk(BULK_PORT, DOWNLOAD_MB * 1024 * 1024, tls));
-  const dns = await startFakeDns((name) =>
+  const { slot, guest } = await guestBehindGate(cleanup, (name) =>
     name.endsWith(".allowed.test") ? FAKENET.public1 : undefined,
   );
-  cleanup.defer(() => dns.close());
-  const pool = new NetnsSlotPool({
-    ...runPoolOptions(),
-    size: 0,
-    tapOwner: TAP_OWNER,
-    egressInterface: FAKENET.hostVeth,
-    resolve: resolverAt(`127.0.0.1:${dns.port}`),
-  });
-  cleanup.defer(() => pool.close());
-  const slot = await pool.acquire();
-  const guest = await FakeGuest.attach(slot);
-  cleanup.defer(() => guest.close());
 
   const policies: Record<string, Partial<EgressPolicy>> = {
     "no policy": {},

@@ -7,15 +7,12 @@ import { after, before, test } from "node:test";
 import {
   DEFAULT_EGRESS_POLICY,
   type EgressPolicy,
-  NetnsSlotPool,
   type NetworkSlot,
-  resolverAt,
 } from "../../../src/network/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
-import { runPoolOptions } from "../../helpers/run-env.js";
 import { CleanupStack } from "./cleanup-stack.js";
-import { selfSignedCertificate, startFakeDns } from "./fake-dns.js";
-import { FakeGuest, TAP_OWNER } from "./fake-guest.js";
+import { guestBehindGate, selfSignedCertificate } from "./fake-dns.js";
+import type { FakeGuest } from "./fake-guest.js";
 import { FAKENET, FakeNet } from "./fake-net.js";
 
 const NET_PORT = 9090;
@@ -37,21 +34,10 @@ before(async () => {
   cleanup.defer(() => net.close());
   const tls = selfSignedCertificate("fakenet");
   assert.ok((await net.agent.listenTls(TLS_PORT, "fakenet-tls", tls)).ok);
-  const dns = await startFakeDns(
+  ({ slot, guest } = await guestBehindGate(
+    cleanup,
     (name) => NAMES[name] ?? (name.endsWith(".allowed.test") ? public1 : undefined),
-  );
-  cleanup.defer(() => dns.close());
-  const pool = new NetnsSlotPool({
-    ...runPoolOptions(),
-    size: 0,
-    tapOwner: TAP_OWNER,
-    egressInterface: FAKENET.hostVeth,
-    resolve: resolverAt(`127.0.0.1:${dns.port}`),
-  });
-  cleanup.defer(() => pool.close());
-  slot = await pool.acquire();
-  guest = await FakeGuest.attach(slot);
-  cleanup.defer(() => guest.close());
+  ));
 });
 
 after(async () => {

@@ -4,6 +4,10 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as dnsPacket from "dns-packet";
+import { NetnsSlotPool, type NetworkSlot, resolverAt } from "../../../src/network/index.js";
+import { runPoolOptions } from "../../helpers/run-env.js";
+import { FakeGuest, TAP_OWNER } from "./fake-guest.js";
+import { FAKENET } from "./fake-net.js";
 
 /**
  * A DNS server of the tests' own on 127.0.0.1 (a stand-in for the host's resolver, given to
@@ -51,4 +55,29 @@ export function selfSignedCertificate(commonName: string): { key: string; cert: 
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * A slot whose egress is the fake internet and whose egress gate resolves names with a fake
+ * DNS server answering `answer`, with a fake guest on it: what the domain egress test and
+ * bench drive. Everything it makes is deferred to `cleanup`.
+ */
+export async function guestBehindGate(
+  cleanup: { defer(undo: () => unknown): void },
+  answer: (name: string) => string | undefined,
+): Promise<{ slot: NetworkSlot; guest: FakeGuest }> {
+  const dns = await startFakeDns(answer);
+  cleanup.defer(() => dns.close());
+  const pool = new NetnsSlotPool({
+    ...runPoolOptions(),
+    size: 0,
+    tapOwner: TAP_OWNER,
+    egressInterface: FAKENET.hostVeth,
+    resolve: resolverAt(`127.0.0.1:${dns.port}`),
+  });
+  cleanup.defer(() => pool.close());
+  const slot = await pool.acquire();
+  const guest = await FakeGuest.attach(slot);
+  cleanup.defer(() => guest.close());
+  return { slot, guest };
 }
