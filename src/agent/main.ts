@@ -13,6 +13,7 @@ import { seedGuestRandomness } from "./entropy.js";
 import { builtDrivers, Contexts, createInterpreter, kernelStarter } from "./interpreter/index.js";
 import { system } from "./native/system.js";
 import { createAgent } from "./server.js";
+import { installCaCertificates } from "./trust-store.js";
 import { mountGuestVolume } from "./volume-mounts.js";
 
 /**
@@ -82,6 +83,7 @@ const agent = createAgent({
   setClock: args.guest ? setSystemClock : undefined,
   seedRandomness: args.guest ? seedGuestRandomness : undefined,
   mountVolume: args.guest ? mountGuestVolume : undefined,
+  trustCa: args.guest ? (pem) => installCaCertificates(pem) : undefined,
 });
 agent.server.on("error", (err) => fail(`cannot listen on ${host}:${port}: ${err.message}`));
 agent.server.listen(port, host, () => {

@@ -17,6 +17,7 @@ import { createRestHandler } from "./http/rest-router.js";
 import { ProcessRegistry } from "./process/process-registry.js";
 import { createProcessService } from "./process/process-service.js";
 import { AgentState } from "./state.js";
+import type { InstalledTrust } from "./trust-store.js";
 import type { VolumeMounter } from "./volume-mounts.js";
 
 export interface AgentOptions {
@@ -28,6 +29,8 @@ export interface AgentOptions {
   readonly seedRandomness?: EntropySeeder;
   /** Mounts /init's volumes; only inside a guest. */
   readonly mountVolume?: VolumeMounter;
+  /** Installs /init's CA certificates in the system's trust; only inside a guest. */
+  readonly trustCa?: (pem: string) => Promise<InstalledTrust>;
 }
 
 export interface Agent {
@@ -52,6 +55,7 @@ export function createAgent(options: AgentOptions = {}): Agent {
     setClock: options.setClock,
     seedRandomness: options.seedRandomness,
     mountVolume: options.mountVolume,
+    trustCa: options.trustCa,
   });
   const rpc = connectNodeAdapter({
     routes(router) {

@@ -6,6 +6,8 @@ export class AgentState {
   envVars: Record<string, string> = {};
   accessToken: string | undefined;
   defaultWorkdir: string | undefined;
+  /** The CA certificates /init last had installed (PEM): the same again is not redone. */
+  trustedCa: string | undefined;
   /** Timestamp (ms) of the newest /init applied; an older /init is stale and ignored. */
   lastInitMs: number | undefined;
   /** What envd did, for the sandbox's /logs (AgentLog). */

@@ -7,13 +7,15 @@ import { posix } from "node:path";
 import type {
   CreateSandboxInput,
   SandboxNetwork,
+  SandboxNetworkRules,
   SandboxVolumeMount,
 } from "../orchestrator/index.js";
+import { checkNetworkRules } from "../orchestrator/index.js";
 import { ENVD_PORT } from "../protocol/index.js";
 import { WarrenError } from "../shared/index.js";
 import type { ApiContext } from "./api-context.js";
 import { invalid, secondsToMs } from "./input.js";
-import type { NetworkConfigBody, NewSandboxBody } from "./schemas.js";
+import type { NetworkConfigBody, NetworkRulesBody, NewSandboxBody } from "./schemas.js";
 
 export const DEFAULT_TEMPLATE = "base";
 
@@ -66,7 +68,17 @@ function toNetwork(body: NetworkConfigBody | undefined): SandboxNetwork {
     allowPublicTraffic: body?.allowPublicTraffic ?? true,
     ...(body?.maskRequestHost === undefined ? {} : { maskRequestHost: body.maskRequestHost }),
     ...(body?.httpsPorts?.length ? { httpsPorts: httpsPorts(body.httpsPorts) } : {}),
+    ...(body?.rules && Object.keys(body.rules).length > 0 && { rules: networkRules(body.rules) }),
   };
+}
+
+/** `network.rules` with its domains in lower case (E2B normalizes them on write), checked. */
+export function networkRules(rules: NetworkRulesBody): SandboxNetworkRules {
+  const normalized = Object.fromEntries(
+    Object.entries(rules).map(([domain, list]) => [domain.trim().toLowerCase(), list]),
+  );
+  checkNetworkRules(normalized);
+  return normalized;
 }
 
 /** Guest ports the proxy reaches over TLS: distinct ports, not envd's, at most 32. */
@@ -83,7 +95,7 @@ function httpsPorts(ports: readonly number[]): number[] {
 
 /**
  * Features E2B has and Warren does not: refused rather than silently ignored, so a caller
- * never believes a volume is mounted or a credential injected. (`mcp` is fine: the SDK
+ * never believes a proxy is used or a workload identity injected. (`mcp` is fine: the SDK
  * itself starts the gateway inside the sandbox.)
  */
 function rejectUnsupported(body: NewSandboxBody): void {
@@ -91,11 +103,7 @@ function rejectUnsupported(body: NewSandboxBody): void {
   if (body.iam?.tokens !== undefined && Object.keys(body.iam.tokens).length > 0) {
     throw unsupported("body/iam/tokens");
   }
-  const network = body.network;
-  if (network?.rules !== undefined && Object.keys(network.rules).length > 0) {
-    throw unsupported("body/network/rules");
-  }
-  if (network?.egressProxy != null) throw unsupported("body/network/egressProxy");
+  if (body.network?.egressProxy != null) throw unsupported("body/network/egressProxy");
 }
 
 /** Mounts at most; each is a server and a mount in the guest. */

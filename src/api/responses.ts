@@ -3,7 +3,12 @@
  * `ListedSandbox`, `SandboxMetric`, `SandboxLogs`). Field names as in the e2b 2.51 SDK's
  * generated types; times RFC 3339; sizes in MiB under E2B's "MB" names.
  */
-import type { SandboxInfo, SandboxLogEntry, SandboxMetric } from "../orchestrator/index.js";
+import type {
+  SandboxInfo,
+  SandboxLogEntry,
+  SandboxMetric,
+  SandboxNetworkRules,
+} from "../orchestrator/index.js";
 
 export interface ListedSandboxJson {
   sandboxID: string;
@@ -39,6 +44,7 @@ export interface SandboxDetailJson extends ListedSandboxJson {
     allowPublicTraffic: boolean;
     maskRequestHost?: string;
     httpsPorts?: number[];
+    rules?: SandboxNetworkRules;
   };
   lifecycle: { onTimeout: "kill" | "pause"; autoResume: boolean };
 }
@@ -85,6 +91,7 @@ export function toSandboxDetailJson(info: SandboxInfo, domain: string | null): S
         ? {}
         : { maskRequestHost: network.maskRequestHost }),
       ...(network.httpsPorts?.length ? { httpsPorts: [...network.httpsPorts] } : {}),
+      ...(network.rules && { rules: network.rules }),
     },
     lifecycle: { onTimeout: lifecycle.onTimeout, autoResume: lifecycle.autoResume },
   };

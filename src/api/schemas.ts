@@ -26,10 +26,36 @@ export interface NetworkConfigBody {
   denyOut?: string[];
   allowPublicTraffic?: boolean;
   maskRequestHost?: string;
-  rules?: Record<string, unknown>;
+  rules?: NetworkRulesBody;
   egressProxy?: Record<string, unknown> | null;
   httpsPorts?: number[];
 }
+
+/** E2B's `network.rules`: per domain, rules of header transforms (`SandboxNetworkRule`). */
+export type NetworkRulesBody = Record<
+  string,
+  { transform?: { headers?: Record<string, string> } }[]
+>;
+
+/** The shape alone; domains and headers are checked by the network (validateHeaderRules). */
+const networkRules = {
+  type: "object",
+  additionalProperties: {
+    type: "array",
+    maxItems: 16,
+    items: {
+      type: "object",
+      properties: {
+        transform: {
+          type: "object",
+          properties: {
+            headers: { type: "object", additionalProperties: { type: "string" } },
+          },
+        },
+      },
+    },
+  },
+} as const;
 
 const networkConfig = {
   type: "object",
@@ -38,7 +64,7 @@ const networkConfig = {
     denyOut: stringList,
     allowPublicTraffic: { type: "boolean" },
     maskRequestHost: { type: "string" },
-    rules: { type: "object" },
+    rules: networkRules,
     egressProxy: { type: ["object", "null"] },
     httpsPorts: { type: "array", items: { type: "integer" } },
   },
@@ -149,7 +175,7 @@ export interface NetworkUpdateBody {
   allowOut?: string[];
   denyOut?: string[];
   allow_internet_access?: boolean;
-  rules?: Record<string, unknown>;
+  rules?: NetworkRulesBody;
   egressProxy?: Record<string, unknown> | null;
 }
 
@@ -158,7 +184,7 @@ export const networkUpdateSchema = optionalBody({
     allowOut: stringList,
     denyOut: stringList,
     allow_internet_access: { type: "boolean" },
-    rules: { type: "object" },
+    rules: networkRules,
     egressProxy: { type: ["object", "null"] },
   },
 });

@@ -14,6 +14,7 @@ test("validateEgressPolicy normalizes entries", () => {
     allowOut: ["1.2.3.4/32", "10.0.0.0/8"],
     denyOut: [],
     allowDomains: [],
+    headerRules: [],
   });
   assert.ok(Object.isFrozen(policy) && Object.isFrozen(policy.allowOut));
   assert.ok(sameEgressPolicy(policy, validateEgressPolicy(policy)));

@@ -1,4 +1,5 @@
 import { parseDomainPattern } from "./egress-gate/domains.js";
+import { type HeaderRule, validateHeaderRules } from "./egress-gate/header-rules.js";
 import { EgressPolicyError } from "./errors.js";
 import { formatCidr, parseCidr } from "./ipv4.js";
 
@@ -25,6 +26,14 @@ export interface EgressPolicy {
    * validateEgressPolicy. While any is set, DNS answers only these names (egress-gate/).
    */
   readonly allowDomains?: readonly string[];
+  /**
+   * Headers set on HTTPS requests to some domains (E2B's `network.rules`), by the egress
+   * gate, which terminates TLS for those domains alone (egress-gate/intercept.ts). Rules
+   * open nothing: the destination must be allowed as any other.
+   */
+  readonly headerRules?: readonly HeaderRule[];
+  /** Whose secrets fill the rules' `${e2b.secrets.NAME}` (the sandbox's team). */
+  readonly secretsOf?: string;
 }
 
 export const DEFAULT_EGRESS_POLICY: EgressPolicy = Object.freeze({
@@ -32,6 +41,7 @@ export const DEFAULT_EGRESS_POLICY: EgressPolicy = Object.freeze({
   allowOut: Object.freeze([]),
   denyOut: Object.freeze([]),
   allowDomains: Object.freeze([]),
+  headerRules: Object.freeze([]),
 });
 
 /** Refused unless an allowOut entry inside the range names the destination. */
@@ -108,6 +118,8 @@ export function validateEgressPolicy(policy: EgressPolicy): EgressPolicy {
     ),
     denyOut: normalizeList("denyOut", policy.denyOut),
     allowDomains: Object.freeze(allowDomains),
+    headerRules: validateHeaderRules(policy.headerRules ?? []),
+    ...(policy.secretsOf !== undefined && { secretsOf: policy.secretsOf }),
   });
 }
 
@@ -144,6 +156,8 @@ export function sameEgressPolicy(a: EgressPolicy, b: EgressPolicy): boolean {
     a.allowInternet === b.allowInternet &&
     sameList(a.allowOut, b.allowOut) &&
     sameList(a.denyOut, b.denyOut) &&
-    sameList(a.allowDomains ?? [], b.allowDomains ?? [])
+    sameList(a.allowDomains ?? [], b.allowDomains ?? []) &&
+    JSON.stringify(a.headerRules ?? []) === JSON.stringify(b.headerRules ?? []) &&
+    a.secretsOf === b.secretsOf
   );
 }

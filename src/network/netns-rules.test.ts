@@ -159,7 +159,9 @@ test("the gate chain: empty without domains; with them, DNS and what the egress 
   assert.deepEqual(withDomains.allowOut, ["198.51.100.7/32"]);
   const rules = gateChainRules(withDomains, limits);
   const toGate = "-p tcp -m conntrack --ctstate NEW -j REDIRECT --to-ports 15001";
-  assert.deepEqual(rules.slice(0, 2), [
+  assert.deepEqual(rules.slice(0, 3), [
+    // What serves the guest on the gateway (its volumes' NFS) is never redirected.
+    "-A WARREN-GATE -d 169.254.0.22/32 -j RETURN",
     "-A WARREN-GATE -p udp --dport 53 -j REDIRECT --to-ports 53",
     "-A WARREN-GATE -p tcp --dport 53 -j REDIRECT --to-ports 53",
   ]);
@@ -174,7 +176,21 @@ test("the gate chain: empty without domains; with them, DNS and what the egress 
     "allow beats deny",
   );
   const update = egressUpdate(withDomains, limits);
-  assert.match(update, /^\*nat\n:WARREN-GATE - \[0:0\]\n-A WARREN-GATE -p udp/);
+  assert.match(update, /^\*nat\n:WARREN-GATE - \[0:0\]\n-A WARREN-GATE -d 169\.254\.0\.22/);
+});
+
+test("the gate chain with header rules: every new TCP connection goes to the gate, DNS only with domains", () => {
+  const ruled = policy({
+    allowOut: ["198.51.100.7"],
+    headerRules: [{ domain: "api.example.com", headers: [["authorization", "Bearer x"]] }],
+  });
+  assert.deepEqual(gateChainRules(ruled, limits), [
+    "-A WARREN-GATE -d 169.254.0.22/32 -j RETURN",
+    "-A WARREN-GATE -p tcp -m conntrack --ctstate NEW -j REDIRECT --to-ports 15001",
+  ]);
+  const both = gateChainRules({ ...ruled, allowDomains: ["*.allowed.test"] }, limits);
+  assert.equal(both.length, 4);
+  assert.match(both[1] as string, /-p udp --dport 53/);
 });
 
 test("policies: domains go among allowOut and split out; denyOut takes none", () => {

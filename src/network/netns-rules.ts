@@ -13,7 +13,8 @@ export const EGRESS_CHAIN = "WARREN-EGRESS";
 export const REJECT_CHAIN = "WARREN-REJECT";
 /**
  * nat: what the egress gate takes (egress-gate/): while the policy lists domains, every DNS
- * query, and the new TCP connections the egress chain would refuse. Empty otherwise.
+ * query, and the new TCP connections the egress chain would refuse; while it has header
+ * rules, every new TCP connection. Empty otherwise.
  */
 export const GATE_CHAIN = "WARREN-GATE";
 /** Where the gate listens, on the gateway address inside the namespace. */
@@ -116,22 +117,28 @@ export function egressUpdate(policy: EgressPolicy, limits: EgressLimits): string
 }
 
 /**
- * The gate chain (nat PREROUTING, from the guest): empty without domains. With them, every
- * DNS query goes to the gate's resolver, and each new TCP connection the egress chain would
- * refuse goes to the gate's listener, which lets it through when it names an allowed domain;
- * what the chain accepts goes its own way, untouched.
+ * The gate chain (nat PREROUTING, from the guest): empty without domains or header rules.
+ * With domains, every DNS query goes to the gate's resolver, and each new TCP connection
+ * the egress chain would refuse goes to the gate's listener, which lets it through when it
+ * names an allowed domain; what the chain accepts goes its own way, untouched. With header
+ * rules, every new TCP connection goes to the gate (a ruled name may be at any address);
+ * it judges each as the egress chain would. What serves the guest on the gateway (its
+ * volumes, the gate itself) is never redirected.
  */
 export function gateChainRules(policy: EgressPolicy, limits: EgressLimits): string[] {
-  if (!policy.allowDomains?.length) return [];
+  const domains = Boolean(policy.allowDomains?.length);
+  const rules = Boolean(policy.headerRules?.length);
+  if (!domains && !rules) return [];
   const dns = (proto: string) =>
     `-A ${GATE_CHAIN} -p ${proto} --dport 53 -j REDIRECT --to-ports ${GATE_DNS_PORT}`;
   const toGate = `-p tcp -m conntrack --ctstate NEW -j REDIRECT --to-ports ${GATE_TCP_PORT}`;
-  const verdicts = verdictRules(policy, limits, {
-    chain: GATE_CHAIN,
-    accept: "-j RETURN",
-    refuse: toGate,
-  });
-  return [dns("udp"), dns("tcp"), ...verdicts];
+  return [
+    `-A ${GATE_CHAIN} -d ${GATEWAY_ADDRESS}/32 -j RETURN`,
+    ...(domains ? [dns("udp"), dns("tcp")] : []),
+    ...(rules
+      ? [`-A ${GATE_CHAIN} ${toGate}`]
+      : verdictRules(policy, limits, { chain: GATE_CHAIN, accept: "-j RETURN", refuse: toGate })),
+  ];
 }
 
 /** Destinations the egress chain judges before the policy's own lists. */

@@ -2,6 +2,7 @@ import { type Logger, silentLogger, WarrenError } from "../shared/index.js";
 import { type CommandRunner, runCommand } from "./command-runner.js";
 import { flushHostConntrack } from "./conntrack.js";
 import { hostResolve, type Resolve } from "./egress-gate/decide.js";
+import type { GateInterception } from "./egress-gate/intercept.js";
 import {
   DEFAULT_EGRESS_POLICY,
   type EgressPolicy,
@@ -66,6 +67,8 @@ export interface NetnsSlotPoolOptions {
    * resolver). Default: the host's resolver (`/etc/resolv.conf`).
    */
   resolve?: Resolve;
+  /** What header rules need (the node's egress CA, its secrets); unset: rules are refused. */
+  interception?: GateInterception;
 }
 
 /**
@@ -306,6 +309,7 @@ export class NetnsSlotPool implements SlotPool {
       serverUid: this.#options.serverUid ?? process.getuid?.() ?? 0,
       run: this.#run,
       resolve: this.#options.resolve ?? hostResolve,
+      ...(this.#options.interception && { interception: this.#options.interception }),
       logger: this.#logger,
     };
   }

@@ -11,6 +11,7 @@ import type { CommandRunner } from "./command-runner.js";
 import { flushHostConntrack, flushNamespaceConntrack } from "./conntrack.js";
 import type { Resolve } from "./egress-gate/decide.js";
 import { EgressGate } from "./egress-gate/egress-gate.js";
+import type { GateInterception } from "./egress-gate/intercept.js";
 import { DEFAULT_EGRESS_POLICY, type EgressPolicy, validateEgressPolicy } from "./egress-policy.js";
 import { SlotTakenError } from "./errors.js";
 import { enableForwarding } from "./host-forwarding.js";
@@ -43,6 +44,8 @@ export interface SlotSettings {
   readonly run: CommandRunner;
   /** Resolves the names policies' domain entries allow (the egress gate). */
   readonly resolve: Resolve;
+  /** What header rules need (the egress CA, secrets); unset: a policy with rules is refused. */
+  readonly interception?: GateInterception;
   readonly logger?: Logger;
 }
 
@@ -70,7 +73,7 @@ export class NetworkSlot implements Slot, SlotAddresses {
   readonly #settings: SlotSettings;
   readonly #hostRules: readonly HostRule[];
   #policy: EgressPolicy;
-  /** While the policy lists domains: the gate serving this slot's guest (egress-gate/). */
+  /** While the policy lists domains or has header rules: the gate serving this slot's guest (egress-gate/). */
   #gate: EgressGate | undefined;
   #queue: Promise<unknown> = Promise.resolve();
   #destroyed = false;
@@ -167,7 +170,7 @@ export class NetworkSlot implements Slot, SlotAddresses {
         throw new WarrenError("conflict", `network slot ${this.index} is destroyed`);
       }
       // The gate listens before the rules send anything to it, and goes after they stop.
-      if (next.allowDomains?.length) await this.#gateFor(next);
+      if (gated(next)) await this.#gateFor(next);
       await this.#settings.run(
         "nsenter",
         [`--net=${this.netnsPath}`, "iptables-restore", "--noflush"],
@@ -176,7 +179,7 @@ export class NetworkSlot implements Slot, SlotAddresses {
         },
       );
       this.#policy = next;
-      if (!next.allowDomains?.length) await this.#gateFor(next);
+      if (!gated(next)) await this.#gateFor(next);
     });
   }
 
@@ -185,9 +188,9 @@ export class NetworkSlot implements Slot, SlotAddresses {
     return this.#gate?.connections ?? 0;
   }
 
-  /** Opens, updates or closes the gate for a policy (open only while it lists domains). */
+  /** Opens, updates or closes the gate for a policy (open only while it needs one). */
   async #gateFor(policy: EgressPolicy): Promise<void> {
-    if (!policy.allowDomains?.length) {
+    if (!gated(policy)) {
       const gate = this.#gate;
       this.#gate = undefined;
       await gate?.close();
@@ -200,6 +203,7 @@ export class NetworkSlot implements Slot, SlotAddresses {
         gateway: this.gateway,
         limits: () => this.#limits(),
         resolve: this.#settings.resolve,
+        interception: this.#settings.interception,
         logger: this.#settings.logger,
       },
       policy,
@@ -327,4 +331,9 @@ async function settleAll(promises: readonly Promise<unknown>[]): Promise<void> {
 
 function lines(...items: string[]): string {
   return `${items.join("\n")}\n`;
+}
+
+/** Whether a policy needs the egress gate: domains to judge by name, or headers to set. */
+function gated(policy: EgressPolicy): boolean {
+  return Boolean(policy.allowDomains?.length || policy.headerRules?.length);
 }

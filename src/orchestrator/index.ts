@@ -24,6 +24,7 @@ export {
   LifecycleEvents,
   type LifecycleEventsOptions,
 } from "./lifecycle-events.js";
+export { checkNetworkRules } from "./network-config.js";
 export { Orchestrator, type OrchestratorOptions } from "./orchestrator.js";
 export { assertReady } from "./readiness.js";
 export type { VolumeServer } from "./sandbox-vms.js";

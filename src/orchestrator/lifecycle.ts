@@ -384,7 +384,7 @@ export class Lifecycle {
     const { vms } = this.#o;
     const { presentToken, warm, permit } = how;
     const config = configOf(live.row);
-    const policy = validateEgressPolicy(egressPolicyOf(config.network, config.allowInternetAccess));
+    const policy = validateEgressPolicy(egressPolicyOf(config, live.row.teamId));
     const signal = live.abort?.signal;
     const started = performance.now();
     if (warm) await vms.startWarm(live, warm, policy, signal);

@@ -107,6 +107,8 @@ export interface OrchestratorOptions {
   readonly statDisk?: StatDisk;
   /** Serves volumes to sandboxes that mount them; unset: such creates are refused. */
   readonly volumes?: VolumeServer;
+  /** The node's egress CA (PEM), which every guest trusts (network.rules); unset: none. */
+  readonly guestCaCertificate?: string;
 }
 
 /**
@@ -183,6 +185,7 @@ export class Orchestrator
       envdDeadlineMs: options.envdDeadlineMs ?? 30_000,
       snapshotDir: (id) => this.#snapshots.localDir(id),
       volumes: options.volumes,
+      guestCaCertificate: options.guestCaCertificate,
     });
     this.#vms = vms;
     // Before the pool's: a reserve that does not fit takes a kept VMM's room first.
@@ -444,7 +447,7 @@ export class Orchestrator
       );
     });
     // Checked before anything is reserved: a bad list is the caller's 400.
-    validateEgressPolicy(egressPolicyOf(input.network, input.allowInternetAccess));
+    validateEgressPolicy(egressPolicyOf(input, input.teamId));
     const volumeMounts = withTemplateVolumes(template, input.volumeMounts ?? []);
     if (volumeMounts.length > 0 && !this.#o.volumes) {
       throw new WarrenError(
@@ -685,7 +688,7 @@ export class Orchestrator
   async updateNetwork(sandboxId: string, update: NetworkUpdate): Promise<void> {
     return this.#table.locked(sandboxId, async (live) => {
       const next = withNetworkUpdate(configOf(live.row), update);
-      const policy = validateEgressPolicy(egressPolicyOf(next.network, next.allowInternetAccess));
+      const policy = validateEgressPolicy(egressPolicyOf(next, live.row.teamId));
       if (live.slot) await live.slot.setPolicy(policy);
       await this.#lifecycle.update(live, { config: next as unknown as Record<string, unknown> });
       await this.#events.emit("sandbox.network_updated", { sandboxId, ...update });

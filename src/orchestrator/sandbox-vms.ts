@@ -42,6 +42,8 @@ export interface SandboxVmsOptions {
   readonly snapshotDir: (snapshotId: string) => Promise<string>;
   /** Serves sandboxes' volumes; unset: a sandbox with volumes cannot start here. */
   readonly volumes?: VolumeServer;
+  /** Installed in every guest's trust store at /init (the node's egress CA, PEM). */
+  readonly guestCaCertificate?: string;
 }
 
 /**
@@ -185,6 +187,7 @@ export class SandboxVms {
         {
           envVars: guestEnvVars(live.row),
           accessToken: live.row.envdAccessToken ?? "",
+          ...(this.#o.guestCaCertificate && { caCertificates: this.#o.guestCaCertificate }),
           ...(mounts.length > 0 && {
             volumeMounts: mounts.map((m) => ({
               nfs_target: `${gateway}:/${m.volumeId}`,

@@ -22,7 +22,20 @@ export interface SandboxNetwork {
   readonly maskRequestHost?: string;
   /** Guest ports that serve HTTPS: the proxy speaks TLS to them (certificate not verified). */
   readonly httpsPorts?: readonly number[];
+  /**
+   * E2B's `network.rules`: per domain (`api.example.com`, `*.example.com`, lower case), the
+   * headers set on the sandbox's HTTPS requests there; values may name the team's secrets
+   * (`${e2b.secrets.NAME}`), filled in by the node's egress gate.
+   */
+  readonly rules?: SandboxNetworkRules;
 }
+
+export type SandboxNetworkRules = Readonly<
+  Record<
+    string,
+    readonly { readonly transform?: { readonly headers?: Readonly<Record<string, string>> } }[]
+  >
+>;
 
 export interface SandboxLifecycle {
   /** What the TTL does when it runs out. */
@@ -138,6 +151,7 @@ export interface SandboxLogEntry {
 export interface NetworkUpdate {
   readonly allowOut?: readonly string[];
   readonly denyOut?: readonly string[];
+  readonly rules?: SandboxNetworkRules;
   readonly allowInternetAccess?: boolean;
 }
 

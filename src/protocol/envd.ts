@@ -55,6 +55,12 @@ export interface EnvdInitRequest {
    * carry on) with the options in src/agent/volume-mounts.ts.
    */
   volumeMounts?: EnvdVolumeMount[];
+  /**
+   * Warren's own field: CA certificates (PEM) the guest trusts from now on — the node's egress
+   * CA, which the egress gate's certificates for network.rules domains chain to. envd adds
+   * them to the system trust store and points Node and Python's requests at it.
+   */
+  caCertificates?: string;
 }
 
 export interface EnvdVolumeMount {

@@ -12,7 +12,13 @@ import {
   type VolumeCatalog,
 } from "../catalog/index.js";
 import { ensureHostSetup, GUEST_ARTIFACTS, type GuestArtifacts } from "../host-setup/index.js";
-import { listenInNamespace, NetnsSlotPool, resolverAt, slotNamesFor } from "../network/index.js";
+import {
+  type GateInterception,
+  listenInNamespace,
+  NetnsSlotPool,
+  resolverAt,
+  slotNamesFor,
+} from "../network/index.js";
 import {
   type CapacityLimits,
   EnvdGuestAgent,
@@ -25,6 +31,7 @@ import { SecretBox, Secrets } from "../secrets/index.js";
 import { type Config, hostResources } from "../shared/config.js";
 import { WarrenError } from "../shared/index.js";
 import { openSharedStore } from "../store/index.js";
+import { EgressCa } from "../tls/index.js";
 import {
   createQemuDriver,
   type QemuDriverConfig,
@@ -33,6 +40,7 @@ import {
 import { Volumes } from "../volumes/index.js";
 import type { CloseStack } from "./close-stack.js";
 import { joinCluster } from "./cluster-membership.js";
+import { egressInterception } from "./egress-interception.js";
 import { startKilledPurge } from "./killed-purge.js";
 import type { Late, LateBound } from "./late-bound.js";
 import type { NodeMetrics } from "./prometheus.js";
@@ -94,9 +102,14 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
     log.warn({ err }, "server.oom_score_unchanged"),
   );
   const { catalog, cluster, teams, volumes: volumeRows, secrets } = await openCatalogs(input);
-  input.secrets.bind(
-    new Secrets({ catalog: secrets, box: await SecretBox.open(input.layout.secretsDir) }),
-  );
+  const teamSecrets = new Secrets({
+    catalog: secrets,
+    box: await SecretBox.open(input.layout.secretsDir),
+  });
+  input.secrets.bind(teamSecrets);
+  // The CA every guest trusts for the domains of its network.rules (egress-gate/intercept.ts).
+  const egressCa = await EgressCa.open(join(input.layout.secretsDir, "egress-ca"));
+  const interception = await egressInterception(egressCa, teamSecrets, config.egressTrustedCa);
   input.teams.bind(teams);
   const volumes = new Volumes({
     catalog: volumeRows,
@@ -121,6 +134,7 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
     host,
     teams,
     volumes,
+    egress: { ca: egressCa, interception },
   });
   orchestrator = started;
   closers.add("orchestrator", () => started.close());
@@ -254,6 +268,7 @@ function newOrchestrator(
     host: HostResources;
     teams: TeamCatalog;
     volumes: Volumes;
+    egress: { ca: EgressCa; interception: GateInterception };
   },
 ): Orchestrator {
   const { config, logger } = input;
@@ -267,6 +282,7 @@ function newOrchestrator(
       ...slotNamesFor(config.networkPrefix),
       logger: logger.child({ component: "network" }),
       ...(config.egressResolver && { resolve: resolverAt(config.egressResolver) }),
+      interception: parts.egress.interception,
     }),
     agent: new EnvdGuestAgent(),
     images: parts.images,
@@ -296,6 +312,7 @@ function newOrchestrator(
       serve: (slot, ids) =>
         parts.volumes.serve(listenInNamespace(slot.netns, slot.gateway, VOLUME_NFS_PORT), ids),
     },
+    guestCaCertificate: parts.egress.ca.certificate,
   });
 }
 

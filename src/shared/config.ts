@@ -430,6 +430,13 @@ const SETTINGS = {
       /^\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?$/.test(text.trim()) ? text.trim() : undefined,
     expects: "an IPv4 address with an optional port, e.g. 10.0.0.2 or 127.0.0.1:5353",
   },
+  egressTrustedCa: {
+    env: "WARREN_EGRESS_TRUSTED_CA",
+    doc: "A PEM file of CA certificates trusted, besides Node's own roots, for the upstream servers of sandboxes' network.rules domains (whose HTTPS the egress gate terminates to set headers): for an internal CA. Unset: Node's roots alone.",
+    default: (): string | undefined => undefined,
+    parse: (text: string) => (text.trim().startsWith("/") ? text.trim() : undefined),
+    expects: "an absolute path to a PEM file",
+  },
   registryMirrors: {
     env: "WARREN_REGISTRY_MIRRORS",
     doc: "Image pulls of these registries go to a mirror instead (comma-separated registry=url, e.g. docker.io=http://127.0.0.1:5000): for hosts without internet. A plain-HTTP mirror must also be listed in WARREN_INSECURE_REGISTRIES.",

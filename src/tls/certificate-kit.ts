@@ -1,4 +1,10 @@
-import { createPrivateKey, randomBytes, webcrypto } from "node:crypto";
+import {
+  createPrivateKey,
+  type KeyObject,
+  randomBytes,
+  webcrypto,
+  X509Certificate,
+} from "node:crypto";
 import { chmod, rename, writeFile } from "node:fs/promises";
 
 /**
@@ -50,4 +56,68 @@ export async function writeAtomically(path: string, text: string, mode: number):
   await writeFile(temp, text, { mode });
   await chmod(temp, mode); // whatever the umask
   await rename(temp, path);
+}
+
+/** A CA certificate with its keys imported for WebCrypto: what issues certificates. */
+export interface SigningCa {
+  readonly pem: string;
+  readonly certificate: X509Certificate;
+  readonly publicKey: CryptoKey;
+  readonly signingKey: CryptoKey;
+}
+
+/** A CA read from PEM (its certificate and the KeyObject of its private key). */
+export async function signingCa(pem: string, key: KeyObject): Promise<SigningCa> {
+  const certificate = new X509Certificate(pem);
+  return {
+    pem: pem.trim(),
+    certificate,
+    publicKey: await webcrypto.subtle.importKey(
+      "spki",
+      certificate.publicKey.export({ type: "spki", format: "der" }),
+      ALGORITHM,
+      true,
+      ["verify"],
+    ),
+    signingKey: await webcrypto.subtle.importKey(
+      "pkcs8",
+      key.export({ type: "pkcs8", format: "der" }),
+      ALGORITHM,
+      false,
+      ["sign"],
+    ),
+  };
+}
+
+/**
+ * A server certificate signed by `ca` for DNS `names` (the first is its CN): server
+ * authentication only, valid from a minute ago (clocks differ) until `notAfter`.
+ */
+export async function issueServerCertificate(
+  ca: SigningCa,
+  publicKey: CryptoKey,
+  names: readonly string[],
+  now: Date,
+  notAfter: Date,
+): Promise<string> {
+  const x509 = await loadX509();
+  const leaf = await x509.X509CertificateGenerator.create({
+    serialNumber: serial(),
+    subject: `CN=${names[0]}`,
+    // The issuer exactly as the CA certificate encodes its subject.
+    issuer: new x509.X509Certificate(ca.pem).subject,
+    notBefore: new Date(now.getTime() - 60_000),
+    notAfter,
+    signingKey: ca.signingKey,
+    publicKey,
+    signingAlgorithm: ALGORITHM,
+    extensions: [
+      new x509.BasicConstraintsExtension(false, undefined, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
+      new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
+      new x509.SubjectAlternativeNameExtension(names.map((value) => ({ type: "dns", value }))),
+      await x509.AuthorityKeyIdentifierExtension.create(ca.publicKey),
+    ],
+  });
+  return leaf.toString("pem");
 }

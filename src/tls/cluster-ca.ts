@@ -8,6 +8,7 @@ import {
   loadX509,
   pkcs8Pem,
   serial,
+  signingCa,
   writeAtomically,
 } from "./certificate-kit.js";
 import { type ClusterIdentity, identityUri } from "./cluster-identity.js";
@@ -154,22 +155,5 @@ async function loadCa(dir: string) {
   if (!certificate.checkPrivateKey(key) || !certificate.ca) {
     throw new WarrenError("invalid_argument", `${dir} holds no CA certificate with its key`);
   }
-  return {
-    pem: pem.trim(),
-    certificate,
-    publicKey: await webcrypto.subtle.importKey(
-      "spki",
-      certificate.publicKey.export({ type: "spki", format: "der" }),
-      ALGORITHM,
-      true,
-      ["verify"],
-    ),
-    signingKey: await webcrypto.subtle.importKey(
-      "pkcs8",
-      key.export({ type: "pkcs8", format: "der" }),
-      ALGORITHM,
-      false,
-      ["sign"],
-    ),
-  };
+  return signingCa(pem, key);
 }

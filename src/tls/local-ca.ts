@@ -4,11 +4,13 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import {
   ALGORITHM,
-  type CryptoKey,
   DAY_MS,
+  issueServerCertificate,
   loadX509,
   pkcs8Pem,
+  type SigningCa,
   serial,
+  signingCa,
   writeAtomically,
 } from "./certificate-kit.js";
 import type { TlsIdentity } from "./tls-identity.js";
@@ -72,38 +74,23 @@ export async function ensureLocalCertificate(options: LocalCaOptions): Promise<L
   if (current && stillGood(current.certificate, ca.certificate, domain, now)) {
     return { ...current.identity, caFile: path("caCert"), issued: false, ...replaced };
   }
-  const x509 = await loadX509();
   const leafKeys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
-  const leaf = await x509.X509CertificateGenerator.create({
-    serialNumber: serial(),
-    subject: `CN=*.${domain}`,
-    // The issuer exactly as the CA certificate encodes its subject.
-    issuer: new x509.X509Certificate(ca.pem).subject,
-    notBefore: new Date(now.getTime() - 60_000),
-    notAfter: new Date(now.getTime() + LEAF_VALIDITY_DAYS * DAY_MS),
-    signingKey: ca.signingKey,
-    publicKey: leafKeys.publicKey,
-    signingAlgorithm: ALGORITHM,
-    extensions: [
-      new x509.BasicConstraintsExtension(false, undefined, true),
-      new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
-      new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
-      new x509.SubjectAlternativeNameExtension([
-        { type: "dns", value: `*.${domain}` },
-        { type: "dns", value: domain },
-      ]),
-      await x509.AuthorityKeyIdentifierExtension.create(ca.publicKey),
-    ],
-  });
+  const leafPem = await issueServerCertificate(
+    ca,
+    leafKeys.publicKey,
+    [`*.${domain}`, domain],
+    now,
+    new Date(now.getTime() + LEAF_VALIDITY_DAYS * DAY_MS),
+  );
   // The chain: the server certificate, then the CA's.
-  const cert = `${leaf.toString("pem")}\n${ca.pem}`;
+  const cert = `${leafPem}\n${ca.pem}`;
   const key = await pkcs8Pem(leafKeys.privateKey);
   await writeAtomically(path("key"), key, 0o600);
   await writeAtomically(path("cert"), cert, 0o644);
   return {
     cert,
     key,
-    notAfter: new Date(leaf.notAfter),
+    notAfter: new Date(new X509Certificate(leafPem).validTo),
     caFile: path("caCert"),
     issued: true,
     ...replaced,
@@ -115,33 +102,13 @@ export function renewalDue(notAfter: Date): Date {
   return new Date(notAfter.getTime() - RENEW_BEFORE_DAYS * DAY_MS);
 }
 
-interface LoadedCa {
-  readonly pem: string;
-  readonly certificate: X509Certificate;
-  readonly publicKey: CryptoKey;
-  readonly signingKey: CryptoKey;
-}
-
-async function loadCa(dir: string): Promise<LoadedCa | undefined> {
+async function loadCa(dir: string): Promise<SigningCa | undefined> {
   const pair = await readPair(join(dir, FILES.caCert), join(dir, FILES.caKey));
-  if (!pair) return undefined;
-  const keyDer = pair.keyObject.export({ type: "pkcs8", format: "der" });
-  return {
-    pem: pair.identity.cert.trim(),
-    certificate: pair.certificate,
-    publicKey: await webcrypto.subtle.importKey(
-      "spki",
-      pair.certificate.publicKey.export({ type: "spki", format: "der" }),
-      ALGORITHM,
-      true,
-      ["verify"],
-    ),
-    signingKey: await webcrypto.subtle.importKey("pkcs8", keyDer, ALGORITHM, false, ["sign"]),
-  };
+  return pair && signingCa(pair.identity.cert, pair.keyObject);
 }
 
 /** Why a CA found in the directory may not serve `domain`, or undefined when it may. */
-async function caUnfitFor(ca: LoadedCa, domain: string): Promise<string | undefined> {
+async function caUnfitFor(ca: SigningCa, domain: string): Promise<string | undefined> {
   const x509 = await loadX509();
   const found = new x509.X509Certificate(ca.pem).getExtension(NAME_CONSTRAINTS_OID);
   if (!found) return "the CA had no name constraints";
@@ -151,7 +118,7 @@ async function caUnfitFor(ca: LoadedCa, domain: string): Promise<string | undefi
   return undefined;
 }
 
-async function createCa(dir: string, domain: string, now: Date): Promise<LoadedCa> {
+async function createCa(dir: string, domain: string, now: Date): Promise<SigningCa> {
   const x509 = await loadX509();
   const keys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
   const ca = await x509.X509CertificateGenerator.createSelfSigned({

@@ -1,11 +1,16 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { Readable } from "node:stream";
 import { afterEach, beforeEach, describe, it } from "node:test";
+import { createTestCa } from "../../../test/helpers/test-ca.js";
 import { INIT_SEED_BYTES } from "../../protocol/index.js";
 import { WarrenError } from "../../shared/index.js";
 import { AgentState } from "../state.js";
+import { installCaCertificates } from "../trust-store.js";
 import { handleInit, type InitHooks } from "./init.js";
 
 /** A POST /init as the router hands it over: the body as a stream, the headers. */
@@ -37,6 +42,7 @@ function recordingSeeder() {
   const hooks: InitHooks = {
     setClock: undefined,
     mountVolume: undefined,
+    trustCa: undefined,
     seedRandomness: (seed) => {
       handed.push(seed);
       copies.push(Buffer.from(seed));
@@ -152,6 +158,7 @@ describe("POST /init seed", () => {
       setClock: undefined,
       seedRandomness: undefined,
       mountVolume: undefined,
+      trustCa: undefined,
     };
     assert.equal(await init(state, hooks, { seed: seedOf(randomBytes(INIT_SEED_BYTES)) }), 204);
     await assert.rejects(init(state, hooks, { seed: "short" }), /standard base64/);
@@ -163,6 +170,7 @@ describe("POST /init seed", () => {
     const hooks: InitHooks = {
       setClock: undefined,
       mountVolume: undefined,
+      trustCa: undefined,
       seedRandomness: (seed) => {
         handed = seed;
         throw new WarrenError("internal", "cannot reseed the guest kernel's random pool: EPERM");
@@ -177,5 +185,60 @@ describe("POST /init seed", () => {
     );
     assert.deepEqual(handed, Buffer.alloc(INIT_SEED_BYTES), "wiped on failure too");
     assert.deepEqual(state.envVars, {});
+  });
+});
+
+describe("POST /init caCertificates", () => {
+  const ca = createTestCa("test egress CA");
+
+  it("installs them once, and points Node and requests at them unless the sandbox says otherwise", async () => {
+    const root = mkdtempSync(join(tmpdir(), "warren-init-trust-"));
+    try {
+      mkdirSync(join(root, "etc/ssl/certs"), { recursive: true });
+      writeFileSync(join(root, "etc/ssl/certs/ca-certificates.crt"), "# the image's roots\n");
+      let installs = 0;
+      const hooks: InitHooks = {
+        setClock: undefined,
+        seedRandomness: undefined,
+        mountVolume: undefined,
+        trustCa: (pem) => {
+          installs++;
+          return installCaCertificates(pem, root);
+        },
+      };
+      const state = new AgentState();
+      const body = { caCertificates: ca.cert, envVars: { REQUESTS_CA_BUNDLE: "/mine.pem" } };
+      assert.equal(await init(state, hooks, body), 204);
+      assert.equal(await init(state, hooks, body), 204);
+      assert.equal(installs, 1, "the same certificates are not installed again");
+      assert.equal(state.envVars.REQUESTS_CA_BUNDLE, "/mine.pem");
+      assert.equal(
+        state.envVars.NODE_EXTRA_CA_CERTS,
+        join(root, "usr/local/share/ca-certificates/warren-egress.crt"),
+      );
+      const bundle = readFileSync(join(root, "etc/ssl/certs/ca-certificates.crt"), "utf8");
+      assert.equal(bundle, `# the image's roots\n${ca.cert}`);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+
+  it("refuses what is not a CA certificate; outside a guest drops them", async () => {
+    const state = new AgentState();
+    const hooks: InitHooks = {
+      setClock: undefined,
+      seedRandomness: undefined,
+      mountVolume: undefined,
+      trustCa: async () => assert.fail("not to be installed"),
+    };
+    await assert.rejects(init(state, hooks, { caCertificates: "hello" }), /no PEM certificate/);
+    const leaf = ca.issue("a.test").cert.split("-----END CERTIFICATE-----")[0];
+    await assert.rejects(
+      init(state, hooks, { caCertificates: `${leaf}-----END CERTIFICATE-----\n` }),
+      /not a usable CA/,
+    );
+    const outside: InitHooks = { ...hooks, trustCa: undefined };
+    assert.equal(await init(state, outside, { caCertificates: ca.cert }), 204);
+    assert.equal(state.envVars.NODE_EXTRA_CA_CERTS, undefined);
   });
 });

@@ -5,6 +5,7 @@ import { ACCESS_TOKEN_HEADER, hasValidToken } from "../auth.js";
 import { type ClockSetter, clockNeedsSetting } from "../clock.js";
 import { type EntropySeeder, parseSeed } from "../entropy.js";
 import type { AgentState } from "../state.js";
+import { type InstalledTrust, parseCaCertificates, trustEnvVars } from "../trust-store.js";
 import { applyVolumeMounts, parseVolumeMounts, type VolumeMounter } from "../volume-mounts.js";
 import { sendEmpty } from "./respond.js";
 
@@ -58,11 +59,13 @@ export interface InitHooks {
   readonly setClock: ClockSetter | undefined;
   readonly seedRandomness: EntropySeeder | undefined;
   readonly mountVolume: VolumeMounter | undefined;
+  /** Adds CA certificates to the system's trust (installCaCertificates); only inside a guest. */
+  readonly trustCa: ((pem: string) => Promise<InstalledTrust>) | undefined;
 }
 
 /**
  * POST /init (orchestrator only): global env vars, access token, default user and workdir,
- * host time, a random seed, NFS volumes to mount. Once a token is set, /init must present it (header or body) to
+ * host time, a random seed, NFS volumes to mount, CA certificates to trust. Once a token is set, /init must present it (header or body) to
  * change anything; an /init older than the last one applied is ignored, except for its seed.
  */
 export async function handleInit(
@@ -86,6 +89,7 @@ export async function handleInit(
   const defaultWorkdir = optionalString(body, "defaultWorkdir");
   const seed = parseSeed(body.seed);
   const volumeMounts = parseVolumeMounts(body.volumeMounts);
+  const caCertificates = parseCaCertificates(body.caCertificates);
   if (volumeMounts?.length && !hooks.mountVolume)
     throw new WarrenError("invalid_argument", "volumeMounts: this envd runs outside a guest");
 
@@ -130,6 +134,17 @@ export async function handleInit(
   if (defaultWorkdir) state.defaultWorkdir = defaultWorkdir;
   const clock = hostMs !== undefined && hooks.setClock && clockNeedsSetting(hostMs, Date.now());
   if (clock) hooks.setClock?.(hostMs as number);
+  // Outside a guest the host's trust is not envd's to change: the certificates are dropped.
+  const trusted =
+    caCertificates !== undefined &&
+    hooks.trustCa !== undefined &&
+    state.trustedCa !== caCertificates;
+  if (trusted && hooks.trustCa) {
+    const trust = await hooks.trustCa(caCertificates);
+    state.trustedCa = caCertificates;
+    // Defaults: a sandbox's own env vars (given at create) win.
+    state.envVars = { ...trustEnvVars(trust), ...state.envVars };
+  }
   // After the clock: files the guest writes to a volume get the right times from the start.
   const mounted =
     volumeMounts && hooks.mountVolume
@@ -137,7 +152,7 @@ export async function handleInit(
       : 0;
   state.log.record(
     "info",
-    `init: ${Object.keys(envVars ?? {}).length} env vars${accessToken !== undefined ? ", access token set" : ""}${clock ? ", clock set" : ""}${mounted ? `, ${mounted} volumes mounted` : ""}`,
+    `init: ${Object.keys(envVars ?? {}).length} env vars${accessToken !== undefined ? ", access token set" : ""}${clock ? ", clock set" : ""}${trusted ? ", CA certificates trusted" : ""}${mounted ? `, ${mounted} volumes mounted` : ""}`,
   );
   sendEmpty(res, 204, { "X-Envd-Version": ENVD_VERSION });
 }

@@ -2,6 +2,7 @@
 import type { FastifyInstance } from "fastify";
 import type { NetworkUpdate } from "../../orchestrator/index.js";
 import type { ApiContext } from "../api-context.js";
+import { networkRules } from "../create-input.js";
 import { invalid } from "../input.js";
 import { type NetworkUpdateBody, networkUpdateSchema, type SandboxParams } from "../schemas.js";
 
@@ -21,13 +22,11 @@ export function registerNetworkRoutes(app: FastifyInstance, { service }: ApiCont
  * cleared. Internet access changes only when `allow_internet_access` is given.
  */
 export function toNetworkUpdate(body: NetworkUpdateBody): NetworkUpdate {
-  if (body.rules !== undefined && Object.keys(body.rules).length > 0) {
-    throw invalid("body/rules", "is not supported by Warren");
-  }
   if (body.egressProxy != null) throw invalid("body/egressProxy", "is not supported by Warren");
   return {
     allowOut: body.allowOut ?? [],
     denyOut: body.denyOut ?? [],
+    rules: networkRules(body.rules ?? {}),
     ...(body.allow_internet_access === undefined
       ? {}
       : { allowInternetAccess: body.allow_internet_access }),

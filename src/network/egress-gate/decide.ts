@@ -68,6 +68,33 @@ export async function decide(
 }
 
 /**
+ * Where a connection for a name with header rules goes: to what **Warren** resolves the name
+ * to, the first address the policy allows — by a domain entry (within the limits), or by
+ * address as the egress chain would. Never the guest's pick: the rule's secrets go only to a
+ * server Warren found for the name (and whose certificate proves it, intercept.ts).
+ */
+export async function decideRuled(
+  name: string,
+  policy: EgressPolicy,
+  domains: readonly DomainPattern[],
+  limits: EgressLimits,
+  resolve: Resolve,
+): Promise<GateVerdict> {
+  const byDomain = matchesDomain(name, domains);
+  const addresses = await resolve(name).catch(() => [] as readonly string[]);
+  const allowed = (a: string) =>
+    byDomain ? limitsAllow(a, policy, limits) : addressAllowed(a, policy, limits);
+  const address = addresses.find(allowed);
+  if (address) return { allow: true, address, by: byDomain ? "domain" : "address" };
+  return {
+    allow: false,
+    reason: addresses.length
+      ? `${name} resolves to no address this sandbox may reach`
+      : `${name} does not resolve`,
+  };
+}
+
+/**
  * The egress chain's verdict for an address (netns-rules.ts `egressChainRules`, same order):
  * never-ranges and the host, allowOut naming a restricted range, restricted ranges, other
  * allowOut entries, denyOut, then allowInternet.

@@ -8,9 +8,11 @@ import {
   originalDestination,
 } from "../listen-in-namespace.js";
 import { type EgressLimits, GATE_DNS_PORT, GATE_TCP_PORT } from "../netns-rules.js";
-import { decide, limitsAllow, type Resolve } from "./decide.js";
+import { decide, decideRuled, type GateVerdict, limitsAllow, type Resolve } from "./decide.js";
 import { answerQuery, MAX_QUERY_BYTES } from "./dns-answers.js";
-import { type DomainPattern, parseDomainPattern } from "./domains.js";
+import { type DomainPattern, normalizeHostName, parseDomainPattern } from "./domains.js";
+import { ruleFor } from "./header-rules.js";
+import { type GateInterception, interceptTls } from "./intercept.js";
 import { MAX_SNIFF_BYTES, sniffName } from "./sniff.js";
 
 /** A client that names no host within this long is judged by its address alone. */
@@ -32,14 +34,19 @@ export interface EgressGateOptions {
   readonly limits: () => EgressLimits;
   /** The node's resolver for allowed names. */
   readonly resolve: Resolve;
+  /** What header rules need (the egress CA, secrets); without it a ruled name is refused. */
+  readonly interception?: GateInterception;
   readonly logger?: Logger;
 }
 
 interface GateConnection {
   readonly guest: Socket;
-  readonly upstream: Socket;
   readonly name: string | undefined;
   readonly destination: string;
+  /** Terminated for header rules: its address was Warren's pick for the name (decideRuled). */
+  readonly ruled: boolean;
+  /** Resets both sides. */
+  cut(): void;
 }
 
 /**
@@ -101,15 +108,16 @@ export class EgressGate {
     this.#policy = policy;
     this.#domains = patternsOf(policy);
     for (const connection of [...this.#open]) {
-      const verdict = await decide(
-        { destination: connection.destination, name: connection.name },
-        policy,
-        this.#domains,
-        this.#o.limits(),
-        this.#resolve,
-      );
+      const verdict = await this.#judge(connection.destination, connection.name, connection.ruled);
       if (!verdict.allow) this.#cut(connection);
     }
+  }
+
+  #judge(destination: string, name: string | undefined, ruled: boolean): Promise<GateVerdict> {
+    const limits = this.#o.limits();
+    return ruled && name !== undefined
+      ? decideRuled(name, this.#policy, this.#domains, limits, this.#resolve)
+      : decide({ destination, name }, this.#policy, this.#domains, limits, this.#resolve);
   }
 
   /** The resolver's answer, reused for RESOLVED_TTL_MS (a failure is not kept). */
@@ -163,28 +171,57 @@ export class EgressGate {
     const head = await this.#firstBytes(guest);
     const sniffed = sniffName(head);
     const name = sniffed.kind === "name" ? sniffed.name : undefined;
-    const verdict = await decide(
-      { destination: destination.address, name },
-      this.#policy,
-      this.#domains,
-      this.#o.limits(),
-      this.#resolve,
-    );
+    // Header rules apply to HTTPS alone: their secrets never cross a link in the clear.
+    const ruled =
+      sniffed.kind === "name" &&
+      sniffed.by === "tls" &&
+      ruleFor(sniffed.name, this.#policy.headerRules ?? []) !== undefined;
+    const verdict = await this.#judge(destination.address, name, ruled);
     const fields = {
       netns: this.#o.netns,
       name,
       destination: `${destination.address}:${destination.port}`,
     };
-    if (!verdict.allow || guest.destroyed) {
+    const refusal = !verdict.allow
+      ? verdict.reason
+      : guest.destroyed
+        ? "guest gone"
+        : ruled && !this.#o.interception
+          ? "header rules are not served on this node"
+          : undefined;
+    if (refusal !== undefined || !verdict.allow) {
       // Debug: a guest connecting in a loop must not flood the server's log.
-      this.#o.logger?.debug(
-        { ...fields, reason: verdict.allow ? "guest gone" : verdict.reason },
-        "egress_gate.refused",
-      );
+      this.#o.logger?.debug({ ...fields, reason: refusal }, "egress_gate.refused");
       return void guest.resetAndDestroy();
     }
-    const upstream = connect({ host: verdict.address, port: destination.port });
-    const connection: GateConnection = { guest, upstream, name, destination: destination.address };
+    this.#o.logger?.debug(
+      { ...fields, to: verdict.address, by: verdict.by, ruled },
+      "egress_gate.allowed",
+    );
+    const upstream = { address: verdict.address, port: destination.port };
+    if (ruled) await this.#intercept(guest, head, name as string, upstream, destination.address);
+    else this.#splice(guest, head, name, upstream, destination.address);
+  }
+
+  /** Bytes both ways between the guest and the upstream it may reach. */
+  #splice(
+    guest: Socket,
+    head: Buffer,
+    name: string | undefined,
+    to: { address: string; port: number },
+    destination: string,
+  ): void {
+    const upstream = connect({ host: to.address, port: to.port });
+    const connection: GateConnection = {
+      guest,
+      name,
+      destination,
+      ruled: false,
+      cut: () => {
+        upstream.destroy();
+        if (!guest.destroyed) guest.resetAndDestroy();
+      },
+    };
     this.#open.add(connection);
     // A failure resets both sides; an end is relayed (the pipes half-close), and the
     // connection is forgotten once the guest's side has closed.
@@ -205,10 +242,38 @@ export class EgressGate {
       this.#open.delete(connection);
       upstream.destroy();
     });
-    this.#o.logger?.debug(
-      { ...fields, to: verdict.address, by: verdict.by },
-      "egress_gate.allowed",
-    );
+  }
+
+  /** A TLS connection for a name with header rules: terminated here (intercept.ts). */
+  async #intercept(
+    guest: Socket,
+    head: Buffer,
+    name: string,
+    to: { address: string; port: number },
+    destination: string,
+  ): Promise<void> {
+    const interception = this.#o.interception as GateInterception;
+    const host = normalizeHostName(name) as string; // a ruled name is one
+    try {
+      const { cut } = await interceptTls(
+        guest,
+        head,
+        { name: host, address: to.address, port: to.port },
+        {
+          interception,
+          rule: () => ruleFor(host, this.#policy.headerRules ?? []),
+          team: () => this.#policy.secretsOf,
+          logger: this.#o.logger,
+        },
+      );
+      const connection: GateConnection = { guest, name, destination, ruled: true, cut };
+      this.#open.add(connection);
+      guest.once("close", () => this.#open.delete(connection));
+      if (guest.destroyed) this.#open.delete(connection);
+    } catch (err) {
+      this.#o.logger?.warn({ err, netns: this.#o.netns, name }, "egress_gate.intercept_failed");
+      guest.resetAndDestroy();
+    }
   }
 
   /** What the guest sends first, until it names a host, shows it never will, or waits too long. */
@@ -234,9 +299,7 @@ export class EgressGate {
   }
 
   #cut(connection: GateConnection): void {
-    if (!this.#open.delete(connection)) return;
-    connection.upstream.destroy();
-    if (!connection.guest.destroyed) connection.guest.resetAndDestroy();
+    if (this.#open.delete(connection)) connection.cut();
   }
 
   async #onDatagram(query: Buffer, from: { address: string; port: number }): Promise<void> {

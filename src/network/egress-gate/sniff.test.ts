@@ -30,7 +30,7 @@ async function clientHello(servername?: string): Promise<Buffer> {
 describe("sniffing a connection's name", () => {
   it("reads the SNI of a real ClientHello, and asks for more while it is cut short", async () => {
     const hello = await clientHello("api.allowed.test");
-    assert.deepEqual(sniffName(hello), { kind: "name", name: "api.allowed.test" });
+    assert.deepEqual(sniffName(hello), { kind: "name", name: "api.allowed.test", by: "tls" });
     for (const cut of [1, 4, 5, 60, hello.length - 1])
       assert.deepEqual(sniffName(hello.subarray(0, cut)), { kind: "more" }, `cut at ${cut}`);
     // Without a server name (an IP literal): TLS, nameless.
@@ -39,7 +39,11 @@ describe("sniffing a connection's name", () => {
 
   it("reads an HTTP/1 request's Host, port dropped, and waits for the head", () => {
     const request = "GET /x HTTP/1.1\r\nUser-Agent: t\r\nHost: Denied.Test:8080\r\n\r\n";
-    assert.deepEqual(sniffName(Buffer.from(request)), { kind: "name", name: "Denied.Test" });
+    assert.deepEqual(sniffName(Buffer.from(request)), {
+      kind: "name",
+      name: "Denied.Test",
+      by: "http",
+    });
     for (const cut of [1, 3, 10, 20])
       assert.deepEqual(
         sniffName(Buffer.from(request.slice(0, cut))),

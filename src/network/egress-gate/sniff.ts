@@ -5,7 +5,7 @@
  */
 export type Sniffed =
   /** The name the client asked for (as sent: not yet checked to be a host name). */
-  | { readonly kind: "name"; readonly name: string }
+  | { readonly kind: "name"; readonly name: string; readonly by: "tls" | "http" }
   /** TLS or HTTP, but no name in it (no SNI, no Host). */
   | { readonly kind: "nameless" }
   /** Neither TLS nor HTTP: a protocol that names no host (SSH, a raw socket). */
@@ -53,7 +53,7 @@ function sniffTls(head: Buffer): Sniffed {
       while (list.remaining > 0) {
         const nameType = list.u8();
         const name = list.bytes(list.u16());
-        if (nameType === 0) return { kind: "name", name: name.toString("latin1") };
+        if (nameType === 0) return { kind: "name", name: name.toString("latin1"), by: "tls" };
       }
     }
     return NAMELESS;
@@ -82,7 +82,7 @@ function sniffHttp(head: Buffer): Sniffed {
     const colon = line.indexOf(":");
     if (colon > 0 && line.slice(0, colon).trim().toLowerCase() === "host") {
       const value = line.slice(colon + 1).trim();
-      return { kind: "name", name: value.replace(/:\d+$/, "") };
+      return { kind: "name", name: value.replace(/:\d+$/, ""), by: "http" };
     }
   }
   if (end === -1) return text.length >= MAX_SNIFF_BYTES ? NAMELESS : MORE;

@@ -4,7 +4,12 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as dnsPacket from "dns-packet";
-import { NetnsSlotPool, type NetworkSlot, resolverAt } from "../../../src/network/index.js";
+import {
+  type GateInterception,
+  NetnsSlotPool,
+  type NetworkSlot,
+  resolverAt,
+} from "../../../src/network/index.js";
 import { runPoolOptions } from "../../helpers/run-env.js";
 import { FakeGuest, TAP_OWNER } from "./fake-guest.js";
 import { FAKENET } from "./fake-net.js";
@@ -65,6 +70,7 @@ export function selfSignedCertificate(commonName: string): { key: string; cert: 
 export async function guestBehindGate(
   cleanup: { defer(undo: () => unknown): void },
   answer: (name: string) => string | undefined,
+  interception?: GateInterception,
 ): Promise<{ slot: NetworkSlot; guest: FakeGuest }> {
   const dns = await startFakeDns(answer);
   cleanup.defer(() => dns.close());
@@ -74,6 +80,7 @@ export async function guestBehindGate(
     tapOwner: TAP_OWNER,
     egressInterface: FAKENET.hostVeth,
     resolve: resolverAt(`127.0.0.1:${dns.port}`),
+    ...(interception && { interception }),
   });
   cleanup.defer(() => pool.close());
   const slot = await pool.acquire();

@@ -91,6 +91,29 @@ export class NetnsAgent {
     return this.#request({ op: "resolve", server, name, timeoutMs });
   }
 
+  /** An HTTPS server on `port` answering "ok", recording each request (see `seen`). */
+  listenHttps(port: number, tls: { key: string; cert: string }): Promise<AgentReply> {
+    return this.#request({ op: "listenHttps", port, ...tls });
+  }
+
+  /** What listenHttps servers were sent since the last call. */
+  async seen(): Promise<
+    { method: string; url: string; headers: Record<string, string>; local: string }[]
+  > {
+    const reply = await this.#request({ op: "seen" });
+    if (!reply.ok) throw new Error(reply.error);
+    return JSON.parse(reply.data ?? "[]");
+  }
+
+  /** An HTTPS GET to `host` trusting `ca` alone: data is "<status> <body>". */
+  https(
+    host: string,
+    port: number,
+    options: { servername: string; ca: string; hostHeader?: string; timeoutMs?: number },
+  ): Promise<AgentReply> {
+    return this.#request({ op: "https", host, port, timeoutMs: 8000, ...options });
+  }
+
   /** A TLS server on `port` sending `bytes` bytes to each connection, then ending it. */
   listenBulk(port: number, bytes: number, tls: { key: string; cert: string }): Promise<AgentReply> {
     return this.#request({ op: "listenBulk", port, bytes, ...tls });

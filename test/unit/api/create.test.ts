@@ -3,7 +3,6 @@ import { test } from "node:test";
 import type { CreateSandboxInput } from "../../../src/orchestrator/index.js";
 import { errorOf, useApi } from "./api-harness.js";
 
-// biome-ignore lint/suspicious/noTemplateCurlyInString: E2B's placeholder, not a template
 const MASK = "localhost:${PORT}";
 
 // POST /sandboxes (v1) and POST /v2/sandboxes: body → CreateSandboxInput, and the
@@ -190,8 +189,36 @@ test("bad combinations and features Warren lacks are 400s", async () => {
     ["/v2/sandboxes", { autoResume: { enabled: true } }, /^body\/autoResume needs autoPause/],
     [
       "/v2/sandboxes",
-      { network: { rules: { "a.com": [] } } },
-      /^body\/network\/rules is not supported/,
+      { network: { rules: { "*": [{ transform: { headers: { a: "b" } } }] } } },
+      /^network rules: "\*" is not a domain/,
+    ],
+    [
+      "/v2/sandboxes",
+      { network: { rules: { "10.0.0.1": [] } } },
+      /^network rules: "10\.0\.0\.1" is not a domain/,
+    ],
+    [
+      "/v2/sandboxes",
+      { network: { rules: { "api.a.com": [{ transform: { headers: { Host: "evil.test" } } }] } } },
+      /Host cannot be set/,
+    ],
+    [
+      "/v2/sandboxes",
+      {
+        network: {
+          rules: {
+            "api.a.com": [
+              { transform: { headers: { Authorization: "Bearer ${e2b.identity.tokens.aws}" } } },
+            ],
+          },
+        },
+      },
+      /\$\{e2b\.identity\.tokens\.aws\} is not supported by Warren/,
+    ],
+    [
+      "/v2/sandboxes",
+      { network: { rules: { "api.a.com": [{ transform: { headers: { a: 1 } } }] } } },
+      /must be string/,
     ],
     [
       "/v2/sandboxes",

@@ -3,7 +3,6 @@ import { test } from "node:test";
 import type { SandboxLogEntry } from "../../../src/orchestrator/index.js";
 import { errorOf, useApi } from "./api-harness.js";
 
-// biome-ignore lint/suspicious/noTemplateCurlyInString: E2B's placeholder, not a template
 const MASK = "localhost:${PORT}";
 
 // One sandbox: get, kill, pause, resume, connect, timeout, refreshes, metrics, logs, network.
@@ -365,18 +364,31 @@ test("PUT network: replace-all, omitted lists cleared, 204", async () => {
   });
   assert.equal(res.statusCode, 204);
   assert.equal((await call("PUT", "/sandboxes/abc/network", { body: {} })).statusCode, 204);
+  const ruled = await call("PUT", "/sandboxes/abc/network", {
+    body: { rules: { "API.A.com": [{ transform: { headers: { x: "${e2b.secrets.k}" } } }] } },
+  });
+  assert.equal(ruled.statusCode, 204);
   assert.deepEqual(service.callsOf("updateNetwork"), [
-    ["abc", { allowOut: ["8.8.8.8/32"], denyOut: [], allowInternetAccess: false }],
-    ["abc", { allowOut: [], denyOut: [] }],
+    ["abc", { allowOut: ["8.8.8.8/32"], denyOut: [], rules: {}, allowInternetAccess: false }],
+    ["abc", { allowOut: [], denyOut: [], rules: {} }],
+    [
+      "abc",
+      {
+        allowOut: [],
+        denyOut: [],
+        rules: { "api.a.com": [{ transform: { headers: { x: "${e2b.secrets.k}" } } }] },
+      },
+    ],
   ]);
 
   const bad = await call("PUT", "/sandboxes/abc/network", { body: { denyOut: "0.0.0.0/0" } });
   assert.equal(bad.statusCode, 400);
   assert.equal(errorOf(bad).message, "body/denyOut must be array");
   const rules = await call("PUT", "/sandboxes/abc/network", {
-    body: { rules: { "a.com": [{ transform: { headers: { x: "y" } } }] } },
+    body: { rules: { "a.com": [{ transform: { headers: { "content-length": "1" } } }] } },
   });
   assert.equal(rules.statusCode, 400);
+  assert.match(errorOf(rules).message, /content-length cannot be set/);
   const missing = await call("PUT", "/sandboxes/zzz/network", { body: {} });
   assert.equal(missing.statusCode, 404);
 });

@@ -44,7 +44,6 @@ before(async () => {
   });
   router.add("masked", {
     ports: { [ENVD_PORT]: envd, 3000: app },
-    // biome-ignore lint/suspicious/noTemplateCurlyInString: E2B's literal placeholder.
     maskRequestHost: "app.internal:${PORT}",
   });
   router.add("busy", { ports: {}, conflict: "The sandbox is being paused" });

@@ -1,0 +1,135 @@
+import { createPrivateKey, webcrypto, X509Certificate } from "node:crypto";
+import { mkdir, readFile } from "node:fs/promises";
+import { hostname } from "node:os";
+import { join } from "node:path";
+import { createSecureContext, type SecureContext } from "node:tls";
+import {
+  ALGORITHM,
+  type CryptoKey,
+  DAY_MS,
+  issueServerCertificate,
+  loadX509,
+  pkcs8Pem,
+  type SigningCa,
+  serial,
+  signingCa,
+  writeAtomically,
+} from "./certificate-kit.js";
+
+const CA_VALIDITY_DAYS = 3650;
+/** Leaves live a week and are issued again a day before they end. */
+const LEAF_VALIDITY_MS = 7 * DAY_MS;
+const LEAF_RENEW_MS = 6 * DAY_MS;
+/** Names whose certificates are kept at once; the oldest goes first. */
+const MAX_LEAVES = 1024;
+
+export const EGRESS_CA_FILES = { cert: "ca.crt", key: "ca.key" } as const;
+
+/**
+ * The node's egress CA (`<data dir>/egress-ca`: `ca.crt`, `ca.key` 0600, made once): what
+ * the egress gate shows a sandbox when it terminates TLS for a domain with header rules.
+ * Every sandbox trusts it (envd installs `ca.crt` at /init); nothing else should. Unlike
+ * domain mode's CA it has no name constraints — rules name any domain — so its key never
+ * leaves the node and no certificate it issues is for anyone but a sandbox's gate.
+ */
+export class EgressCa {
+  readonly #ca: SigningCa;
+  /** One key for every leaf: only the server holds it, a fresh one per name buys nothing. */
+  readonly #leafKeys: { publicKey: CryptoKey; keyPem: string };
+  readonly #leaves = new Map<string, { at: number; context: Promise<SecureContext> }>();
+
+  private constructor(ca: SigningCa, leafKeys: { publicKey: CryptoKey; keyPem: string }) {
+    this.#ca = ca;
+    this.#leafKeys = leafKeys;
+  }
+
+  /** Loads the CA from `dir`, or makes it there first. */
+  static async open(dir: string): Promise<EgressCa> {
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    const ca = (await load(dir)) ?? (await create(dir));
+    const keys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
+    return new EgressCa(ca, { publicKey: keys.publicKey, keyPem: await pkcs8Pem(keys.privateKey) });
+  }
+
+  /** The CA certificate sandboxes trust (PEM). */
+  get certificate(): string {
+    return `${this.#ca.pem}\n`;
+  }
+
+  /** A TLS context presenting a certificate for `name` (issued once, reused for days). */
+  contextFor(name: string): Promise<SecureContext> {
+    const now = Date.now();
+    const known = this.#leaves.get(name);
+    if (known && now - known.at < LEAF_RENEW_MS) return known.context;
+    const context = this.#issue(name, new Date(now));
+    this.#leaves.delete(name);
+    this.#leaves.set(name, { at: now, context });
+    if (this.#leaves.size > MAX_LEAVES) {
+      this.#leaves.delete(this.#leaves.keys().next().value as string);
+    }
+    context.catch(() => this.#leaves.delete(name));
+    return context;
+  }
+
+  async #issue(name: string, now: Date): Promise<SecureContext> {
+    const notAfter = new Date(
+      Math.min(now.getTime() + LEAF_VALIDITY_MS, new Date(this.#ca.certificate.validTo).getTime()),
+    );
+    const leaf = await issueServerCertificate(
+      this.#ca,
+      this.#leafKeys.publicKey,
+      [name],
+      now,
+      notAfter,
+    );
+    return createSecureContext({ cert: `${leaf}\n${this.#ca.pem}\n`, key: this.#leafKeys.keyPem });
+  }
+}
+
+async function load(dir: string): Promise<SigningCa | undefined> {
+  const [pem, keyPem] = await Promise.all(
+    [EGRESS_CA_FILES.cert, EGRESS_CA_FILES.key].map((name) =>
+      readFile(join(dir, name), "utf8").catch(() => undefined),
+    ),
+  );
+  if (pem === undefined || keyPem === undefined) return undefined;
+  try {
+    const key = createPrivateKey(keyPem);
+    const certificate = new X509Certificate(pem);
+    // Unusable (another key, expired): made again; sandboxes get the new one at their /init.
+    const current = new Date(certificate.validTo).getTime() > Date.now() + 30 * DAY_MS;
+    if (!certificate.ca || !certificate.checkPrivateKey(key) || !current) return undefined;
+    return await signingCa(pem, key);
+  } catch {
+    return undefined;
+  }
+}
+
+async function create(dir: string): Promise<SigningCa> {
+  const x509 = await loadX509();
+  const now = Date.now();
+  const keys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
+  const ca = await x509.X509CertificateGenerator.createSelfSigned({
+    serialNumber: serial(),
+    name: `CN=Warren egress CA (${hostname()}), O=Warren`,
+    notBefore: new Date(now - 60_000),
+    notAfter: new Date(now + CA_VALIDITY_DAYS * DAY_MS),
+    keys,
+    signingAlgorithm: ALGORITHM,
+    extensions: [
+      new x509.BasicConstraintsExtension(true, 0, true),
+      new x509.KeyUsagesExtension(
+        x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign,
+        true,
+      ),
+      new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
+      await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
+    ],
+  });
+  const pem = ca.toString("pem");
+  const keyPem = await pkcs8Pem(keys.privateKey);
+  // The key first: a certificate without its key would be made again.
+  await writeAtomically(join(dir, EGRESS_CA_FILES.key), keyPem, 0o600);
+  await writeAtomically(join(dir, EGRESS_CA_FILES.cert), `${pem}\n`, 0o644);
+  return signingCa(pem, createPrivateKey(keyPem));
+}
