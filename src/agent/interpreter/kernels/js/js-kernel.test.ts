@@ -361,6 +361,38 @@ describe("js-kernel driver", { timeout: 120_000 }, () => {
     assert.equal((await driver.run("'alive'")).result, "'alive'");
   });
 
+  it("interrupts a cell that starts in the event-loop turn of another's callback (CI's first-interrupt hang)", {
+    timeout: 20_000,
+  }, async () => {
+    // The first cell leaves an immediate; the second starts in the same turn, after it. Cut
+    // short there (inside Node's immediate queue), the kernel spun on a broken queue forever.
+    const first = driver.run("setImmediate(() => {}); 'first'");
+    const busy = driver.interrupt("let m = 0; while (true) { m++ }", 300);
+    assert.equal((await first).result, "'first'");
+    assert.equal((await busy).error?.name, "KeyboardInterrupt");
+    assert.equal((await driver.run("'after'")).result, "'after'");
+  });
+
+  it("exits, rather than spin, when an interrupt breaks the cell's own setImmediate queue", async () => {
+    // Not the driver's to prevent: a cell's second immediate of a turn, cut short, leaves
+    // Node's queue broken. The kernel says so and exits; envd starts a new one.
+    const doomed = new Driver(home);
+    try {
+      await doomed.ready;
+      const exited = new Promise<number | null>((resolve) => doomed.child.once("exit", resolve));
+      const run = await doomed.interrupt(
+        "setImmediate(() => {}); setImmediate(() => { while (true) {} }); await new Promise((r) => setTimeout(r, 300_000))",
+        300,
+      );
+      assert.equal(run.error?.name, "KeyboardInterrupt");
+      assert.equal(await exited, 1);
+      assert.match(doomed.own, /immediate queue cannot recover: exiting/);
+      assert.doesNotMatch(doomed.own, /Uncaught TypeError/);
+    } finally {
+      doomed.child.kill("SIGKILL");
+    }
+  });
+
   it("ignores an interrupt while idle", async () => {
     driver.sendInterrupt();
     await new Promise((resolve) => setTimeout(resolve, 300));

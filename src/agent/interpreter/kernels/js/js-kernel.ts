@@ -14,10 +14,10 @@ import fs from "node:fs";
 import { dirname } from "node:path";
 import process from "node:process";
 import { createInterface } from "node:readline";
-import { setImmediate } from "node:timers";
 import { fileURLToPath } from "node:url";
 import { inspect, types } from "node:util";
 import vm from "node:vm";
+import { MessageChannel } from "node:worker_threads";
 import { CellSyntaxError, HELPER_KEY, transformCell } from "./cell-transform.js";
 import { EventWriter } from "./events.js";
 import { startSentry } from "./interrupt.js";
@@ -65,7 +65,17 @@ captureOutput((stream, text) => {
   if (current) events.output(current.id, stream, text);
 });
 installGlobals();
-process.on("uncaughtException", (err) => reportStray("Uncaught", err));
+process.on("uncaughtException", (err) => {
+  if (brokeImmediateQueue(err)) {
+    // It would throw this at every turn of the event loop from now on: a kernel that never
+    // runs again. Exiting says so, and envd starts a new one for the next run.
+    diagnostic(
+      "an interrupt cut short a setImmediate callback that was not the first of its turn; Node's immediate queue cannot recover: exiting",
+    );
+    process.exit(1);
+  }
+  reportStray("Uncaught", err);
+});
 // Node warns once about the loader cells import with: now, while the warning goes nowhere.
 await importModule("node:path");
 process.on("unhandledRejection", (reason) => reportStray("Unhandled promise rejection:", reason));
@@ -74,7 +84,7 @@ process.on("unhandledRejection", (reason) => reportStray("Unhandled promise reje
 function interrupted(busy: boolean): void {
   if (current) finish(current, { type: "error", ...INTERRUPTED });
   // A cut-short callback may have been ours, about to start the next request.
-  if (busy) setImmediate(pump);
+  if (busy) schedulePump();
 }
 
 function takeRequest(line: string): void {
@@ -83,8 +93,23 @@ function takeRequest(line: string): void {
   else if (!request) diagnostic(`ignoring a request that is not one: ${line.slice(0, 200)}`);
   else {
     queue.push(request);
-    setImmediate(pump);
+    schedulePump();
   }
+}
+
+/**
+ * Cells start from a message of the driver's own, never from a setImmediate callback: an
+ * interrupt terminates a busy cell mid-callback, and Node's immediate queue does not survive
+ * that unless the callback was the first of its round (`processImmediate` then throws at every
+ * turn of the event loop: CI's js-kernel hang). A port's message is dequeued before it is
+ * dispatched, and a cut-short dispatch is only rescheduled.
+ */
+const starter = new MessageChannel();
+starter.port2.on("message", pump);
+starter.port2.unref();
+
+function schedulePump(): void {
+  starter.port1.postMessage(null);
 }
 
 const end = () => {
@@ -169,7 +194,7 @@ function finish(execution: Execution, outcome: Outcome | undefined): void {
   current = undefined;
   sentry?.running(false);
   events.emit({ type: "done", id: execution.id });
-  setImmediate(pump);
+  schedulePump();
 }
 
 /** Sets `globals` for good (dropping the previous run's that are gone) and `env` for this run. */
@@ -271,6 +296,17 @@ function reportStray(what: string, reason: unknown): void {
   }
   if (current) events.output(current.id, "stderr", `${what} ${text}\n`);
   else diagnostic(`${what} ${text}`);
+}
+
+/** Node's own immediate loop failing, not a callback it ran: what a termination leaves. */
+function brokeImmediateQueue(err: unknown): boolean {
+  // Not `instanceof TypeError`: a cell may have replaced the global.
+  const stack = types.isNativeError(err) ? String(err.stack) : "";
+  const top = stack.split("\n").find((line) => line.trimStart().startsWith("at "));
+  return (
+    stack.startsWith("TypeError") &&
+    /^\s*at (process\.)?processImmediate \(node:internal\/timers/.test(top ?? "")
+  );
 }
 
 /** A line for envd's diagnostic tail (the driver's own fd 2). */
