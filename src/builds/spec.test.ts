@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { WarrenError } from "../shared/index.js";
 import { cacheKey, isBaseImage, layerId } from "./builder.js";
-import { parseBuildSpec } from "./spec.js";
+import { InvalidStep, parseBuildSpec } from "./spec.js";
 
 const HASH = "a".repeat(64);
 
@@ -118,6 +118,26 @@ describe("parseBuildSpec", () => {
     rejects({ steps: [{ type: "USER", args: ["bad user"] }] }, /'bad user' is not a user name/);
     rejects({ steps: [{ type: "USER", args: ["u", "maybe"] }] }, /must be "true" or "false"/);
     rejects({ fromImage: "a", fromTemplate: "b" }, /not both/);
+    // Wrong arguments name their step (the build fails there); malformed steps do not.
+    const stepOf = (body: unknown) => {
+      try {
+        parseBuildSpec(body);
+      } catch (err) {
+        return err instanceof InvalidStep ? err.step : "malformed";
+      }
+      return "accepted";
+    };
+    assert.equal(
+      stepOf({
+        steps: [
+          { type: "RUN", args: ["true"] },
+          { type: "USER", args: [";"] },
+        ],
+      }),
+      2,
+    );
+    assert.equal(stepOf({ steps: [{ type: "ONBUILD", args: [] }] }), "malformed");
+    assert.equal(stepOf({ steps: [{ type: "RUN", args: [1] }] }), "malformed");
     rejects(
       { fromImageRegistry: { type: "registry", username: "u", password: "p" }, fromTemplate: "b" },
       /needs fromImage/,

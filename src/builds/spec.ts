@@ -2,7 +2,9 @@
  * A build's definition as the SDK sends it (`TemplateBuildStartV2`), checked into typed
  * steps. Every higher-level builder call (`aptInstall`, `gitClone`, `makeDir`, `remove`...)
  * arrives as one of five step types; anything Warren cannot build is a `build_invalid` error
- * naming the step, never ignored.
+ * naming the step, never ignored. A step that is well-formed but wrong (a user name that is
+ * none, an empty command) is an `InvalidStep`: E2B takes such a build and fails it at that
+ * step, which the SDK's BuildError points back at the builder call with.
  */
 import type { RegistryCredentials } from "../oci-images/index.js";
 import { WarrenError } from "../shared/index.js";
@@ -89,8 +91,22 @@ export function parseBuildSpec(body: unknown): BuildSpec {
   };
 }
 
+/** A step whose arguments are wrong, not malformed: the build fails at `step`. */
+export class InvalidStep extends WarrenError {
+  constructor(
+    readonly step: number,
+    message: string,
+  ) {
+    super("build_invalid", message);
+  }
+}
+
 function parseStep(raw: unknown, number: number): NumberedStep {
   const where = `step ${number}`;
+  // Typed on the name, not the arrow: TypeScript narrows after calls of such names only.
+  const wrong: (message: string) => never = (message) => {
+    throw new InvalidStep(number, message);
+  };
   const step = object(raw, where);
   const type = step.type;
   const force = optionalBoolean(step, "force", where) ?? false;
@@ -102,37 +118,36 @@ function parseStep(raw: unknown, number: number): NumberedStep {
   const arg = (i: number) => args[i] as string | undefined;
   const user = (value: string | undefined) => {
     if (value === undefined || value === "") return undefined;
-    if (!USER_NAME.test(value)) invalid(`${where} (${type}): '${value}' is not a user name`);
+    if (!USER_NAME.test(value)) wrong(`${where} (${type}): '${value}' is not a user name`);
     return value;
   };
   const count = (min: number, max: number) => {
     if (args.length < min || args.length > max) {
       const wanted = min === max ? `${min}` : `${min} to ${max}`;
-      invalid(`${where} (${type}): takes ${wanted} arguments, got ${args.length}`);
+      wrong(`${where} (${type}): takes ${wanted} arguments, got ${args.length}`);
     }
   };
   switch (type) {
     case "RUN": {
       count(1, 2);
       const command = arg(0) ?? "";
-      if (command.trim() === "") invalid(`${where} (RUN): the command is empty`);
+      if (command.trim() === "") wrong(`${where} (RUN): the command is empty`);
       return { type, command, ...withUser(user(arg(1))), number, force };
     }
     case "COPY": {
       count(2, 4);
       const [src, dest] = [arg(0) ?? "", arg(1) ?? ""];
-      if (src === "" || dest === "")
-        invalid(`${where} (COPY): source and destination are required`);
+      if (src === "" || dest === "") wrong(`${where} (COPY): source and destination are required`);
       if (src.startsWith("/") || src.split("/").includes("..")) {
-        invalid(`${where} (COPY): the source '${src}' must be relative, inside the build context`);
+        wrong(`${where} (COPY): the source '${src}' must be relative, inside the build context`);
       }
       const filesHash = step.filesHash;
       if (typeof filesHash !== "string" || !FILES_HASH.test(filesHash)) {
-        invalid(`${where} (COPY ${src}): filesHash must be the sha256 (hex) of the files`);
+        wrong(`${where} (COPY ${src}): filesHash must be the sha256 (hex) of the files`);
       }
       const mode = arg(3) || undefined;
       if (mode !== undefined && !MODE.test(mode)) {
-        invalid(`${where} (COPY ${src}): mode '${mode}' is not an octal file mode`);
+        wrong(`${where} (COPY ${src}): mode '${mode}' is not an octal file mode`);
       }
       return {
         type,
@@ -148,27 +163,27 @@ function parseStep(raw: unknown, number: number): NumberedStep {
     case "WORKDIR": {
       count(1, 1);
       const path = arg(0) ?? "";
-      if (path === "") invalid(`${where} (WORKDIR): the path is empty`);
+      if (path === "") wrong(`${where} (WORKDIR): the path is empty`);
       return { type, path, number, force };
     }
     case "USER": {
       count(1, 2);
       const name = user(arg(0));
-      if (name === undefined) invalid(`${where} (USER): the user name is empty`);
+      if (name === undefined) wrong(`${where} (USER): the user name is empty`);
       const sudo = arg(1);
       if (sudo !== undefined && sudo !== "true" && sudo !== "false") {
-        invalid(`${where} (USER): the second argument must be "true" or "false", got '${sudo}'`);
+        wrong(`${where} (USER): the second argument must be "true" or "false", got '${sudo}'`);
       }
       return { type, user: name, sudo: sudo === "true", number, force };
     }
     case "ENV": {
       if (args.length === 0 || args.length % 2 !== 0) {
-        invalid(`${where} (ENV): takes name, value pairs, got ${args.length} arguments`);
+        wrong(`${where} (ENV): takes name, value pairs, got ${args.length} arguments`);
       }
       const vars: Record<string, string> = {};
       for (let i = 0; i < args.length; i += 2) {
         const name = args[i] as string;
-        if (!ENV_NAME.test(name)) invalid(`${where} (ENV): '${name}' is not a variable name`);
+        if (!ENV_NAME.test(name)) wrong(`${where} (ENV): '${name}' is not a variable name`);
         vars[name] = args[i + 1] as string;
       }
       return { type, vars, number, force };

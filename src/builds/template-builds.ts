@@ -35,7 +35,7 @@ import {
   MadeLayers,
 } from "./builder.js";
 import { checkTag, DEFAULT_TAG, parseName } from "./names.js";
-import { type BuildSpec, parseBuildSpec } from "./spec.js";
+import { type BuildSpec, InvalidStep, parseBuildSpec } from "./spec.js";
 import type { ImageSource } from "./types.js";
 import {
   type BuildInfo,
@@ -308,7 +308,25 @@ export class TemplateBuilds implements EventSource {
     if (build.status !== "waiting" || this.#running.has(buildId)) {
       throw new WarrenError("build_in_progress", `build ${buildId} was already started`);
     }
-    const spec = parseBuildSpec(definition);
+    let spec: BuildSpec;
+    try {
+      spec = parseBuildSpec(definition);
+    } catch (err) {
+      if (!(err instanceof InvalidStep)) throw err;
+      // Taken, then failed at that step, as E2B does: the SDK's BuildError points at the call.
+      const log = BuildLog.create(this.#logsDir, buildId);
+      try {
+        await this.#fail(
+          build,
+          new BuildFailed(String(err.step), err.message),
+          new MadeLayers(),
+          log,
+        );
+      } finally {
+        log.close();
+      }
+      return;
+    }
     const maxBuilds = (await this.#o.teamLimits?.(build.teamId))?.maxBuilds;
     const inFlight =
       [...this.#running.values()].filter((r) => r.team === build.teamId).length +

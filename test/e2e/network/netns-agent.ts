@@ -91,9 +91,16 @@ export class NetnsAgent {
     return this.#request({ op: "resolve", server, name, timeoutMs });
   }
 
-  /** An HTTPS server on `port` answering "ok", recording each request (see `seen`). */
-  listenHttps(port: number, tls: { key: string; cert: string }): Promise<AgentReply> {
-    return this.#request({ op: "listenHttps", port, ...tls });
+  /**
+   * An HTTPS server on `port` answering "ok", recording each request (see `seen`) but a
+   * benchmark's (`/bench` paths; `/bench/bulk` answers `bulkBytes` bytes).
+   */
+  listenHttps(
+    port: number,
+    tls: { key: string; cert: string },
+    bulkBytes = 0,
+  ): Promise<AgentReply> {
+    return this.#request({ op: "listenHttps", port, bulkBytes, ...tls });
   }
 
   /** What listenHttps servers were sent since the last call. */
@@ -112,6 +119,24 @@ export class NetnsAgent {
     options: { servername: string; ca: string; hostHeader?: string; timeoutMs?: number },
   ): Promise<AgentReply> {
     return this.#request({ op: "https", host, port, timeoutMs: 8000, ...options });
+  }
+
+  /** `count` HTTPS GETs one after another, each on a new connection: ms each, comma-joined. */
+  httpsTimes(
+    host: string,
+    port: number,
+    options: { servername: string; ca: string; count: number },
+  ): Promise<AgentReply> {
+    return this.#request({ op: "httpsTimes", host, port, timeoutMs: 120_000, ...options });
+  }
+
+  /** An HTTPS GET of `listenHttps`'s bulk answer: data is "<bytes> <ms>". */
+  httpsDownload(
+    host: string,
+    port: number,
+    options: { servername: string; ca: string },
+  ): Promise<AgentReply> {
+    return this.#request({ op: "httpsDownload", host, port, timeoutMs: 120_000, ...options });
   }
 
   /** A TLS server on `port` sending `bytes` bytes to each connection, then ending it. */

@@ -100,6 +100,21 @@ test("starting a build refuses what it cannot build before anything runs", async
   );
 });
 
+test("a step with wrong arguments is taken, then fails at that step (as E2B's builds do)", async () => {
+  const { call } = await harness();
+  const { templateID, buildID } = await requestBuild(call);
+  const start = await call("POST", `/v2/templates/${templateID}/builds/${buildID}`, {
+    body: { steps: [{ type: "USER", args: [";"] }] },
+  });
+  assert.equal(start.statusCode, 202, start.body);
+  const status = await call("GET", `/templates/${templateID}/builds/${buildID}/status`);
+  const body = status.json() as { status: string; reason?: { message: string; step?: string } };
+  assert.equal(body.status, "error");
+  // The SDK reads the step to point its BuildError's stack at the setUser() call.
+  assert.equal(body.reason?.step, "1");
+  assert.match(body.reason?.message ?? "", /step 1 \(USER\): ';' is not a user name/);
+});
+
 test("unknown builds, names and tags are 404s with their reasons", async () => {
   const { call } = await harness();
   const { templateID } = await requestBuild(call);
