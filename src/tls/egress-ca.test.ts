@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
@@ -12,20 +12,30 @@ async function handshake(ca: EgressCa, name: string, servername: string, trusted
   const server = createServer({
     SNICallback: (_n, cb) => void ca.contextFor(name).then((c) => cb(null, c), cb),
   });
+  // Both ends are destroyed after: a connection left open keeps the test's process alive
+  // (server.close() waits for it), which hung CI's unit tier after this file passed.
+  const accepted = new Set<Socket>();
+  server.on("connection", (socket: Socket) => {
+    accepted.add(socket);
+    socket.on("error", () => {});
+  });
+  server.on("tlsClientError", () => {});
   server.on("secureConnection", (socket) => socket.end("hi"));
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const socket = connect({
+    host: "127.0.0.1",
+    port: (server.address() as AddressInfo).port,
+    servername,
+    ca: trusted,
+  });
   try {
     return await new Promise<string>((resolve) => {
-      const socket = connect({
-        host: "127.0.0.1",
-        port: (server.address() as AddressInfo).port,
-        servername,
-        ca: trusted,
-      });
       socket.on("secureConnect", () => resolve("trusted"));
       socket.on("error", (err) => resolve((err as NodeJS.ErrnoException).code ?? err.message));
-    }).finally(() => undefined);
+    });
   } finally {
+    socket.destroy();
+    for (const s of accepted) s.destroy();
     server.close();
   }
 }
