@@ -1,7 +1,7 @@
-import { constants, createReadStream, createWriteStream } from "node:fs";
+import { constants, createReadStream } from "node:fs";
 import type { FileHandle } from "node:fs/promises";
 import { lstat, mkdir, open, readdir, readlink, rmdir, unlink } from "node:fs/promises";
-import { type Readable, Transform } from "node:stream";
+import { type Readable, Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { WarrenError } from "../shared/index.js";
 import { DIR_FLAGS, ENTRY_FLAGS, inDir, openDirectory, WalkError } from "./by-descriptor.js";
@@ -158,22 +158,20 @@ export class VolumeFiles {
             throw new WarrenError("invalid_argument", `'${shown}' is not a regular file`);
           }
           await file.truncate(0);
-          // The numeric fd: a stream given the FileHandle holds it, and close() would wait on it.
-          const metered = new Transform({
-            transform: (chunk: Buffer, _encoding, done) => {
+          // Written through the handle itself: a write stream on its fd closes that fd when
+          // the pipeline destroys it (a refused or aborted upload), and the close below then
+          // closed the number again — EBADF, or another file that had reused it.
+          const sink = new Writable({
+            write: (chunk: Buffer, _encoding, done) => {
               try {
                 this.#adding(chunk.length);
-                done(null, chunk);
               } catch (err) {
-                done(err as Error);
+                return done(err as Error);
               }
+              writeAll(file, chunk).then(() => done(), done);
             },
           });
-          await pipeline(
-            body,
-            metered,
-            createWriteStream("", { fd: file.fd, autoClose: false, start: 0 }),
-          );
+          await pipeline(body, sink);
           await applyMetadata(file, options);
           return await describeOpen(file, shown);
         } finally {
@@ -432,5 +430,13 @@ function fsError(err: unknown, shown: string): WarrenError {
       return new WarrenError("invalid_argument", `'${shown}' is too long`);
     default:
       return new WarrenError("internal", `'${shown}': ${(err as Error).message}`, { cause: err });
+  }
+}
+
+/** All of `chunk` at the handle's position (a write may take less than it was given). */
+async function writeAll(file: FileHandle, chunk: Buffer): Promise<void> {
+  for (let at = 0; at < chunk.length; ) {
+    const { bytesWritten } = await file.write(chunk, at, chunk.length - at);
+    at += bytesWritten;
   }
 }

@@ -23,10 +23,12 @@ export function registerNetworkRoutes(app: FastifyInstance, { service }: ApiCont
  */
 export function toNetworkUpdate(body: NetworkUpdateBody): NetworkUpdate {
   if (body.egressProxy != null) throw invalid("body/egressProxy", "is not supported by Warren");
+  const rules = networkRules(body.rules ?? {});
   return {
     allowOut: body.allowOut ?? [],
     denyOut: body.denyOut ?? [],
-    rules: networkRules(body.rules ?? {}),
+    // Omitted or empty alike: the sandbox keeps no rules.
+    ...(Object.keys(rules).length > 0 && { rules }),
     ...(body.allow_internet_access === undefined
       ? {}
       : { allowInternetAccess: body.allow_internet_access }),

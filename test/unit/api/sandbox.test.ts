@@ -369,8 +369,8 @@ test("PUT network: replace-all, omitted lists cleared, 204", async () => {
   });
   assert.equal(ruled.statusCode, 204);
   assert.deepEqual(service.callsOf("updateNetwork"), [
-    ["abc", { allowOut: ["8.8.8.8/32"], denyOut: [], rules: {}, allowInternetAccess: false }],
-    ["abc", { allowOut: [], denyOut: [], rules: {} }],
+    ["abc", { allowOut: ["8.8.8.8/32"], denyOut: [], allowInternetAccess: false }],
+    ["abc", { allowOut: [], denyOut: [] }],
     [
       "abc",
       {
