@@ -13,6 +13,7 @@ import { answerQuery, MAX_QUERY_BYTES } from "./dns-answers.js";
 import { type DomainPattern, normalizeHostName, parseDomainPattern } from "./domains.js";
 import { ruleFor } from "./header-rules.js";
 import { type GateInterception, interceptTls } from "./intercept.js";
+import { resetSocket } from "./reset-socket.js";
 import { MAX_SNIFF_BYTES, sniffName } from "./sniff.js";
 
 /** A client that names no host within this long is judged by its address alone. */
@@ -161,12 +162,12 @@ export class EgressGate {
 
   async #onConnection(guest: Socket): Promise<void> {
     guest.on("error", () => {});
-    if (this.#open.size >= MAX_CONNECTIONS) return void guest.resetAndDestroy();
+    if (this.#open.size >= MAX_CONNECTIONS) return void resetSocket(guest);
     let destination: { address: string; port: number };
     try {
       destination = originalDestination(guest);
     } catch {
-      return void guest.resetAndDestroy();
+      return void resetSocket(guest);
     }
     const head = await this.#firstBytes(guest);
     const sniffed = sniffName(head);
@@ -192,7 +193,7 @@ export class EgressGate {
     if (refusal !== undefined || !verdict.allow) {
       // Debug: a guest connecting in a loop must not flood the server's log.
       this.#o.logger?.debug({ ...fields, reason: refusal }, "egress_gate.refused");
-      return void guest.resetAndDestroy();
+      return void resetSocket(guest);
     }
     this.#o.logger?.debug(
       { ...fields, to: verdict.address, by: verdict.by, ruled },
@@ -219,7 +220,7 @@ export class EgressGate {
       ruled: false,
       cut: () => {
         upstream.destroy();
-        if (!guest.destroyed) guest.resetAndDestroy();
+        if (!guest.destroyed) resetSocket(guest);
       },
     };
     this.#open.add(connection);
@@ -272,7 +273,7 @@ export class EgressGate {
       if (guest.destroyed) this.#open.delete(connection);
     } catch (err) {
       this.#o.logger?.warn({ err, netns: this.#o.netns, name }, "egress_gate.intercept_failed");
-      guest.resetAndDestroy();
+      resetSocket(guest);
     }
   }
 
