@@ -387,16 +387,17 @@ export const tagsRemoveSchema = {
   properties: { name: { type: "string" }, tags: stringList },
 } as const;
 
-// ---- the internal node API (gateways only) ---------------------------------------------
+// ---- the internal node API (gateways only; bodies typed in protocol/internal-api.ts) -----
 
-/** A fork larger than the node: `local` children here, the others spilled. */
-export interface SpillingForkBody extends ForkBody {
-  local: number;
-}
+export const captureForkSchema = {
+  type: "object",
+  required: ["count"],
+  properties: forkProperties,
+} as const;
 
 export const spillingForkSchema = {
   type: "object",
-  required: ["local"],
+  required: ["count", "local"],
   properties: { ...forkProperties, local: { type: "integer", minimum: 0 } },
 } as const;
 

@@ -1,17 +1,19 @@
-import type { IncomingMessage, ServerResponse } from "node:http";
-import { INTERNAL_PATHS } from "../protocol/index.js";
+import type { ServerResponse } from "node:http";
+import type { CaptureForkRequest, InternalForkChild } from "../protocol/index.js";
 import { apiErrorEntry } from "../relay/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { NodeRow, SandboxLocation } from "./cluster.js";
-import type { NodeAgents, NodeTarget } from "./forward.js";
-import { answerError, callNode, type NodeAnswer, nodeUnreachable } from "./node-call.js";
+import type { NodeTarget } from "./forward.js";
+import type { InternalCalls } from "./internal-calls.js";
+import { answerError, type NodeAnswer, nodeUnreachable } from "./node-call.js";
 import type { NodeDirectory } from "./node-directory.js";
 import { freeRoom, type Reserved, rankNodes } from "./placement.js";
 import { sendJson } from "./respond.js";
 
 export interface ForkSpillOptions {
   readonly directory: NodeDirectory;
-  readonly agents: NodeAgents;
+  /** The internal node API, on the gateway's control connections. */
+  readonly internal: InternalCalls;
   readonly heartbeatTimeoutMs: number;
   /** How long one node may take to start its children (ms). */
   readonly timeoutMs: number;
@@ -25,9 +27,7 @@ interface ForkBody {
   readonly metadata?: unknown;
 }
 
-type ChildResult = Record<string, unknown>;
-
-const MAX_FORK_ANSWER = 16 * 1024 * 1024;
+type ChildResult = InternalForkChild;
 
 /**
  * How many more sandboxes of this shape a node has room for, by its last heartbeat less what
@@ -60,7 +60,6 @@ interface Shape {
  * results, in order; a child no node had room for is a `cluster_full` error result.
  */
 export async function forkAcrossNodes(
-  req: IncomingMessage,
   res: ServerResponse,
   body: Buffer,
   sandboxId: string,
@@ -79,13 +78,19 @@ export async function forkAcrossNodes(
   if (local >= wanted) return false;
 
   for (let i = 0; i < local; i++) directory.reserve(source, shape);
-  const first = await callNode(req, target(source), options.agents, {
-    method: "POST",
-    path: INTERNAL_PATHS.spillingFork(sandboxId),
-    body: { ...request, local },
-    timeoutMs: options.timeoutMs,
-    maxBytes: MAX_FORK_ANSWER,
-  });
+  // What the node reads is typed here: only the fields E2B's fork body has, as it gave them.
+  const spillBody: Omit<CaptureForkRequest, "count"> = {
+    ...(request.timeout !== undefined && { timeout: request.timeout as number }),
+    ...(request.metadata !== undefined && {
+      metadata: request.metadata as Record<string, string>,
+    }),
+  };
+  const first = await options.internal.spillingFork(
+    target(source),
+    sandboxId,
+    { ...spillBody, count: wanted, local },
+    options.timeoutMs,
+  );
   if (first.status !== 201 || !Array.isArray(first.json)) {
     sendJson(res, first.status, first.json);
     return true;
@@ -99,17 +104,17 @@ export async function forkAcrossNodes(
   }
 
   const { shares, left } = await shareOut(spilledAt.length, source, shape, options);
-  const spillBody = {
-    ...(request.timeout !== undefined && { timeout: request.timeout }),
-    ...(request.metadata !== undefined && { metadata: request.metadata }),
-  };
   const answers = await Promise.all(
     shares.map(({ node, count: share }) =>
-      childrenOn(req, node, share, {
-        path: INTERNAL_PATHS.forkFromCapture(sandboxId, snapshotId),
-        body: { ...spillBody, count: share },
-        options,
-      }),
+      childrenOn(node, share, () =>
+        options.internal.forkFromCapture(
+          target(node),
+          sandboxId,
+          snapshotId,
+          { ...spillBody, count: share },
+          options.timeoutMs,
+        ),
+      ),
     ),
   );
   const spilled = [
@@ -172,21 +177,13 @@ async function shareOut(
 
 /** A node's share of the children from the capture: its results, or an error entry each. */
 async function childrenOn(
-  req: IncomingMessage,
   node: NodeRow,
   share: number,
-  call: { path: string; body: unknown; options: ForkSpillOptions },
+  call: () => Promise<NodeAnswer>,
 ): Promise<ChildResult[]> {
-  const { options } = call;
   let answer: NodeAnswer;
   try {
-    answer = await callNode(req, target(node), options.agents, {
-      method: "POST",
-      path: call.path,
-      body: call.body,
-      timeoutMs: options.timeoutMs,
-      maxBytes: MAX_FORK_ANSWER,
-    });
+    answer = await call();
   } catch (err) {
     return failed(share, nodeUnreachable(node.id, err));
   }
@@ -211,12 +208,14 @@ function target(node: NodeRow): NodeTarget {
   return { nodeId: node.id, url: node.url };
 }
 
+/** A node's JSON, checked: a spilled child names the capture. */
 function isSpilled(result: ChildResult): boolean {
-  return typeof result.spilled === "object" && result.spilled !== null;
+  return spilledOf(result) !== undefined;
 }
 
 function spilledOf(result: ChildResult | undefined): string | undefined {
-  const id = (result?.spilled as { snapshotID?: unknown } | undefined)?.snapshotID;
+  const spilled: unknown = result && "spilled" in result ? result.spilled : undefined;
+  const id = (spilled as { snapshotID?: unknown } | null | undefined)?.snapshotID;
   return typeof id === "string" ? id : undefined;
 }
 

@@ -11,7 +11,11 @@ import {
   type Upstream,
 } from "../relay/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
-import { type ClusterCredentials, clusterClientOptions } from "../tls/index.js";
+import {
+  type ClusterChannel,
+  type ClusterCredentials,
+  clusterClientOptions,
+} from "../tls/index.js";
 
 export interface NodeTarget {
   readonly nodeId: string;
@@ -27,6 +31,9 @@ export interface NodeTarget {
  * a row repointed at another address (or a node registering under another's id) gets a
  * refused handshake, before any byte of a request (a client's API key) goes out. A pool is
  * per node id and URL, and resumes no TLS session (Node checks names on full handshakes only).
+ * The pools are for one channel: client traffic is relayed on `relay` pools only; the
+ * gateway's own calls on the internal API go on `control` pools (InternalCalls), which
+ * never carry a client's request.
  */
 export class NodeAgents {
   readonly #agents = new Map<string, Agent>();
@@ -34,6 +41,7 @@ export class NodeAgents {
   constructor(
     private readonly credentials: ClusterCredentials,
     private readonly logger: Logger,
+    private readonly channel: ClusterChannel = "relay",
   ) {}
 
   for(target: NodeTarget): Agent {
@@ -44,7 +52,7 @@ export class NodeAgents {
       const misidentified = (presented: string | undefined) =>
         this.logger.warn({ nodeId, url, presented }, "gateway.node_misidentified");
       agent = new Agent({
-        ...clusterClientOptions(this.credentials, nodeId, misidentified),
+        ...clusterClientOptions(this.credentials, nodeId, misidentified, this.channel),
         keepAlive: true,
         maxSockets: 256,
         timeout: 60_000,

@@ -1,6 +1,5 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
-import { INTERNAL_PATHS } from "../protocol/index.js";
 import { apiError, proxyRefusal, sendError, writeSocketError } from "../relay/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import { actingTeam, type Caller, requireAdmin } from "../tenancy/index.js";
@@ -12,7 +11,7 @@ import type { InternalCalls } from "./internal-calls.js";
 import { mergeLists, mergeMetrics } from "./lists.js";
 import type { NodeDirectory } from "./node-directory.js";
 import { readBody, sandboxRefusal, sendJson } from "./respond.js";
-import { classify, type GatewayRoute } from "./routes.js";
+import { classify, type GatewayRoute, requestUrl } from "./routes.js";
 import type { SandboxLocator } from "./sandbox-locator.js";
 import type { TeamAdmission } from "./team-admission.js";
 
@@ -44,6 +43,12 @@ export class GatewayHandler {
 
   readonly onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     const route = classify(req, this.p.domain);
+    if (route.kind === "routing_hop") {
+      const refusal = routingHopRefusal(route.names);
+      const { message, status: code } = refusal;
+      sendError(res, route.proxy ? proxyRefusal({ message, code }) : apiError(refusal));
+      return;
+    }
     this.#handle(req, res, route).catch((err: unknown) => {
       if (!(err instanceof WarrenError))
         this.p.logger.error({ err, route: route.kind }, "gateway.error");
@@ -54,6 +59,11 @@ export class GatewayHandler {
 
   readonly onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
     const route = classify(req, this.p.domain);
+    if (route.kind === "routing_hop") {
+      const { message, status: code } = routingHopRefusal(route.names);
+      writeSocketError(socket, proxyRefusal({ message, code }));
+      return;
+    }
     if (route.kind !== "proxy") {
       socket.destroy();
       return;
@@ -81,6 +91,11 @@ export class GatewayHandler {
         );
       case "proxy_invalid":
         return sendError(res, proxyRefusal({ message: route.message, code: 400 }));
+      case "internal":
+        throw new WarrenError(
+          "route_not_found",
+          `${pathOf(req)}: the nodes' internal API is the gateway's own to call, never relayed`,
+        );
       case "health": {
         // Open, for load balancers; the cluster's size is the admin's.
         const own = { status: "ok", role: "gateway" };
@@ -189,9 +204,9 @@ export class GatewayHandler {
     location: SandboxLocation,
   ): Promise<void> {
     const { agents, idleTimeoutMs } = this.p;
-    const spread = await forkAcrossNodes(req, res, body, sandboxId, location, {
+    const spread = await forkAcrossNodes(res, body, sandboxId, location, {
       directory: this.p.directory,
-      agents,
+      internal: this.p.internal,
       heartbeatTimeoutMs: this.p.heartbeatTimeoutMs,
       timeoutMs: idleTimeoutMs,
       logger: this.p.logger,
@@ -211,12 +226,14 @@ export class GatewayHandler {
     await this.p.directory.refresh();
     // The node acts at once; should it not hear this, its next heartbeat reads the state.
     if (node.state !== "down") {
-      const path = state === "draining" ? INTERNAL_PATHS.drain : INTERNAL_PATHS.undrain;
-      await this.p.internal
-        .post({ nodeId, url: node.url }, path, NODE_ACTION_TIMEOUT_MS)
-        .catch((err: unknown) =>
-          this.p.logger.warn({ err, nodeId, action }, "gateway.node_action_unheard"),
-        );
+      const target = { nodeId, url: node.url };
+      const { internal } = this.p;
+      await (state === "draining"
+        ? internal.drain(target, NODE_ACTION_TIMEOUT_MS)
+        : internal.undrain(target, NODE_ACTION_TIMEOUT_MS)
+      ).catch((err: unknown) =>
+        this.p.logger.warn({ err, nodeId, action }, "gateway.node_action_unheard"),
+      );
     }
     res.statusCode = 204;
     res.end();
@@ -224,7 +241,7 @@ export class GatewayHandler {
 }
 
 function pathOf(req: IncomingMessage): string {
-  return new URL(req.url ?? "/", "http://gateway").pathname;
+  return requestUrl(req).pathname;
 }
 
 function nodeJson(node: NodeRow) {
@@ -236,6 +253,14 @@ function nodeJson(node: NodeRow) {
     capacity: node.capacity,
     load: node.load,
   };
+}
+
+/** A request whose Connection header names routing headers, refused (400) whatever it is. */
+function routingHopRefusal(names: readonly string[]): WarrenError {
+  return new WarrenError(
+    "invalid_argument",
+    `Connection names ${names.join(", ")}: the routing headers Host and E2b-Sandbox-* are end-to-end, remove them from Connection`,
+  );
 }
 
 /** Sandbox traffic carries no API key: the node checks the sandbox's own tokens. */

@@ -1,6 +1,5 @@
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { INTERNAL_PATHS } from "../protocol/index.js";
 import { type Logger, silentLogger } from "../shared/index.js";
 import type { Caller } from "../tenancy/index.js";
 import type { ClusterCredentials } from "../tls/index.js";
@@ -63,7 +62,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     downAfterMs: heartbeatTimeoutMs,
     logger,
   });
-  const internal = new InternalCalls(agents);
+  const internal = new InternalCalls(options.credentials, logger);
   const handler = new GatewayHandler({
     cluster,
     authenticate: options.authenticate,
@@ -85,7 +84,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       directory,
       heartbeatTimeoutMs,
       // The fetch of its snapshot is the long part: as long as a resume may take.
-      adopt: (target, id) => internal.post(target, INTERNAL_PATHS.adopt(id), idleTimeoutMs),
+      adopt: (target, id) => internal.adopt(target, id, idleTimeoutMs),
       logger,
     }),
     internal,
@@ -110,6 +109,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       agents.close();
+      internal.close();
     },
   };
 }

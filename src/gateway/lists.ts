@@ -8,6 +8,7 @@ import {
 import type { NodeRow } from "./cluster.js";
 import type { NodeAgents } from "./forward.js";
 import { callNode } from "./node-call.js";
+import { requestUrl } from "./routes.js";
 
 /** A listed sandbox as E2B's `ListedSandbox` (only what the merge reads is typed). */
 interface Listed {
@@ -55,7 +56,7 @@ export async function mergeLists(
     if (!("page" in answer)) return { status: answer.status, body: answer.json, headers: {} };
     pages.push(answer.page);
   }
-  const url = new URL(req.url ?? "/", "http://gateway");
+  const url = requestUrl(req);
   const all = pages.flatMap((page) => page.items);
   if (version === 1) {
     all.sort((a, b) => compareAscending(position(a), position(b)));

@@ -1,13 +1,17 @@
 import type { IncomingMessage } from "node:http";
-import { isSandboxHost, parseTarget } from "../protocol/index.js";
+import { isInternalPath, isSandboxHost, parseTarget } from "../protocol/index.js";
+import { connectionNamesRouting, requestPath } from "../relay/index.js";
 
 /**
  * What the gateway does with a request, from its method, path and headers alone. Sandbox
  * traffic (envd and app ports) and every call naming a sandbox are relayed to the node that
  * holds it; creates are placed; lists and many sandboxes' metrics are merged from every node; template calls go to the
- * template node, and so do volumes and secrets; `/nodes` is the gateway's own.
+ * template node, and so do volumes and secrets; `/nodes` is the gateway's own. A request
+ * whose `Connection` header names a routing header, and any path of the nodes' internal
+ * API, are refused before any of that.
  */
 export type GatewayRoute =
+  | { readonly kind: "routing_hop"; readonly names: readonly string[]; readonly proxy: boolean }
   | { readonly kind: "proxy"; readonly sandboxId: string }
   | { readonly kind: "proxy_invalid"; readonly message: string }
   | { readonly kind: "health" }
@@ -21,6 +25,7 @@ export type GatewayRoute =
   | { readonly kind: "secrets" }
   | { readonly kind: "nodes" }
   | { readonly kind: "node_action"; readonly nodeId: string; readonly action: string }
+  | { readonly kind: "internal" }
   | { readonly kind: "not_found" };
 
 const SANDBOX_PATH = /^\/(?:v2\/)?sandboxes\/([^/]+)(?:\/(.*))?$/;
@@ -35,6 +40,9 @@ export function isProxyRequest(req: IncomingMessage, domain: string | undefined)
 }
 
 export function classify(req: IncomingMessage, domain: string | undefined): GatewayRoute {
+  // Refused before anything else: no client has a reason to make its routing hop-by-hop.
+  const names = connectionNamesRouting(req.rawHeaders);
+  if (names.length > 0) return { kind: "routing_hop", names, proxy: isProxyRequest(req, domain) };
   if (isProxyRequest(req, domain)) {
     const target = parseTarget({
       host: req.headers.host,
@@ -47,7 +55,9 @@ export function classify(req: IncomingMessage, domain: string | undefined): Gate
       : { kind: "proxy_invalid", message: target.message };
   }
   const method = req.method ?? "GET";
-  const path = new URL(req.url ?? "/", "http://gateway").pathname;
+  const path = requestUrl(req).pathname;
+  // The nodes' internal API is the gateway's own to call: never relayed, whatever the route.
+  if (isInternalPath(path)) return { kind: "internal" };
   if (path === "/health") return { kind: "health" };
   if (path === "/sandboxes" || path === "/v2/sandboxes") {
     if (method === "POST") return { kind: "create" };
@@ -83,6 +93,15 @@ export function classify(req: IncomingMessage, domain: string | undefined): Gate
     };
   }
   return { kind: "not_found" };
+}
+
+/**
+ * The request's path and query as the gateway relays them (`requestPath`), parsed: a path
+ * starting `//` stays a path (a base URL would read it as a host), so what is judged here
+ * is what a node gets.
+ */
+export function requestUrl(req: IncomingMessage): URL {
+  return new URL(`http://gateway${requestPath(req.url) ?? "/"}`);
 }
 
 function header(req: IncomingMessage, name: string): string | undefined {

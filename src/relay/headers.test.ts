@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { it } from "node:test";
-import { relayRequestHeaders, relayResponseHeaders } from "./headers.js";
+import { connectionNamesRouting, relayRequestHeaders, relayResponseHeaders } from "./headers.js";
 
 // The proxy's own cases (hop-by-hop, routing headers, repeats) are in
 // test/unit/proxy/target.test.ts; these are the options either caller picks.
@@ -28,6 +28,26 @@ it("keeps the client's Host and every other end-to-end header unless told", () =
     "x-forwarded-proto": "http",
     "x-forwarded-host": "h",
   });
+});
+
+it("never lets Connection strip Host, E2b-Sandbox-* or the body's length (the next hop routes by them)", () => {
+  // biome-ignore format: name/value pairs
+  const raw = [
+    "Host", "49983-abc.example.test",
+    "E2B-Sandbox-Id", "abc",
+    "E2B-Sandbox-Port", "49983",
+    "Content-Length", "2",
+    "Connection", "host, E2B-Sandbox-Id,e2b-sandbox-port , content-length, x-hop",
+    "X-Hop", "1",
+  ];
+  const headers = relayRequestHeaders(raw, { ...forwarding, upgrade: false });
+  assert.equal(headers.host, "49983-abc.example.test");
+  assert.equal(headers["e2b-sandbox-id"], "abc");
+  assert.equal(headers["e2b-sandbox-port"], "49983");
+  assert.equal(headers["content-length"], "2");
+  assert.equal(headers["x-hop"], undefined);
+  assert.deepEqual(connectionNamesRouting(raw), ["host", "e2b-sandbox-id", "e2b-sandbox-port"]);
+  assert.deepEqual(connectionNamesRouting(["Connection", "keep-alive, content-length"]), []);
 });
 
 it("replaces Host and drops the names it is given", () => {

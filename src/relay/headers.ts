@@ -21,18 +21,42 @@ function isHopByHop(name: string, listed: ReadonlySet<string>): boolean {
   return HOP_BY_HOP.has(name) || name.startsWith("proxy-") || listed.has(name);
 }
 
-/** Header names a `Connection` header lists: they are hop-by-hop too. */
-function connectionTokens(rawHeaders: readonly string[]): Set<string> {
-  const tokens = new Set<string>();
+/**
+ * Names a `Connection` header may never make hop-by-hop: the body's framing, and what the
+ * next hop routes by (`Host`, `E2b-Sandbox-*`). A client that listed them would have the
+ * relay strip its routing and the next hop take the request for something else (sandbox
+ * traffic for an API call).
+ */
+export function isRoutingHeader(name: string): boolean {
+  return name === "content-length" || name === "host" || name.startsWith("e2b-sandbox-");
+}
+
+/** Every name the request's `Connection` headers list (lower case). */
+function connectionListed(rawHeaders: readonly string[]): string[] {
+  const names: string[] = [];
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
     if (rawHeaders[i]?.toLowerCase() !== "connection") continue;
     for (const token of (rawHeaders[i + 1] ?? "").split(",")) {
       const name = token.trim().toLowerCase();
-      // The body's framing stays whatever a Connection header says.
-      if (name !== "" && name !== "content-length") tokens.add(name);
+      if (name !== "") names.push(name);
     }
   }
-  return tokens;
+  return names;
+}
+
+/** Header names a `Connection` header lists: they are hop-by-hop too, routing ones aside. */
+function connectionTokens(rawHeaders: readonly string[]): Set<string> {
+  return new Set(connectionListed(rawHeaders).filter((name) => !isRoutingHeader(name)));
+}
+
+/**
+ * The routing headers (`Host`, `E2b-Sandbox-*`) a request's `Connection` header names: no
+ * client has a reason to, so a front refuses such a request rather than guess.
+ */
+export function connectionNamesRouting(rawHeaders: readonly string[]): string[] {
+  return connectionListed(rawHeaders).filter(
+    (name) => name !== "content-length" && isRoutingHeader(name),
+  );
 }
 
 /** Who asked, as the `x-forwarded-*` headers say it. */

@@ -9,8 +9,10 @@ export {
   retryAfterSeconds,
 } from "./error-answer.js";
 export {
+  connectionNamesRouting,
   type Forwarding,
   forwardingOf,
+  isRoutingHeader,
   type RelayHeaderOptions,
   relayRequestHeaders,
   relayResponseHeaders,

@@ -12,7 +12,7 @@ import type { Config } from "../shared/config.js";
 import type { Authenticator, TeamAdmin } from "../tenancy/index.js";
 import type { ClusterCredentials } from "../tls/index.js";
 import type { Volumes } from "../volumes/index.js";
-import { type ClusterListener, fromGateway, listenCluster } from "./cluster-listener.js";
+import { type ClusterListener, fromControlChannel, listenCluster } from "./cluster-listener.js";
 import { dashboardFiles } from "./dashboard-files.js";
 import type { Late, LateBound } from "./late-bound.js";
 import type { NodeMetrics } from "./prometheus.js";
@@ -95,7 +95,9 @@ export async function listenFront(options: FrontOptions): Promise<Front> {
     maxTimeoutMs: config.maxTimeoutMs,
     logger: logger.child({ component: "api" }),
     onAnswered: (status, reason) => metrics.apiAnswered(status, reason),
-    ...(options.cluster ? { internal: { service: options.orchestrator, fromGateway } } : {}),
+    ...(options.cluster
+      ? { internal: { service: options.orchestrator, fromControl: fromControlChannel } }
+      : {}),
     serverFactory: (handler) => {
       handleApi = handler;
       http = createServer(onRequest);
@@ -117,6 +119,7 @@ export async function listenFront(options: FrontOptions): Promise<Front> {
           port: config.clusterPort,
           onRequest,
           onUpgrade,
+          onInternal: (req, res) => handleApi?.(req, res),
           logger: log,
         }).catch(async (err: unknown) => {
           await listening?.close();

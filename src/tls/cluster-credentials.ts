@@ -5,8 +5,11 @@ import type { ConnectionOptions, SecureContextOptions, TlsOptions } from "node:t
 import { WarrenError } from "../shared/index.js";
 import { CA_FILES, MEMBER_FILES } from "./cluster-ca.js";
 import {
+  type ClusterChannel,
   type ClusterIdentity,
   type ClusterRole,
+  CONTROL_ALPN,
+  channelAlpn,
   expectNode,
   identitiesIn,
   identityUri,
@@ -124,23 +127,28 @@ export function clusterServerOptions(credentials: ClusterCredentials): TlsOption
     requestCert: true,
     rejectUnauthorized: true,
     minVersion: MIN_VERSION,
+    // A gateway's control connections ask for the first, its relay connections the second.
+    ALPNProtocols: [CONTROL_ALPN, "http/1.1"],
   };
 }
 
 /**
  * A gateway's connection to node `nodeId`: its client certificate, the cluster CA as the
  * only trusted authority, and the node's certificate required to name `nodeId` (whatever
- * address the catalog gave). A pool of connections must not resume TLS sessions either
+ * address the catalog gave); `channel` says whether it relays client traffic or carries the
+ * gateway's own calls on the internal API (`CONTROL_ALPN`). A pool of connections must not resume TLS sessions either
  * (Node checks the name on full handshakes only): see the gateway's NodeAgents.
  */
 export function clusterClientOptions(
   credentials: ClusterCredentials,
   nodeId: string,
   onMismatch?: (presented: string | undefined) => void,
+  channel: ClusterChannel = "relay",
 ): ConnectionOptions {
   return {
     ...secureContext(credentials),
     minVersion: MIN_VERSION,
+    ALPNProtocols: channelAlpn(channel),
     rejectUnauthorized: true,
     checkServerIdentity: expectNode(nodeId, onMismatch),
     // No SNI: nodes are named by their certificate, not by a host name (and an IP is no SNI).

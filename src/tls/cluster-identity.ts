@@ -90,6 +90,33 @@ export function expectNode(
 }
 
 /**
+ * The ALPN protocol of a gateway's **control connections**: the ones it opens for its own
+ * calls on a node's internal API, never for relaying a client's request. What the internal
+ * API trusts is a connection that negotiated it with a gateway's certificate: nothing a
+ * client sends through a relay can make the gateway's relay connections negotiate it.
+ */
+export const CONTROL_ALPN = "warren-control/1";
+
+/** What a gateway opens a connection to a node for: relaying client traffic, or its own calls. */
+export type ClusterChannel = "relay" | "control";
+
+/** ALPN a gateway's connection offers, by what it is for. */
+export function channelAlpn(channel: ClusterChannel): string[] {
+  return channel === "control" ? [CONTROL_ALPN] : ["http/1.1"];
+}
+
+/**
+ * Whether a connection the cluster listener accepted is a gateway's control connection: a
+ * gateway's verified certificate, and `CONTROL_ALPN` negotiated.
+ */
+export function isControlConnection(socket: unknown): boolean {
+  return (
+    peerIdentity(socket)?.role === "gateway" &&
+    (socket as Partial<TLSSocket>).alpnProtocol === CONTROL_ALPN
+  );
+}
+
+/**
  * Who is at the other end of a TLS connection the cluster listener accepted: the identity
  * its client certificate names, once verified against the cluster CA; undefined otherwise
  * (no certificate, not verified, not a TLS socket at all).
@@ -97,5 +124,6 @@ export function expectNode(
 export function peerIdentity(socket: unknown): ClusterIdentity | undefined {
   const tls = socket as Partial<TLSSocket> | undefined;
   if (tls?.authorized !== true || typeof tls.getPeerCertificate !== "function") return undefined;
-  return identityOf(tls.getPeerCertificate().subjectaltname);
+  // Null once the connection is gone (a peer that reset at once): no one, never a throw.
+  return identityOf(tls.getPeerCertificate()?.subjectaltname);
 }

@@ -14,12 +14,15 @@ export {
   loadClusterCredentials,
 } from "./cluster-credentials.js";
 export {
+  type ClusterChannel,
   type ClusterIdentity,
   type ClusterRole,
+  CONTROL_ALPN,
   expectNode,
   identityOf,
   identityUri,
   isClusterName,
+  isControlConnection,
   MISIDENTIFIED,
   peerIdentity,
 } from "./cluster-identity.js";

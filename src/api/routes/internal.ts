@@ -1,46 +1,49 @@
 /**
  * The internal node API (protocol's INTERNAL_PATHS), on a node in a cluster only: what the
  * gateways alone ask of a node. The only credential taken here is the connection itself: a
- * gateway's certificate from the cluster CA, presented on the node's cluster port (the
- * server says which requests came so: `fromGateway`). Anything else, an API key or any
- * header whatever, is refused (403 internal_route).
+ * gateway's control connection to the node's cluster port (its certificate from the cluster
+ * CA and the control ALPN; the server says which requests came so: `fromControl`), which
+ * the gateway never relays a client's request on. Anything else, an API key, the gateway's
+ * relay connections or any header whatever, is refused (403 internal_route).
  */
 import type { IncomingMessage } from "node:http";
 import type { FastifyInstance } from "fastify";
 import { assertReady, type ClusterNodeService } from "../../orchestrator/index.js";
-import { INTERNAL_API_PREFIX } from "../../protocol/index.js";
+import {
+  type CaptureForkRequest,
+  INTERNAL_API_PREFIX,
+  type SpillingForkRequest,
+} from "../../protocol/index.js";
 import { WarrenError } from "../../shared/index.js";
 import type { ApiContext } from "../api-context.js";
 import { checkSandboxId } from "../input.js";
 import {
   type CaptureParams,
-  type ForkBody,
-  forkSchema,
+  captureForkSchema,
   type SandboxParams,
-  type SpillingForkBody,
   spillingForkSchema,
 } from "../schemas.js";
 import { forkInput, forkResultJson } from "./snapshots.js";
 
 export interface InternalApiOptions {
   readonly service: ClusterNodeService;
-  /** Whether a request came from one of the cluster's gateways (by its TLS client certificate). */
-  readonly fromGateway: (req: IncomingMessage) => boolean;
+  /** Whether a request came on a gateway's control connection (certificate and ALPN). */
+  readonly fromControl: (req: IncomingMessage) => boolean;
 }
 
 export function registerInternalRoutes(
   app: FastifyInstance,
   context: ApiContext,
-  { service, fromGateway }: InternalApiOptions,
+  { service, fromControl }: InternalApiOptions,
 ): void {
   const { domain, maxTimeoutMs } = context;
   app.register(
     async (internal) => {
       internal.addHook("onRequest", async (request) => {
-        if (!fromGateway(request.raw)) {
+        if (!fromControl(request.raw)) {
           throw new WarrenError(
             "internal_route",
-            `${INTERNAL_API_PREFIX}/ is the cluster's internal node API: only its gateways call it, on the cluster port with their certificate`,
+            `${INTERNAL_API_PREFIX}/ is the cluster's internal node API: only its gateways call it, on their control connections to the cluster port`,
           );
         }
       });
@@ -50,7 +53,7 @@ export function registerInternalRoutes(
         if (sandboxID !== undefined) checkSandboxId(sandboxID);
       });
 
-      internal.post<{ Params: SandboxParams; Body: SpillingForkBody }>(
+      internal.post<{ Params: SandboxParams; Body: SpillingForkRequest }>(
         "/sandboxes/:sandboxID/fork",
         { schema: { body: spillingForkSchema } },
         async (request, reply) => {
@@ -60,9 +63,9 @@ export function registerInternalRoutes(
         },
       );
 
-      internal.post<{ Params: CaptureParams; Body: ForkBody | null }>(
+      internal.post<{ Params: CaptureParams; Body: CaptureForkRequest }>(
         "/sandboxes/:sandboxID/fork/:snapshotID",
-        { schema: { body: forkSchema } },
+        { schema: { body: captureForkSchema } },
         async (request, reply) => {
           const { sandboxID, snapshotID } = request.params;
           const input = forkInput(request.body, maxTimeoutMs);

@@ -4,6 +4,7 @@
  */
 import type { FastifyInstance } from "fastify";
 import type { ForkInput, SnapshotInfo, SpillingForkResult } from "../../orchestrator/index.js";
+import type { InternalForkChild } from "../../protocol/index.js";
 import { apiErrorEntry } from "../../relay/index.js";
 import { WarrenError } from "../../shared/index.js";
 import type { ApiContext } from "../api-context.js";
@@ -86,7 +87,10 @@ export function forkInput(body: ForkBody | null, maxTimeoutMs: number): ForkInpu
 }
 
 /** One child of a fork as E2B's `SandboxForkResult`, or where another node starts it. */
-export function forkResultJson(result: SpillingForkResult, domain: string | null) {
+export function forkResultJson(
+  result: SpillingForkResult,
+  domain: string | null,
+): InternalForkChild {
   if ("sandbox" in result) return { sandbox: toSandboxJson(result.sandbox, domain) };
   if ("error" in result) {
     return { error: apiErrorEntry(new WarrenError(result.error.reason, result.error.message)) };

@@ -16,7 +16,7 @@ function useClusterNode() {
   const service = new InMemorySandboxService();
   return useApi({
     service,
-    internal: { service, fromGateway: (req) => req.headers[STAND_IN_PEER] === "gateway" },
+    internal: { service, fromControl: (req) => req.headers[STAND_IN_PEER] === "gateway" },
   });
 }
 

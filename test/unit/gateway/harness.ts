@@ -19,7 +19,7 @@ import { type Gateway, type GatewayOptions, startGateway } from "../../../src/ga
 import { isProxyRequest } from "../../../src/gateway/routes.js";
 import type { SandboxInfo } from "../../../src/orchestrator/index.js";
 import { Semaphore } from "../../../src/orchestrator/semaphore.js";
-import { fromGateway, listenCluster } from "../../../src/server/cluster-listener.js";
+import { fromControlChannel, listenCluster } from "../../../src/server/cluster-listener.js";
 import { silentLogger } from "../../../src/shared/index.js";
 import {
   type ClusterCredentials,
@@ -219,7 +219,7 @@ async function startStandInNode(
   const api = createApi({
     service,
     authenticate: testAuth(() => new Set([API_KEY]), teams),
-    internal: { service, fromGateway },
+    internal: { service, fromControl: fromControlChannel },
     serverFactory: (handler) => {
       handleApi = handler;
       server = createServer(onRequest);
@@ -236,6 +236,7 @@ async function startStandInNode(
     port: 0,
     onRequest,
     onUpgrade,
+    onInternal: (req, res) => handleApi?.(req, res),
     logger: silentLogger,
   });
   return {

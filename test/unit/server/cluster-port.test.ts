@@ -21,6 +21,7 @@ import { ALGORITHM, loadX509, pkcs8Pem, serial } from "../../../src/tls/certific
 import {
   type ClusterCredentials,
   type ClusterIdentity,
+  CONTROL_ALPN,
   createClusterCa,
   issueClusterCertificate,
   loadClusterCredentials,
@@ -147,6 +148,7 @@ function onClusterPort(
   method: string,
   path: string,
   headers: Record<string, string> = {},
+  alpn?: string[],
 ): Promise<Answer> {
   const url = new URL(path, front.clusterUrl);
   const client = who === undefined ? undefined : certs.get(who);
@@ -163,6 +165,7 @@ function onClusterPort(
         ...(client && { cert: client.cert, key: client.key }),
         // The node's certificate names warren-node:node-a, no host name.
         checkServerIdentity: () => undefined,
+        ...(alpn && { ALPNProtocols: alpn }),
         agent: false,
       },
       (res) => {
@@ -220,12 +223,25 @@ describe("a node's ports in a cluster", () => {
     assert.equal(node.orchestrator.draining, false);
   });
 
-  it("serves a gateway on the cluster port: the internal node API by its certificate, the API by API key", async () => {
+  it("serves a gateway's relay connections the API by API key, its control connections the internal node API alone", async () => {
+    const control = [CONTROL_ALPN];
     assert.equal((await onClusterPort("gateway", "GET", "/health")).status, 200);
-    assert.equal((await onClusterPort("gateway", "POST", "/internal/node/undrain")).status, 204);
+    // What a gateway relays arrives on its certificate too: that is no credential here.
+    for (const alpn of [undefined, ["http/1.1"]]) {
+      const relayed = await onClusterPort("gateway", "POST", "/internal/node/drain", {}, alpn);
+      assert.equal(relayed.status, 403, relayed.body);
+    }
+    assert.equal(node.orchestrator.draining, false, "nothing drained the node");
+    const undrain = await onClusterPort("gateway", "POST", "/internal/node/undrain", {}, control);
+    assert.equal(undrain.status, 204, undrain.body);
     // A client's call relayed by the gateway still needs the client's key.
     assert.equal((await onClusterPort("gateway", "GET", "/v2/sandboxes")).status, 401);
     const listed = await onClusterPort("gateway", "GET", "/v2/sandboxes", { "x-api-key": API_KEY });
     assert.equal(listed.status, 200, listed.body);
+    // The control channel answers nothing but the internal API, whatever the key.
+    const headers = { "x-api-key": API_KEY };
+    const apiOnControl = await onClusterPort("gateway", "GET", "/v2/sandboxes", headers, control);
+    assert.equal(apiOnControl.status, 404, apiOnControl.body);
+    assert.match(apiOnControl.body, /control connection/);
   });
 });
