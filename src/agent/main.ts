@@ -8,6 +8,7 @@ import {
   ENVD_VERSION,
   INTERPRETER_PORT,
 } from "../protocol/index.js";
+import { hasValidToken } from "./auth.js";
 import { setSystemClock } from "./clock.js";
 import { seedGuestRandomness } from "./entropy.js";
 import { builtDrivers, Contexts, createInterpreter, kernelStarter } from "./interpreter/index.js";
@@ -106,7 +107,8 @@ function startInterpreter(): Contexts {
   const globals = () => agent.state.globalEnv();
   const kernels = kernelStarter(drivers, globals, KERNEL_SOCKET);
   const contexts = new Contexts(kernels, "/home/user");
-  const { server } = createInterpreter({ contexts, globals });
+  const authorize = (token: string | undefined) => hasValidToken(agent.state, token);
+  const { server } = createInterpreter({ contexts, globals, authorize });
   server.on("error", (err) => fail(`cannot listen on ${host}:${INTERPRETER_PORT}: ${err.message}`));
   server.listen(INTERPRETER_PORT, host, () => {
     process.stderr.write(`envd: code interpreter listening on ${host}:${INTERPRETER_PORT}\n`);

@@ -11,11 +11,14 @@ export const ROUTING_HEADERS: ReadonlySet<string> = new Set([
 /** `Authorization` carrying an API key (`e2b_…`) or an E2B access token (`sk_e2b_…`). */
 const WARREN_BEARER = /^\s*bearer\s+(sk_)?e2b_/i;
 
+/** Warren's own credential headers: a sandbox never sees them, whatever port it is. */
+const WARREN_CREDENTIALS: ReadonlySet<string> = new Set(["x-api-key", "x-admin-token"]);
+
 /**
  * The caller's credentials for Warren's API, never a sandbox's business: a guest that read
- * them could drive every sandbox the key reaches. `X-API-Key` is the API's key header (the
- * SDK sends it to the API only; a client sending it to a sandbox URL did so by mistake), so
- * it always goes. `Authorization` goes only when it carries an API key (`Bearer e2b_…`) or
+ * them could drive every sandbox the key reaches (the admin token: every team's). `X-API-Key`
+ * is the API's key header and `X-Admin-Token` the node's administrator's (clients send them
+ * to the API only; one sent to a sandbox URL was sent by mistake), so they always go. `Authorization` goes only when it carries an API key (`Bearer e2b_…`) or
  * an E2B access token (`Bearer sk_e2b_…`): envd picks its user from `Basic` auth, and an
  * app in the guest may check bearer tokens of its own.
  */
@@ -24,7 +27,7 @@ export function withoutCallerCredentials(rawHeaders: readonly string[]): string[
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
     const name = (rawHeaders[i] ?? "").toLowerCase();
     const value = rawHeaders[i + 1] ?? "";
-    if (name === "x-api-key") continue;
+    if (WARREN_CREDENTIALS.has(name)) continue;
     if (name === "authorization" && WARREN_BEARER.test(value)) continue;
     kept.push(rawHeaders[i] ?? "", value);
   }

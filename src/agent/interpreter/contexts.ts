@@ -6,7 +6,7 @@ import { isLanguage, LANGUAGES, type Language, normalizeLanguage } from "./langu
 /** An error the interpreter answers with `status` and `message` as its text body. */
 export class InterpreterError extends Error {
   constructor(
-    readonly status: 400 | 404 | 500,
+    readonly status: 400 | 401 | 404 | 500,
     message: string,
   ) {
     super(message);

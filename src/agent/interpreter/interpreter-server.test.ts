@@ -315,4 +315,43 @@ describe("code interpreter server", {
     const listed = (await (await fetch(`${url}/contexts`)).json()) as { id: string }[];
     assert.ok(!listed.some((c) => c.id === context.id));
   });
+
+  it("on a secure sandbox runs nobody's code without envd's token: /execute 401, a wrong token 401 everywhere", async () => {
+    const token = "envd-token-of-this-sandbox";
+    const secure = createInterpreter({
+      contexts,
+      globals: () => globals,
+      authorize: (presented) => presented === token,
+    });
+    await new Promise<void>((resolve) => secure.server.listen(0, "127.0.0.1", resolve));
+    const secureUrl = `http://127.0.0.1:${(secure.server.address() as AddressInfo).port}`;
+    try {
+      const run = (headers: Record<string, string>) =>
+        fetch(`${secureUrl}/execute`, {
+          method: "POST",
+          headers: { "content-type": "application/json", ...headers },
+          body: JSON.stringify({ code: "print('ran')", language: "python" }),
+        });
+      for (const headers of [{}, { "x-access-token": "guessed" }] as Record<string, string>[]) {
+        const refused = await run(headers);
+        assert.equal(refused.status, 401, JSON.stringify(headers));
+        assert.equal(refused.headers.get("cache-control"), "no-store");
+        assert.match(await refused.text(), /Unauthorized/);
+      }
+      // What the SDK sends: X-Access-Token on /execute.
+      const allowed = await run({ "x-access-token": token });
+      assert.equal(allowed.status, 200);
+      assert.match(await allowed.text(), /ran/);
+      // The contexts' routes: the released SDK (2.8.0) sends no token there, so none is
+      // required; a wrong one is still refused.
+      assert.equal((await fetch(`${secureUrl}/contexts`)).status, 200);
+      const wrong = await fetch(`${secureUrl}/contexts`, { headers: { "x-access-token": "x" } });
+      assert.equal(wrong.status, 401);
+      // /health stays open (the SDK and the proxy's readiness checks read it).
+      assert.equal((await fetch(`${secureUrl}/health`)).status, 200);
+    } finally {
+      secure.server.close();
+      secure.server.closeAllConnections();
+    }
+  });
 });

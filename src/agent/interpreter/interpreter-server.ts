@@ -16,6 +16,11 @@ export interface InterpreterOptions {
   readonly contexts: Contexts;
   /** The sandbox's env vars now (envd's `/init`), set in a kernel at each run. */
   readonly globals: () => Record<string, string>;
+  /**
+   * Whether a presented `X-Access-Token` is envd's (true for any when the sandbox has none):
+   * a secure sandbox runs no one's code without it. Default: every caller.
+   */
+  readonly authorize?: (presented: string | undefined) => boolean;
 }
 
 export interface Interpreter {
@@ -46,7 +51,10 @@ export function createInterpreter(options: InterpreterOptions): Interpreter {
       const status = err instanceof InterpreterError ? err.status : 500;
       const message = err instanceof Error ? err.message : String(err);
       if (!res.headersSent) {
-        res.writeHead(status, { "content-type": "text/plain; charset=utf-8" });
+        res.writeHead(status, {
+          "content-type": "text/plain; charset=utf-8",
+          ...(status === 401 && { "cache-control": "no-store" }),
+        });
         res.end(message);
       } else res.destroy();
     });
@@ -61,8 +69,10 @@ export function createInterpreter(options: InterpreterOptions): Interpreter {
     const method = req.method ?? "GET";
     const contextPath = /^\/contexts\/([^/]+)(\/restart)?$/.exec(path);
     if (method === "GET" && path === "/health") return json(res, health.status, health.body);
-    if (method === "POST" && path === "/execute") return execute(req, res);
+    // Fixed code, no caller's: the capture and the warm pool call it before /init's token.
     if (method === "POST" && path === "/warm") return warm(res);
+    checkAccess(req, path === "/execute");
+    if (method === "POST" && path === "/execute") return execute(req, res);
     if (method === "GET" && path === "/contexts")
       return json(res, 200, JSON.stringify(contexts.list()));
     if (method === "POST" && path === "/contexts") {
@@ -86,6 +96,19 @@ export function createInterpreter(options: InterpreterOptions): Interpreter {
     }
     res.writeHead(404, { "content-type": "text/plain; charset=utf-8" });
     res.end(`Not Found: ${method} ${path}`);
+  }
+
+  /**
+   * envd's token, as the SDKs send it (docs/code-interpreter-wire.md §1.4): required to run
+   * code; on the contexts' routes only checked when sent, since the released JS SDK (2.8.0)
+   * sends none there and they run nothing of the caller's.
+   */
+  function checkAccess(req: IncomingMessage, required: boolean): void {
+    if (!options.authorize) return;
+    const presented = req.headers["x-access-token"];
+    const token = Array.isArray(presented) ? undefined : presented;
+    if (token === undefined && !required) return;
+    if (!options.authorize(token)) throw new InterpreterError(401, "Unauthorized");
   }
 
   async function execute(req: IncomingMessage, res: ServerResponse): Promise<void> {

@@ -124,7 +124,7 @@ test("header routing: e2b-sandbox-id and -port on localhost; routing headers not
   assert.equal(envd.headers["x-upstream"], "envd");
 });
 
-test("the caller's API key never reaches a sandbox: X-API-Key and Bearer e2b_… are dropped, the app's own credentials kept", {
+test("the caller's API key and the admin token never reach a sandbox: X-API-Key, X-Admin-Token and Bearer e2b_… are dropped, the app's own credentials kept", {
   timeout: 10_000,
 }, async () => {
   const key = "e2b_0123456789abcdef0123456789abcdef01234567";
@@ -138,6 +138,8 @@ test("the caller's API key never reaches a sandbox: X-API-Key and Bearer e2b_…
   for (const port of [ENVD_PORT, 3000]) {
     const apiKey = await seen(port, { "x-api-key": key });
     assert.equal(apiKey["x-api-key"], undefined, `X-API-Key on port ${port}`);
+    const admin = await seen(port, { "x-admin-token": "the-node-admin-token" });
+    assert.equal(admin["x-admin-token"], undefined, `X-Admin-Token on port ${port}`);
     const bearer = await seen(port, { authorization: `Bearer ${key}` });
     assert.equal(bearer.authorization, undefined, `Authorization: Bearer e2b_… on port ${port}`);
     const accessToken = await seen(port, { authorization: "bearer sk_e2b_0123456789abcdef" });
