@@ -163,10 +163,45 @@ export const REQUIRED_SANDBOX_KEYS = [
   "endAt",
 ] as const satisfies readonly (keyof SandboxPatch)[];
 
+/** States in which a sandbox holds CPU and memory: what a team's running quotas count. */
+export const HOLDING_STATES = [
+  "creating",
+  "running",
+  "pausing",
+  "resuming",
+] as const satisfies readonly SandboxState[];
+
+/** What a team's sandboxes hold, as its quotas count it. */
+export interface TeamUsage {
+  /** Sandboxes in a HOLDING_STATE. */
+  readonly sandboxes: number;
+  readonly vcpus: number;
+  readonly memoryMiB: number;
+  /** Disk of every sandbox not killed (a paused one keeps its disk). */
+  readonly diskMiB: number;
+}
+
+/**
+ * A write that a team's quotas admit: called with what the team's other sandboxes hold, on
+ * every node the catalog's database serves (Warren's own, `config.internal`, left out),
+ * inside the write and under a lock no other admission of that team passes; it throws to
+ * refuse the write. So concurrent creates and resumes on any nodes, through any gateways,
+ * are admitted one at a time against one count.
+ */
+export type TeamAdmit = (usage: TeamUsage) => void;
+
 export interface Catalog {
-  insertSandbox(row: SandboxRow): Promise<void>;
-  /** Applies the patch and sets updatedAt; returns the new row, undefined when the id is unknown. */
-  updateSandbox(id: string, patch: SandboxPatch): Promise<SandboxRow | undefined>;
+  /** Inserts a new sandbox; with `admit`, only once its team's quotas admit it (see TeamAdmit). */
+  insertSandbox(row: SandboxRow, admit?: TeamAdmit): Promise<void>;
+  /**
+   * Applies the patch and sets updatedAt; returns the new row, undefined when the id is
+   * unknown. With `admit`, only once the team's quotas admit the sandbox (a resume).
+   */
+  updateSandbox(
+    id: string,
+    patch: SandboxPatch,
+    admit?: TeamAdmit,
+  ): Promise<SandboxRow | undefined>;
   getSandbox(id: string): Promise<SandboxRow | undefined>;
   /**
    * A sandbox on any node (PostgreSQL: not scoped to this node's, as getSandbox is): the

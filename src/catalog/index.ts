@@ -9,10 +9,12 @@ export type {
   SnapshotFileRecord,
   SnapshotRow,
   TagRow,
+  TeamAdmit,
+  TeamUsage,
   TemplateKind,
   TemplateRow,
 } from "./catalog.js";
-export { REQUIRED_SANDBOX_KEYS } from "./catalog.js";
+export { HOLDING_STATES, REQUIRED_SANDBOX_KEYS } from "./catalog.js";
 export type {
   ClusterCatalog,
   ClusterSandboxRow,

@@ -1,5 +1,5 @@
 import { EventEmitter } from "node:events";
-import type { Catalog, SandboxPatch, SandboxRow } from "../catalog/index.js";
+import type { Catalog, SandboxPatch, SandboxRow, TeamAdmit } from "../catalog/index.js";
 import { validateEgressPolicy } from "../network/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, WarrenError } from "../shared/index.js";
@@ -110,7 +110,8 @@ export class Lifecycle {
       metrics: [],
     };
     try {
-      await catalog.insertSandbox(row);
+      // Across the cluster: the team's sandboxes on every node, counted under its lock.
+      await catalog.insertSandbox(row, quotas.admission(row, limits, { newDisk: true }));
       crashPoint("lifecycle.launch.after-insert");
     } catch (err) {
       releaseTeam();
@@ -212,9 +213,8 @@ export class Lifecycle {
       throw new WarrenError("internal", `paused sandbox ${live.row.id} has no snapshot`);
     }
     const { quotas, capacity, kept } = this.#o;
-    const releaseTeam = quotas.reserve(live.row, await quotas.limitsOf(live.row), {
-      newDisk: false,
-    });
+    const limits = await quotas.limitsOf(live.row);
+    const releaseTeam = quotas.reserve(live.row, limits, { newDisk: false });
     let parked: KeptVmm | undefined;
     try {
       // A reboot boots afresh from the disk: a kept VMM is of no use to it.
@@ -225,10 +225,24 @@ export class Lifecycle {
       releaseTeam();
       throw err;
     }
+    try {
+      // Across the cluster, as a create's insert: a resume on another node counts too.
+      await this.update(
+        live,
+        { state: "resuming" },
+        quotas.admission(live.row, limits, { newDisk: false }),
+      );
+    } catch (err) {
+      // Still paused: its kept VMM (and the room it holds) goes back, or the room it took.
+      releaseTeam();
+      if (parked) kept.keep(parked);
+      else live.releaseNode?.();
+      live.releaseNode = undefined;
+      throw err;
+    }
     live.releaseTeam = releaseTeam;
     live.abort = new AbortController();
     const started = performance.now();
-    await this.update(live, { state: "resuming" });
     crashPoint("lifecycle.resume.after-resuming");
     try {
       if (parked && !(await this.#continueKept(live, parked))) parked = undefined;
@@ -343,9 +357,10 @@ export class Lifecycle {
   }
 
   /** Writes the patch to the catalog, then to the live row. */
-  async update(live: LiveSandbox, patch: SandboxPatch): Promise<void> {
+  /** Writes the patch to the catalog (with `admit`, only once the team's quotas admit it). */
+  async update(live: LiveSandbox, patch: SandboxPatch, admit?: TeamAdmit): Promise<void> {
     const updated = await phase("orchestrator.catalog", () =>
-      this.#o.catalog.updateSandbox(live.row.id, patch),
+      this.#o.catalog.updateSandbox(live.row.id, patch, admit),
     );
     live.row = updated ?? {
       ...live.row,

@@ -1,4 +1,4 @@
-import type { SandboxRow, TeamLimits } from "../catalog/index.js";
+import type { SandboxRow, TeamAdmit, TeamLimits } from "../catalog/index.js";
 import { checkQuota } from "../tenancy/index.js";
 import { configOf } from "./live-sandbox.js";
 
@@ -12,11 +12,14 @@ interface Running {
 }
 
 /**
- * Per-team admission, next to the node's own (`Capacity`): a create, a fork child and a
- * resume reserve their team's share synchronously, so concurrent requests of one team can
- * never pass its limits together. Disk counts running and paused sandboxes (`rows`), and is
- * checked when a sandbox is made, not when it resumes. Warren's own VMs (template builds)
- * are counted by the builds quota instead.
+ * Per-team admission, next to the node's own (`Capacity`), in two steps. `reserve`: a
+ * create, a fork child and a resume reserve their team's share on this node synchronously,
+ * so that a team over its limits here takes nothing from the node or the pool. `admission`:
+ * the write that makes the sandbox (its row) or resumes it is admitted by the catalog
+ * against what the team holds on **every** node, under the team's lock there — so nodes,
+ * gateways and concurrent requests never pass a limit together (one database, one count).
+ * Disk counts running and paused sandboxes, and is checked when a sandbox is made, not when
+ * it resumes. Warren's own VMs (template builds) are counted by the builds quota instead.
  */
 export class TeamQuotas {
   readonly #running = new Map<string, Running>();
@@ -69,6 +72,30 @@ export class TeamQuotas {
       used.memoryMiB -= row.memoryMiB;
       if (used.sandboxes === 0) this.#running.delete(row.teamId);
     };
+  }
+
+  /**
+   * The catalog's admission of the row's write (its insert, or the update that resumes it),
+   * with the row's own share added to what the team's other sandboxes hold; undefined when
+   * the team has no limit it would check.
+   */
+  admission(
+    row: SandboxRow,
+    limits: TeamLimits,
+    options: { newDisk: boolean },
+  ): TeamAdmit | undefined {
+    if (configOf(row).internal) return undefined;
+    const { maxSandboxes, maxVcpus, maxMemoryMiB, maxDiskGiB } = limits;
+    const disk = options.newDisk && maxDiskGiB !== undefined;
+    if (maxSandboxes === undefined && maxVcpus === undefined && maxMemoryMiB === undefined && !disk)
+      return undefined;
+    return (usage) =>
+      checkQuota(row.teamId, limits, usage, {
+        sandboxes: 1,
+        vcpus: row.vcpus,
+        memoryMiB: row.memoryMiB,
+        diskMiB: options.newDisk ? row.diskSizeMiB : 0,
+      });
   }
 
   /** What the team runs now on this node. */

@@ -1,7 +1,14 @@
-import type { ClusterCatalog, NodeLoad, NodeRegistration, NodeState } from "../catalog/index.js";
+import type {
+  ClusterCatalog,
+  NodeLoad,
+  NodeRegistration,
+  NodeState,
+  TeamCatalog,
+} from "../catalog/index.js";
 import type { CapacityLimits, Orchestrator } from "../orchestrator/index.js";
 import type { Config } from "../shared/config.js";
 import type { Logger } from "../shared/index.js";
+import { killRemovedTeams } from "./removed-teams.js";
 
 export interface MembershipOptions {
   readonly cluster: Pick<ClusterCatalog, "registerNode" | "heartbeat">;
@@ -76,6 +83,8 @@ export async function startMembership(options: MembershipOptions): Promise<Membe
 export interface JoinInput {
   readonly config: Readonly<Config>;
   readonly cluster: ClusterCatalog;
+  /** The cluster's teams: a team removed through another node loses its sandboxes here. */
+  readonly teams: Pick<TeamCatalog, "getTeam">;
   readonly orchestrator: Orchestrator;
   /** What the node admits: registered as its capacity. */
   readonly limits: CapacityLimits;
@@ -100,6 +109,7 @@ export function joinCluster(input: JoinInput): Promise<Membership> {
     },
     load: async () => {
       await orchestrator.syncPaused();
+      await killRemovedTeams(orchestrator, input.teams, logger);
       return { ...(await orchestrator.load()), draining: orchestrator.draining };
     },
     intervalMs: config.heartbeatMs,

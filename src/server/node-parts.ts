@@ -31,6 +31,7 @@ import { SecretBox, Secrets } from "../secrets/index.js";
 import { type Config, hostResources } from "../shared/config.js";
 import { WarrenError } from "../shared/index.js";
 import { openSharedStore } from "../store/index.js";
+import type { TeamSandboxes } from "../tenancy/index.js";
 import { EgressCa } from "../tls/index.js";
 import {
   createQemuDriver,
@@ -44,6 +45,7 @@ import { egressInterception } from "./egress-interception.js";
 import { startKilledPurge } from "./killed-purge.js";
 import type { Late, LateBound } from "./late-bound.js";
 import type { NodeMetrics } from "./prometheus.js";
+import { teamSandboxes } from "./removed-teams.js";
 
 /** What starting the node's parts needs, and where it hands them over. */
 export interface NodePartsInput {
@@ -63,6 +65,8 @@ export interface NodePartsInput {
   readonly uncontainedForBenchmarks?: boolean;
   /** Teams and their keys, bound as soon as the catalog is open. */
   readonly teams: Late<TeamCatalog>;
+  /** A team's sandboxes for removing it, bound once the orchestrator runs. */
+  readonly teamSandboxes: Late<TeamSandboxes>;
   /** Volumes, bound as soon as the catalog is open. */
   readonly volumes: Late<Volumes>;
   readonly secrets: Late<Secrets>;
@@ -157,6 +161,12 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   await builds.start();
   closers.add("template builds", () => builds.close());
   input.builds.bind(builds);
+  input.teamSandboxes.bind(
+    teamSandboxes(started, async (teamId) => {
+      const rows = cluster ? await cluster.listSandboxes() : await catalog.listSandboxes();
+      return rows.filter((row) => row.teamId === teamId && row.state !== "killed").length;
+    }),
+  );
   input.orchestrator.bind(started);
   if (cluster) {
     const url = config.nodeUrl ?? input.clusterUrl;
@@ -165,6 +175,7 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
     const membership = await joinCluster({
       config,
       cluster,
+      teams,
       orchestrator: started,
       limits,
       url,

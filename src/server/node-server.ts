@@ -55,6 +55,7 @@ export async function startNodeServer(
   const orchestrator = new LateBound(() => status);
   const builds = new Late<TemplateBuilds>(() => status);
   const teams = new Late<TeamCatalog>(() => status);
+  const teamSandboxes = new Late<TeamSandboxes>(() => status);
   const volumes = new Late<Volumes>(() => status);
   const secrets = new Late<Secrets>(() => status);
   const metrics = new NodeMetrics(() => orchestrator.current?.stats());
@@ -68,7 +69,7 @@ export async function startNodeServer(
     config,
     logger: root,
     authenticator,
-    teamAdmin: () => new TeamAdmin(teams.get(), teamSandboxes(orchestrator)),
+    teamAdmin: () => new TeamAdmin(teams.get(), teamSandboxes.get()),
     volumes: () => volumes.get(),
     secrets: () => secrets.get(),
     orchestrator,
@@ -94,6 +95,7 @@ export async function startNodeServer(
     orchestrator,
     builds,
     teams,
+    teamSandboxes,
     volumes,
     secrets,
     metrics,
@@ -163,18 +165,4 @@ async function clusterCredentials(
     "cluster.tls_loaded",
   );
   return credentials;
-}
-
-/** A team's sandboxes on this node, for removing the team. */
-function teamSandboxes(orchestrator: LateBound): TeamSandboxes {
-  return {
-    count: async (teamId) => orchestrator.list({ teamId }).length,
-    async killAll(teamId) {
-      for (const sandbox of orchestrator.list({ teamId })) {
-        await orchestrator.kill(sandbox.sandboxId).catch((err: unknown) => {
-          if ((err as { reason?: string }).reason !== "sandbox_not_found") throw err;
-        });
-      }
-    },
-  };
 }

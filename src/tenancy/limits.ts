@@ -1,4 +1,4 @@
-import { TEAM_LIMIT_KEYS, type TeamLimits } from "../catalog/index.js";
+import { TEAM_LIMIT_KEYS, type TeamLimits, type TeamUsage } from "../catalog/index.js";
 import { WarrenError } from "../shared/index.js";
 
 /** A request's `limits` object: known keys only, each a whole number ≥ 0 (absent: unlimited). */
@@ -24,15 +24,7 @@ export function parseLimits(value: unknown, field = "limits"): TeamLimits {
   return limits;
 }
 
-/** What a team holds now, against its limits. */
-export interface TeamUsage {
-  /** Running sandboxes. */
-  readonly sandboxes: number;
-  readonly vcpus: number;
-  readonly memoryMiB: number;
-  /** Disk of running and paused sandboxes. */
-  readonly diskMiB: number;
-}
+export type { TeamUsage };
 
 /**
  * Throws 429 `quota_exceeded`, naming the first quota that `adding` would pass, when the team's

@@ -6,14 +6,22 @@ import type {
   EventRow,
   SandboxRow,
   SnapshotRow,
+  TeamAdmit,
+  TeamUsage,
   TemplateRow,
 } from "../../src/catalog/index.js";
+import { WarrenError } from "../../src/shared/index.js";
 
 /** What an implementation's test file hands the suite: a fresh, empty catalog per test. */
 export interface CatalogHarness {
   catalog: Catalog;
   /** Closes `catalog` and opens the same store again; absent for stores that do not persist. */
   reopen?: () => Promise<Catalog>;
+  /**
+   * Another node's catalog on the same store (PostgreSQL: the same database, another node
+   * id); absent for a store only one node writes.
+   */
+  peer?: () => Promise<Catalog>;
   /** Closes every catalog the harness opened and removes the store. */
   cleanup: () => Promise<void>;
 }
@@ -261,6 +269,77 @@ export function catalogContract(name: string, open: () => Promise<CatalogHarness
         await catalog.deleteSnapshot("snap-1");
         assert.equal(await catalog.purgeKilledSecrets("2030-01-02T00:00:00.000Z"), 1);
         assert.equal((await catalog.getSandbox("snapped"))?.envdAccessToken, undefined);
+      });
+    });
+
+    describe("team admission", () => {
+      /** Admits a row of `vcpus` while the team's vCPUs stay within `limit` (as TeamQuotas does). */
+      const withinVcpus =
+        (limit: number, vcpus: number): TeamAdmit =>
+        (usage) => {
+          if (usage.vcpus + vcpus > limit) {
+            throw new WarrenError("quota_exceeded", `team at ${usage.vcpus} of ${limit} vCPUs`);
+          }
+        };
+
+      it("admits concurrent inserts of one team one at a time, on every node: room for one, one row", async (t) => {
+        const h = await use(t);
+        const nodes = [h.catalog, ...(h.peer ? [await h.peer(), await h.peer()] : [])];
+        const settled = await Promise.allSettled(
+          Array.from({ length: 8 }, (_, i) =>
+            (nodes[i % nodes.length] as Catalog).insertSandbox(
+              sandboxRow({ id: `sb-${i}`, vcpus: 8 }),
+              withinVcpus(8, 8),
+            ),
+          ),
+        );
+        const refused = settled.flatMap((r) => (r.status === "rejected" ? [r.reason] : []));
+        assert.equal(settled.length - refused.length, 1, "exactly one insert admitted");
+        for (const reason of refused) {
+          assert.equal((reason as WarrenError).reason, "quota_exceeded");
+          assert.equal((reason as WarrenError).message, "team at 8 of 8 vCPUs", "its own words");
+        }
+        const rows = await Promise.all(
+          Array.from({ length: 8 }, (_, i) => h.catalog.findSandbox(`sb-${i}`)),
+        );
+        assert.equal(rows.filter((row) => row !== undefined).length, 1, "one row written");
+      });
+
+      it("counts CPU and memory of what holds them, disk of all but killed, never Warren's own or another team's", async (t) => {
+        const h = await use(t);
+        const other = h.peer ? await h.peer() : h.catalog;
+        await h.catalog.insertSandbox(sandboxRow({ id: "run", vcpus: 2, memoryMiB: 512 }));
+        await other.insertSandbox(sandboxRow({ id: "res", state: "resuming", vcpus: 1 }));
+        await other.insertSandbox(sandboxRow({ id: "paused", state: "paused", vcpus: 4 }));
+        await h.catalog.insertSandbox(sandboxRow({ id: "gone", state: "killed", vcpus: 4 }));
+        await h.catalog.insertSandbox(
+          sandboxRow({ id: "build-vm", vcpus: 4, config: { internal: true } }),
+        );
+        await h.catalog.insertSandbox(sandboxRow({ id: "b-1", teamId: "team-b", vcpus: 4 }));
+        let seen: TeamUsage | undefined;
+        await h.catalog.insertSandbox(sandboxRow({ id: "new" }), (usage) => {
+          seen = usage;
+        });
+        assert.deepEqual(seen, { sandboxes: 2, vcpus: 3, memoryMiB: 1024, diskMiB: 3 * 2048 });
+      });
+
+      it("admits a resume against the team's other sandboxes; a refused one leaves the row as it was", async (t) => {
+        const h = await use(t);
+        const other = h.peer ? await h.peer() : h.catalog;
+        await other.insertSandbox(sandboxRow({ id: "running", vcpus: 8 }));
+        await h.catalog.insertSandbox(sandboxRow({ id: "paused", state: "paused", vcpus: 8 }));
+        await assert.rejects(
+          h.catalog.updateSandbox("paused", { state: "resuming" }, withinVcpus(8, 8)),
+          { reason: "quota_exceeded" },
+        );
+        assert.equal((await h.catalog.getSandbox("paused"))?.state, "paused");
+        await other.updateSandbox("running", { state: "killed" });
+        const resumed = await h.catalog.updateSandbox(
+          "paused",
+          { state: "resuming" },
+          withinVcpus(8, 8),
+        );
+        assert.equal(resumed?.state, "resuming");
       });
     });
 

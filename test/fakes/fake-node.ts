@@ -72,6 +72,11 @@ export type FakeNodeSettings = Partial<
   readonly poolSize?: number;
   /** The rest of the pool's settings; default: no demand-sized pools, no memory pressure. */
   readonly pool?: Partial<PoolSettings>;
+  /**
+   * Its catalog: default a store of its own; a node of a cluster passes its view of the
+   * cluster's store (`InMemoryCluster.catalog(nodeId)`), as a node's PostgresCatalog.
+   */
+  readonly catalog?: InMemoryCatalog;
 };
 
 export class FakeNode {
@@ -81,7 +86,7 @@ export class FakeNode {
   readonly volumes = new FakeVolumeServer();
   slots: FakeSlotPool;
   agent: FakeGuestAgent;
-  catalog = new InMemoryCatalog();
+  catalog: InMemoryCatalog;
   orchestrator!: Orchestrator;
   /** The running server's life: what its orchestrator is handed is bound to it. */
   #life = new ServerLife();
@@ -93,6 +98,7 @@ export class FakeNode {
   ) {
     this.slots = new FakeSlotPool(settings.maxSlots);
     this.agent = new FakeGuestAgent(this.driver, this.slots);
+    this.catalog = settings.catalog ?? new InMemoryCatalog();
   }
 
   static async start(settings: FakeNodeSettings = {}): Promise<FakeNode> {

@@ -11,12 +11,16 @@ import {
   type BuildRow,
   type Catalog,
   type EventRow,
+  HOLDING_STATES,
   REQUIRED_SANDBOX_KEYS,
   type SandboxPatch,
   type SandboxRow,
   type SandboxState,
   type SnapshotRow,
   type TagRow,
+  type TeamAdmit,
+  type TeamUsage,
+  type TemplateKind,
   type TemplateRow,
 } from "../../src/catalog/index.js";
 import { WarrenError } from "../../src/shared/index.js";
@@ -26,6 +30,7 @@ export interface CatalogStore {
   /** Rows by id, each with the node that holds it ("" alone). */
   readonly sandboxes: Map<string, SandboxRow>;
   readonly sandboxNodes: Map<string, string>;
+  /** By `templateKey(scope, id)`: a node's own kinds (base, layer) in its scope, others in "". */
   readonly templates: Map<string, TemplateRow>;
   /** Rows without nodeId and publishedAt, which the maps below keep. */
   readonly snapshots: Map<string, SnapshotRow>;
@@ -36,6 +41,13 @@ export interface CatalogStore {
   /** Keyed by `<template id> <tag>`. */
   readonly tags: Map<string, TagRow>;
   readonly events: EventRow[];
+}
+
+/** Kinds each node makes for itself (as PostgresCatalog's); the others have one row. */
+const NODE_LOCAL_KINDS: ReadonlySet<TemplateKind> = new Set(["base", "layer"]);
+
+function templateKey(scope: string, id: string): string {
+  return `${scope}\u0000${id}`;
 }
 
 /** A deep copy without keys set to undefined: rows leave unset optional fields absent. */
@@ -103,16 +115,22 @@ export class InMemoryCatalog implements Catalog {
     return new Map([...sandboxes].filter(([id]) => sandboxNodes.get(id) === this.#node));
   }
 
-  async insertSandbox(row: SandboxRow): Promise<void> {
+  async insertSandbox(row: SandboxRow, admit?: TeamAdmit): Promise<void> {
     const { sandboxes, sandboxNodes } = this.#data();
     if (sandboxes.has(row.id)) {
       throw new WarrenError("already_exists", `insert sandbox ${row.id}: the id is taken`);
     }
+    // One turn of the event loop: admissions of a team are one at a time, as under a lock.
+    admit?.(this.#teamUsage(row.teamId, row.id));
     sandboxes.set(row.id, copy(row));
     sandboxNodes.set(row.id, this.#node);
   }
 
-  async updateSandbox(id: string, patch: SandboxPatch): Promise<SandboxRow | undefined> {
+  async updateSandbox(
+    id: string,
+    patch: SandboxPatch,
+    admit?: TeamAdmit,
+  ): Promise<SandboxRow | undefined> {
     const { sandboxes } = this.#data();
     for (const key of REQUIRED_SANDBOX_KEYS) {
       if (key in patch && patch[key] === undefined) {
@@ -121,9 +139,25 @@ export class InMemoryCatalog implements Catalog {
     }
     const current = this.#own().get(id);
     if (!current) return undefined;
+    admit?.(this.#teamUsage(current.teamId, id));
     const next = copy({ ...current, ...patch, id, updatedAt: new Date().toISOString() });
     sandboxes.set(id, next);
     return copy(next);
+  }
+
+  /** What the team's other sandboxes hold on every node of the store (as the databases count). */
+  #teamUsage(teamId: string, except: string): TeamUsage {
+    const usage = { sandboxes: 0, vcpus: 0, memoryMiB: 0, diskMiB: 0 };
+    for (const row of this.#data().sandboxes.values()) {
+      if (row.teamId !== teamId || row.id === except || row.config.internal === true) continue;
+      if ((HOLDING_STATES as readonly string[]).includes(row.state)) {
+        usage.sandboxes += 1;
+        usage.vcpus += row.vcpus;
+        usage.memoryMiB += row.memoryMiB;
+      }
+      if (row.state !== "killed") usage.diskMiB += row.diskSizeMiB;
+    }
+    return usage;
   }
 
   async getSandbox(id: string): Promise<SandboxRow | undefined> {
@@ -182,25 +216,35 @@ export class InMemoryCatalog implements Catalog {
 
   async putTemplate(row: TemplateRow): Promise<void> {
     const { templates } = this.#data();
-    // An alias moves to the template put last.
-    for (const [id, other] of templates) {
-      if (id === row.id) continue;
-      const aliases = other.aliases.filter((alias) => !row.aliases.includes(alias));
-      if (aliases.length !== other.aliases.length) templates.set(id, { ...other, aliases });
+    const scope = NODE_LOCAL_KINDS.has(row.kind) ? this.#node : "";
+    // Put again under another kind, it may change scope: the old scope's row goes.
+    for (const other of this.#scopes()) {
+      if (other !== scope) templates.delete(templateKey(other, row.id));
     }
-    templates.set(row.id, copy(row));
+    // An alias moves to the template put last, within its scope.
+    for (const [key, other] of this.#scoped(scope)) {
+      if (other.id === row.id) continue;
+      const aliases = other.aliases.filter((alias) => !row.aliases.includes(alias));
+      if (aliases.length !== other.aliases.length) templates.set(key, { ...other, aliases });
+    }
+    templates.set(templateKey(scope, row.id), copy(row));
   }
 
+  /** This node's row first, then a global one; within a scope an id beats an alias. */
   async getTemplate(idOrAlias: string): Promise<TemplateRow | undefined> {
-    const { templates } = this.#data();
-    const row =
-      templates.get(idOrAlias) ??
-      [...templates.values()].find((template) => template.aliases.includes(idOrAlias));
-    return row && copy(row);
+    for (const scope of this.#scopes()) {
+      const rows = [...this.#scoped(scope).values()];
+      const row =
+        rows.find((template) => template.id === idOrAlias) ??
+        rows.find((template) => template.aliases.includes(idOrAlias));
+      if (row) return copy(row);
+    }
+    return undefined;
   }
 
   async listTemplates(): Promise<TemplateRow[]> {
-    return [...this.#data().templates.values()]
+    const rows = this.#scopes().flatMap((scope) => [...this.#scoped(scope).values()]);
+    return rows
       .sort(
         byKeys(
           (r) => r.createdAt,
@@ -211,7 +255,20 @@ export class InMemoryCatalog implements Catalog {
   }
 
   async deleteTemplate(id: string): Promise<void> {
-    this.#data().templates.delete(id);
+    this.#data().templates.delete(templateKey(this.#node, id));
+    this.#data().templates.delete(templateKey("", id));
+  }
+
+  /** Where this catalog finds templates: its node's own scope first, then the global one. */
+  #scopes(): string[] {
+    return this.#node === "" ? [""] : [this.#node, ""];
+  }
+
+  /** The templates of one scope, by key. */
+  #scoped(scope: string): Map<string, TemplateRow> {
+    return new Map(
+      [...this.#data().templates].filter(([key]) => key.startsWith(templateKey(scope, ""))),
+    );
   }
 
   async putBuild(row: BuildRow): Promise<void> {

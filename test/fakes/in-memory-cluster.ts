@@ -6,7 +6,6 @@
  * database. Times are this process's clock; `age()` makes a node look silent.
  */
 import type {
-  Catalog,
   ClusterCatalog,
   ClusterSandboxRow,
   DownNode,
@@ -47,7 +46,7 @@ export class InMemoryCluster implements ClusterCatalog {
   readonly #store: CatalogStore = emptyCatalogStore();
   #open = true;
   /** A node's own catalog on the cluster's store (as PostgresCatalog with its node id). */
-  catalog(nodeId: string): Catalog {
+  catalog(nodeId: string): InMemoryCatalog {
     return new InMemoryCatalog(this.#store, nodeId);
   }
 

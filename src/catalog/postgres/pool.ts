@@ -1,5 +1,6 @@
 import pg from "pg";
 import { toWarrenError, WarrenError } from "../../shared/index.js";
+import { AdmissionRefused } from "../team-admission.js";
 import { migrate } from "./migrations.js";
 
 export interface PoolOptions {
@@ -155,6 +156,7 @@ function isUnavailable(err: unknown): boolean {
 }
 
 function toCatalogError(err: unknown, context: string): WarrenError {
+  if (err instanceof AdmissionRefused) return toWarrenError(err.refusal, context);
   if (err instanceof WarrenError) {
     return new WarrenError(err.reason, `${context}: ${err.message}`, { cause: err });
   }

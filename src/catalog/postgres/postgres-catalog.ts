@@ -1,3 +1,4 @@
+import type { PoolClient } from "pg";
 import { WarrenError } from "../../shared/index.js";
 import {
   type BuildRow,
@@ -9,10 +10,12 @@ import {
   type SandboxState,
   type SnapshotRow,
   type TagRow,
+  type TeamAdmit,
   type TemplateKind,
   type TemplateRow,
 } from "../catalog.js";
 import type { SecretCatalog } from "../secrets.js";
+import { admitOrRefuse, toTeamUsage, type UsageRecord } from "../team-admission.js";
 import type { TeamCatalog } from "../teams.js";
 import type { VolumeCatalog } from "../volumes.js";
 import { CatalogPool, type PoolOptions, rowsOf } from "./pool.js";
@@ -35,6 +38,21 @@ import {
   toTemplateRow,
 } from "./rows.js";
 import { SQL } from "./statements.js";
+
+/**
+ * Team admission inside a transaction: the team's lock (held to its end, so concurrent
+ * admissions of one team on any node go one at a time), then its usage on every node.
+ */
+async function admitTeam(
+  client: PoolClient,
+  admit: TeamAdmit,
+  teamId: string,
+  sandboxId: string,
+): Promise<void> {
+  await client.query(SQL.lockTeam, [teamId]);
+  const [usage] = await rowsOf<UsageRecord>(client, SQL.teamUsage, [teamId, sandboxId]);
+  admitOrRefuse(admit, toTeamUsage(usage));
+}
 
 export interface PostgresCatalogOptions extends PoolOptions {
   /**
@@ -80,15 +98,24 @@ export class PostgresCatalog implements Catalog {
     return this.#node;
   }
 
-  async insertSandbox(row: SandboxRow): Promise<void> {
-    await this.#db.query(`insert sandbox ${row.id}`, SQL.insertSandbox, [
-      this.#node,
-      row.id,
-      ...sandboxParams(row),
-    ]);
+  async insertSandbox(row: SandboxRow, admit?: TeamAdmit): Promise<void> {
+    const params = [this.#node, row.id, ...sandboxParams(row)];
+    const context = `insert sandbox ${row.id}`;
+    if (!admit) {
+      await this.#db.query(context, SQL.insertSandbox, params);
+      return;
+    }
+    await this.#db.transaction(context, async (client) => {
+      await admitTeam(client, admit, row.teamId, row.id);
+      await client.query(SQL.insertSandbox, params);
+    });
   }
 
-  updateSandbox(id: string, patch: SandboxPatch): Promise<SandboxRow | undefined> {
+  updateSandbox(
+    id: string,
+    patch: SandboxPatch,
+    admit?: TeamAdmit,
+  ): Promise<SandboxRow | undefined> {
     for (const key of REQUIRED_SANDBOX_KEYS) {
       if (key in patch && patch[key] === undefined) {
         return Promise.reject(
@@ -99,6 +126,7 @@ export class PostgresCatalog implements Catalog {
     return this.#db.transaction(`update sandbox ${id}`, async (client) => {
       const [current] = await rowsOf<SandboxRecord>(client, SQL.lockSandbox, [this.#node, id]);
       if (!current) return undefined;
+      if (admit) await admitTeam(client, admit, current.team_id, id);
       // Spreading keeps keys set to undefined, which is how a patch clears a column.
       const next = { ...toSandboxRow(current), ...patch, id, updatedAt: new Date().toISOString() };
       const [updated] = await rowsOf<SandboxRecord>(client, SQL.updateSandbox, [

@@ -1,3 +1,4 @@
+import { HOLDING_STATES } from "../catalog.js";
 import { SANDBOX_COLUMNS } from "./rows.js";
 
 // Every statement PostgresCatalog runs. `$1` is this node's id wherever a statement is scoped
@@ -19,7 +20,20 @@ const TEMPLATE_SELECT = `
 /** A snapshot (on any node) was captured from the sandbox row in scope: its envd token stays. */
 const SNAPSHOTTED = "EXISTS (SELECT 1 FROM snapshots s WHERE s.sandbox_id = sandboxes.id)";
 
+/** A sandbox holds CPU and memory (catalog's HOLDING_STATES). */
+const HOLDING = `state IN (${HOLDING_STATES.map((state) => `'${state}'`).join(", ")})`;
+
 export const SQL = {
+  // Team admission, across every node: one team's admissions wait for each other here.
+  lockTeam: "SELECT pg_advisory_xact_lock(hashtextextended('warren-team-admission:' || $1, 0))",
+  // What a team's other sandboxes hold, on every node; Warren's own VMs aside.
+  teamUsage: `
+    SELECT count(*) FILTER (WHERE ${HOLDING}) AS sandboxes,
+      COALESCE(sum(vcpus) FILTER (WHERE ${HOLDING}), 0) AS vcpus,
+      COALESCE(sum(memory_mib) FILTER (WHERE ${HOLDING}), 0) AS memory_mib,
+      COALESCE(sum(disk_size_mib) FILTER (WHERE state <> 'killed'), 0) AS disk_mib
+    FROM sandboxes
+    WHERE team_id = $1 AND id <> $2 AND COALESCE((config->>'internal')::boolean, false) = false`,
   insertSandbox: `
     INSERT INTO sandboxes (node_id, id, ${SANDBOX_COLUMNS.join(", ")})
     VALUES ($1, $2, ${sandboxValues.join(", ")})`,

@@ -12,9 +12,11 @@ import {
   type SandboxState,
   type SnapshotRow,
   type TagRow,
+  type TeamAdmit,
   type TemplateRow,
 } from "../catalog.js";
 import type { SecretCatalog } from "../secrets.js";
+import { AdmissionRefused, admitOrRefuse, toTeamUsage } from "../team-admission.js";
 import type { TeamCatalog } from "../teams.js";
 import type { VolumeCatalog } from "../volumes.js";
 import { checkVersion, migrate } from "./migrations.js";
@@ -86,13 +88,22 @@ export class SqliteCatalog implements Catalog {
     }
   }
 
-  insertSandbox(row: SandboxRow): Promise<void> {
+  insertSandbox(row: SandboxRow, admit?: TeamAdmit): Promise<void> {
     return this.#run(`insert sandbox ${row.id}`, () => {
-      this.#sql.insertSandbox.run(sandboxParams(row));
+      this.#db
+        .transaction(() => {
+          if (admit) this.#admit(admit, row.teamId, row.id);
+          this.#sql.insertSandbox.run(sandboxParams(row));
+        })
+        .immediate();
     });
   }
 
-  updateSandbox(id: string, patch: SandboxPatch): Promise<SandboxRow | undefined> {
+  updateSandbox(
+    id: string,
+    patch: SandboxPatch,
+    admit?: TeamAdmit,
+  ): Promise<SandboxRow | undefined> {
     return this.#run(`update sandbox ${id}`, () => {
       for (const key of REQUIRED_SANDBOX_KEYS) {
         if (key in patch && patch[key] === undefined) {
@@ -103,6 +114,7 @@ export class SqliteCatalog implements Catalog {
         .transaction(() => {
           const current = this.#sql.getSandbox.get(id);
           if (!current) return undefined;
+          if (admit) this.#admit(admit, current.team_id, id);
           // Spreading keeps keys set to undefined, which is how a patch clears a column.
           const next = {
             ...toSandboxRow(current),
@@ -299,6 +311,11 @@ export class SqliteCatalog implements Catalog {
   }
 
   /** Runs synchronous work as a settled Promise, turning SQLite failures into WarrenErrors. */
+  /** One process writes this database: the transaction alone serializes admissions. */
+  #admit(admit: TeamAdmit, teamId: string, sandboxId: string): void {
+    admitOrRefuse(admit, toTeamUsage(this.#sql.teamUsage.get(teamId, sandboxId)));
+  }
+
   #run<T>(context: string, work: () => T): Promise<T> {
     try {
       if (!this.#db.open) throw new WarrenError("unavailable", "the catalog is closed");
@@ -310,6 +327,7 @@ export class SqliteCatalog implements Catalog {
 }
 
 function toCatalogError(err: unknown, context: string): WarrenError {
+  if (err instanceof AdmissionRefused) return toWarrenError(err.refusal, context);
   if (err instanceof WarrenError) {
     return new WarrenError(err.reason, `${context}: ${err.message}`, { cause: err });
   }

@@ -1,4 +1,6 @@
 import type Database from "better-sqlite3";
+import { HOLDING_STATES } from "../catalog.js";
+import type { UsageRecord } from "../team-admission.js";
 import type {
   BuildRecord,
   EventRecord,
@@ -37,6 +39,9 @@ const TEMPLATE_SELECT = `
       WHERE a.template_id = t.id) AS aliases
   FROM templates t`;
 
+/** A sandbox holds CPU and memory (catalog's HOLDING_STATES). */
+const HOLDING = `state IN (${HOLDING_STATES.map((state) => `'${state}'`).join(", ")})`;
+
 /** A snapshot was captured from the sandbox row in scope (its envd token must stay). */
 const SNAPSHOTTED = "EXISTS (SELECT 1 FROM snapshots s WHERE s.sandbox_id = sandboxes.id)";
 
@@ -58,6 +63,14 @@ export function prepareStatements(db: Database.Database) {
       "SELECT * FROM sandboxes WHERE state IN (SELECT value FROM json_each(?)) ORDER BY started_at, id",
     ),
     deleteSandbox: q("DELETE FROM sandboxes WHERE id = ?"),
+    // What a team's other sandboxes hold (team admission); Warren's own VMs aside.
+    teamUsage: db.prepare<[string, string], UsageRecord>(`
+        SELECT COALESCE(SUM(${HOLDING}), 0) AS sandboxes,
+          COALESCE(SUM(CASE WHEN ${HOLDING} THEN vcpus ELSE 0 END), 0) AS vcpus,
+          COALESCE(SUM(CASE WHEN ${HOLDING} THEN memory_mib ELSE 0 END), 0) AS memory_mib,
+          COALESCE(SUM(CASE WHEN state <> 'killed' THEN disk_size_mib ELSE 0 END), 0) AS disk_mib
+        FROM sandboxes
+        WHERE team_id = ? AND id <> ? AND COALESCE(json_extract(config, '$.internal'), 0) = 0`),
     // The WHERE repeats what the SET changes, so that the count is of rows really purged.
     purgeKilledSecrets: q(`
         UPDATE sandboxes SET env_vars = '{}', traffic_access_token = NULL,

@@ -31,11 +31,17 @@ catalogContract("postgres", async () => {
   const name = `contract_${++databases}`;
   const connectionString = await server.createDatabase(name);
   const opened: Catalog[] = [await PostgresCatalog.open({ connectionString, nodeId: "node-a" })];
+  let peers = 0;
   return {
     catalog: opened[0] as Catalog,
     reopen: async () => {
       for (const catalog of opened) await catalog.close();
       opened.push(await PostgresCatalog.open({ connectionString, nodeId: "node-a" }));
+      return opened.at(-1) as Catalog;
+    },
+    // Another node on the same database: admissions of a team wait for each other there.
+    peer: async () => {
+      opened.push(await PostgresCatalog.open({ connectionString, nodeId: `peer-${++peers}` }));
       return opened.at(-1) as Catalog;
     },
     cleanup: async () => {

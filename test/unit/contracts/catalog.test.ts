@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { type Catalog, SqliteCatalog } from "../../../src/catalog/index.js";
 import { catalogContract } from "../../contracts/catalog.contract.js";
 import { InMemoryCatalog } from "../../fakes/in-memory-catalog.js";
+import { InMemoryCluster } from "../../fakes/in-memory-cluster.js";
 
 catalogContract("sqlite", async () => {
   const dir = await mkdtemp(join(tmpdir(), "warren-catalog-"));
@@ -36,5 +37,16 @@ catalogContract("in-memory (test fake)", async () => {
       return catalog;
     },
     cleanup: () => catalog.close(),
+  };
+});
+
+// Nodes' catalogs on one cluster store, as the gateway's tests and the cluster fake use them.
+catalogContract("in-memory cluster (test fake)", async () => {
+  const cluster = new InMemoryCluster();
+  let nodes = 0;
+  return {
+    catalog: cluster.catalog("node-a"),
+    peer: async () => cluster.catalog(`peer-${++nodes}`),
+    cleanup: async () => {},
   };
 });

@@ -6,6 +6,7 @@ import { it, type TestContext } from "node:test";
 import type { TeamLimits } from "../../../src/catalog/index.js";
 import { createInput } from "../../contracts/sandbox-service.contract.js";
 import { FakeNode } from "../../fakes/fake-node.js";
+import { InMemoryCluster } from "../../fakes/in-memory-cluster.js";
 
 async function startNode(t: TestContext, limits: Record<string, TeamLimits>): Promise<FakeNode> {
   const node = await FakeNode.start({
@@ -72,4 +73,51 @@ it("disk counts running and paused sandboxes of the team", async (t) => {
     node.orchestrator.create(createInput("base", { teamId: "d" })),
     isQuota(/disk/),
   );
+});
+
+/** Three nodes on one cluster store (as on one PostgreSQL), each with its own orchestrator. */
+async function startCluster(t: TestContext, limits: Record<string, TeamLimits>) {
+  const cluster = new InMemoryCluster();
+  const nodes = await Promise.all(
+    ["node-a", "node-b", "node-c"].map((id) =>
+      FakeNode.start({
+        maxSandboxes: 16,
+        teamLimits: async (teamId) => limits[teamId],
+        catalog: cluster.catalog(id),
+      }),
+    ),
+  );
+  t.after(() => Promise.all(nodes.map((node) => node.close())));
+  return nodes;
+}
+
+it("a team's quota holds across nodes: concurrent creates on three nodes pass it once", async (t) => {
+  // base is 1 vCPU here: room for one, eight asked for at once, spread over the nodes.
+  const nodes = await startCluster(t, { c: { maxVcpus: 1 } });
+  const results = await Promise.allSettled(
+    Array.from({ length: 8 }, (_, i) =>
+      (nodes[i % 3] as FakeNode).orchestrator.create(createInput("base", { teamId: "c" })),
+    ),
+  );
+  assert.equal(results.filter((r) => r.status === "fulfilled").length, 1);
+  for (const r of results) {
+    if (r.status === "rejected") assert.ok(isQuota(/vCPUs/)(r.reason), String(r.reason));
+  }
+  // Nothing was left behind by the refused ones: the team's quota comes back with a kill.
+  const made = nodes.flatMap((node) => node.orchestrator.list({ teamId: "c" }));
+  assert.equal(made.length, 1);
+});
+
+it("a resume on one node counts what the team runs on the others", async (t) => {
+  const [a, b] = await startCluster(t, { r: { maxSandboxes: 1 } });
+  assert.ok(a && b);
+  const paused = await a.orchestrator.create(createInput("base", { teamId: "r" }));
+  await a.orchestrator.pause(paused.sandboxId);
+  const elsewhere = await b.orchestrator.create(createInput("base", { teamId: "r" }));
+  await assert.rejects(a.orchestrator.connect(paused.sandboxId, 60_000), isQuota(/running/));
+  assert.equal(a.orchestrator.get(paused.sandboxId).state, "paused");
+  assert.equal((await a.catalog.getSandbox(paused.sandboxId))?.state, "paused");
+  await b.orchestrator.kill(elsewhere.sandboxId);
+  const { resumed } = await a.orchestrator.connect(paused.sandboxId, 60_000);
+  assert.equal(resumed, true);
 });
