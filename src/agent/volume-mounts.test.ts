@@ -1,7 +1,11 @@
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, it } from "node:test";
 import {
   applyVolumeMounts,
+  guestMounter,
   nfsOptions,
   parseVolumeMounts,
   type VolumeMount,
@@ -70,5 +74,28 @@ describe("volume mounts (/init)", () => {
     ])
       assert.ok(options.includes(o), o);
     assert.ok(options.includes("addr=169.254.0.22") && options.includes("mountaddr=169.254.0.22"));
+  });
+
+  it("mounts with MS_NOSUID | MS_NODEV: a set-uid file or a device node in a volume is inert", async () => {
+    const base = mkdtempSync(join(tmpdir(), "warren-volume-mount-"));
+    try {
+      const calls: unknown[][] = [];
+      const mount = guestMounter(async (...args) => {
+        calls.push(args);
+      });
+      const path = join(base, "mnt", "data");
+      await mount({ server: "169.254.0.22", exportPath: "/vol", path });
+      assert.ok(statSync(path).isDirectory(), "the mount point is made");
+      const [source, target, fstype, options, flags] = calls[0] ?? [];
+      assert.deepEqual(
+        [source, target, fstype, options],
+        ["169.254.0.22:/vol", path, "nfs", nfsOptions("169.254.0.22")],
+      );
+      const MS_NOSUID = 0x2;
+      const MS_NODEV = 0x4;
+      assert.equal(flags, MS_NOSUID | MS_NODEV);
+    } finally {
+      rmSync(base, { recursive: true, force: true });
+    }
   });
 });

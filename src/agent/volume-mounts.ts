@@ -87,18 +87,46 @@ export function nfsOptions(server: string): string {
   ].join(",");
 }
 
-/** The guest's mounter: the mount point made (root's, 0755) when missing, then mount(2). */
-export const mountGuestVolume: VolumeMounter = async (m) => {
-  await mkdir(m.path, { recursive: true, mode: 0o755 });
-  try {
-    await system().mount(`${m.server}:${m.exportPath}`, m.path, "nfs", nfsOptions(m.server));
-  } catch (err) {
-    throw new WarrenError(
-      "internal",
-      `cannot mount the volume at ${m.path}: ${(err as Error).message}`,
-    );
-  }
-};
+/** mount(2): source, target, filesystem type, its text options, MS_* flags. */
+export type MountCall = (
+  source: string,
+  target: string,
+  fstype: string,
+  options: string,
+  flags: number,
+) => Promise<void>;
+
+const MS_NOSUID = 0x2;
+const MS_NODEV = 0x4;
+/**
+ * Flags of every volume mount: a volume is written by other sandboxes' root, so a set-uid
+ * program or a device node found there must grant nothing in this guest (the server also
+ * never stores nor shows set-uid bits, and makes no device node: src/volumes/nfs/nfs3.ts).
+ */
+export const VOLUME_MOUNT_FLAGS = MS_NOSUID | MS_NODEV;
+
+/** The agent's addon's mount(2), which takes the MS_* flags as its fifth argument. */
+const systemMount: MountCall = (source, target, fstype, options, flags) =>
+  (system().mount as MountCall)(source, target, fstype, options, flags);
+
+/** A mounter: the mount point made (root's, 0755) when missing, then mount(2) with its flags. */
+export function guestMounter(mount: MountCall = systemMount): VolumeMounter {
+  return async (m) => {
+    await mkdir(m.path, { recursive: true, mode: 0o755 });
+    const source = `${m.server}:${m.exportPath}`;
+    try {
+      await mount(source, m.path, "nfs", nfsOptions(m.server), VOLUME_MOUNT_FLAGS);
+    } catch (err) {
+      throw new WarrenError(
+        "internal",
+        `cannot mount the volume at ${m.path}: ${(err as Error).message}`,
+      );
+    }
+  };
+}
+
+/** The guest's mounter (mount(2) through the agent's addon). */
+export const mountGuestVolume: VolumeMounter = guestMounter();
 
 /** Mount points of NFS mounts now (mountinfo's fifth field, octal escapes decoded). */
 async function nfsMountPoints(): Promise<Set<string>> {

@@ -22,7 +22,12 @@ import type { WarmVm } from "./warm-pool.js";
  * new server there.
  */
 export interface VolumeServer {
-  serve(slot: Slot, volumeIds: readonly string[]): Promise<{ close(): Promise<void> }>;
+  /** Refused (volume_not_found) for a volume that is gone or not `teamId`'s. */
+  serve(
+    slot: Slot,
+    volumeIds: readonly string[],
+    teamId: string,
+  ): Promise<{ close(): Promise<void> }>;
 }
 
 /** A cold boot's envd answering, from QEMU's start: ~3.5 s idle under TCG, far more under load. */
@@ -263,7 +268,7 @@ export class SandboxVms {
     if (!server) throw new WarrenError("invalid_argument", "volumes are not served on this node");
     const ids = mounts.map((m) => m.volumeId);
     await this.#volumesClosing.get(slot);
-    live.volumes = await phase("volumes.serve", () => server.serve(slot, ids));
+    live.volumes = await phase("volumes.serve", () => server.serve(slot, ids, live.row.teamId));
   }
 
   /** Calls to its guest still in flight are aborted: nothing waits on a guest that is going. */

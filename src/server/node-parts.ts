@@ -118,6 +118,7 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   const volumes = new Volumes({
     catalog: volumeRows,
     dir: input.config.volumesDir ?? join(input.layout.dataDir, "volumes"),
+    diskReserveMiB: config.diskReserveMiB,
     limitOf: async (teamId) => (await teams.getTeam(teamId))?.limits.maxVolumeBytes,
     mountedBy: async (volumeId) => {
       const rows = cluster ? await cluster.listSandboxes() : await catalog.listSandboxes();
@@ -320,8 +321,12 @@ function newOrchestrator(
     metricsIntervalMs: config.metricsIntervalMs,
     // Each sandbox's volumes on a socket in its slot's namespace, for its guest alone.
     volumes: {
-      serve: (slot, ids) =>
-        parts.volumes.serve(listenInNamespace(slot.netns, slot.gateway, VOLUME_NFS_PORT), ids),
+      serve: (slot, ids, teamId) =>
+        parts.volumes.serve(
+          listenInNamespace(slot.netns, slot.gateway, VOLUME_NFS_PORT),
+          ids,
+          teamId,
+        ),
     },
     guestCaCertificate: parts.egress.ca.certificate,
   });

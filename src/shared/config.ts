@@ -227,7 +227,7 @@ const SETTINGS = {
   },
   diskReserveMiB: {
     env: "WARREN_DISK_RESERVE_MIB",
-    doc: "Free disk in the data dir's filesystem that nothing new may eat into: a create (or fork child), a template build's start or a file upload that would leave less is refused with 507 disk_pressure. A template's disk (minFreeDiskMb) may be at most the filesystem's size less this. 0 turns the check off.",
+    doc: "Free disk in the data dir's filesystem that nothing new may eat into: a create (or fork child), a template build's start or a file upload that would leave less is refused with 507 disk_pressure. Volume writes keep it free on the volumes' filesystem (WARREN_VOLUMES_DIR's) too: a guest's write to a mounted volume gets ENOSPC, the volume content API 507 disk_pressure. A template's disk (minFreeDiskMb) may be at most the filesystem's size less this. 0 turns the check off.",
     default: () => 2_048,
     parse: int(0),
     expects: "a non-negative integer (MiB)",

@@ -118,7 +118,7 @@ export const ERROR_REASONS = {
   },
   disk_pressure: {
     kind: "insufficient_storage",
-    doc: "The data directory's filesystem would be left with less free space than its reserve (WARREN_DISK_RESERVE_MIB): no sandbox is created, template build started or file upload taken until disk is freed (delete templates, snapshots or paused sandboxes). No Retry-After: it frees only when someone frees it.",
+    doc: "The data directory's filesystem (or, for a volume's content, the volumes' filesystem) would be left with less free space than its reserve (WARREN_DISK_RESERVE_MIB): no sandbox is created, template build started, file upload or volume write taken until disk is freed (delete templates, snapshots, paused sandboxes or volume files). No Retry-After: it frees only when someone frees it.",
   },
   network_exhausted: {
     kind: "resource_exhausted",

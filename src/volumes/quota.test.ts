@@ -29,7 +29,7 @@ describe("volume quota", () => {
       rootsOf: async () => [root],
       remeasureMs: 0, // every check measures again
     });
-    const files = new VolumeFiles(root, (bytes) => quota.admit("team", bytes));
+    const files = new VolumeFiles(root, { admit: (bytes) => quota.admit("team", bytes) });
     await quota.check("team", 0);
     await files.write("/a", Readable.from([Buffer.alloc(600 * 1024, 1)]), {});
     // Counted since the measure: the second 600 KiB would pass the limit.

@@ -106,6 +106,22 @@ describe("volume files", () => {
     );
   });
 
+  it("never stores set-uid or set-gid bits: a file planted here must not run as its owner in a guest", async () => {
+    const written = await files.write("/tool", body("#!/bin/sh\n"), { mode: 0o4755 });
+    assert.equal(written.mode, 0o755);
+    assert.equal(statSync(join(root, "tool")).mode & 0o7777, 0o755);
+    assert.equal((await files.setMetadata("/tool", { mode: 0o6777 })).mode, 0o777);
+    assert.equal((await files.makeDir("/group", { mode: 0o3775 })).mode, 0o1775, "sticky kept");
+    assert.equal(statSync(join(root, "group")).mode & 0o7777, 0o1775);
+    // A set-gid directory from before: what is made in it does not inherit the bit.
+    mkdirSync(join(root, "sgid"));
+    execFileSync("chmod", ["2777", join(root, "sgid")]);
+    assert.equal((await files.makeDir("/sgid/inner", {})).mode & 0o6000, 0);
+    // A set-uid file from before loses the bit when it is written again.
+    execFileSync("chmod", ["4755", join(root, "tool")]);
+    assert.equal((await files.write("/tool", body("x"), {})).mode, 0o755);
+  });
+
   it("refuses paths that climb out", async () => {
     for (const path of ["../outside/secret", "/a/../../outside/secret", "a\0b"]) {
       await assert.rejects(read(path), (err) => reason(err) === "invalid_argument", path);

@@ -5,6 +5,7 @@ import { type Readable, Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { WarrenError } from "../shared/index.js";
 import { DIR_FLAGS, ENTRY_FLAGS, inDir, openDirectory, WalkError } from "./by-descriptor.js";
+import type { DiskReserve } from "./disk-reserve.js";
 import { ENTRY_BYTES } from "./quota.js";
 
 /** A volume entry as E2B's `VolumeEntryStat`. */
@@ -29,12 +30,26 @@ export interface VolumeEntry {
 export interface EntryMetadata {
   readonly uid?: number;
   readonly gid?: number;
+  /** Permission bits; set-uid and set-gid are never stored (see KEPT_MODE_BITS). */
   readonly mode?: number;
+}
+
+/** What a volume's writes are held to. */
+export interface VolumeLimits {
+  /** Whether the volume's team may add that many bytes now (its quota); default: always. */
+  readonly admit?: (bytes: number) => boolean;
+  /** The volumes' filesystem's free-space floor (507 disk_pressure below it). */
+  readonly disk?: DiskReserve;
 }
 
 const MAX_PATH_BYTES = 4096;
 const MAX_NAME_BYTES = 255;
 const MAX_DEPTH = 64;
+/**
+ * Permission bits ever stored: no set-uid or set-gid, which a sandbox mounting the volume
+ * would honour for a file planted here (sticky kept: it grants nothing).
+ */
+const KEPT_MODE_BITS = 0o1777;
 
 /**
  * A volume's files as the content API reaches them, as root, while guests write the same tree
@@ -48,18 +63,21 @@ const MAX_DEPTH = 64;
 export class VolumeFiles {
   readonly #root: string;
   readonly #admit: (bytes: number) => boolean;
+  readonly #disk: DiskReserve | undefined;
 
-  /**
-   * `root`: the volume's directory, made by Warren (trusted, unlike everything under it);
-   * `admit`: whether the volume's team may add that many bytes now (its quota).
-   */
-  constructor(root: string, admit: (bytes: number) => boolean = () => true) {
+  /** `root`: the volume's directory, made by Warren (trusted, unlike everything under it). */
+  constructor(root: string, limits: VolumeLimits = {}) {
     this.#root = root;
-    this.#admit = admit;
+    this.#admit = limits.admit ?? (() => true);
+    this.#disk = limits.disk;
   }
 
-  /** Counts what a call adds against the team's quota, or refuses it (429). */
+  /**
+   * Refuses what would take the disk below its reserve (507 disk_pressure) or the team past
+   * its quota (429), else counts its bytes against the quota.
+   */
   #adding(bytes: number): void {
+    this.#disk?.check(bytes);
     if (!this.#admit(bytes)) {
       throw new WarrenError(
         "quota_exceeded",
@@ -106,6 +124,8 @@ export class VolumeFiles {
         const made = await openEntry(dir, name, joinPath(names), "directory");
         try {
           await applyMetadata(made, options);
+          // A set-gid parent hands its bit down to new directories.
+          await clearSetId(made);
           return await describeOpen(made, joinPath(names));
         } finally {
           await made.close();
@@ -173,6 +193,7 @@ export class VolumeFiles {
           });
           await pipeline(body, sink);
           await applyMetadata(file, options);
+          await clearSetId(file); // one left from before is gone once the file is rewritten
           return await describeOpen(file, shown);
         } finally {
           await file.close();
@@ -296,7 +317,13 @@ async function lstatIn(dir: FileHandle, name: string, shown: string) {
 async function applyMetadata(entry: FileHandle, metadata: EntryMetadata): Promise<void> {
   const { uid, gid, mode } = checkMetadata(metadata);
   if (uid !== undefined || gid !== undefined) await entry.chown(uid ?? -1, gid ?? -1);
-  if (mode !== undefined) await entry.chmod(mode);
+  if (mode !== undefined) await entry.chmod(mode & KEPT_MODE_BITS);
+}
+
+/** Clears the set-uid and set-gid bits of an open entry, if it has any. */
+async function clearSetId(entry: FileHandle): Promise<void> {
+  const { mode } = await entry.stat();
+  if ((mode & 0o6000) !== 0) await entry.chmod(mode & KEPT_MODE_BITS);
 }
 
 function checkMetadata(metadata: EntryMetadata): EntryMetadata {

@@ -4,6 +4,7 @@ import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { VolumeCatalog, VolumeRow } from "../catalog/index.js";
 import { WarrenError } from "../shared/index.js";
+import { DiskReserve } from "./disk-reserve.js";
 import { type NfsServer, startNfsServer } from "./nfs/nfs-server.js";
 import { VolumeQuota } from "./quota.js";
 import { VolumeFiles } from "./volume-files.js";
@@ -22,7 +23,18 @@ export interface VolumesOptions {
   readonly mountedBy?: (volumeId: string) => Promise<string[]>;
   /** The team's `maxVolumeBytes` (the team catalog); unset: no quota. */
   readonly limitOf?: (teamId: string) => Promise<number | undefined>;
+  /**
+   * Free space volume writes leave on `dir`'s filesystem (WARREN_DISK_RESERVE_MIB, whose
+   * default this is too: 2048); 0: no check. Below it NFS writes get NOSPC and the content
+   * API 507 disk_pressure.
+   */
+  readonly diskReserveMiB?: number;
+  /** Free bytes on `dir`'s filesystem (default: statfs); tests simulate a full disk. */
+  readonly freeBytes?: (dir: string) => number;
 }
+
+/** WARREN_DISK_RESERVE_MIB's default. */
+const DISK_RESERVE_MIB = 2048;
 
 /**
  * The node's volumes: rows in the catalog, one directory each under `dir`. `dir` itself is
@@ -32,9 +44,15 @@ export interface VolumesOptions {
 export class Volumes {
   readonly #o: VolumesOptions;
   readonly #quota: VolumeQuota | undefined;
+  readonly #disk: DiskReserve;
 
   constructor(options: VolumesOptions) {
     this.#o = options;
+    this.#disk = new DiskReserve({
+      dir: options.dir,
+      reserveMiB: options.diskReserveMiB ?? DISK_RESERVE_MIB,
+      ...(options.freeBytes && { freeBytes: options.freeBytes }),
+    });
     const { limitOf } = options;
     this.#quota =
       limitOf &&
@@ -132,32 +150,31 @@ export class Volumes {
     }
     // Measured now if stale: the content API's writes are refused on a fresh figure.
     await this.#quota?.check(row.teamId, 0);
-    return new VolumeFiles(this.#root(row.id), this.#admitter(row.teamId));
+    return new VolumeFiles(this.#root(row.id), {
+      admit: this.#admitter(row.teamId),
+      disk: this.#disk,
+    });
   }
 
   /**
    * NFS for these volumes on a listening socket made for one sandbox's guest (in its slot's
-   * namespace); the socket is closed with the server, or at once when a volume is gone.
+   * namespace); the socket is closed with the server, or at once when a volume is gone or is
+   * not the sandbox's team's (`teamId`): what the sandbox's row says is not taken on trust.
    */
-  async serve(fd: number, volumeIds: readonly string[]): Promise<NfsServer> {
-    const teams = new Set<string>();
+  async serve(fd: number, volumeIds: readonly string[], teamId: string): Promise<NfsServer> {
     for (const id of volumeIds) {
       const row = VOLUME_ID.test(id) ? await this.#o.catalog.getVolume(id) : undefined;
-      if (!row) {
+      // Another team's volume reads as a missing one, as everywhere else.
+      if (row?.teamId !== teamId) {
         closeSync(fd);
         throw new WarrenError("volume_not_found", `volume ${shown(id)} no longer exists`);
       }
-      teams.add(row.teamId);
-    }
-    const [teamId, ...others] = teams;
-    if (others.length > 0 || !teamId) {
-      closeSync(fd);
-      throw new WarrenError("invalid_argument", "a sandbox mounts volumes of its own team only");
     }
     return startNfsServer({
       volumes: volumeIds.map((id) => ({ key: id, root: this.#root(id) })),
       listen: { fd },
       admit: this.#admitter(teamId),
+      disk: this.#disk,
     });
   }
 

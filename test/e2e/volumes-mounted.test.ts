@@ -1,8 +1,9 @@
 // Volumes mounted in sandboxes through the real e2b SDK (`volumeMounts` at create): two
 // sandboxes share one, each sees the other's writes and the content API sees both; it is
 // kept through pause/resume (written meanwhile: a snapshot never rolls it back) and a fork ×4
-// (children mount the same volume, not a copy); git works in it; it outlives its sandboxes,
-// cannot be destroyed while mounted, and is destroyed at the end.
+// (children mount the same volume, not a copy); git works in it; a set-uid-root program one
+// sandbox's root plants runs as its caller in the other; it outlives its sandboxes, cannot be
+// destroyed while mounted, and is destroyed at the end.
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
@@ -68,6 +69,19 @@ describe("volumes mounted in sandboxes (e2b SDK)", () => {
       "cd ~/data/repo && echo 2 >> f && git -c user.email=b@x -c user.name=b commit -qam two && git log --format=%s",
     );
     assert.equal(log.stdout, "two\none\n");
+
+    // One sandbox's root plants a set-uid-root program; in the other it runs as its caller:
+    // root is squashed (the file is 65534's), the bit is never stored, and mounts are nosuid.
+    await a.commands.run(
+      "cp /usr/bin/id /mnt/shared/id && chown 0:0 /mnt/shared/id && chmod 4755 /mnt/shared/id",
+      { user: "root" },
+    );
+    assert.equal(
+      (await b.commands.run("stat -c '%a %u' ~/data/id")).stdout.trim(),
+      "755 65534",
+      "no set-uid bit, not root's",
+    );
+    assert.equal((await b.commands.run("~/data/id -u")).stdout.trim(), "1000");
 
     // Mounted: not destroyed (409), the SDK says why.
     await assert.rejects(Volume.destroy(volume.volumeId), /mounted by sandbox/);

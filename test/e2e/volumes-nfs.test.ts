@@ -1,16 +1,19 @@
 // The volume NFS server (src/volumes/nfs) against a real guest kernel's NFSv3 client, below
 // the orchestrator: the server listens in the slot's network namespace on the gateway
 // address (the slot's rules let the guest, and only it, reach that port), envd's /init
-// mounts the volume and the guest uses it as programs do; what it writes is on the host, what the host writes it sees;
-// a link the guest makes to /etc is a link in the volume, never followed on the host.
+// mounts the volume (nosuid, nodev) and the guest uses it as programs do; what it writes is
+// on the host, what the host writes it sees; a link the guest makes to /etc is a link in the
+// volume, never followed on the host; the guest's root is squashed and no set-uid bit counts.
 import assert from "node:assert/strict";
 import {
   chmodSync,
+  chownSync,
   mkdirSync,
   mkdtempSync,
   readFileSync,
   readlinkSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from "node:fs";
 import { join } from "node:path";
@@ -88,6 +91,8 @@ describe("volumes over NFS (real guest kernel)", () => {
     const mounted = await run("grep ' /mnt/vol ' /proc/mounts");
     assert.equal(mounted.stdout.split("\n").filter(Boolean).length, 1, mounted.stdout);
     assert.match(mounted.stdout, /nfs .*vers=3.*hard/);
+    assert.match(mounted.stdout, /nosuid/, "MS_NOSUID");
+    assert.match(mounted.stdout, /nodev/, "MS_NODEV");
     await run(
       "echo hello > /mnt/vol/hello.txt && mkdir -p /mnt/vol/a/b && seq 1 1000 > /mnt/vol/a/b/n && ln -s /etc /mnt/vol/etc-link && chown 1000:1000 /mnt/vol/hello.txt",
     );
@@ -97,11 +102,25 @@ describe("volumes over NFS (real guest kernel)", () => {
     writeFileSync(join(volume, "from-host.txt"), "from the host\n");
     assert.equal((await run("cat /mnt/vol/from-host.txt")).stdout, "from the host\n");
     assert.equal((await run("stat -c %u:%g /mnt/vol/hello.txt")).stdout.trim(), "1000:1000");
+    // Root squashed: what the guest's root makes, or chowns to root, is 65534's on the host.
+    await run("touch /mnt/vol/by-root && chown 0:0 /mnt/vol/by-root");
+    const byRoot = statSync(join(volume, "by-root"));
+    assert.deepEqual([byRoot.uid, byRoot.gid], [65534, 65534]);
+    // No set-uid bit stored, and one planted on the host is never shown to the guest.
+    await run("cp /usr/bin/id /mnt/vol/id && chmod 4755 /mnt/vol/id");
+    assert.equal(statSync(join(volume, "id")).mode & 0o7777, 0o755);
+    chownSync(join(volume, "id"), 0, 0);
+    chmodSync(join(volume, "id"), 0o4755);
+    // (after the 1 s the guest caches attributes for: what it sees is the server's answer)
+    assert.equal((await run("sleep 2; stat -c %a /mnt/vol/id")).stdout.trim(), "755");
+    const sandbox = sandboxAt(envdUrl(slot.hostAddress));
+    const id = await sandbox.commands.run("/mnt/vol/id -u", { user: "user" });
+    assert.equal(id.stdout.trim(), "1000", "runs as its caller");
     // git-like use: rename over, many small files, remove a tree.
     await run(
       "cd /mnt/vol && for i in $(seq 1 200); do echo $i > f$i; done && mv f1 f2 && rm -r a && ls | wc -l",
     );
-    assert.equal((await run("ls /mnt/vol | wc -l")).stdout.trim(), String(199 + 3));
+    assert.equal((await run("ls /mnt/vol | wc -l")).stdout.trim(), String(199 + 5));
     // O_EXCL creates (lock files, `set -C`) are NFS EXCLUSIVE creates: once, then EEXIST.
     const locked = await run(
       "set -C; echo 1 > /mnt/vol/lock && echo first; echo 2 > /mnt/vol/lock 2>/dev/null || echo taken; cat /mnt/vol/lock",

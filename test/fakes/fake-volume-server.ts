@@ -14,9 +14,17 @@ export class FakeVolumeServer implements VolumeServer {
   readonly started: { readonly slot: Slot; readonly volumeIds: readonly string[] }[] = [];
   /** Volumes to refuse as the real one refuses a destroyed volume's. */
   readonly gone = new Set<string>();
+  /** Volumes' teams, when a test says: another team's is refused as the real one does. */
+  readonly teams = new Map<string, string>();
 
-  async serve(slot: Slot, volumeIds: readonly string[]): Promise<{ close(): Promise<void> }> {
-    const missing = volumeIds.find((id) => this.gone.has(id));
+  async serve(
+    slot: Slot,
+    volumeIds: readonly string[],
+    teamId: string,
+  ): Promise<{ close(): Promise<void> }> {
+    const missing = volumeIds.find(
+      (id) => this.gone.has(id) || (this.teams.get(id) ?? teamId) !== teamId,
+    );
     if (missing) throw new WarrenError("volume_not_found", `volume "${missing}" no longer exists`);
     if (this.open.has(slot)) throw new Error(`slot ${slot.netns} serves volumes already`);
     this.open.set(slot, volumeIds);

@@ -9,8 +9,17 @@ interface SystemAddon {
   reseedKernel(seed: Uint8Array): void;
   /** Reseeds this process's OpenSSL DRBG from the kernel; false if it has no OpenSSL RAND_seed. */
   reseedOpenssl(): boolean;
-  /** mount(2) with text options, off the event loop; rejects with the errno text. */
-  mount(source: string, target: string, fstype: string, options: string): Promise<void>;
+  /**
+   * mount(2) with text options and MS_* flags (MS_NOSUID and MS_NODEV only), off the event
+   * loop; rejects with the errno text.
+   */
+  mount(
+    source: string,
+    target: string,
+    fstype: string,
+    options: string,
+    flags?: number,
+  ): Promise<void>;
 }
 
 let addon: SystemAddon | undefined;

@@ -17,9 +17,18 @@ import {
   unlink,
 } from "node:fs/promises";
 import { DIR_FLAGS, ENTRY_FLAGS, inDir, openDirectory, WalkError } from "../by-descriptor.js";
+import type { DiskReserve } from "../disk-reserve.js";
 import { ENTRY_BYTES } from "../quota.js";
 import { HANDLE_BYTES, type Handles } from "./handles.js";
-import { AcceptStat, type Credentials, type ProgramReply, type RpcProgram } from "./rpc.js";
+import { type Listing, Listings } from "./listings.js";
+import {
+  AcceptStat,
+  type Credentials,
+  NOBODY_ID,
+  type ProgramReply,
+  type RpcProgram,
+} from "./rpc.js";
+import { type NfsWork, newWork } from "./work.js";
 import { type XdrReader, XdrWriter } from "./xdr.js";
 
 /**
@@ -30,12 +39,22 @@ import { type XdrReader, XdrWriter } from "./xdr.js";
  * uid and gid: the guest's `user` writes files owned by 1000). No permission is checked: every
  * sandbox mounting the volume is root in its guest, which could do anything there anyway.
  * MKNOD is not supported (no device, FIFO or socket is ever made on the host).
+ *
+ * What one sandbox's root leaves in a volume must not give root in another sandbox mounting
+ * it: uid and gid 0 are squashed to the anonymous id (65534) for whatever is made and for
+ * SETATTR (rpc.ts: the caller; here: a chown to 0), set-uid and set-gid bits are never
+ * stored (SETATTR, CREATE, MKDIR, and a directory's inherited set-gid) and never shown
+ * (attributes leave them out, so even a file planted on the host runs as its caller).
  */
 
 export const NFS_PROGRAM = 100003;
 export const MOUNT_PROGRAM = 100005;
 /** Largest READ and WRITE (the RPC record bound leaves room for the headers). */
 export const MAX_IO_BYTES = 1024 * 1024;
+/** Permission bits ever stored or shown: set-uid and set-gid left out, sticky kept. */
+const KEPT_MODE_BITS = 0o1777;
+/** Byte offsets past this are not exact as numbers: FBIG. */
+const MAX_OFFSET = BigInt(Number.MAX_SAFE_INTEGER);
 const MAX_NAME_BYTES = 255;
 const MAX_PATH_BYTES = 4096;
 
@@ -59,6 +78,7 @@ const Status = {
   STALE: 70,
   BADHANDLE: 10001,
   NOTSUPP: 10004,
+  TOOSMALL: 10005,
   SERVERFAULT: 10006,
   BADTYPE: 10007,
 } as const;
@@ -83,6 +103,17 @@ interface SetAttributes {
 
 const ok = (body: XdrWriter): ProgramReply => ({ stat: AcceptStat.SUCCESS, body });
 
+export interface Nfs3Options {
+  /** Whether the volumes' team may add that many bytes (its quota); DQUOT if not. */
+  readonly admit?: ((bytes: number) => boolean) | undefined;
+  /** The volumes' filesystem's free-space floor; NOSPC below it. */
+  readonly disk?: DiskReserve | undefined;
+  readonly work?: NfsWork | undefined;
+}
+
+/** Entries of a READDIR page stat'ed at once (each one a libuv thread's call). */
+const STAT_BATCH = 16;
+
 export class Nfs3Program implements RpcProgram {
   readonly program = NFS_PROGRAM;
   readonly version = 3;
@@ -90,15 +121,23 @@ export class Nfs3Program implements RpcProgram {
   /** Changes when the server starts: a client resends writes it had not seen committed. */
   readonly #writeVerifier = randomBytes(8);
   readonly #admit: (bytes: number) => boolean;
+  readonly #disk: DiskReserve | undefined;
+  readonly #work: NfsWork;
+  readonly #listings = new Listings();
 
-  /** `admit`: whether the volumes' team may add that many bytes (its quota); EDQUOT if not. */
-  constructor(volumes: readonly Handles[], admit: (bytes: number) => boolean = () => true) {
+  constructor(volumes: readonly Handles[], options: Nfs3Options = {}) {
     this.#volumes = volumes;
-    this.#admit = admit;
+    this.#admit = options.admit ?? (() => true);
+    this.#disk = options.disk;
+    this.#work = options.work ?? newWork();
   }
 
-  /** Counts what a call adds against the quota, or refuses the call. */
+  /**
+   * Refuses a call that would take the disk below its reserve (NOSPC) or the team past its
+   * quota (DQUOT), else counts its bytes against the quota.
+   */
   #adding(bytes: number): void {
+    if (this.#disk && !this.#disk.admits(bytes)) throw new NfsError(Status.NOSPC);
     if (!this.#admit(bytes)) throw new NfsError(Status.DQUOT);
   }
 
@@ -225,9 +264,13 @@ export class Nfs3Program implements RpcProgram {
     const offset = args.u64();
     const count = Math.min(args.u32(), MAX_IO_BYTES);
     const { bytes, stats } = await this.#withFile(target, constants.O_RDONLY, async (file) => {
-      const buffer = Buffer.allocUnsafe(count);
-      const { bytesRead } = await file.read(buffer, 0, count, Number(offset));
-      return { bytes: buffer.subarray(0, bytesRead), stats: await file.stat({ bigint: true }) };
+      const stats = await file.stat({ bigint: true });
+      // No more memory than the file has bytes there: a 1 MiB READ of a small file is small.
+      const wanted = offset >= stats.size ? 0 : Number(bigMin(BigInt(count), stats.size - offset));
+      if (wanted === 0) return { bytes: Buffer.alloc(0), stats };
+      const buffer = Buffer.allocUnsafe(wanted);
+      const { bytesRead } = await file.read(buffer, 0, wanted, Number(offset));
+      return { bytes: buffer.subarray(0, bytesRead), stats };
     });
     writeAttributes(out.u32(Status.OK).bool(true), stats);
     out
@@ -242,6 +285,7 @@ export class Nfs3Program implements RpcProgram {
     args.u32(); // count: the data's own length is what is written
     args.u32(); // stable_how: every write is FILE_SYNC here
     const data = args.opaque(MAX_IO_BYTES);
+    if (offset + BigInt(data.length) > MAX_OFFSET) throw new NfsError(Status.FBIG);
     this.#adding(data.length);
     const stats = await this.#withFile(target, constants.O_WRONLY, async (file) => {
       let written = 0;
@@ -290,7 +334,7 @@ export class Nfs3Program implements RpcProgram {
         if (!opened.isFile()) throw new NfsError(Status.EXIST);
         if (created) await file.chown(who.uid, who.gid);
         await setOnOpen(file, { ...(created && { mode: 0o644 }), ...wanted, ...verifier });
-        return await file.stat({ bigint: true });
+        return await withoutSetId(file);
       } finally {
         await file.close();
       }
@@ -309,7 +353,8 @@ export class Nfs3Program implements RpcProgram {
       try {
         await made.chown(who.uid, who.gid).catch(() => {});
         await setOnOpen(made, wanted);
-        return await made.stat({ bigint: true });
+        // A set-gid parent (planted on the host) hands its bit down to new directories.
+        return await withoutSetId(made);
       } finally {
         await made.close();
       }
@@ -379,32 +424,39 @@ export class Nfs3Program implements RpcProgram {
 
   async #readdir(args: XdrReader, out: XdrWriter, plus: boolean) {
     const dir = await this.#resolve(args);
-    const cookie = Number(args.u64());
-    args.fixed(8); // cookie verifier: cookies are positions in the sorted names
+    const cookie = args.u64();
+    const verifier = args.fixed(8);
     // READDIRPLUS: dircount, then maxcount (the reply's bound); READDIR: count.
     if (plus) args.u32();
     const budget = args.u32();
-    // One walk to the directory for the whole listing; each entry stat'ed in it.
-    const { names, stats, entries } = await this.#inDirectory(dir, async (handle) => {
-      const names = (await readdir(`/proc/self/fd/${handle.fd}`)).sort();
-      const entries = await Promise.all(
-        names
-          .slice(cookie)
-          .map((name) => lstat(inDir(handle, name), { bigint: true }).catch(() => undefined)),
-      );
-      return { names, stats: await handle.stat({ bigint: true }), entries };
+    const { listing, stats, entries } = await this.#inDirectory(dir, async (handle) => {
+      const key = dir.volume.key;
+      const kept = cookie === 0n ? undefined : this.#listings.resume(key, dir.ino, verifier);
+      const listing = kept ?? this.#listings.start(key, dir.ino, await this.#readNames(handle));
+      const start = cookie > BigInt(listing.names.length) ? listing.names.length : Number(cookie);
+      const page = pageOf(listing, start, budget, plus);
+      if (page.length === 0 && start < listing.names.length) throw new NfsError(Status.TOOSMALL);
+      // Only this page's entries are stat'ed, a few at a time.
+      const entries: { index: number; stats: BigIntStats | undefined }[] = [];
+      for (let i = 0; i < page.length; i += STAT_BATCH) {
+        const batch = page.slice(i, i + STAT_BATCH);
+        this.#work.entriesStatted += batch.length;
+        const found = await Promise.all(
+          batch.map((index) =>
+            lstat(inDir(handle, listing.names[index] as string), { bigint: true }).catch(
+              () => undefined, // gone since listed
+            ),
+          ),
+        );
+        for (const [j, index] of batch.entries()) entries.push({ index, stats: found[j] });
+      }
+      return { listing, stats: await handle.stat({ bigint: true }), entries };
     });
     writeAttributes(out.u32(Status.OK).bool(true), stats);
-    out.fixed(Buffer.alloc(8));
-    let used = 200;
-    let index = cookie;
-    for (; index < names.length; index++) {
-      const name = names[index] as string;
-      const entry = entries[index - cookie];
-      if (!entry) continue; // gone since listed
-      const size = 24 + name.length + (plus ? 120 + HANDLE_BYTES : 0);
-      if (used + size > budget) break;
-      used += size;
+    out.fixed(listing.verifier);
+    for (const { index, stats: entry } of entries) {
+      if (!entry) continue;
+      const name = listing.names[index] as string;
       dir.volume.seen(entry.ino, dir.ino, name);
       out
         .bool(true)
@@ -416,18 +468,26 @@ export class Nfs3Program implements RpcProgram {
         out.bool(true).opaque(dir.volume.handleOf(entry.ino));
       }
     }
-    if (index === cookie && index < names.length) throw new NfsError(10005); // TOOSMALL
-    out.bool(false).bool(index >= names.length);
+    const last = entries.at(-1)?.index ?? Number(cookie) - 1;
+    out.bool(false).bool(last + 1 >= listing.names.length);
+  }
+
+  /** A directory's names, read once for a whole listing. */
+  async #readNames(dir: FileHandle): Promise<string[]> {
+    this.#work.directoryReads++;
+    return readdir(`/proc/self/fd/${dir.fd}`);
   }
 
   async #fsstat(args: XdrReader, out: XdrWriter) {
     const target = await this.#resolve(args);
     const fs = await statfs(target.volume.root, { bigint: true });
+    // What the guest is told is free is what it may write: the disk above its reserve.
+    const above = this.#disk && BigInt(this.#disk.available());
     writeAttributes(out.u32(Status.OK).bool(true), await this.#statOf(target));
     out
       .u64(fs.blocks * fs.bsize)
-      .u64(fs.bfree * fs.bsize)
-      .u64(fs.bavail * fs.bsize)
+      .u64(above ?? fs.bfree * fs.bsize)
+      .u64(above ?? fs.bavail * fs.bsize)
       .u64(fs.files)
       .u64(fs.ffree)
       .u64(fs.ffree)
@@ -647,12 +707,16 @@ function readName(args: XdrReader): string {
   return name;
 }
 
+/** A sattr3: no set-uid or set-gid bit, no owner 0 (squashed), no size past MAX_OFFSET. */
 function readSetAttributes(args: XdrReader): SetAttributes {
   const wanted: SetAttributes = {};
-  if (args.bool()) wanted.mode = args.u32() & 0o7777;
-  if (args.bool()) wanted.uid = args.u32();
-  if (args.bool()) wanted.gid = args.u32();
-  if (args.bool()) wanted.size = args.u64();
+  if (args.bool()) wanted.mode = args.u32() & KEPT_MODE_BITS;
+  if (args.bool()) wanted.uid = squashed(args.u32());
+  if (args.bool()) wanted.gid = squashed(args.u32());
+  if (args.bool()) {
+    wanted.size = args.u64();
+    if (wanted.size > MAX_OFFSET) throw new NfsError(Status.FBIG);
+  }
   for (const key of ["atime", "mtime"] as const) {
     const how = args.u32();
     if (how === 1) wanted[key] = "server";
@@ -671,6 +735,44 @@ async function setOnOpen(entry: FileHandle, wanted: SetAttributes): Promise<void
     const stats = await entry.stat();
     await entry.utimes(timeOf(wanted.atime, stats.atimeMs), timeOf(wanted.mtime, stats.mtimeMs));
   }
+}
+
+/**
+ * A chown to root stored as the anonymous id: kept as asked it would let one sandbox's root
+ * leave root's files for another; squashed rather than refused, because `tar -x`, `cp -a` and
+ * `rsync -a` run as root chown what they make to 0 and fail outright on EPERM.
+ */
+function squashed(id: number): number {
+  return id === 0 ? NOBODY_ID : id;
+}
+
+/** Clears set-uid and set-gid bits an entry has (inherited, planted); its stats after. */
+async function withoutSetId(entry: FileHandle): Promise<BigIntStats> {
+  const stats = await entry.stat({ bigint: true });
+  if ((stats.mode & 0o6000n) === 0n) return stats;
+  await entry.chmod(Number(stats.mode) & KEPT_MODE_BITS);
+  return entry.stat({ bigint: true });
+}
+
+function bigMin(a: bigint, b: bigint): bigint {
+  return a < b ? a : b;
+}
+
+/** The indexes of the names from `start` that fit a reply of `budget` bytes. */
+function pageOf(listing: Listing, start: number, budget: number, plus: boolean): number[] {
+  // Status, the directory's attributes, the verifier, the list's end and eof.
+  let used = 4 + 88 + 8 + 8;
+  const page: number[] = [];
+  for (let index = start; index < listing.names.length; index++) {
+    const nameBytes = Buffer.byteLength(listing.names[index] as string);
+    // entry3: follows, fileid, name, cookie; entryplus3: attributes and a handle too.
+    const size =
+      4 + 8 + 4 + ((nameBytes + 3) & ~3) + 8 + (plus ? 4 + 84 + 4 + 4 + HANDLE_BYTES : 0);
+    if (used + size > budget) break;
+    used += size;
+    page.push(index);
+  }
+  return page;
 }
 
 /** An EXCLUSIVE create's verifier kept as the new file's access and modification seconds. */
@@ -713,7 +815,7 @@ function writeTime(out: XdrWriter, ns: bigint): void {
 function writeAttributes(out: XdrWriter, stats: BigIntStats): XdrWriter {
   out
     .u32(typeOf(stats))
-    .u32(Number(stats.mode & 0o7777n))
+    .u32(Number(stats.mode) & KEPT_MODE_BITS)
     .u32(Number(stats.nlink))
     .u32(Number(stats.uid))
     .u32(Number(stats.gid))

@@ -4,7 +4,8 @@ import { XdrError, XdrReader, XdrWriter } from "./xdr.js";
 /**
  * ONC RPC v2 (RFC 5531) over TCP, server side: records of fragments (a 4-byte mark: last
  * fragment bit, length), one call per record, answered in order per connection. A record
- * over MAX_RECORD_BYTES, a reply to a call, or RPC other than version 2 ends the connection.
+ * over MAX_RECORD_BYTES or MAX_FRAGMENTS, a record that is no call, or a peer that leaves its
+ * replies unread ends the connection. RPC versions other than 2 are refused (RPC_MISMATCH).
  */
 
 /** A WRITE of 1 MiB and its headers. */
@@ -27,13 +28,19 @@ export const AcceptStat = {
   SYSTEM_ERR: 5,
 } as const;
 
-/** Who the call says it is from (AUTH_UNIX); AUTH_NONE callers are nobody. */
+/**
+ * Who the call says it is from (AUTH_UNIX), root squashed: uid and gid 0 are the anonymous
+ * id, so nothing one guest's root makes in a shared volume is root's in another guest.
+ * AUTH_NONE callers are the anonymous id too.
+ */
 export interface Credentials {
   readonly uid: number;
   readonly gid: number;
 }
 
-const NOBODY: Credentials = { uid: 65534, gid: 65534 };
+/** The anonymous id (`nobody`, `nogroup`). */
+export const NOBODY_ID = 65534;
+const NOBODY: Credentials = { uid: NOBODY_ID, gid: NOBODY_ID };
 
 /** A program's answer: its result body, or why there is none. */
 export type ProgramReply =
@@ -51,44 +58,200 @@ export interface RpcProgram {
   call(procedure: number, args: XdrReader, credentials: Credentials): Promise<ProgramReply>;
 }
 
-/** Serves RPC calls on one connection until it closes. */
-export function serveRpc(socket: Socket, programs: readonly RpcProgram[]): void {
-  let pending: Buffer = Buffer.alloc(0);
-  const fragments: Buffer[] = [];
-  let recordBytes = 0;
-  let queue = Promise.resolve();
+export interface ConnectionLimits {
+  /**
+   * How long a peer may leave the replies it was sent unread (the server's unsent bytes past
+   * MAX_UNSENT_BYTES and not going down) before it is dropped.
+   */
+  readonly stallMs: number;
+}
+
+/** Unsent reply bytes past which no further call is read or answered until the peer reads. */
+export const MAX_UNSENT_BYTES = 2 * 1024 * 1024;
+/** More fragments than any client puts in one record (Linux sends one). */
+export const MAX_FRAGMENTS = 64;
+
+/**
+ * Serves RPC calls on one connection until it closes, one call at a time, in order. What a
+ * peer can make the server hold is bounded: the record being read (MAX_RECORD_BYTES, marks
+ * and fragments counted), what was read ahead of it (a record's worth, then the socket is no
+ * longer read), and the replies it has not read (MAX_UNSENT_BYTES plus the one reply being
+ * sent; then calls wait, and a peer that reads none of them for `stallMs` is dropped).
+ */
+export function serveRpc(
+  socket: Socket,
+  programs: readonly RpcProgram[],
+  limits: ConnectionLimits,
+): void {
+  const records = new RecordReader();
+  let ended = false;
+  let wake: (() => void) | undefined;
+  const poke = () => {
+    const waiting = wake;
+    wake = undefined;
+    waiting?.();
+  };
   socket.on("error", () => {});
+  socket.on("close", poke);
+  // The peer sent all it will: its calls are answered, then the connection is closed.
+  socket.on("end", () => {
+    ended = true;
+    poke();
+  });
   socket.on("data", (chunk: Buffer) => {
-    pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
-    while (pending.length >= 4) {
-      const mark = pending.readUInt32BE(0);
-      const length = mark & 0x7fffffff;
-      if (recordBytes + length > MAX_RECORD_BYTES) return socket.destroy();
-      if (pending.length < 4 + length) break;
-      fragments.push(pending.subarray(4, 4 + length));
-      recordBytes += length;
-      pending = pending.subarray(4 + length);
-      if ((mark & 0x80000000) === 0) continue;
-      const record = Buffer.concat(fragments, recordBytes);
-      fragments.length = 0;
-      recordBytes = 0;
-      queue = queue.then(() => answer(socket, record, programs));
+    records.push(chunk);
+    // Read ahead no further than one whole record: the rest waits in the kernel.
+    if (records.buffered > MAX_RECORD_BYTES) socket.pause();
+    poke();
+  });
+  const nextRecord = async (): Promise<Buffer | undefined> => {
+    for (;;) {
+      if (socket.destroyed) return undefined;
+      const record = records.next();
+      if (record) return record;
+      if (ended) return void socket.end();
+      socket.resume();
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+      });
     }
+  };
+  const run = async () => {
+    for (;;) {
+      const record = await nextRecord();
+      if (!record) return;
+      if (socket.writableLength > MAX_UNSENT_BYTES && !(await drained(socket, limits.stallMs))) {
+        return void socket.destroy();
+      }
+      const reply = await answer(record, programs);
+      if (!reply) return void socket.destroy();
+      if (socket.destroyed) return;
+      send(socket, reply);
+    }
+  };
+  // Whatever a peer sends, an error here ends its connection, never the process.
+  run().catch(() => socket.destroy());
+}
+
+/**
+ * Splits a TCP stream into RPC records: 4-byte marks (last-fragment bit, length) and their
+ * fragments. Throws RecordError on a record over MAX_RECORD_BYTES (marks counted) or of more
+ * than MAX_FRAGMENTS fragments: empty fragments cost the server memory too.
+ */
+export class RecordReader {
+  #chunks: Buffer[] = [];
+  #buffered = 0;
+  #fragments: Buffer[] = [];
+  #recordBytes = 0;
+  /** The fragment being read: its length and whether it ends the record; undefined: a mark. */
+  #fragment: { readonly length: number; readonly last: boolean } | undefined;
+
+  /** Bytes received and not yet taken into a record. */
+  get buffered(): number {
+    return this.#buffered;
+  }
+
+  push(chunk: Buffer): void {
+    this.#chunks.push(chunk);
+    this.#buffered += chunk.length;
+  }
+
+  /** The next whole record, or undefined until more bytes come. */
+  next(): Buffer | undefined {
+    for (;;) {
+      if (!this.#fragment) {
+        if (this.#buffered < 4) return undefined;
+        const mark = this.#take(4).readUInt32BE(0);
+        const length = mark & 0x7fffffff;
+        this.#recordBytes += 4 + length;
+        if (this.#recordBytes > MAX_RECORD_BYTES) throw new RecordError("record too large");
+        if (this.#fragments.length >= MAX_FRAGMENTS) throw new RecordError("too many fragments");
+        this.#fragment = { length, last: (mark & 0x80000000) !== 0 };
+      }
+      if (this.#buffered < this.#fragment.length) return undefined;
+      this.#fragments.push(this.#take(this.#fragment.length));
+      const { last } = this.#fragment;
+      this.#fragment = undefined;
+      if (!last) continue;
+      const record =
+        this.#fragments.length === 1
+          ? (this.#fragments[0] as Buffer)
+          : Buffer.concat(this.#fragments);
+      this.#fragments = [];
+      this.#recordBytes = 0;
+      return record;
+    }
+  }
+
+  /** The next `bytes` bytes received (copied only when they span chunks). */
+  #take(bytes: number): Buffer {
+    const first = this.#chunks[0];
+    if (first && first.length >= bytes) {
+      this.#buffered -= bytes;
+      if (first.length === bytes) this.#chunks.shift();
+      else this.#chunks[0] = first.subarray(bytes);
+      return first.subarray(0, bytes);
+    }
+    const out = Buffer.allocUnsafe(bytes);
+    for (let at = 0; at < bytes; ) {
+      const chunk = this.#chunks[0] as Buffer;
+      const n = Math.min(chunk.length, bytes - at);
+      chunk.copy(out, at, 0, n);
+      at += n;
+      if (n === chunk.length) this.#chunks.shift();
+      else this.#chunks[0] = chunk.subarray(n);
+    }
+    this.#buffered -= bytes;
+    return out;
+  }
+}
+
+export class RecordError extends Error {
+  override readonly name = "RecordError";
+}
+
+/**
+ * Waits for the peer to read what it was sent: true once the socket drained, false when it
+ * closed or its unsent bytes did not go down for `stallMs`.
+ */
+function drained(socket: Socket, stallMs: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    let last = socket.writableLength;
+    const timer = setInterval(() => {
+      if (socket.writableLength < last) last = socket.writableLength;
+      else finish(false);
+    }, stallMs);
+    const finish = (ok: boolean) => {
+      clearInterval(timer);
+      socket.off("drain", onDrain).off("close", onClose);
+      resolve(ok);
+    };
+    const onDrain = () => finish(true);
+    const onClose = () => finish(false);
+    socket.on("drain", onDrain).on("close", onClose);
   });
 }
 
-async function answer(socket: Socket, record: Buffer, programs: readonly RpcProgram[]) {
-  if (socket.destroyed) return;
-  let reply: XdrWriter | undefined;
-  try {
-    reply = await dispatch(new XdrReader(record), programs);
-  } catch {
-    reply = undefined;
-  }
-  if (!reply) return void socket.destroy();
+/** A reply record: its mark and its segments, written without copying them together. */
+function send(socket: Socket, reply: XdrWriter): void {
   const mark = Buffer.allocUnsafe(4);
   mark.writeUInt32BE((0x80000000 | reply.length) >>> 0);
-  socket.write(Buffer.concat([mark, reply.toBuffer()]));
+  socket.cork();
+  socket.write(mark);
+  for (const segment of reply.segments()) socket.write(segment);
+  socket.uncork();
+}
+
+/** The reply to a record; undefined when it is no call or cannot be read (dropped then). */
+async function answer(
+  record: Buffer,
+  programs: readonly RpcProgram[],
+): Promise<XdrWriter | undefined> {
+  try {
+    return await dispatch(new XdrReader(record), programs);
+  } catch {
+    return undefined;
+  }
 }
 
 /** One call's reply; undefined when the record is no call (the connection is dropped). */
@@ -136,5 +299,6 @@ function readCredentials(call: XdrReader): Credentials {
   const unix = new XdrReader(body);
   unix.u32(); // stamp
   unix.string(255); // machine name
-  return { uid: unix.u32(), gid: unix.u32() };
+  const squash = (id: number) => (id === 0 ? NOBODY_ID : id);
+  return { uid: squash(unix.u32()), gid: squash(unix.u32()) };
 }

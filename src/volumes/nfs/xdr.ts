@@ -59,8 +59,19 @@ export class XdrReader {
   }
 }
 
+/** Payloads at least this long are kept by reference rather than copied (READ's data). */
+const BY_REFERENCE_BYTES = 1024;
+const BLOCK_BYTES = 4096;
+
+/**
+ * Builds XDR data into a few blocks (small items copied into 4 KiB blocks, large opaque data
+ * kept by reference), so a reply of thousands of fields is a handful of buffers, not one per
+ * field, and can go to the socket as they are (`segments`).
+ */
 export class XdrWriter {
-  readonly #chunks: Buffer[] = [];
+  readonly #done: Buffer[] = [];
+  #block: Buffer | undefined;
+  #used = 0;
   #length = 0;
 
   get length(): number {
@@ -68,15 +79,13 @@ export class XdrWriter {
   }
 
   u32(value: number): this {
-    const b = Buffer.allocUnsafe(4);
-    b.writeUInt32BE(value >>> 0);
-    return this.#push(b);
+    this.#room(4).writeUInt32BE(value >>> 0, this.#used);
+    return this.#advance(4);
   }
 
   u64(value: bigint | number): this {
-    const b = Buffer.allocUnsafe(8);
-    b.writeBigUInt64BE(BigInt.asUintN(64, BigInt(value)));
-    return this.#push(b);
+    this.#room(8).writeBigUInt64BE(BigInt.asUintN(64, BigInt(value)), this.#used);
+    return this.#advance(8);
   }
 
   bool(value: boolean): this {
@@ -84,9 +93,10 @@ export class XdrWriter {
   }
 
   fixed(bytes: Buffer): this {
-    this.#push(bytes);
+    this.#put(bytes);
     const pad = (4 - (bytes.length % 4)) % 4;
-    return pad === 0 ? this : this.#push(Buffer.alloc(pad));
+    if (pad > 0) this.#room(pad).fill(0, this.#used, this.#used + pad);
+    return pad > 0 ? this.#advance(pad) : this;
   }
 
   opaque(bytes: Buffer): this {
@@ -99,17 +109,51 @@ export class XdrWriter {
 
   /** Appends another writer's bytes. */
   append(other: XdrWriter): this {
-    for (const chunk of other.#chunks) this.#push(chunk);
+    for (const segment of other.segments()) this.#put(segment);
     return this;
+  }
+
+  /** The bytes written, as the buffers that hold them (views: valid until more is written). */
+  segments(): Buffer[] {
+    const open = this.#block && this.#used > 0 ? [this.#block.subarray(0, this.#used)] : [];
+    return [...this.#done, ...open];
   }
 
   toBuffer(): Buffer {
-    return Buffer.concat(this.#chunks, this.#length);
+    return Buffer.concat(this.segments(), this.#length);
   }
 
-  #push(bytes: Buffer): this {
-    this.#chunks.push(bytes);
+  /** Bytes as they are (no padding): copied when small, kept by reference when large. */
+  #put(bytes: Buffer): void {
+    if (bytes.length < BY_REFERENCE_BYTES) {
+      bytes.copy(this.#room(bytes.length), this.#used);
+      this.#advance(bytes.length);
+      return;
+    }
+    this.#seal();
+    this.#done.push(bytes);
     this.#length += bytes.length;
+  }
+
+  /** The current block with `bytes` free at `#used`. */
+  #room(bytes: number): Buffer {
+    if (!this.#block || this.#used + bytes > this.#block.length) {
+      this.#seal();
+      this.#block = Buffer.allocUnsafe(Math.max(BLOCK_BYTES, bytes));
+    }
+    return this.#block;
+  }
+
+  #advance(bytes: number): this {
+    this.#used += bytes;
+    this.#length += bytes;
     return this;
+  }
+
+  /** Closes the current block: what follows goes into a new one, after what was pushed. */
+  #seal(): void {
+    if (this.#block && this.#used > 0) this.#done.push(this.#block.subarray(0, this.#used));
+    this.#block = undefined;
+    this.#used = 0;
   }
 }

@@ -164,13 +164,14 @@ struct mount_work {
   char target[MAX_MOUNT_ARG];
   char fstype[64];
   char options[MAX_MOUNT_ARG];
+  unsigned long flags;
   int err;
 };
 
 static void mount_execute(napi_env env, void *data) {
   (void)env;
   struct mount_work *w = data;
-  w->err = mount(w->source, w->target, w->fstype, 0, w->options) == 0 ? 0 : errno;
+  w->err = mount(w->source, w->target, w->fstype, w->flags, w->options) == 0 ? 0 : errno;
 }
 
 static void mount_complete(napi_env env, napi_status status, void *data) {
@@ -199,8 +200,8 @@ static int mount_arg(napi_env env, napi_value value, char *out, size_t size) {
 }
 
 static napi_value mount_fs(napi_env env, napi_callback_info info) {
-  size_t argc = 4;
-  napi_value argv[4];
+  size_t argc = 5;
+  napi_value argv[5];
   struct mount_work *w = calloc(1, sizeof *w);
   if (w == NULL) {
     napi_throw_error(env, NULL, "mount: out of memory");
@@ -212,9 +213,17 @@ static napi_value mount_fs(napi_env env, napi_callback_info info) {
       mount_arg(env, argv[2], w->fstype, sizeof w->fstype) != 0 ||
       mount_arg(env, argv[3], w->options, sizeof w->options) != 0) {
     free(w);
-    napi_throw_type_error(env, NULL, "mount(source, target, fstype, options): four strings");
+    napi_throw_type_error(env, NULL, "mount(source, target, fstype, options[, flags]): four strings");
     return NULL;
   }
+  /* MS_* flags (a volume: MS_NOSUID | MS_NODEV); only these two are taken from JavaScript. */
+  uint32_t flags = 0;
+  if (argc >= 5 && napi_get_value_uint32(env, argv[4], &flags) != napi_ok) {
+    free(w);
+    napi_throw_type_error(env, NULL, "mount: flags must be a number");
+    return NULL;
+  }
+  w->flags = flags & (MS_NOSUID | MS_NODEV);
   napi_value promise, name;
   napi_create_promise(env, &w->deferred, &promise);
   napi_create_string_utf8(env, "warren.mount", NAPI_AUTO_LENGTH, &name);
