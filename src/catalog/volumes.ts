@@ -9,10 +9,11 @@ export interface VolumeRow {
   /** Unique within the team (`^[a-zA-Z0-9_-]+$`). */
   readonly name: string;
   /**
-   * Authorises the content API for this volume alone (E2B's volume token). Returned by
-   * every GET of the volume, so kept as is, like sandboxes' envd tokens.
+   * The key the volume's content API tokens are signed with (src/volumes/volume-tokens.ts):
+   * never handed out; a new one ends every token signed before it. Kept in the `token`
+   * column of earlier schemas.
    */
-  readonly token: string;
+  readonly tokenKey: string;
   readonly createdAt: string;
 }
 
@@ -22,6 +23,8 @@ export interface VolumeCatalog {
   getVolume(id: string): Promise<VolumeRow | undefined>;
   /** A team's volumes (every team's when absent), oldest first. */
   listVolumes(teamId?: string): Promise<VolumeRow[]>;
+  /** A new token key for the volume; false when there is none. */
+  setVolumeTokenKey(id: string, tokenKey: string): Promise<boolean>;
   /** False when there was none. */
   deleteVolume(id: string): Promise<boolean>;
 }

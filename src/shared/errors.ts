@@ -218,7 +218,7 @@ export const ERROR_REASONS = {
   },
   volume_token_invalid: {
     kind: "unauthenticated",
-    doc: "The volume content API needs `Authorization: Bearer <token>` with the token `POST /volumes` or `GET /volumes/{id}` returned for this very volume.",
+    doc: "The volume content API needs `Authorization: Bearer <token>` with a token `POST /volumes`, `GET /volumes/{id}` or `POST /volumes/{id}/rotate-token` returned for this very volume: one works 7 days, and a rotation ends every token handed out before it. Get a fresh one from `GET /volumes/{id}`.",
   },
 } as const satisfies Record<string, ReasonSpec>;
 

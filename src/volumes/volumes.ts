@@ -1,4 +1,4 @@
-import { randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { closeSync } from "node:fs";
 import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
@@ -8,6 +8,7 @@ import { DiskReserve } from "./disk-reserve.js";
 import { type NfsServer, startNfsServer } from "./nfs/nfs-server.js";
 import { VolumeQuota } from "./quota.js";
 import { VolumeFiles } from "./volume-files.js";
+import { issueVolumeToken, newVolumeKey, tokenRefusal } from "./volume-tokens.js";
 
 /** E2B's volume name rule. */
 const NAME = /^[a-zA-Z0-9_-]+$/;
@@ -31,6 +32,19 @@ export interface VolumesOptions {
   readonly diskReserveMiB?: number;
   /** Free bytes on `dir`'s filesystem (default: statfs); tests simulate a full disk. */
   readonly freeBytes?: (dir: string) => number;
+  /** How long a content API token works after it was handed out; default 7 days. */
+  readonly tokenTtlMs?: number;
+  /** The clock tokens are issued and checked by; tests move it. */
+  readonly now?: () => number;
+}
+
+/** A content API token's life: a `Volume` the SDK holds never asks for another. */
+const TOKEN_TTL_MS = 7 * 24 * 3_600_000;
+
+/** A volume as the API answers for it: E2B's `VolumeAndToken`, the token fresh. */
+export interface VolumeWithToken {
+  readonly row: VolumeRow;
+  readonly token: string;
 }
 
 /** WARREN_DISK_RESERVE_MIB's default. */
@@ -79,7 +93,7 @@ export class Volumes {
       id: randomUUID(),
       teamId,
       name,
-      token: randomBytes(32).toString("base64url"),
+      tokenKey: newVolumeKey(),
       createdAt: new Date().toISOString(),
     };
     await this.#ensureDir();
@@ -139,13 +153,36 @@ export class Volumes {
     });
   }
 
+  /** A fresh content API token for the volume (each GET hands one out, as E2B's does). */
+  withToken(row: VolumeRow): VolumeWithToken {
+    const expiresAt = this.#now() + (this.#o.tokenTtlMs ?? TOKEN_TTL_MS);
+    return { row, token: issueVolumeToken(row.id, row.tokenKey, expiresAt) };
+  }
+
+  /**
+   * A new token key for the team's volume: every token handed out before stops working at
+   * once (a leaked one); the answer carries a token under the new key.
+   */
+  async rotateToken(teamId: string | undefined, id: string): Promise<VolumeWithToken> {
+    const row = await this.get(teamId, id);
+    const tokenKey = newVolumeKey();
+    if (!(await this.#o.catalog.setVolumeTokenKey(row.id, tokenKey))) {
+      throw new WarrenError("volume_not_found", `volume ${shown(id)} not found`);
+    }
+    return this.withToken({ ...row, tokenKey });
+  }
+
   /** The files of the volume this content API token is for. */
   async files(id: string, token: string | undefined): Promise<VolumeFiles> {
     const row = VOLUME_ID.test(id) ? await this.#o.catalog.getVolume(id) : undefined;
-    if (!row || token === undefined || !sameSecret(token, row.token)) {
+    const refusal =
+      row && token !== undefined ? tokenRefusal(row.id, row.tokenKey, token, this.#now()) : "none";
+    if (!row || refusal !== undefined) {
       throw new WarrenError(
         "volume_token_invalid",
-        "this volume's content needs its token: Authorization: Bearer <token> from GET /volumes/{id}",
+        refusal === "expired"
+          ? "this volume token has expired: get a fresh one from GET /volumes/{id}"
+          : "this volume's content needs its token: Authorization: Bearer <token> from GET /volumes/{id}",
       );
     }
     // Measured now if stale: the content API's writes are refused on a fresh figure.
@@ -178,6 +215,10 @@ export class Volumes {
     });
   }
 
+  #now(): number {
+    return this.#o.now?.() ?? Date.now();
+  }
+
   #root(id: string): string {
     return join(this.#o.dir, id);
   }
@@ -199,12 +240,6 @@ function checkName(name: unknown): void {
 
 function nameTaken(name: string): WarrenError {
   return new WarrenError("volume_name_taken", `the team already has a volume named '${name}'`);
-}
-
-function sameSecret(given: string, expected: string): boolean {
-  const a = Buffer.from(given);
-  const b = Buffer.from(expected);
-  return a.length === b.length && timingSafeEqual(a, b);
 }
 
 function shown(id: string): string {

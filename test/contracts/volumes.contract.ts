@@ -14,7 +14,7 @@ const T0 = "2030-01-01T00:00:00.000Z";
 const T1 = "2030-01-01T00:00:01.000Z";
 
 function volume(over: Partial<VolumeRow> & { id: string }): VolumeRow {
-  return { teamId: "default", name: over.id, token: `token-${over.id}`, createdAt: T0, ...over };
+  return { teamId: "default", name: over.id, tokenKey: `key-${over.id}`, createdAt: T0, ...over };
 }
 
 /** What every VolumeCatalog (SQLite, PostgreSQL) must do. */
@@ -44,6 +44,16 @@ export function volumesContract(name: string, open: () => Promise<VolumesHarness
       assert.equal(await volumes.deleteVolume("a1"), true);
       assert.equal(await volumes.deleteVolume("a1"), false);
       assert.deepEqual(await volumes.listVolumes("default"), [a2]);
+    });
+
+    it("changes a volume's token key, and no other's", async (t) => {
+      const { volumes } = await use(t);
+      await volumes.insertVolume(volume({ id: "v1" }));
+      await volumes.insertVolume(volume({ id: "v2" }));
+      assert.equal(await volumes.setVolumeTokenKey("v1", "rotated"), true);
+      assert.equal((await volumes.getVolume("v1"))?.tokenKey, "rotated");
+      assert.equal((await volumes.getVolume("v2"))?.tokenKey, "key-v2");
+      assert.equal(await volumes.setVolumeTokenKey("nope", "x"), false);
     });
 
     it("keeps names unique within a team, not across teams", async (t) => {

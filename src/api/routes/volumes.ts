@@ -5,7 +5,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { WarrenError } from "../../shared/index.js";
 import { actingTeam } from "../../tenancy/index.js";
-import type { VolumeEntry, Volumes } from "../../volumes/index.js";
+import type { VolumeEntry, Volumes, VolumeWithToken } from "../../volumes/index.js";
 import type { ApiContext } from "../api-context.js";
 import { callerOf } from "../caller.js";
 import { invalid, queryInteger } from "../input.js";
@@ -47,14 +47,23 @@ export function registerVolumeRoutes(app: FastifyInstance, context: ApiContext):
     { schema: { body: newVolumeSchema } },
     async (request, reply) => {
       // The admin creates in the team it acts as (the default team unless X-Team-ID says).
-      const row = await volumesOf(context).create(actingTeam(callerOf(request)), request.body.name);
-      return reply.code(201).send(withToken(row, context));
+      const volumes = volumesOf(context);
+      const row = await volumes.create(actingTeam(callerOf(request)), request.body.name);
+      return reply.code(201).send(volumeAndToken(volumes.withToken(row), context));
     },
   );
 
-  app.get<{ Params: VolumeParams }>("/volumes/:volumeID", async (request) =>
-    withToken(await volumesOf(context).get(team(request), request.params.volumeID), context),
-  );
+  app.get<{ Params: VolumeParams }>("/volumes/:volumeID", async (request) => {
+    const volumes = volumesOf(context);
+    const row = await volumes.get(team(request), request.params.volumeID);
+    return volumeAndToken(volumes.withToken(row), context);
+  });
+
+  // Warren's own (E2B has none): a leaked token stops working now, not at its expiry.
+  app.post<{ Params: VolumeParams }>("/volumes/:volumeID/rotate-token", async (request) => {
+    const rotated = await volumesOf(context).rotateToken(team(request), request.params.volumeID);
+    return volumeAndToken(rotated, context);
+  });
 
   app.delete<{ Params: VolumeParams }>("/volumes/:volumeID", async (request, reply) => {
     await volumesOf(context).destroy(team(request), request.params.volumeID);
@@ -141,11 +150,12 @@ function volumesOf(context: ApiContext): Volumes {
   return context.volumes();
 }
 
-function withToken(row: { id: string; name: string; token: string }, context: ApiContext) {
+/** E2B's `VolumeAndToken`. */
+function volumeAndToken({ row, token }: VolumeWithToken, context: ApiContext) {
   return {
     volumeID: row.id,
     name: row.name,
-    token: row.token,
+    token,
     ...(context.domain !== null && { domain: context.domain }),
   };
 }

@@ -13,7 +13,7 @@ const toVolumeRow = (r: VolumeRecord): VolumeRow => ({
   id: r.id,
   teamId: r.team_id,
   name: r.name,
-  token: r.token,
+  tokenKey: r.token,
   createdAt: r.created_at.toISOString(),
 });
 
@@ -23,6 +23,7 @@ const SQL = {
   get: "SELECT * FROM volumes WHERE id = $1",
   list: "SELECT * FROM volumes ORDER BY created_at, id",
   listOfTeam: "SELECT * FROM volumes WHERE team_id = $1 ORDER BY created_at, id",
+  setKey: "UPDATE volumes SET token = $2 WHERE id = $1 RETURNING id",
   delete: "DELETE FROM volumes WHERE id = $1 RETURNING id",
 } as const;
 
@@ -39,7 +40,7 @@ export class PostgresVolumes implements VolumeCatalog {
       row.id,
       row.teamId,
       row.name,
-      row.token,
+      row.tokenKey,
       row.createdAt,
     ]);
   }
@@ -55,6 +56,14 @@ export class PostgresVolumes implements VolumeCatalog {
         ? await this.#db.query<VolumeRecord>("list volumes", SQL.list)
         : await this.#db.query<VolumeRecord>("list volumes", SQL.listOfTeam, [teamId]);
     return records.map(toVolumeRow);
+  }
+
+  async setVolumeTokenKey(id: string, tokenKey: string): Promise<boolean> {
+    const changed = await this.#db.query(`rotate volume ${id}'s token key`, SQL.setKey, [
+      id,
+      tokenKey,
+    ]);
+    return changed.length > 0;
   }
 
   async deleteVolume(id: string): Promise<boolean> {

@@ -13,7 +13,7 @@ const toVolumeRow = (r: VolumeRecord): VolumeRow => ({
   id: r.id,
   teamId: r.team_id,
   name: r.name,
-  token: r.token,
+  tokenKey: r.token,
   createdAt: r.created_at,
 });
 
@@ -22,7 +22,8 @@ function prepare(db: Database.Database) {
   return {
     insert: q(`
       INSERT INTO volumes (id, team_id, name, token, created_at)
-      VALUES (@id, @teamId, @name, @token, @createdAt)`),
+      VALUES (@id, @teamId, @name, @tokenKey, @createdAt)`),
+    setKey: q("UPDATE volumes SET token = @tokenKey WHERE id = @id"),
     get: q<VolumeRecord>("SELECT * FROM volumes WHERE id = ?"),
     list: q<VolumeRecord>("SELECT * FROM volumes ORDER BY created_at, id"),
     listOfTeam: q<VolumeRecord>("SELECT * FROM volumes WHERE team_id = ? ORDER BY created_at, id"),
@@ -43,6 +44,12 @@ export class SqliteVolumes implements VolumeCatalog {
   insertVolume(row: VolumeRow): Promise<void> {
     return this.#run(`insert volume ${row.name}`, () => {
       this.#sql.insert.run({ ...row });
+    });
+  }
+
+  setVolumeTokenKey(id: string, tokenKey: string): Promise<boolean> {
+    return this.#run(`rotate volume ${id}'s token key`, () => {
+      return this.#sql.setKey.run({ id, tokenKey }).changes > 0;
     });
   }
 

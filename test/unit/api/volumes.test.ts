@@ -76,7 +76,9 @@ describe("volumes API", () => {
     const listed = await api.call("GET", "/volumes");
     assert.deepEqual(listed.json(), [{ volumeID: volume.volumeID, name: "data_1-x" }]);
     const got = await api.call("GET", `/volumes/${volume.volumeID}`);
-    assert.deepEqual(got.json(), volume);
+    const { token, ...rest } = got.json() as typeof volume;
+    assert.deepEqual({ ...rest, token: volume.token }, volume);
+    assert.match(token, /^wvt1\.\d+\.[\w-]{43}$/, "a token of its own, signed");
 
     // Another team: none of it visible, its own name space.
     assert.deepEqual((await api.call("GET", "/volumes", { apiKey: keyB })).json(), []);
@@ -233,5 +235,70 @@ describe("volumes API", () => {
       (await api.call("DELETE", `/volumes/${ofB.volumeID}`, { apiKey: keyB })).statusCode,
       204,
     );
+  });
+});
+
+describe("volume tokens", () => {
+  const dir = mkdtempSync(join(tmpdir(), "warren-volume-tokens-"));
+  let catalog: SqliteCatalog;
+  let api: Harness;
+  let now = Date.parse("2030-01-01T00:00:00Z");
+  const HOUR = 3_600_000;
+
+  before(async () => {
+    catalog = await SqliteCatalog.open(join(dir, "catalog.sqlite"));
+    const volumes = new Volumes({
+      catalog: catalog.volumes,
+      dir: join(dir, "volumes"),
+      tokenTtlMs: 24 * HOUR,
+      now: () => now,
+    });
+    api = useApi({
+      authenticate: testAuth(() => new Set([API_KEY]), catalog.teams),
+      volumes: () => volumes,
+    });
+  });
+
+  after(async () => {
+    await catalog.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const list = (volumeID: string, token: string) =>
+    api.app.inject({
+      method: "GET",
+      url: `/volumecontent/${volumeID}/dir?path=/`,
+      headers: { authorization: `Bearer ${token}` },
+    });
+
+  it("expire, are fresh at each GET, and a rotation ends every one handed out before it", async () => {
+    const created = (await api.call("POST", "/volumes", { body: { name: "t" } })).json() as {
+      volumeID: string;
+      token: string;
+    };
+    const { volumeID } = created;
+    now += HOUR;
+    const fetched = (await api.call("GET", `/volumes/${volumeID}`)).json() as { token: string };
+    assert.notEqual(fetched.token, created.token, "each GET hands out a token of its own");
+    assert.equal((await list(volumeID, created.token)).statusCode, 200);
+
+    // A day after it was handed out, a token opens nothing; a fresh one does.
+    now += 23 * HOUR;
+    const expired = await list(volumeID, created.token);
+    assert.equal(expired.statusCode, 401);
+    assert.match(errorOf(expired).message, /expired: get a fresh one from GET \/volumes\/\{id\}/);
+    assert.equal((await list(volumeID, fetched.token)).statusCode, 200);
+
+    // A rotation (a token leaked): every token handed out before it stops at once.
+    const rotated = await api.call("POST", `/volumes/${volumeID}/rotate-token`);
+    assert.equal(rotated.statusCode, 200, rotated.body);
+    const { token } = rotated.json() as { token: string };
+    assert.equal((await list(volumeID, fetched.token)).statusCode, 401);
+    assert.equal((await list(volumeID, token)).statusCode, 200);
+    // Another team's key reads the volume as unknown, as on every volume route.
+    const stranger = await api.call("POST", `/volumes/${volumeID}/rotate-token`, {
+      apiKey: "e2b_not_a_key",
+    });
+    assert.equal(stranger.statusCode, 401);
   });
 });
