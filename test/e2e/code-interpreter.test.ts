@@ -234,13 +234,33 @@ describe("code interpreter (@e2b/code-interpreter)", () => {
 
   it("is what E2B's Python SDK reads, through the proxy (a stdlib client of its wire)", async () => {
     const check = new URL("../helpers/python_wire_check.py", import.meta.url).pathname;
-    const headers = [`E2b-Sandbox-Id:${sandbox.sandboxId}`, `E2b-Sandbox-Port:${INTERPRETER_PORT}`];
+    // The sandbox is secure (the SDK's default): /execute takes envd's token, as the SDK sends it.
+    const detail = await fetch(`${server.url}/sandboxes/${sandbox.sandboxId}`, {
+      headers: { "x-api-key": server.apiKey },
+    });
+    const { envdAccessToken } = (await detail.json()) as { envdAccessToken: string };
+    const headers = [
+      `E2b-Sandbox-Id:${sandbox.sandboxId}`,
+      `E2b-Sandbox-Port:${INTERPRETER_PORT}`,
+      `--access-token=${envdAccessToken}`,
+    ];
     const run = await promisify(execFile)("/usr/bin/python3", [check, server.url, ...headers], {
       timeout: 300_000,
     }).catch((err: { stdout?: string; stderr?: string }) =>
       assert.fail(`${err.stdout}${err.stderr}`),
     );
     assert.match(run.stdout, /ok context removed/);
+    // Without envd's token, the sandbox's 49999 runs nobody's code (the SDKs send it).
+    const stranger = await fetch(`${server.url}/execute`, {
+      method: "POST",
+      headers: {
+        "e2b-sandbox-id": sandbox.sandboxId,
+        "e2b-sandbox-port": String(INTERPRETER_PORT),
+        "content-type": "application/json",
+      },
+      body: JSON.stringify({ code: "print('ran')" }),
+    });
+    assert.equal(stranger.status, 401);
   });
 
   it("interrupts a run whose client timed out: the kernel lives on and answers the next", async () => {

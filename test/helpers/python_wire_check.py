@@ -6,7 +6,8 @@ carries all four keys with nulls, HTTP/1.1, one JSON object per line, `type` pop
 each, stdout/stderr callbacks given the wire's `timestamp`, results built with `**data`,
 charts deserialized by indexing every key (a missing one makes the SDK drop the chart).
 
-Usage: python3 python_wire_check.py <base url> [header:value ...]
+Usage: python3 python_wire_check.py <base url> [--access-token=<envd token>] [header:value ...]
+The access token goes on /execute only, as the SDK sends it (X-Access-Token).
 Prints one line per check; exits 1 at the first failure, naming it.
 """
 
@@ -16,7 +17,9 @@ import urllib.error
 import urllib.request
 
 BASE = sys.argv[1].rstrip("/")
-HEADERS = dict(arg.split(":", 1) for arg in sys.argv[2:])
+TOKEN_FLAG = "--access-token="
+ACCESS_TOKEN = next((a[len(TOKEN_FLAG):] for a in sys.argv[2:] if a.startswith(TOKEN_FLAG)), None)
+HEADERS = dict(arg.split(":", 1) for arg in sys.argv[2:] if not arg.startswith(TOKEN_FLAG))
 
 # The keys the SDK's chart classes read without defaults, per chart type.
 CHART_KEYS = {
@@ -38,6 +41,8 @@ def request(method, path, body=None, timeout=120):
     req.add_header("Content-Type", "application/json")
     for key, value in HEADERS.items():
         req.add_header(key, value)
+    if ACCESS_TOKEN is not None and path == "/execute":
+        req.add_header("X-Access-Token", ACCESS_TOKEN)
     return urllib.request.urlopen(req, timeout=timeout)
 
 

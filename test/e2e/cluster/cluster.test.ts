@@ -294,6 +294,40 @@ describe("a cluster of three nodes behind a gateway", () => {
     assert.deepEqual(lost, []);
   });
 
+  it("a team's quota holds across the nodes: concurrent creates pass it once, a resume counts the others", async () => {
+    const [node] = cluster.nodes;
+    assert.ok(node);
+    // Room for one base sandbox (512 MiB): the gateway's own check counts each create at
+    // the least a sandbox takes, so several reach the nodes, which must admit one in all.
+    const made = await fetch(`${node.plainUrl}/admin/teams`, {
+      method: "POST",
+      headers: { "x-admin-token": cluster.adminToken, "content-type": "application/json" },
+      body: JSON.stringify({ name: "one-at-a-time", limits: { maxMemoryMiB: 512 } }),
+    });
+    assert.equal(made.status, 201, await made.clone().text());
+    const { apiKey } = (await made.json()) as { apiKey: string };
+    const settled = await Promise.allSettled(
+      Array.from({ length: 8 }, () => Sandbox.create({ apiKey })),
+    );
+    const started = settled.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+    sandboxes.push(...started);
+    const refused = settled.flatMap((r) => (r.status === "rejected" ? [String(r.reason)] : []));
+    assert.equal(started.length, 1, `started ${started.length}; refused: ${refused.join("; ")}`);
+    for (const why of refused) assert.match(why, /quota|Rate limit/i);
+
+    const [first] = started;
+    assert.ok(first);
+    await first.pause();
+    const second = await Sandbox.create({ apiKey });
+    sandboxes.push(second);
+    // Paused elsewhere or here: its resume counts the team's running sandbox on any node.
+    await assert.rejects(Sandbox.connect(first.sandboxId, { apiKey }), /quota|Rate limit/i);
+    await second.kill();
+    const resumed = await Sandbox.connect(first.sandboxId, { apiKey });
+    assert.equal((await resumed.commands.run("echo back")).stdout, "back\n");
+    await resumed.kill();
+  });
+
   it(`forks one ×${FORK_COUNT} across the nodes, every child from the one capture`, async () => {
     await Promise.allSettled(sandboxes.splice(0).map((s) => s.kill()));
     const source = await Sandbox.create();
