@@ -8,6 +8,7 @@ import {
   ENVD_VERSION,
   INTERPRETER_PORT,
 } from "../protocol/index.js";
+import { handleStrayErrors } from "../shared/stray-errors.js";
 import { hasValidToken } from "./auth.js";
 import { setSystemClock } from "./clock.js";
 import { seedGuestRandomness } from "./entropy.js";
@@ -75,6 +76,13 @@ const host = typeof args.host === "string" ? args.host : "0.0.0.0";
 
 // Files the agent creates are 0644 and directories 0755, whatever umask it inherited.
 process.umask(0o022);
+// The guest's only agent, which nothing would start again: a stray error is logged, and envd
+// goes on serving.
+handleStrayErrors(
+  { debug: () => {}, info: logLine("info"), warn: logLine("warn"), error: logLine("error") },
+  "envd",
+  "continue",
+);
 
 if (args.guest && !system().stopPitTimer()) {
   process.stderr.write("envd: no port access: the legacy PIT keeps ticking\n");
@@ -114,4 +122,12 @@ function startInterpreter(): Contexts {
     process.stderr.write(`envd: code interpreter listening on ${host}:${INTERPRETER_PORT}\n`);
   });
   return contexts;
+}
+
+/** envd's own lines go to its stderr (the guest console), one per event. */
+function logLine(level: string) {
+  return (fields: Record<string, unknown>, event: string) => {
+    const err = fields.err instanceof Error ? (fields.err.stack ?? fields.err.message) : fields.err;
+    process.stderr.write(`envd ${level}: ${event} ${String(err ?? "")}\n`);
+  };
 }

@@ -4,6 +4,7 @@ import { PostgresCluster } from "../catalog/index.js";
 import { loadConfig } from "../shared/config.js";
 import { exitOnSignals } from "../shared/exit-on-signals.js";
 import { logDestination } from "../shared/log-destination.js";
+import { handleStrayErrors } from "../shared/stray-errors.js";
 import { Authenticator } from "../tenancy/index.js";
 import { type ClusterCredentials, loadClusterCredentials } from "../tls/index.js";
 import { startGateway } from "./gateway.js";
@@ -35,6 +36,8 @@ async function main(): Promise<void> {
     { level: config.logLevel, base: undefined },
     logDestination(config.logFormat),
   );
+  // Stateless: after an uncaught exception it exits, and its supervisor starts a fresh one.
+  handleStrayErrors(logger, "gateway", "exit");
   for (const warning of credentials.warnings) logger.warn({ warning }, "gateway.tls_warning");
   const cluster = await PostgresCluster.open({ connectionString: config.databaseUrl });
   const keys = new Set(config.apiKeys);

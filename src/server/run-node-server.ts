@@ -2,6 +2,7 @@ import pino from "pino";
 import { loadConfig, loggableConfig } from "../shared/config.js";
 import { exitOnSignals } from "../shared/exit-on-signals.js";
 import { logDestination } from "../shared/log-destination.js";
+import { handleStrayErrors } from "../shared/stray-errors.js";
 import { startNodeServer } from "./node-server.js";
 
 /**
@@ -22,6 +23,9 @@ export async function runNodeServer(
     { level: config.logLevel, base: undefined },
     logDestination(config.logFormat),
   );
+  // Until the keeper holds the VMMs, the server's exit takes every sandbox of the node with
+  // it: an error no code path caught is logged, and the server goes on serving the others.
+  handleStrayErrors(logger, "server", "continue");
   logger.info({ config: loggableConfig(config) }, "server.config");
   const server = await startNodeServer(config, logger, options);
   exitOnSignals(logger, "server", () => server.close());
