@@ -3,7 +3,15 @@
 // (dist/agent/envd.mjs) with every addon it loads copied beside it in build/Release/, and the
 // server bundle (dist/server/main.mjs) with its own addons likewise.
 import { spawnSync } from "node:child_process";
-import { chmodSync, copyFileSync, existsSync, mkdirSync, statSync } from "node:fs";
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  renameSync,
+  statSync,
+} from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
@@ -20,6 +28,18 @@ function newerThan(target, sources) {
   if (!existsSync(target)) return false;
   const built = statSync(target).mtimeMs;
   return sources.every((source) => statSync(source).mtimeMs <= built);
+}
+
+/**
+ * Puts a built addon where a bundle loads it: only when it changed, and by rename, never by
+ * rewriting the file in place — a running server (npm start beside npm test, an e2e run
+ * beside a unit run) has the old one mapped, and a truncated mapping is a SIGBUS in it.
+ */
+function placeAddon(from, to) {
+  if (existsSync(to) && readFileSync(to).equals(readFileSync(from))) return;
+  const staged = `${to}.${process.pid}.tmp`;
+  copyFileSync(from, staged);
+  renameSync(staged, to);
 }
 
 function buildAddon(dir, name, sources) {
@@ -100,7 +120,7 @@ const addons = [
 for (const [from, name] of addons) {
   if (!existsSync(from))
     throw new Error(`missing native addon ${from}: run npm install (with install scripts allowed)`);
-  copyFileSync(from, join(release, name));
+  placeAddon(from, join(release, name));
 }
 
 step("the code interpreter's kernel drivers (javascript bundled, python and r copied)");
@@ -132,7 +152,7 @@ await build({
 });
 const serverRelease = join(root, "dist", "server", "build", "Release");
 mkdirSync(serverRelease, { recursive: true });
-for (const [from, name] of serverAddons) copyFileSync(from, join(serverRelease, name));
+for (const [from, name] of serverAddons) placeAddon(from, join(serverRelease, name));
 step(`server ready in ${join(root, "dist", "server")}`);
 
 step("bundling the gateway");
