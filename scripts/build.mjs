@@ -155,6 +155,15 @@ mkdirSync(serverRelease, { recursive: true });
 for (const [from, name] of serverAddons) placeAddon(from, join(serverRelease, name));
 step(`server ready in ${join(root, "dist", "server")}`);
 
+step("bundling the guest services");
+await build({
+  ...NODE_BUNDLE,
+  entryPoints: [join(root, "src", "guest-services", "main.ts")],
+  outfile: join(root, "dist", "guest-services", "main.mjs"),
+  packages: "external",
+});
+step(`guest services ready in ${join(root, "dist", "guest-services")}`);
+
 step("bundling the gateway");
 await build({
   ...NODE_BUNDLE,

@@ -14,7 +14,8 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   shared: [],
   agent: ["protocol", "shared"],
   vmm: ["protocol", "shared"],
-  network: ["protocol", "shared"],
+  // relay: the egress gate relays a guest's HTTP requests as the proxy relays a client's.
+  network: ["relay", "protocol", "shared"],
   "host-setup": ["protocol", "shared"],
   // The host setup's command runner and ext4 image maker.
   "oci-images": ["host-setup", "shared"],
@@ -41,8 +42,11 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "shared",
   ],
   proxy: ["orchestrator", "relay", "protocol", "shared"],
+  // What parses guests' bytes, in a process of its own: the services it runs, nothing else.
+  "guest-services": ["volumes", "network", "protocol", "shared"],
   server: [
     "api",
+    "guest-services",
     "builds",
     "proxy",
     "relay",

@@ -1,5 +1,6 @@
 import { writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import type { Logger } from "pino";
 import { registryImages, TemplateBuilds } from "../builds/index.js";
 import {
@@ -11,6 +12,7 @@ import {
   type TeamCatalog,
   type VolumeCatalog,
 } from "../catalog/index.js";
+import { GuestServices } from "../guest-services/index.js";
 import { ensureHostSetup, GUEST_ARTIFACTS, type GuestArtifacts } from "../host-setup/index.js";
 import {
   type GateInterception,
@@ -37,8 +39,9 @@ import {
   createQemuDriver,
   type QemuDriverConfig,
   type QemuDriverSetup,
+  VmCgroups,
 } from "../vmm/qemu/index.js";
-import { Volumes } from "../volumes/index.js";
+import { GuestIds, Volumes } from "../volumes/index.js";
 import type { CloseStack } from "./close-stack.js";
 import { joinCluster } from "./cluster-membership.js";
 import { egressInterception } from "./egress-interception.js";
@@ -115,10 +118,13 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   const egressCa = await EgressCa.open(join(input.layout.secretsDir, "egress-ca"));
   const interception = await egressInterception(egressCa, teamSecrets, config.egressTrustedCa);
   input.teams.bind(teams);
+  // Root's server: guests' files and the guest services process live in a range of its own.
+  const ids = process.getuid?.() === 0 ? new GuestIds(config.guestIdBase) : undefined;
   const volumes = new Volumes({
     catalog: volumeRows,
     dir: input.config.volumesDir ?? join(input.layout.dataDir, "volumes"),
     diskReserveMiB: config.diskReserveMiB,
+    ...(ids && { ids }),
     limitOf: async (teamId) => (await teams.getTeam(teamId))?.limits.maxVolumeBytes,
     mountedBy: async (volumeId) => {
       const rows = cluster ? await cluster.listSandboxes() : await catalog.listSandboxes();
@@ -127,7 +133,10 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
         .map((row) => row.id);
     },
   });
+  await volumes.prepare();
   input.volumes.bind(volumes);
+  input.step("starting the guest services");
+  const services = await startGuestServices(input, ids);
   const host = hostResources();
   const limits = capacityLimits(config, host);
   const started = newOrchestrator(input, {
@@ -139,6 +148,7 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
     host,
     teams,
     volumes,
+    services,
     egress: { ca: egressCa, interception },
   });
   orchestrator = started;
@@ -269,6 +279,49 @@ function capacityLimits(config: Readonly<Config>, host: HostResources): Capacity
   };
 }
 
+/** The guest services process's entry, beside the server's bundle (npm run build). */
+const GUEST_SERVICES_ENTRY = fileURLToPath(new URL("../guest-services/main.mjs", import.meta.url));
+
+/**
+ * The process that parses what guests send (their volumes' NFS): not the server, in the
+ * guest id range's user namespace when the server is root, in a cgroup of its own bounding
+ * its memory; stopped with the server.
+ */
+async function startGuestServices(
+  input: NodePartsInput,
+  ids: GuestIds | undefined,
+): Promise<GuestServices> {
+  const { config, closers, logger } = input;
+  const cgroups = ids && VmCgroups.detect(`${config.networkPrefix}-services`);
+  // What an earlier run left (its server died) goes first.
+  await cgroups?.sweep();
+  const cgroup = await cgroups?.create("guest-services", {
+    memoryBytes: config.guestServicesMemoryMiB * 1024 * 1024,
+    cpuQuotaUs: 100_000,
+    cpuPeriodUs: 100_000,
+    pids: 256,
+  });
+  const services = await GuestServices.start({
+    entry: GUEST_SERVICES_ENTRY,
+    ...(ids && { idBase: ids.base }),
+    ...(cgroup && { cgroupProcs: cgroup.procs }),
+    // Its own environment: nothing of the server's (database URL, keys, credentials).
+    env: {
+      PATH: process.env.PATH ?? "/usr/sbin:/usr/bin:/sbin:/bin",
+      WARREN_LOG_LEVEL: config.logLevel,
+    },
+    logger: logger.child({ component: "server" }),
+  }).catch(async (err: unknown) => {
+    await cgroup?.remove();
+    throw err;
+  });
+  closers.add("guest services", async () => {
+    await services.close();
+    await cgroup?.remove();
+  });
+  return services;
+}
+
 function newOrchestrator(
   input: NodePartsInput,
   parts: {
@@ -280,6 +333,7 @@ function newOrchestrator(
     host: HostResources;
     teams: TeamCatalog;
     volumes: Volumes;
+    services: GuestServices;
     egress: { ca: EgressCa; interception: GateInterception };
   },
 ): Orchestrator {
@@ -321,11 +375,11 @@ function newOrchestrator(
     metricsIntervalMs: config.metricsIntervalMs,
     // Each sandbox's volumes on a socket in its slot's namespace, for its guest alone.
     volumes: {
-      serve: (slot, ids, teamId) =>
-        parts.volumes.serve(
-          listenInNamespace(slot.netns, slot.gateway, VOLUME_NFS_PORT),
-          ids,
-          teamId,
+      serve: async (slot, ids, teamId) =>
+        parts.services.serveNfs(
+          slot.netns,
+          () => ({ fd: listenInNamespace(slot.netns, slot.gateway, VOLUME_NFS_PORT) }),
+          await parts.volumes.exportFor(ids, teamId),
         ),
     },
     guestCaCertificate: parts.egress.ca.certificate,

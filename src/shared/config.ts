@@ -211,6 +211,20 @@ const SETTINGS = {
     parse: int(1000),
     expects: "an integer ≥ 1000",
   },
+  guestIdBase: {
+    env: "WARREN_GUEST_ID_BASE",
+    doc: "First host uid (and gid) of the 65 536 the guest services process's user namespace maps its own 0-65535 to: it serves guests' NFS (and the egress gate) as that namespace's root, so its reach on the host is what these ids own. A guest's uid u owns volume files as this + u on the host (volumes made before are moved over at start). The range must be unused on the host, and not overlap WARREN_VMM_UID_BASE's.",
+    default: () => 1_400_000_000,
+    parse: int(65_536),
+    expects: "an integer ≥ 65536",
+  },
+  guestServicesMemoryMiB: {
+    env: "WARREN_GUEST_SERVICES_MEMORY_MIB",
+    doc: "Memory the guest services process (NFS for volumes, the egress gate) may use, in its cgroup: past it the kernel kills it and the server starts it again, its sandboxes' NFS and egress pausing for a moment.",
+    default: () => 512,
+    parse: int(64),
+    expects: "an integer ≥ 64 (MiB)",
+  },
   vmmUidCount: {
     env: "WARREN_VMM_UID_COUNT",
     doc: "How many uids the VMM range holds: at most this many VMs (sandboxes, warm VMMs, build VMs) run at once.",

@@ -30,12 +30,13 @@ export class WalkError extends Error {
 
 /**
  * Opens `root` (trusted: made by Warren) and then each of `names` in turn as a directory;
- * `create` makes missing ones (0755). The caller closes what it gets.
+ * `create` makes missing ones (0755, `owner`'s when given). The caller closes what it gets.
  */
 export async function openDirectory(
   root: string,
   names: readonly string[],
   create = false,
+  owner?: { readonly uid: number; readonly gid: number },
 ): Promise<FileHandle> {
   let dir = await open(root, DIR_FLAGS).catch((err: unknown) => {
     throw new WalkError(0, err);
@@ -43,14 +44,26 @@ export async function openDirectory(
   try {
     for (let i = 0; i < names.length; i++) {
       const name = names[i] as string;
+      let made = false;
       if (create) {
-        await mkdir(inDir(dir, name), { mode: 0o755 }).catch((err: NodeJS.ErrnoException) => {
-          if (err.code !== "EEXIST") throw new WalkError(i, err);
-        });
+        made = await mkdir(inDir(dir, name), { mode: 0o755 }).then(
+          () => true,
+          (err: NodeJS.ErrnoException) => {
+            if (err.code !== "EEXIST") throw new WalkError(i, err);
+            return false;
+          },
+        );
       }
       const next = await open(inDir(dir, name), DIR_FLAGS).catch((err: unknown) => {
         throw new WalkError(i, err);
       });
+      // Through the handle: what was made, not what a guest may have put at the name since.
+      if (made && owner) {
+        await next.chown(owner.uid, owner.gid).catch(async (err: unknown) => {
+          await next.close();
+          throw new WalkError(i, err);
+        });
+      }
       await dir.close();
       dir = next;
     }

@@ -6,6 +6,7 @@ import { pipeline } from "node:stream/promises";
 import { WarrenError } from "../shared/index.js";
 import { DIR_FLAGS, ENTRY_FLAGS, inDir, openDirectory, WalkError } from "./by-descriptor.js";
 import type { DiskReserve } from "./disk-reserve.js";
+import type { GuestIds } from "./guest-ids.js";
 import { ENTRY_BYTES } from "./quota.js";
 
 /** A volume entry as E2B's `VolumeEntryStat`. */
@@ -34,12 +35,18 @@ export interface EntryMetadata {
   readonly mode?: number;
 }
 
-/** What a volume's writes are held to. */
+/** What a volume's writes are held to, and how its owners are kept. */
 export interface VolumeLimits {
   /** Whether the volume's team may add that many bytes now (its quota); default: always. */
   readonly admit?: (bytes: number) => boolean;
   /** The volumes' filesystem's free-space floor (507 disk_pressure below it). */
   readonly disk?: DiskReserve;
+  /**
+   * Owners as the guests' ids shifted into a host range (WARREN_GUEST_ID_BASE): what is said
+   * and set is the guest's id, what is stored the host's; what this makes is the range's
+   * root's. Unset: ids as they are, new entries this process's.
+   */
+  readonly ids?: GuestIds;
 }
 
 const MAX_PATH_BYTES = 4096;
@@ -64,12 +71,38 @@ export class VolumeFiles {
   readonly #root: string;
   readonly #admit: (bytes: number) => boolean;
   readonly #disk: DiskReserve | undefined;
+  readonly #ids: GuestIds | undefined;
 
   /** `root`: the volume's directory, made by Warren (trusted, unlike everything under it). */
   constructor(root: string, limits: VolumeLimits = {}) {
     this.#root = root;
     this.#admit = limits.admit ?? (() => true);
     this.#disk = limits.disk;
+    this.#ids = limits.ids;
+  }
+
+  /** Who owns what this makes: the guest range's root (unset: this process). */
+  get #owner(): { uid: number; gid: number } | undefined {
+    const ids = this.#ids;
+    return ids && { uid: ids.host(0), gid: ids.host(0) };
+  }
+
+  /** Metadata to store: a guest's owner as the host's; for a new entry, the default owner. */
+  #stored(metadata: EntryMetadata, created: boolean): EntryMetadata {
+    const ids = this.#ids;
+    if (!ids) return metadata;
+    const { uid, gid, mode } = checkMetadata(metadata);
+    return {
+      ...(mode !== undefined && { mode }),
+      ...((uid !== undefined || created) && { uid: ids.host(uid ?? 0) }),
+      ...((gid !== undefined || created) && { gid: ids.host(gid ?? 0) }),
+    };
+  }
+
+  /** An entry as the API says it: its owner the guest's. */
+  #shown(entry: VolumeEntry): VolumeEntry {
+    const ids = this.#ids;
+    return ids ? { ...entry, uid: ids.guest(entry.uid), gid: ids.guest(entry.gid) } : entry;
   }
 
   /**
@@ -88,8 +121,11 @@ export class VolumeFiles {
 
   async stat(path: string): Promise<VolumeEntry> {
     const names = parsePath(path);
-    if (names.length === 0) return this.#withDir([], (dir) => describeOpen(dir, "/"));
-    return this.#inParent(names, (dir, name) => describeIn(dir, name, joinPath(names)));
+    const entry =
+      names.length === 0
+        ? await this.#withDir([], (dir) => describeOpen(dir, "/"))
+        : await this.#inParent(names, (dir, name) => describeIn(dir, name, joinPath(names)));
+    return this.#shown(entry);
   }
 
   /** The entries under a directory, `depth` levels down (1: its children), pre-order. */
@@ -98,7 +134,8 @@ export class VolumeFiles {
       throw new WarrenError("invalid_argument", `depth must be an integer from 1 to ${MAX_DEPTH}`);
     }
     const names = parsePath(path);
-    return this.#withDir(names, (dir) => listUnder(dir, joinPath(names), depth));
+    const entries = await this.#withDir(names, (dir) => listUnder(dir, joinPath(names), depth));
+    return entries.map((entry) => this.#shown(entry));
   }
 
   /**
@@ -111,19 +148,21 @@ export class VolumeFiles {
     const parent = names.slice(0, -1);
     const name = names.at(-1) as string;
     this.#adding(ENTRY_BYTES);
-    return this.#withDir(
+    const entry = await this.#withDir(
       parent,
       async (dir) => {
+        let created = true;
         try {
           await mkdir(inDir(dir, name), { mode: 0o755 });
         } catch (err) {
           if (!(options.force && (err as NodeJS.ErrnoException).code === "EEXIST")) {
             throw fsError(err, joinPath(names));
           }
+          created = false;
         }
         const made = await openEntry(dir, name, joinPath(names), "directory");
         try {
-          await applyMetadata(made, options);
+          await applyMetadata(made, this.#stored(options, created));
           // A set-gid parent hands its bit down to new directories.
           await clearSetId(made);
           return await describeOpen(made, joinPath(names));
@@ -133,6 +172,7 @@ export class VolumeFiles {
       },
       options.force === true,
     );
+    return this.#shown(entry);
   }
 
   /** The file's bytes; the stream owns the descriptor. */
@@ -159,17 +199,24 @@ export class VolumeFiles {
     if (names.length === 0) throw new WarrenError("invalid_argument", "'/' is a directory");
     const shown = joinPath(names);
     this.#adding(ENTRY_BYTES);
-    return this.#withDir(
+    const entry = await this.#withDir(
       names.slice(0, -1),
       async (dir) => {
         const name = names.at(-1) as string;
+        const flags = constants.O_WRONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
         let file: FileHandle;
+        let created = true;
         try {
+          // Made here (its owner set below) or there already (its owner kept).
           file = await open(
             inDir(dir, name),
-            constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK,
+            flags | constants.O_CREAT | constants.O_EXCL,
             0o644,
-          );
+          ).catch(async (err: NodeJS.ErrnoException) => {
+            if (err.code !== "EEXIST") throw err;
+            created = false;
+            return open(inDir(dir, name), flags);
+          });
         } catch (err) {
           throw fsError(err, shown);
         }
@@ -192,7 +239,7 @@ export class VolumeFiles {
             },
           });
           await pipeline(body, sink);
-          await applyMetadata(file, options);
+          await applyMetadata(file, this.#stored(options, created));
           await clearSetId(file); // one left from before is gone once the file is rewritten
           return await describeOpen(file, shown);
         } finally {
@@ -201,6 +248,7 @@ export class VolumeFiles {
       },
       options.force === true,
     );
+    return this.#shown(entry);
   }
 
   /** Removes a file, a link or a whole directory tree. */
@@ -212,28 +260,32 @@ export class VolumeFiles {
   }
 
   /** Sets owner and permissions (a link: its owner only). */
-  async setMetadata(path: string, metadata: EntryMetadata): Promise<VolumeEntry> {
+  async setMetadata(path: string, wanted: EntryMetadata): Promise<VolumeEntry> {
     const names = parsePath(path);
     const shown = joinPath(names);
+    const metadata = this.#stored(wanted, false);
     if (names.length === 0) {
-      return this.#withDir([], async (dir) => {
-        await applyMetadata(dir, metadata);
-        return describeOpen(dir, shown);
-      });
+      return this.#shown(
+        await this.#withDir([], async (dir) => {
+          await applyMetadata(dir, metadata);
+          return describeOpen(dir, shown);
+        }),
+      );
     }
-    return this.#inParent(names, async (dir, name) => {
+    const entry = await this.#inParent(names, async (dir, name) => {
       const kind = typeOf(await lstatIn(dir, name, shown));
       if (kind === "symlink" || kind === "unknown") {
         throw new WarrenError("invalid_argument", `'${shown}' is not a file or a directory`);
       }
-      const entry = await openEntry(dir, name, shown, kind);
+      const opened = await openEntry(dir, name, shown, kind);
       try {
-        await applyMetadata(entry, metadata);
-        return await describeOpen(entry, shown);
+        await applyMetadata(opened, metadata);
+        return await describeOpen(opened, shown);
       } finally {
-        await entry.close();
+        await opened.close();
       }
     });
+    return this.#shown(entry);
   }
 
   /** Runs `work` on the open parent directory of the last name. */
@@ -247,10 +299,12 @@ export class VolumeFiles {
     work: (dir: FileHandle) => Promise<T>,
     create = false,
   ): Promise<T> {
-    const dir = await openDirectory(this.#root, names, create).catch((err: unknown) => {
-      if (!(err instanceof WalkError)) throw err;
-      throw fsError(err.cause, joinPath(names.slice(0, err.at + 1)));
-    });
+    const dir = await openDirectory(this.#root, names, create, this.#owner).catch(
+      (err: unknown) => {
+        if (!(err instanceof WalkError)) throw err;
+        throw fsError(err.cause, joinPath(names.slice(0, err.at + 1)));
+      },
+    );
     try {
       return await work(dir);
     } finally {

@@ -1,11 +1,11 @@
 import { randomUUID } from "node:crypto";
-import { closeSync } from "node:fs";
-import { chmod, mkdir, rm } from "node:fs/promises";
+import { chmod, chown, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { VolumeCatalog, VolumeRow } from "../catalog/index.js";
 import { WarrenError } from "../shared/index.js";
 import { DiskReserve } from "./disk-reserve.js";
-import { type NfsServer, startNfsServer } from "./nfs/nfs-server.js";
+import { type GuestIds, shiftVolumeOwners } from "./guest-ids.js";
+import type { NfsExport } from "./nfs-export.js";
 import { VolumeQuota } from "./quota.js";
 import { VolumeFiles } from "./volume-files.js";
 import { issueVolumeToken, newVolumeKey, tokenRefusal } from "./volume-tokens.js";
@@ -36,6 +36,12 @@ export interface VolumesOptions {
   readonly tokenTtlMs?: number;
   /** The clock tokens are issued and checked by; tests move it. */
   readonly now?: () => number;
+  /**
+   * Volumes' owners in the guest id range (WARREN_GUEST_ID_BASE), as the guest services
+   * process's user namespace reaches them: `dir` and each volume's root are the range's root's.
+   * Unset: raw ids (development, tests without root).
+   */
+  readonly ids?: GuestIds;
 }
 
 /** A content API token's life: a `Volume` the SDK holds never asks for another. */
@@ -102,6 +108,8 @@ export class Volumes {
     // the sandbox's `user`): a volume is its team's, and so are its guests' users.
     await mkdir(root, { mode: 0o777 });
     await chmod(root, 0o777);
+    const ids = this.#o.ids;
+    if (ids) await chown(root, ids.host(0), ids.host(0));
     try {
       await this.#o.catalog.insertVolume(row);
     } catch (err) {
@@ -188,31 +196,34 @@ export class Volumes {
     // Measured now if stale: the content API's writes are refused on a fresh figure.
     await this.#quota?.check(row.teamId, 0);
     return new VolumeFiles(this.#root(row.id), {
+      ...(this.#o.ids && { ids: this.#o.ids }),
       admit: this.#admitter(row.teamId),
       disk: this.#disk,
     });
   }
 
   /**
-   * NFS for these volumes on a listening socket made for one sandbox's guest (in its slot's
-   * namespace); the socket is closed with the server, or at once when a volume is gone or is
-   * not the sandbox's team's (`teamId`): what the sandbox's row says is not taken on trust.
+   * What a sandbox's NFS server exports (`NfsExport`: the guest services process serves it):
+   * these volumes, refused (volume_not_found) when one is gone or is not the sandbox's team's
+   * (`teamId`): what the sandbox's row says is not taken on trust.
    */
-  async serve(fd: number, volumeIds: readonly string[], teamId: string): Promise<NfsServer> {
+  async exportFor(volumeIds: readonly string[], teamId: string): Promise<NfsExport> {
     for (const id of volumeIds) {
       const row = VOLUME_ID.test(id) ? await this.#o.catalog.getVolume(id) : undefined;
       // Another team's volume reads as a missing one, as everywhere else.
       if (row?.teamId !== teamId) {
-        closeSync(fd);
         throw new WarrenError("volume_not_found", `volume ${shown(id)} no longer exists`);
       }
     }
-    return startNfsServer({
+    const limit = await this.#o.limitOf?.(teamId);
+    return {
       volumes: volumeIds.map((id) => ({ key: id, root: this.#root(id) })),
-      listen: { fd },
-      admit: this.#admitter(teamId),
-      disk: this.#disk,
-    });
+      teamId,
+      ...(limit !== undefined && {
+        quota: { limitBytes: limit, roots: (await this.list(teamId)).map((r) => this.#root(r.id)) },
+      }),
+      disk: { dir: this.#o.dir, reserveMiB: this.#o.diskReserveMiB ?? DISK_RESERVE_MIB },
+    };
   }
 
   #now(): number {
@@ -223,9 +234,21 @@ export class Volumes {
     return join(this.#o.dir, id);
   }
 
+  /**
+   * Before the volumes are served: their directory made, and with a guest id range, every
+   * owner in it moved there once (volumes made before held raw ids).
+   */
+  async prepare(): Promise<void> {
+    await this.#ensureDir();
+    if (this.#o.ids) await shiftVolumeOwners(this.#o.dir, this.#o.ids);
+  }
+
   async #ensureDir(): Promise<void> {
     await mkdir(this.#o.dir, { recursive: true, mode: 0o700 });
     await chmod(this.#o.dir, 0o700);
+    const ids = this.#o.ids;
+    // The range's root reaches the volumes; no other account of the host does.
+    if (ids) await chown(this.#o.dir, ids.host(0), ids.host(0));
   }
 }
 

@@ -8,7 +8,7 @@
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { runCommand } from "../../src/network/index.js";
-import { RUN_VMM_UID_COUNT, runEnv, runVmmUidBase } from "./run-env.js";
+import { RUN_VMM_UID_COUNT, runEnv, runGuestIdBase, runVmmUidBase } from "./run-env.js";
 import { startServer, type TestServer } from "./server.js";
 
 const WRAPPER = join(import.meta.dirname, "in-netns.sh");
@@ -85,6 +85,8 @@ export function netnsServerEnv(
     WARREN_NETWORK_CIDR: `${runBlockBase()}.${host.index * 64}.0/18`,
     WARREN_VMM_UID_BASE: String(runVmmUidBase() + host.index * uids),
     WARREN_VMM_UID_COUNT: String(uids),
+    // One range for the run's nodes: a cluster's volumes are shared.
+    WARREN_GUEST_ID_BASE: String(runGuestIdBase()),
   };
 }
 

@@ -67,6 +67,12 @@ export function runVmmUidBase(): number {
   return 1_600_000_000 + ((second * 256 + third) % 65_536) * RUN_VMM_UID_COUNT;
 }
 
+/** This run's guest id range (WARREN_GUEST_ID_BASE): below the VMM uids, one per block. */
+export function runGuestIdBase(): number {
+  const [, second = 0, third = 0] = runEnv().networkCidr.split(/[./]/).map(Number);
+  return 1_400_000_000 + ((second * 256 + third) % 3_000) * 65_536;
+}
+
 /** The server settings of a test server: this run's data dir, images, names, block and uids. */
 export function runServerEnv(): Record<string, string> {
   const env = runEnv();
@@ -77,6 +83,7 @@ export function runServerEnv(): Record<string, string> {
     WARREN_NETWORK_CIDR: env.networkCidr,
     WARREN_VMM_UID_BASE: String(runVmmUidBase()),
     WARREN_VMM_UID_COUNT: String(RUN_VMM_UID_COUNT),
+    WARREN_GUEST_ID_BASE: String(runGuestIdBase()),
     // Pauses let their VMMs go, as the tests of pause and resume expect (what a paused
     // sandbox holds, a restore's path); test/e2e/kept-vmms.test.ts turns keeping on.
     WARREN_PAUSE_KEEP_MS: "0",

@@ -6,18 +6,12 @@ import { Mount3Program, Nfs3Program } from "./nfs3.js";
 import { serveRpc } from "./rpc.js";
 import { type NfsWork, newWork } from "./work.js";
 
-export interface NfsServerOptions {
+export interface NfsServiceOptions {
   /**
    * The volumes served, each exported as `/<key>` (its id; also in its file handles, so a
    * handle of another volume is refused), from its directory (trusted: made by Warren).
    */
   readonly volumes: readonly { readonly key: string; readonly root: string }[];
-  /**
-   * Where to listen: an address and port (0: any free port), or a listening socket made
-   * elsewhere (a slot's namespace: network's listenInNamespace), taken over and closed with
-   * the server.
-   */
-  readonly listen: { readonly host: string; readonly port: number } | { readonly fd: number };
   /** Connections at once; more are closed at once (a guest opening sockets in a loop). */
   readonly maxConnections?: number;
   /** Whether the volumes' team may add that many bytes now (its quota); default: always. */
@@ -28,42 +22,75 @@ export interface NfsServerOptions {
   readonly stallMs?: number;
 }
 
-export interface NfsServer {
-  readonly port: number;
+export interface NfsServerOptions extends NfsServiceOptions {
+  /**
+   * Where to listen: an address and port (0: any free port), or a listening socket made
+   * elsewhere (a slot's namespace: network's listenInNamespace), taken over and closed with
+   * the server.
+   */
+  readonly listen: { readonly host: string; readonly port: number } | { readonly fd: number };
+}
+
+/** NFS for some volumes, on connections accepted elsewhere (the guest services process). */
+export interface NfsService {
+  /** Serves a guest's connection until it closes. */
+  accept(socket: Socket): void;
   /** Connections open now. */
   readonly connections: number;
   /** What the server did so far (directory reads, tree walks…), counted. */
   readonly work: Readonly<NfsWork>;
+  /** Cuts every connection. */
+  close(): void;
+}
+
+export interface NfsServer extends Omit<NfsService, "accept" | "close"> {
+  readonly port: number;
   close(): Promise<void>;
 }
 
 const STALL_MS = 30_000;
 
-/** NFSv3 and MOUNT v3 for some volumes on one TCP port (nfs3.ts says what it serves). */
-export async function startNfsServer(options: NfsServerOptions): Promise<NfsServer> {
-  const { listen } = options;
+/** NFSv3 and MOUNT v3 for some volumes (nfs3.ts says what it serves), on given connections. */
+export async function createNfsService(options: NfsServiceOptions): Promise<NfsService> {
   const work = newWork();
   const volumes = await Promise.all(
     options.volumes.map((v) => Handles.open(v.root, v.key, { work })),
-  ).catch((err: unknown) => {
-    if ("fd" in listen) closeSync(listen.fd); // taken over: closed whatever happens
-    throw err;
-  });
+  );
   const programs = [
     new Mount3Program(volumes),
     new Nfs3Program(volumes, { admit: options.admit, disk: options.disk, work }),
   ];
   const limits = { stallMs: options.stallMs ?? STALL_MS };
   const sockets = new Set<Socket>();
-  // Half-open: a guest that sent its last calls and shut its side down still gets the replies.
-  const server: Server = createServer({ allowHalfOpen: true }, (socket) => {
-    socket.on("error", () => {});
-    if (sockets.size >= (options.maxConnections ?? 16)) return void socket.destroy();
-    sockets.add(socket);
-    socket.once("close", () => sockets.delete(socket));
-    socket.setNoDelay(true);
-    serveRpc(socket, programs, limits);
+  return {
+    accept(socket) {
+      // Half-open: a guest that sent its last calls and shut its side still gets the replies.
+      socket.allowHalfOpen = true;
+      socket.on("error", () => {});
+      if (sockets.size >= (options.maxConnections ?? 16)) return void socket.destroy();
+      sockets.add(socket);
+      socket.once("close", () => sockets.delete(socket));
+      socket.setNoDelay(true);
+      serveRpc(socket, programs, limits);
+    },
+    get connections() {
+      return sockets.size;
+    },
+    work,
+    close() {
+      for (const socket of sockets) socket.destroy();
+    },
+  };
+}
+
+/** An NfsService on a TCP listener of its own (tests; a development server). */
+export async function startNfsServer(options: NfsServerOptions): Promise<NfsServer> {
+  const { listen } = options;
+  const service = await createNfsService(options).catch((err: unknown) => {
+    if ("fd" in listen) closeSync(listen.fd); // taken over: closed whatever happens
+    throw err;
   });
+  const server: Server = createServer({ allowHalfOpen: true }, (socket) => service.accept(socket));
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     if ("fd" in listen) server.listen({ fd: listen.fd }, () => resolve());
@@ -75,12 +102,12 @@ export async function startNfsServer(options: NfsServerOptions): Promise<NfsServ
   return {
     port: typeof address === "object" && address ? address.port : 0,
     get connections() {
-      return sockets.size;
+      return service.connections;
     },
-    work,
+    work: service.work,
     close: () =>
       new Promise<void>((resolve) => {
-        for (const socket of sockets) socket.destroy();
+        service.close();
         server.close(() => resolve());
       }),
   };

@@ -1,0 +1,124 @@
+// The guest services process and its supervisor, for real: a child process running
+// src/guest-services/main.ts (as this user: the unit tier has no root, so no user namespace
+// here — test/e2e/guest-services.test.ts runs it as it runs on a node), a slot's NFS served
+// through it on loopback, the child killed with SIGKILL and started again.
+import assert from "node:assert/strict";
+import {
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { Nfs, RpcClient, sleep } from "../../test/unit/volumes/nfs-client.js";
+import { silentLogger } from "../shared/index.js";
+import type { NfsExport } from "../volumes/index.js";
+import { GuestServices } from "./host.js";
+
+const ENTRY = fileURLToPath(new URL("./main.ts", import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), "warren-guest-services-"));
+const VOLUME = "9e0c1d7a-5b8e-4a4f-b1f2-2f0b6f1d3c4e";
+let services: GuestServices;
+
+/** Where a slot listens in these tests: loopback, any port (kept across restarts). */
+const LOOPBACK = () => ({ host: "127.0.0.1", port: 0 });
+
+const spec = (key = VOLUME): NfsExport => ({
+  volumes: [{ key, root: join(dir, key) }],
+  teamId: "team-a",
+  disk: { dir, reserveMiB: 0 },
+});
+
+before(async () => {
+  mkdirSync(join(dir, VOLUME));
+  writeFileSync(join(dir, VOLUME, "hello.txt"), "hi");
+  services = await GuestServices.start({
+    entry: ENTRY,
+    // Its cwd is /: tsx is named by URL, not resolved from there.
+    nodeArgs: ["--import", import.meta.resolve("tsx")],
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", WARREN_LOG_LEVEL: "silent" },
+    logger: silentLogger,
+    restartDelayMs: { first: 50, max: 200 },
+  });
+});
+
+after(async () => {
+  await services?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** Looks `hello.txt` up over NFS on `port`: what a guest's mount does first. */
+async function lookUp(port: number): Promise<number> {
+  const client = await RpcClient.open(port);
+  try {
+    const root = await client.mount(`/${VOLUME}`);
+    return (await Nfs.lookup(client, root, "hello.txt")).status;
+  } finally {
+    client.socket.destroy();
+  }
+}
+
+/** The processes holding the socket that listens on `port` (by its inode in /proc/net/tcp). */
+function listenersOf(port: number, pids: readonly number[]): number[] {
+  const hex = port.toString(16).toUpperCase().padStart(4, "0");
+  const line = readFileSync("/proc/net/tcp", "utf8")
+    .split("\n")
+    .find((l) => l.includes(`:${hex} 00000000:0000 0A`));
+  const inode = line?.trim().split(/\s+/)[9];
+  assert.ok(inode, `a socket listens on ${port}`);
+  const holds = (pid: number, fd: string) => {
+    try {
+      return readlinkSync(`/proc/${pid}/fd/${fd}`, { encoding: "utf8" }) === `socket:[${inode}]`;
+    } catch {
+      return false; // closed while listed
+    }
+  };
+  return pids.filter((pid) => readdirSync(`/proc/${pid}/fd`).some((fd) => holds(pid, fd)));
+}
+
+it("serves a slot's volumes from its own process, which alone holds the listener", async () => {
+  const served = await services.serveNfs("wt-1", LOOPBACK, spec());
+  try {
+    assert.equal(await lookUp(served.port), 0);
+    const child = services.pid;
+    assert.ok(child && child !== process.pid, "a process of its own");
+    assert.deepEqual(listenersOf(served.port, [process.pid, child]), [child]);
+  } finally {
+    await served.close();
+  }
+});
+
+it("refuses an export it cannot serve, and lets go of the listener", async () => {
+  await assert.rejects(services.serveNfs("wt-2", LOOPBACK, spec("missing-volume")), /volumes: /);
+  // The slot is free again: a later serve of it works.
+  const served = await services.serveNfs("wt-2", LOOPBACK, spec());
+  await served.close();
+});
+
+it("is started again after a kill -9, and serves every slot again within seconds", async () => {
+  const served = await services.serveNfs("wt-3", LOOPBACK, spec());
+  try {
+    const first = services.pid;
+    assert.ok(first);
+    const killedAt = performance.now();
+    process.kill(first, "SIGKILL");
+    let status: number | undefined;
+    while (performance.now() - killedAt < 10_000) {
+      status = await lookUp(served.port).catch(() => undefined);
+      if (status === 0 && services.pid !== first) break;
+      await sleep(50);
+    }
+    assert.equal(status, 0, "the slot's NFS answers again");
+    assert.notEqual(services.pid, first, "a new process");
+    assert.equal(services.restarts, 1);
+    console.log(`# serving again ${Math.round(performance.now() - killedAt)} ms after the kill`);
+  } finally {
+    await served.close();
+  }
+});

@@ -1,0 +1,143 @@
+// The guest services process on a real node (issue 39's blast radius): what serves a
+// sandbox's volume over NFS is a process that is neither the server nor the host's root (a
+// user namespace of its own over the run's guest id range, WARREN_GUEST_ID_BASE), holding the
+// listener in the sandbox's network namespace; `kill -9` of it leaves every VMM running and
+// the API answering, and the sandbox's volume works again within seconds.
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { after, before, describe, it } from "node:test";
+import { Sandbox, Volume } from "e2b";
+import { runEnv, runGuestIdBase } from "../helpers/run-env.js";
+import { useServer, waitFor } from "../helpers/server.js";
+
+const server = useServer();
+
+/** The guest services process: a child of the server running its bundle. */
+function servicesPid(): number {
+  const found = readdirSync("/proc")
+    .filter((entry) => /^\d+$/.test(entry))
+    .filter((pid) => {
+      try {
+        const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+        const ppid = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ")[1];
+        return cmdline.includes("guest-services/main.mjs") && ppid === String(server.process.pid);
+      } catch {
+        return false; // gone while listed
+      }
+    });
+  assert.equal(found.length, 1, `one guest services process, found ${found.join(", ")}`);
+  return Number(found[0]);
+}
+
+/** A status field's values (`Uid:\t1\t1\t1\t1`). */
+function status(pid: number, field: string): string[] {
+  const line = readFileSync(`/proc/${pid}/status`, "utf8")
+    .split("\n")
+    .find((l) => l.startsWith(`${field}:`));
+  return line?.split(/\s+/).slice(1) ?? [];
+}
+
+/** Pids of every QEMU the run's server started (their runtime dirs are in its data dir). */
+function vmmPids(): number[] {
+  return readdirSync("/proc")
+    .filter((entry) => /^\d+$/.test(entry))
+    .filter((pid) => {
+      try {
+        const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+        return cmdline.startsWith("qemu-system") && cmdline.includes(server.dataDir);
+      } catch {
+        return false;
+      }
+    })
+    .map(Number)
+    .sort();
+}
+
+/** Who listens on the NFS port in each of the server's slot namespaces (`ss -p`'s pids). */
+function nfsListeners(): number[] {
+  const prefix = `${runEnv().networkPrefix}-`;
+  const namespaces = execFileSync("ip", ["netns", "list"], { encoding: "utf8" })
+    .split("\n")
+    .map((line) => line.split(" ")[0] ?? "")
+    .filter((name) => name.startsWith(prefix));
+  return namespaces.flatMap((netns) => {
+    const out = execFileSync("ip", ["netns", "exec", netns, "ss", "-ltnpH", "sport = :2049"], {
+      encoding: "utf8",
+    });
+    return [...out.matchAll(/pid=(\d+)/g)].map((m) => Number(m[1]));
+  });
+}
+
+describe("the guest services process", () => {
+  let volume: Volume;
+  let sandbox: Sandbox;
+
+  before(async () => {
+    process.env.E2B_VOLUME_API_URL = server.url;
+    volume = await Volume.create(`services-${Date.now()}`);
+    sandbox = await Sandbox.create({ volumeMounts: { "/mnt/vol": volume } });
+    await sandbox.commands.run("echo before > /mnt/vol/before.txt");
+  });
+
+  after(async () => {
+    delete process.env.E2B_VOLUME_API_URL;
+    await sandbox?.kill().catch(() => false);
+    if (volume) await Volume.destroy(volume.volumeId).catch(() => false);
+  });
+
+  it("serves the sandbox's NFS as neither the server nor the host's root", () => {
+    const pid = servicesPid();
+    assert.notEqual(pid, server.process.pid);
+    const base = runGuestIdBase();
+    assert.deepEqual(status(pid, "Uid"), Array(4).fill(String(base)), "the range's first id");
+    assert.deepEqual(status(pid, "Groups"), [""], "no groups of the host's");
+    assert.notEqual(
+      readlinkSync(`/proc/${pid}/ns/user`),
+      readlinkSync("/proc/self/ns/user"),
+      "a user namespace of its own",
+    );
+    assert.equal(
+      readFileSync(`/proc/${pid}/uid_map`, "utf8").trim().split(/\s+/).join(" "),
+      `0 ${base} 65536`,
+    );
+    // The listener in the sandbox's namespace is that process's, and only its.
+    assert.deepEqual([...new Set(nfsListeners())], [pid]);
+    // What the guest wrote is the range's on the host (its user, 1000).
+    const hostFile = `${server.dataDir}/volumes/${volume.volumeId}/before.txt`;
+    assert.equal(
+      execFileSync("stat", ["-c", "%u", hostFile], { encoding: "utf8" }).trim(),
+      String(base + 1000),
+    );
+  });
+
+  it("dies alone: kill -9 leaves every VMM and the API, and the volume works again in seconds", async () => {
+    const pid = servicesPid();
+    const vmms = vmmPids();
+    assert.ok(vmms.length >= 1, "a VMM runs");
+    const killedAt = performance.now();
+    process.kill(pid, "SIGKILL");
+    await waitFor("the guest services process started again", () => {
+      try {
+        return servicesPid() !== pid;
+      } catch {
+        return false;
+      }
+    });
+    assert.deepEqual(vmmPids(), vmms, "every VMM still runs");
+    assert.equal((await fetch(`${server.url}/health`)).status, 200, "the API answers");
+    // The guest's hard mount carries on against the new process.
+    const wrote = await sandbox.commands.run(
+      "echo after > /mnt/vol/after.txt && cat /mnt/vol/before.txt",
+      {
+        timeoutMs: 60_000,
+      },
+    );
+    assert.equal(wrote.stdout, "before\n");
+    const seconds = (performance.now() - killedAt) / 1000;
+    console.log(`# the volume answered again ${seconds.toFixed(1)} s after the kill`);
+    assert.ok(seconds < 30, `within seconds (${seconds.toFixed(1)} s)`);
+    assert.equal(await volume.readFile("/after.txt"), "after\n");
+    assert.ok(server.logs.some((l) => l.msg === "guest_services.exited"));
+  });
+});
