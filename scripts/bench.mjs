@@ -27,6 +27,7 @@ const BENCHES = {
   rl: ["rl.ts", true],
   volumes: ["volumes.ts", true],
   egress: ["egress.ts", false],
+  "guest-services": ["guest-services.ts", true],
 };
 
 const name = process.argv[2];

@@ -1,0 +1,106 @@
+// The guest services process (NFS for volumes, out of the root server): what a crash of it
+// costs. A server, sandboxes with a volume mounted each; the process is killed with SIGKILL
+// BENCH_ROUNDS times; each time: from the kill to the new process ready (its log line), and
+// to the first guest NFS write that completes again (timed in the guest, while the kill
+// happens: a `hard` mount retries), and whether every VMM kept running. Also the process's
+// memory (RSS) with the sandboxes' mounts in use, beside an NFS round trip's time.
+// Run: npm run bench:guest-services (as root). BENCH_ROUNDS (default 10), BENCH_SANDBOXES (4).
+import { readdirSync, readFileSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
+import { Sandbox, Volume } from "e2b";
+import { startServer, type TestServer, waitFor } from "../test/helpers/server.js";
+import { report, type Summary, summarize } from "./lib/report.js";
+
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 10);
+const SANDBOXES = Number(process.env.BENCH_SANDBOXES ?? 4);
+
+/** Pids of the server's children running a bundle (the guest services) or QEMU (its VMMs). */
+function childrenOf(server: TestServer, match: (cmdline: string) => boolean): number[] {
+  return readdirSync("/proc")
+    .filter((entry) => /^\d+$/.test(entry))
+    .filter((pid) => {
+      try {
+        const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+        return (
+          match(cmdline) && (cmdline.includes(server.dataDir) || cmdline.includes("guest-services"))
+        );
+      } catch {
+        return false;
+      }
+    })
+    .map(Number)
+    .sort((a, b) => a - b);
+}
+
+const servicesPid = (server: TestServer) =>
+  childrenOf(server, (c) => c.includes("guest-services/main.mjs"))[0];
+const vmmPids = (server: TestServer) => childrenOf(server, (c) => c.startsWith("qemu-system"));
+
+function rssMiB(pid: number): number {
+  const line = readFileSync(`/proc/${pid}/status`, "utf8")
+    .split("\n")
+    .find((l) => l.startsWith("VmRSS:"));
+  return Math.round(Number(line?.split(/\s+/)[1] ?? 0) / 1024);
+}
+
+/** A guest's NFS write + fsync, in ms as the guest clocks it. */
+async function nfsWrite(sandbox: Sandbox, name: string): Promise<number> {
+  const out = await sandbox.commands.run(
+    `s=$(date +%s%N); echo x > /mnt/vol/${name} && sync /mnt/vol/${name}; e=$(date +%s%N); echo $(( (e - s) / 1000000 ))`,
+    { timeoutMs: 120_000 },
+  );
+  return Number(out.stdout.trim().split("\n").at(-1));
+}
+
+const server = await startServer();
+try {
+  process.env.E2B_VOLUME_API_URL = server.url;
+  const volume = await Volume.create(`bench-services-${Date.now()}`);
+  const sandboxes = await Promise.all(
+    Array.from({ length: SANDBOXES }, () =>
+      Sandbox.create({ timeoutMs: 3_600_000, volumeMounts: { "/mnt/vol": volume } }),
+    ),
+  );
+  const samples: Record<string, number[]> = {};
+  const add = (name: string, ms: number) => {
+    samples[name] ??= [];
+    samples[name].push(ms);
+  };
+  for (const sandbox of sandboxes) add("NFS write + sync, healthy", await nfsWrite(sandbox, "w"));
+  const first = servicesPid(server);
+  const rss = first === undefined ? Number.NaN : rssMiB(first);
+  let vmmsKept = 0;
+  for (let round = 0; round < ROUNDS; round++) {
+    const pid = servicesPid(server);
+    if (pid === undefined) throw new Error("no guest services process");
+    const vmms = vmmPids(server);
+    const readyBefore = server.logs.filter((l) => l.msg === "guest_services.ready").length;
+    // A write in flight at the kill: it completes once the new process serves the mount.
+    const guest = sandboxes[round % sandboxes.length] as Sandbox;
+    const writing = nfsWrite(guest, `r${round}`);
+    await sleep(20);
+    const killedAt = performance.now();
+    process.kill(pid, "SIGKILL");
+    await waitFor(
+      "the guest services ready again",
+      () => server.logs.filter((l) => l.msg === "guest_services.ready").length > readyBefore,
+    );
+    add("kill → process ready", performance.now() - killedAt);
+    await writing;
+    add("kill → the guest's write done", performance.now() - killedAt);
+    if (JSON.stringify(vmmPids(server)) === JSON.stringify(vmms)) vmmsKept += 1;
+    await sleep(500);
+  }
+  await Promise.all(sandboxes.map((s) => s.kill()));
+  await Volume.destroy(volume.volumeId);
+  const rows: Summary[] = Object.entries(samples).map(([name, ms]) => summarize(name, "ms", ms));
+  report("guest-services", rows, {
+    rounds: ROUNDS,
+    sandboxes: SANDBOXES,
+    servicesRssMiB: rss,
+    vmmsKeptEveryRound: `${vmmsKept}/${ROUNDS}`,
+  });
+} finally {
+  delete process.env.E2B_VOLUME_API_URL;
+  await server.stop();
+}
