@@ -13,17 +13,16 @@ import { report, type Summary, summarize } from "./lib/report.js";
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 10);
 const SANDBOXES = Number(process.env.BENCH_SANDBOXES ?? 4);
+/** GuestServices' healthy window (host.ts): a restart after it has no backoff. */
+const HEALTHY_MS = 10_000;
 
-/** Pids of the server's children running a bundle (the guest services) or QEMU (its VMMs). */
-function childrenOf(server: TestServer, match: (cmdline: string) => boolean): number[] {
+/** Pids of the processes whose command line `match`es. */
+function processes(match: (cmdline: string) => boolean): number[] {
   return readdirSync("/proc")
     .filter((entry) => /^\d+$/.test(entry))
     .filter((pid) => {
       try {
-        const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-        return (
-          match(cmdline) && (cmdline.includes(server.dataDir) || cmdline.includes("guest-services"))
-        );
+        return match(readFileSync(`/proc/${pid}/cmdline`, "utf8"));
       } catch {
         return false;
       }
@@ -32,9 +31,18 @@ function childrenOf(server: TestServer, match: (cmdline: string) => boolean): nu
     .sort((a, b) => a - b);
 }
 
+/** The server's guest services process (its child running that bundle). */
 const servicesPid = (server: TestServer) =>
-  childrenOf(server, (c) => c.includes("guest-services/main.mjs"))[0];
-const vmmPids = (server: TestServer) => childrenOf(server, (c) => c.startsWith("qemu-system"));
+  processes((c) => c.includes("guest-services/main.mjs")).find(
+    (pid) =>
+      readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ")[1] ===
+      String(server.process.pid),
+  );
+/** The sandboxes' own QEMUs (each runtime dir is named after its sandbox). */
+const vmmPids = (sandboxes: readonly Sandbox[]) =>
+  processes(
+    (c) => c.startsWith("qemu-system") && sandboxes.some((s) => c.includes(`/run/${s.sandboxId}/`)),
+  );
 
 function rssMiB(pid: number): number {
   const line = readFileSync(`/proc/${pid}/status`, "utf8")
@@ -73,7 +81,7 @@ try {
   for (let round = 0; round < ROUNDS; round++) {
     const pid = servicesPid(server);
     if (pid === undefined) throw new Error("no guest services process");
-    const vmms = vmmPids(server);
+    const vmms = vmmPids(sandboxes);
     const readyBefore = server.logs.filter((l) => l.msg === "guest_services.ready").length;
     // A write in flight at the kill: it completes once the new process serves the mount.
     const guest = sandboxes[round % sandboxes.length] as Sandbox;
@@ -88,8 +96,9 @@ try {
     add("kill → process ready", performance.now() - killedAt);
     await writing;
     add("kill → the guest's write done", performance.now() - killedAt);
-    if (JSON.stringify(vmmPids(server)) === JSON.stringify(vmms)) vmmsKept += 1;
-    await sleep(500);
+    if (JSON.stringify(vmmPids(sandboxes)) === JSON.stringify(vmms)) vmmsKept += 1;
+    // Past the supervisor's healthy window: each kill measures a first restart, not a backoff.
+    await sleep(HEALTHY_MS + 1_000);
   }
   await Promise.all(sandboxes.map((s) => s.kill()));
   await Volume.destroy(volume.volumeId);

@@ -32,8 +32,8 @@ interface Registration {
   port: number;
 }
 
-/** A child healthy this long has its restart delay reset. */
-const HEALTHY_MS = 60_000;
+/** A process that ran this long has its restart delay reset (a crash loop backs off). */
+const HEALTHY_MS = 10_000;
 
 /**
  * The node's side of the guest services process (src/guest-services/main.ts): starts it as

@@ -38,20 +38,19 @@ function status(pid: number, field: string): string[] {
   return line?.split(/\s+/).slice(1) ?? [];
 }
 
-/** Pids of every QEMU the run's server started (their runtime dirs are in its data dir). */
-function vmmPids(): number[] {
-  return readdirSync("/proc")
+/** The pid of a sandbox's QEMU (its runtime dir is named after it). */
+function vmmOf(sandboxId: string): number | undefined {
+  const found = readdirSync("/proc")
     .filter((entry) => /^\d+$/.test(entry))
-    .filter((pid) => {
+    .find((pid) => {
       try {
         const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-        return cmdline.startsWith("qemu-system") && cmdline.includes(server.dataDir);
+        return cmdline.startsWith("qemu-system") && cmdline.includes(`/run/${sandboxId}/`);
       } catch {
         return false;
       }
-    })
-    .map(Number)
-    .sort();
+    });
+  return found === undefined ? undefined : Number(found);
 }
 
 /** Who listens on the NFS port in each of the server's slot namespaces (`ss -p`'s pids). */
@@ -113,8 +112,8 @@ describe("the guest services process", () => {
 
   it("dies alone: kill -9 leaves every VMM and the API, and the volume works again in seconds", async () => {
     const pid = servicesPid();
-    const vmms = vmmPids();
-    assert.ok(vmms.length >= 1, "a VMM runs");
+    const vmm = vmmOf(sandbox.sandboxId);
+    assert.ok(vmm, "the sandbox's VMM runs");
     const killedAt = performance.now();
     process.kill(pid, "SIGKILL");
     await waitFor("the guest services process started again", () => {
@@ -124,7 +123,7 @@ describe("the guest services process", () => {
         return false;
       }
     });
-    assert.deepEqual(vmmPids(), vmms, "every VMM still runs");
+    assert.equal(vmmOf(sandbox.sandboxId), vmm, "the sandbox's VMM still runs, the same one");
     assert.equal((await fetch(`${server.url}/health`)).status, 200, "the API answers");
     // The guest's hard mount carries on against the new process.
     const wrote = await sandbox.commands.run(
