@@ -1,25 +1,16 @@
 import assert from "node:assert/strict";
 import { createServer, type IncomingHttpHeaders, request } from "node:http";
 import { type AddressInfo, connect } from "node:net";
-import { afterEach, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { TEST_ADMIN_TOKEN } from "../../helpers/auth.js";
-import { API_KEY, startTestCluster, type TestCluster } from "./harness.js";
+import { API_KEY, type TestCluster, useTestClusters } from "./harness.js";
 
 const asAdmin = { apiKey: null, headers: { "x-admin-token": TEST_ADMIN_TOKEN } };
 
 // The gateway over stand-in nodes (the real node API on the in-memory sandbox service) and
 // an in-memory cluster catalog: placement, routing, merging, admission, node failures.
 
-let running: TestCluster | undefined;
-afterEach(async () => {
-  await running?.close();
-  running = undefined;
-});
-
-async function cluster(options: Parameters<typeof startTestCluster>[0]) {
-  running = await startTestCluster(options);
-  return running;
-}
+const cluster = useTestClusters();
 
 async function create(c: TestCluster, templateID = "base"): Promise<Response> {
   return c.call("POST", "/sandboxes", { body: { templateID, timeout: 300 } });

@@ -13,6 +13,7 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
+import { afterEach } from "node:test";
 import { createApi } from "../../../src/api/index.js";
 import type { Catalog } from "../../../src/catalog/index.js";
 import { type Gateway, type GatewayOptions, startGateway } from "../../../src/gateway/gateway.js";
@@ -68,6 +69,24 @@ export interface TestCluster {
     init?: { body?: unknown; headers?: Record<string, string>; apiKey?: string | null },
   ): Promise<Response>;
   close(): Promise<void>;
+}
+
+/**
+ * A test file's clusters: `cluster(options)` starts one, closed after the test that started
+ * it (node:test's afterEach, registered here).
+ */
+export function useTestClusters(): (
+  options: Parameters<typeof startTestCluster>[0],
+) => Promise<TestCluster> {
+  let running: TestCluster | undefined;
+  afterEach(async () => {
+    await running?.close();
+    running = undefined;
+  });
+  return async (options) => {
+    running = await startTestCluster(options);
+    return running;
+  };
 }
 
 /** What a create costs a stand-in node: `ms` each, `concurrent` at once (its cores). */

@@ -1,23 +1,14 @@
 import assert from "node:assert/strict";
-import { request as httpRequest, type IncomingHttpHeaders } from "node:http";
+import { type ClientRequest, request as httpRequest, type IncomingHttpHeaders } from "node:http";
 import { request as httpsRequest } from "node:https";
-import { afterEach, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { CONTROL_ALPN, clusterClientOptions } from "../../../src/tls/index.js";
-import { API_KEY, startTestCluster, type TestCluster } from "./harness.js";
+import { API_KEY, type TestCluster, useTestClusters } from "./harness.js";
 
 // The cluster's internal node API is the gateway's own: no client traffic reaches it, whatever
 // the client sends, and a node answers it only on the gateway's control connections.
 
-let running: TestCluster | undefined;
-afterEach(async () => {
-  await running?.close();
-  running = undefined;
-});
-
-async function cluster(options: Parameters<typeof startTestCluster>[0]) {
-  running = await startTestCluster(options);
-  return running;
-}
+const cluster = useTestClusters();
 
 async function createdId(c: TestCluster, apiKey = API_KEY): Promise<string> {
   const res = await c.call("POST", "/sandboxes", {
@@ -34,26 +25,33 @@ interface Answer {
   readonly body: string;
 }
 
+/** The answer to `req`, read whole. */
+function answerOf(req: ClientRequest, body?: string): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    req.on("response", (res) => {
+      let text = "";
+      res.on("data", (chunk) => {
+        text += chunk;
+      });
+      res.on("end", () =>
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }),
+      );
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
 /** A request through node:http, which sends the Connection header it is given. */
 function raw(
   url: string,
   options: { method?: string; path: string; headers: Record<string, string>; body?: string },
 ): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(`${url}${options.path}`, {
-      method: options.method ?? "POST",
-      headers: options.headers,
-    });
-    req.on("response", (res) => {
-      let body = "";
-      res.on("data", (chunk) => {
-        body += chunk;
-      });
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
-    });
-    req.on("error", reject);
-    req.end(options.body);
+  const req = httpRequest(`${url}${options.path}`, {
+    method: options.method ?? "POST",
+    headers: options.headers,
   });
+  return answerOf(req, options.body);
 }
 
 /** What reached any node's internal API or its proxy (the attacks must reach neither). */
@@ -127,24 +125,16 @@ describe("gateway: the internal node API is out of client traffic's reach", () =
     const victim = await createdId(c);
     const gateway = await c.pki.issue({ role: "gateway", name: "gateway" });
     const call = (path: string, alpn: string[] | undefined, headers: Record<string, string> = {}) =>
-      new Promise<Answer>((resolve, reject) => {
-        const req = httpsRequest(`${node.url}${path}`, {
+      answerOf(
+        httpsRequest(`${node.url}${path}`, {
           method: "POST",
           ...clusterClientOptions(gateway, node.id),
           ...(alpn && { ALPNProtocols: alpn }),
           agent: false,
           headers: { "content-type": "application/json", ...headers },
-        });
-        req.on("response", (res) => {
-          let body = "";
-          res.on("data", (chunk) => {
-            body += chunk;
-          });
-          res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
-        });
-        req.on("error", reject);
-        req.end(JSON.stringify({ count: 1, local: 1 }));
-      });
+        }),
+        JSON.stringify({ count: 1, local: 1 }),
+      );
     // The relay's connections (the certificate every client request also arrives on): refused.
     for (const alpn of [undefined, ["http/1.1"]]) {
       const relayed = await call(`/internal/sandboxes/${victim}/fork`, alpn);
