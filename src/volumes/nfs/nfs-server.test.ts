@@ -14,108 +14,19 @@ import {
   symlinkSync,
   writeFileSync,
 } from "node:fs";
-import { connect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import {
+  type Attributes,
+  RpcClient,
+  readAttributes,
+} from "../../../test/unit/volumes/nfs-client.js";
 import { type NfsServer, startNfsServer } from "./nfs-server.js";
-import { MOUNT_PROGRAM, NFS_PROGRAM } from "./nfs3.js";
-import { XdrReader, XdrWriter } from "./xdr.js";
+import { MOUNT_PROGRAM } from "./nfs3.js";
+import { XdrWriter } from "./xdr.js";
 
 const isRoot = process.getuid?.() === 0;
-
-/** One TCP connection speaking RPC, one call at a time. */
-class Client {
-  #xid = 1;
-  #buffered = Buffer.alloc(0);
-  #waiting: ((record: Buffer) => void) | undefined;
-  readonly closed: Promise<void>;
-
-  constructor(readonly socket: Socket) {
-    socket.on("data", (chunk: Buffer) => {
-      this.#buffered = Buffer.concat([this.#buffered, chunk]);
-      if (this.#buffered.length < 4) return;
-      const length = this.#buffered.readUInt32BE(0) & 0x7fffffff;
-      if (this.#buffered.length < 4 + length) return;
-      const record = this.#buffered.subarray(4, 4 + length);
-      this.#buffered = this.#buffered.subarray(4 + length);
-      this.#waiting?.(record);
-    });
-    this.closed = new Promise((resolve) => socket.once("close", () => resolve()));
-  }
-
-  static async open(port: number): Promise<Client> {
-    const socket = connect(port, "127.0.0.1");
-    await new Promise((resolve, reject) => socket.once("connect", resolve).once("error", reject));
-    return new Client(socket);
-  }
-
-  /** Calls a procedure as uid:gid; returns the result body after the accept status. */
-  async call(
-    program: number,
-    procedure: number,
-    args: XdrWriter,
-    who = { uid: 1000, gid: 1000 },
-  ): Promise<XdrReader> {
-    const xid = this.#xid++;
-    const credentials = new XdrWriter().u32(0).string("guest").u32(who.uid).u32(who.gid).u32(0);
-    const call = new XdrWriter()
-      .u32(xid)
-      .u32(0)
-      .u32(2)
-      .u32(program)
-      .u32(3)
-      .u32(procedure)
-      .u32(1)
-      .opaque(credentials.toBuffer())
-      .u32(0)
-      .u32(0)
-      .append(args);
-    const mark = Buffer.allocUnsafe(4);
-    mark.writeUInt32BE((0x80000000 | call.length) >>> 0);
-    const record = new Promise<Buffer>((resolve) => {
-      this.#waiting = resolve;
-    });
-    this.socket.write(Buffer.concat([mark, call.toBuffer()]));
-    const reply = new XdrReader(await record);
-    assert.equal(reply.u32(), xid);
-    assert.equal(reply.u32(), 1, "a reply");
-    assert.equal(reply.u32(), 0, "accepted");
-    reply.u32();
-    reply.opaque(400);
-    assert.equal(reply.u32(), 0, "SUCCESS");
-    return reply;
-  }
-
-  nfs(procedure: number, args: XdrWriter, who?: { uid: number; gid: number }) {
-    return this.call(NFS_PROGRAM, procedure, args, who);
-  }
-}
-
-interface Attributes {
-  type: number;
-  mode: number;
-  uid: number;
-  gid: number;
-  size: bigint;
-  ino: bigint;
-}
-
-function readAttributes(r: XdrReader): Attributes {
-  const type = r.u32();
-  const mode = r.u32();
-  r.u32(); // nlink
-  const uid = r.u32();
-  const gid = r.u32();
-  const size = r.u64();
-  r.u64();
-  r.u32();
-  r.u32();
-  r.u64();
-  const ino = r.u64();
-  for (let i = 0; i < 6; i++) r.u32();
-  return { type, mode, uid, gid, size, ino };
-}
 
 const noAttributes = () =>
   new XdrWriter().bool(false).bool(false).bool(false).bool(false).u32(0).u32(0);
@@ -126,7 +37,7 @@ describe("volume NFS server", () => {
   const outside = join(base, "outside");
   const other = join(base, "other");
   let server: NfsServer;
-  let client: Client;
+  let client: RpcClient;
   let rootHandle: Buffer;
 
   before(async () => {
@@ -141,7 +52,7 @@ describe("volume NFS server", () => {
       ],
       listen: { host: "127.0.0.1", port: 0 },
     });
-    client = await Client.open(server.port);
+    client = await RpcClient.open(server.port);
     const mounted = await client.call(MOUNT_PROGRAM, 1, new XdrWriter().string("/vol-1"));
     assert.equal(mounted.u32(), 0, "MNT3_OK");
     rootHandle = mounted.opaque(64);
@@ -353,7 +264,7 @@ describe("volume NFS server", () => {
       volumes: [{ key: "vol-1", root }],
       listen: { host: "127.0.0.1", port: 0 },
     });
-    const fresh = await Client.open(again.port);
+    const fresh = await RpcClient.open(again.port);
     try {
       const previous = client;
       client = fresh;
@@ -378,7 +289,7 @@ describe("volume NFS server", () => {
         return true;
       },
     });
-    const fresh = await Client.open(limited.port);
+    const fresh = await RpcClient.open(limited.port);
     const previous = client;
     try {
       client = fresh;
@@ -394,7 +305,7 @@ describe("volume NFS server", () => {
   });
 
   it("drops a connection that sends a record over the bound", async () => {
-    const hostile = await Client.open(server.port);
+    const hostile = await RpcClient.open(server.port);
     const mark = Buffer.allocUnsafe(4);
     mark.writeUInt32BE((0x80000000 | (64 * 1024 * 1024)) >>> 0);
     hostile.socket.write(mark);
