@@ -64,7 +64,8 @@ describe("volumes over NFS (real guest kernel)", () => {
     await waitForEnvd(envdUrl(slot.hostAddress), 180_000, vm);
   });
 
-  /** The server as Warren runs it: this process, on a socket in the slot's namespace. */
+  /** The NFS server itself on a socket in the slot's namespace (Warren runs it in the guest
+   * services process: test/e2e/guest-services.test.ts), here in this process, as root. */
   const serveInSlot = () =>
     startNfsServer({
       volumes: [{ key: "vol", root: volume }],
