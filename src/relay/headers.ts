@@ -63,8 +63,11 @@ export function connectionNamesRouting(rawHeaders: readonly string[]): string[] 
 export interface Forwarding {
   /** The client's address, appended to `x-forwarded-for`. */
   readonly clientAddress: string | undefined;
-  /** `http` or `https`, unless the request already carries `x-forwarded-proto`. */
-  readonly proto: string;
+  /**
+   * `http` or `https`, unless the request already carries `x-forwarded-proto`; undefined:
+   * none added (a forward proxy's way out, not a reverse proxy's).
+   */
+  readonly proto: string | undefined;
   /** The Host the client used, unless the request already carries `x-forwarded-host`. */
   readonly originalHost: string | undefined;
 }
@@ -117,7 +120,8 @@ export function relayRequestHeaders(
   const chain = [...(forwarded["x-forwarded-for"] ?? [])];
   if (options.clientAddress) chain.push(options.clientAddress);
   if (chain.length > 0) headers["x-forwarded-for"] = chain.join(", ");
-  headers["x-forwarded-proto"] = forwarded["x-forwarded-proto"]?.[0] ?? options.proto;
+  const proto = forwarded["x-forwarded-proto"]?.[0] ?? options.proto;
+  if (proto !== undefined) headers["x-forwarded-proto"] = proto;
   const forwardedHost = forwarded["x-forwarded-host"]?.[0] ?? options.originalHost;
   if (forwardedHost !== undefined) headers["x-forwarded-host"] = forwardedHost;
   if (chunked) {

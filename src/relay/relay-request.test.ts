@@ -8,7 +8,13 @@ import {
   request,
   type Server,
 } from "node:http";
-import { type AddressInfo, connect, type Socket } from "node:net";
+import {
+  type AddressInfo,
+  connect,
+  createServer as createNetServer,
+  type Server as NetServer,
+  type Socket,
+} from "node:net";
 import { after, describe, it } from "node:test";
 import { forwardingOf, relayRequestHeaders } from "./headers.js";
 import type { Cut, RelayOutcome } from "./relay-options.js";
@@ -19,7 +25,11 @@ import { HEAD_TIMEOUT, type Upstream } from "./upstream.js";
 // what the proxy and the gateway both rely on.
 
 const servers: Server[] = [];
+const netServers: NetServer[] = [];
+const rawSockets: Socket[] = [];
 after(async () => {
+  for (const socket of rawSockets.splice(0)) socket.destroy();
+  for (const server of netServers.splice(0)) server.close();
   for (const server of servers.splice(0)) {
     server.closeAllConnections();
     await new Promise((resolve) => server.close(resolve));
@@ -168,6 +178,29 @@ describe("relayRequest", () => {
     assert.equal(res.headers["access-control-allow-origin"], "*");
     assert.deepEqual(JSON.parse(res.body), { message: "ECONNREFUSED false", code: 502 });
     assert.deepEqual(refusing.outcomes, [{ kind: "ended", status: 502 }]);
+  });
+
+  it("settles when the upstream switches protocols for a plain request (no answer to relay)", async () => {
+    // A raw upstream that answers 101 to anything: Node's client drops such a socket without
+    // an error, which left the exchange waiting for good.
+    const raw = await new Promise<number>((resolve) => {
+      const server = createNetServer((socket) => {
+        rawSockets.push(socket);
+        socket.on("error", () => {});
+        socket.once("data", () =>
+          socket.write(
+            "HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\nconnection: upgrade\r\n\r\n",
+          ),
+        );
+      });
+      netServers.push(server);
+      server.listen(0, "127.0.0.1", () => resolve((server.address() as AddressInfo).port));
+    });
+    const { port, outcomes } = await front(raw, { headTimeoutMs: 60_000 });
+    const started = performance.now();
+    assert.equal((await send(port)).status, 599, "left to the caller at once");
+    assert.ok(performance.now() - started < 5_000, "not after the head timeout");
+    assert.equal(outcomes[0]?.kind, "unreachable");
   });
 
   it("bounds the time to a response head", async () => {

@@ -106,11 +106,13 @@ class RequestRelay {
     const sent = upstreamRequest(this.#target, this.#req.method, this.#options, tunnel);
     this.#upstream = sent.request;
     let answered = false;
+    let errored = false;
     sent.request.on("response", (answer: IncomingMessage) => {
       answered = true;
       this.#answered(answer);
     });
     sent.request.on("error", (err) => {
+      errored = true;
       if (this.#settled) return;
       const reset = errorCode(err) === "ECONNRESET" || errorCode(err) === "EPIPE";
       if (!answered && !this.#hasBody && retries > 0 && sent.request.reusedSocket && reset) {
@@ -127,6 +129,14 @@ class RequestRelay {
           fail: () => this.#fail(err, false),
         });
       if (!retried) this.#fail(err, sent.connected());
+    });
+    // Closed with neither an answer nor an error: an upstream that switched protocols for a
+    // request that asked for none (Node's client drops that socket silently).
+    sent.request.once("close", () => {
+      if (answered || errored || this.#settled || this.#upstream !== sent.request) return;
+      const err: NodeJS.ErrnoException = new Error("the upstream closed without an answer");
+      err.code = BAD_HEAD;
+      this.#fail(err, sent.connected());
     });
     if (this.#options.body) sent.request.end(this.#options.body);
     else if (!this.#hasBody) sent.request.end();

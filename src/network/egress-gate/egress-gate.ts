@@ -1,27 +1,23 @@
 import { createSocket, type Socket as UdpSocket } from "node:dgram";
-import { connect, createServer, type Server, type Socket } from "node:net";
+import { type AddressInfo, createServer, type Server, type Socket } from "node:net";
 import type { Logger } from "../../shared/index.js";
 import type { EgressPolicy } from "../egress-policy.js";
-import {
-  bindUdpInNamespace,
-  listenInNamespace,
-  originalDestination,
-} from "../listen-in-namespace.js";
-import { type EgressLimits, GATE_DNS_PORT, GATE_TCP_PORT } from "../netns-rules.js";
+import type { EgressLimits } from "../netns-rules.js";
 import { decide, decideRuled, type GateVerdict, limitsAllow, type Resolve } from "./decide.js";
-import { answerQuery, MAX_QUERY_BYTES } from "./dns-answers.js";
+import { answerQuery } from "./dns-answers.js";
+import { serveDnsDatagrams, serveDnsStream } from "./dns-server.js";
 import { type DomainPattern, normalizeHostName, parseDomainPattern } from "./domains.js";
+import { type GateEndpoints, type ListenAt, namespaceEndpoints } from "./endpoints.js";
+import { firstBytes } from "./first-bytes.js";
+import { serveGuestHttp } from "./guest-http.js";
 import { ruleFor } from "./header-rules.js";
 import { type GateInterception, interceptTls } from "./intercept.js";
 import { resetSocket } from "./reset-socket.js";
-import { MAX_SNIFF_BYTES, sniffName } from "./sniff.js";
+import { sniffName } from "./sniff.js";
+import { splice } from "./splice.js";
 
-/** A client that names no host within this long is judged by its address alone. */
-const SNIFF_TIMEOUT_MS = 3_000;
-/** Connections through one slot's gate at once; more are refused. */
+/** Connections through one slot's gate at once, judged or still being read; more are refused. */
 const MAX_CONNECTIONS = 512;
-/** An upstream that does not accept within this long fails the guest's connection. */
-const CONNECT_TIMEOUT_MS = 10_000;
 /** How long a name's addresses are reused (the TTL of the gate's own DNS answers). */
 const RESOLVED_TTL_MS = 30_000;
 /** Names remembered at once; the oldest goes first. */
@@ -38,6 +34,8 @@ export interface EgressGateOptions {
   /** What header rules need (the egress CA, secrets); without it a ruled name is refused. */
   readonly interception?: GateInterception;
   readonly logger?: Logger;
+  /** Where it listens; default: in `netns` on `gateway` (tests: loopback). */
+  readonly endpoints?: GateEndpoints;
 }
 
 interface GateConnection {
@@ -56,13 +54,17 @@ interface GateConnection {
  * through when their first bytes name an allowed domain (SNI, Host) — to the address Warren
  * resolves — and the guest's DNS queries, answered for allowed names only. Upstream
  * connections leave from the host. `update` applies a new policy to connections already
- * open: those it no longer allows are cut.
+ * open: those it no longer allows are cut. Everything a guest or an upstream sends is
+ * handled here: no error of theirs leaves a listener or a promise of the gate's unhandled.
  */
 export class EgressGate {
   readonly #o: EgressGateOptions;
+  readonly #endpoints: GateEndpoints;
   readonly #tcp: Server;
   readonly #udp: UdpSocket;
   readonly #dnsTcp: Server;
+  /** Every connection accepted and not yet closed, judged or not (bounded, cut on close). */
+  readonly #accepted = new Set<Socket>();
   readonly #open = new Set<GateConnection>();
   /** Names' addresses as last resolved: the guest's answers and its connections agree. */
   readonly #resolved = new Map<
@@ -71,32 +73,41 @@ export class EgressGate {
   >();
   #policy: EgressPolicy;
   #domains: readonly DomainPattern[];
+  #closed = false;
 
   private constructor(options: EgressGateOptions, policy: EgressPolicy) {
     this.#o = options;
+    this.#endpoints = options.endpoints ?? namespaceEndpoints(options.netns, options.gateway);
     this.#policy = policy;
     this.#domains = patternsOf(policy);
+    const logged = (event: string) => (err: Error) =>
+      this.#o.logger?.warn({ err, netns: options.netns }, event);
     this.#tcp = createServer({ pauseOnConnect: true }, (socket) => void this.#onConnection(socket));
-    this.#dnsTcp = createServer((socket) => this.#onDnsStream(socket));
+    this.#tcp.on("error", logged("egress_gate.listener_error"));
+    this.#dnsTcp = createServer((socket) => {
+      if (!this.#accept(socket)) return;
+      serveDnsStream(socket, (q) => this.#answer(q), this.#o.logger);
+    });
+    this.#dnsTcp.on("error", logged("egress_gate.dns_error"));
     this.#udp = createSocket("udp4");
-    this.#udp.on("message", (query, from) => void this.#onDatagram(query, from));
-    this.#udp.on("error", (err) =>
-      this.#o.logger?.warn({ err, netns: options.netns }, "egress_gate.dns_error"),
-    );
+    serveDnsDatagrams(this.#udp, (q) => this.#answer(q), this.#o.logger);
+    this.#udp.on("error", logged("egress_gate.dns_error"));
   }
 
   static async open(options: EgressGateOptions, policy: EgressPolicy): Promise<EgressGate> {
     const gate = new EgressGate(options, policy);
-    const { netns, gateway } = options;
-    const fds: number[] = [];
+    const endpoints = gate.#endpoints;
     try {
-      fds.push(listenInNamespace(netns, gateway, GATE_TCP_PORT));
-      fds.push(listenInNamespace(netns, gateway, GATE_DNS_PORT));
-      fds.push(bindUdpInNamespace(netns, gateway, GATE_DNS_PORT));
-      const [tcp, dnsTcp, udp] = fds as [number, number, number];
-      await new Promise<void>((resolve) => gate.#tcp.listen({ fd: tcp }, resolve));
-      await new Promise<void>((resolve) => gate.#dnsTcp.listen({ fd: dnsTcp }, resolve));
-      await new Promise<void>((resolve) => gate.#udp.bind({ fd: udp }, resolve));
+      await listening(gate.#tcp, endpoints.tcp());
+      await listening(gate.#dnsTcp, endpoints.dnsTcp());
+      const udp = endpoints.dnsUdp();
+      await new Promise<void>((resolve, reject) => {
+        gate.#udp.once("error", reject);
+        gate.#udp.bind("fd" in udp ? udp : { address: udp.host, port: udp.port }, () => {
+          gate.#udp.off("error", reject);
+          resolve();
+        });
+      });
     } catch (err) {
       await gate.close();
       throw err;
@@ -109,12 +120,20 @@ export class EgressGate {
     this.#policy = policy;
     this.#domains = patternsOf(policy);
     for (const connection of [...this.#open]) {
-      const verdict = await this.#judge(connection.destination, connection.name, connection.ruled);
+      const verdict = await this.#judge(
+        connection.destination,
+        connection.name,
+        connection.ruled,
+      ).catch((): GateVerdict => ({ allow: false, reason: "could not be judged" }));
       if (!verdict.allow) this.#cut(connection);
     }
   }
 
-  #judge(destination: string, name: string | undefined, ruled: boolean): Promise<GateVerdict> {
+  async #judge(
+    destination: string,
+    name: string | undefined,
+    ruled: boolean,
+  ): Promise<GateVerdict> {
     const limits = this.#o.limits();
     return ruled && name !== undefined
       ? decideRuled(name, this.#policy, this.#domains, limits, this.#resolve)
@@ -126,18 +145,25 @@ export class EgressGate {
     const key = name.toLowerCase().replace(/\.$/, "");
     const known = this.#resolved.get(key);
     if (known && Date.now() - known.at < RESOLVED_TTL_MS) return known.addresses;
-    const addresses = this.#o.resolve(key);
+    // A resolver that throws rather than rejects fails this name alone.
+    const addresses = Promise.resolve().then(() => this.#o.resolve(key));
+    const entry = { at: Date.now(), addresses };
     this.#resolved.delete(key);
-    this.#resolved.set(key, { at: Date.now(), addresses });
+    this.#resolved.set(key, entry);
     if (this.#resolved.size > MAX_RESOLVED) {
       this.#resolved.delete(this.#resolved.keys().next().value as string);
     }
-    addresses.catch(() => this.#resolved.delete(key));
+    addresses.catch(() => {
+      if (this.#resolved.get(key) === entry) this.#resolved.delete(key);
+    });
     return addresses;
   };
 
   async close(): Promise<void> {
+    this.#closed = true;
     for (const connection of [...this.#open]) this.#cut(connection);
+    // Connections still being read, and DNS over TCP: the listeners close once they are gone.
+    for (const socket of [...this.#accepted]) socket.destroy();
     await Promise.all([
       new Promise<void>((resolve) =>
         this.#tcp.listening ? this.#tcp.close(() => resolve()) : resolve(),
@@ -155,21 +181,51 @@ export class EgressGate {
     ]);
   }
 
+  /** Where its sockets listen (tests reach a loopback gate there). */
+  get addresses(): { tcp: AddressInfo; dnsTcp: AddressInfo; dnsUdp: AddressInfo } {
+    return {
+      tcp: this.#tcp.address() as AddressInfo,
+      dnsTcp: this.#dnsTcp.address() as AddressInfo,
+      dnsUdp: this.#udp.address(),
+    };
+  }
+
   /** Connections open through the gate now. */
   get connections(): number {
     return this.#open.size;
   }
 
+  /** Counts a new connection in, or resets it when the gate is full or closed. */
+  #accept(socket: Socket): boolean {
+    socket.on("error", () => {});
+    if (this.#closed || this.#accepted.size >= MAX_CONNECTIONS) {
+      resetSocket(socket);
+      return false;
+    }
+    this.#accepted.add(socket);
+    socket.once("close", () => this.#accepted.delete(socket));
+    return true;
+  }
+
   async #onConnection(guest: Socket): Promise<void> {
-    guest.on("error", () => {});
-    if (this.#open.size >= MAX_CONNECTIONS) return void resetSocket(guest);
+    if (!this.#accept(guest)) return;
+    try {
+      await this.#serve(guest);
+    } catch (err) {
+      // A fault of the gate's own (a limit that cannot be read, say): this connection alone.
+      this.#o.logger?.warn({ err, netns: this.#o.netns }, "egress_gate.connection_failed");
+      if (!guest.destroyed) resetSocket(guest);
+    }
+  }
+
+  async #serve(guest: Socket): Promise<void> {
     let destination: { address: string; port: number };
     try {
-      destination = originalDestination(guest);
+      destination = this.#endpoints.originalDestination(guest);
     } catch {
       return void resetSocket(guest);
     }
-    const head = await this.#firstBytes(guest);
+    const head = await firstBytes(guest);
     const sniffed = sniffName(head);
     const name = sniffed.kind === "name" ? sniffed.name : undefined;
     // Header rules apply to HTTPS alone: their secrets never cross a link in the clear.
@@ -185,7 +241,7 @@ export class EgressGate {
     };
     const refusal = !verdict.allow
       ? verdict.reason
-      : guest.destroyed
+      : guest.destroyed || this.#closed
         ? "guest gone"
         : ruled && !this.#o.interception
           ? "header rules are not served on this node"
@@ -200,11 +256,17 @@ export class EgressGate {
       "egress_gate.allowed",
     );
     const upstream = { address: verdict.address, port: destination.port };
-    if (ruled) await this.#intercept(guest, head, name as string, upstream, destination.address);
-    else this.#splice(guest, head, name, upstream, destination.address);
+    if (ruled) {
+      await this.#intercept(guest, head, name as string, upstream, destination.address);
+    } else if (sniffed.kind === "name" && sniffed.by === "http" && verdict.by === "domain") {
+      // Let through for its Host: so must every request after it be (guest-http.ts).
+      this.#serveHttp(guest, head, sniffed.name, upstream, destination.address);
+    } else {
+      this.#splice(guest, head, name, upstream, destination.address);
+    }
   }
 
-  /** Bytes both ways between the guest and the upstream it may reach. */
+  /** Bytes both ways between the guest and the upstream it may reach (splice.ts). */
   #splice(
     guest: Socket,
     head: Buffer,
@@ -212,37 +274,34 @@ export class EgressGate {
     to: { address: string; port: number },
     destination: string,
   ): void {
-    const upstream = connect({ host: to.address, port: to.port });
+    // An upstream failure cuts both sides (splice reports it only after connecting began).
+    const failed = () => this.#cut(connection);
     const connection: GateConnection = {
       guest,
       name,
       destination,
       ruled: false,
-      cut: () => {
-        upstream.destroy();
-        if (!guest.destroyed) resetSocket(guest);
-      },
+      ...splice(guest, head, to, failed),
     };
-    this.#open.add(connection);
-    // A failure resets both sides; an end is relayed (the pipes half-close), and the
-    // connection is forgotten once the guest's side has closed.
-    const fail = () => this.#cut(connection);
-    upstream.setTimeout(CONNECT_TIMEOUT_MS, fail);
-    upstream.once("connect", () => {
-      upstream.setTimeout(0);
-      upstream.write(head);
-      guest.pipe(upstream);
-      upstream.pipe(guest);
-      guest.resume();
-    });
-    upstream.on("error", fail);
-    upstream.once("close", (hadError) => {
-      if (hadError) fail();
-    });
-    guest.once("close", () => {
-      this.#open.delete(connection);
-      upstream.destroy();
-    });
+    this.#track(connection);
+  }
+
+  /** A plain HTTP connection let through for its Host: served request by request. */
+  #serveHttp(
+    guest: Socket,
+    head: Buffer,
+    name: string,
+    to: { address: string; port: number },
+    destination: string,
+  ): void {
+    const host = normalizeHostName(name) as string; // allowed by a domain entry: a host name
+    guest.unshift(head);
+    const { cut } = serveGuestHttp(
+      guest,
+      { name: host, address: to.address, port: to.port },
+      { logger: this.#o.logger },
+    );
+    this.#track({ guest, name, destination, ruled: false, cut });
   }
 
   /** A TLS connection for a name with header rules: terminated here (intercept.ts). */
@@ -267,77 +326,25 @@ export class EgressGate {
           logger: this.#o.logger,
         },
       );
-      const connection: GateConnection = { guest, name, destination, ruled: true, cut };
-      this.#open.add(connection);
-      guest.once("close", () => this.#open.delete(connection));
-      if (guest.destroyed) this.#open.delete(connection);
+      this.#track({ guest, name, destination, ruled: true, cut });
     } catch (err) {
       this.#o.logger?.warn({ err, netns: this.#o.netns, name }, "egress_gate.intercept_failed");
       resetSocket(guest);
     }
   }
 
-  /** What the guest sends first, until it names a host, shows it never will, or waits too long. */
-  #firstBytes(guest: Socket): Promise<Buffer> {
-    return new Promise((resolve) => {
-      let head = Buffer.alloc(0);
-      const done = () => {
-        clearTimeout(timer);
-        guest.off("data", onData);
-        guest.off("close", done);
-        guest.pause();
-        resolve(head);
-      };
-      const onData = (chunk: Buffer) => {
-        head = Buffer.concat([head, chunk]);
-        if (head.length >= MAX_SNIFF_BYTES || sniffName(head).kind !== "more") done();
-      };
-      const timer = setTimeout(done, SNIFF_TIMEOUT_MS);
-      guest.on("data", onData);
-      guest.once("close", done);
-      guest.resume();
-    });
+  /** Counts a relayed connection as open until its guest side closes. */
+  #track(connection: GateConnection): void {
+    if (connection.guest.destroyed) return void connection.cut();
+    this.#open.add(connection);
+    connection.guest.once("close", () => this.#open.delete(connection));
   }
 
   #cut(connection: GateConnection): void {
     if (this.#open.delete(connection)) connection.cut();
   }
 
-  async #onDatagram(query: Buffer, from: { address: string; port: number }): Promise<void> {
-    const answer = await this.#answer(query);
-    if (answer) this.#udp.send(answer, from.port, from.address);
-  }
-
-  /** DNS over TCP: two-byte length prefixes, one query at a time. */
-  #onDnsStream(socket: Socket): void {
-    socket.on("error", () => {});
-    socket.setTimeout(10_000, () => socket.destroy());
-    let buffered = Buffer.alloc(0);
-    let busy = false;
-    const next = async () => {
-      if (busy || buffered.length < 2) return;
-      const length = buffered.readUInt16BE(0);
-      if (length > MAX_QUERY_BYTES) return void socket.destroy();
-      if (buffered.length < 2 + length) return;
-      const query = buffered.subarray(2, 2 + length);
-      buffered = buffered.subarray(2 + length);
-      busy = true;
-      const answer = await this.#answer(query);
-      busy = false;
-      if (!answer) return void socket.destroy();
-      const prefix = Buffer.alloc(2);
-      prefix.writeUInt16BE(answer.length);
-      socket.write(Buffer.concat([prefix, answer]));
-      await next();
-    };
-    socket.on("data", (chunk: Buffer) => {
-      buffered = Buffer.concat([buffered, chunk]);
-      if (buffered.length > 2 + MAX_QUERY_BYTES * 2) return void socket.destroy();
-      void next();
-    });
-  }
-
-  #answer(query: Buffer): Promise<Buffer | undefined> {
+  async #answer(query: Buffer): Promise<Buffer | undefined> {
     const policy = this.#policy;
     const limits = this.#o.limits();
     return answerQuery(query, this.#domains, async (name) => {
@@ -346,6 +353,17 @@ export class EgressGate {
       return addresses.filter((a) => limitsAllow(a, policy, limits));
     });
   }
+}
+
+/** Listens at `at`, or rejects with the listener's error. */
+function listening(server: Server, at: ListenAt): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(at, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
 }
 
 function patternsOf(policy: EgressPolicy): DomainPattern[] {

@@ -6,7 +6,11 @@ import type { IncomingHttpHeaders } from "node:http";
 import { Agent, createServer as createHttpsServer, request, type Server } from "node:https";
 import { type AddressInfo, connect, createServer, type Socket } from "node:net";
 import { after, before, describe, it } from "node:test";
-import { createSecureContext } from "node:tls";
+import {
+  createSecureContext,
+  createServer as createTlsServer,
+  connect as tlsConnect,
+} from "node:tls";
 import { createTestCa } from "../../../test/helpers/test-ca.js";
 import type { HeaderRule } from "./header-rules.js";
 import { interceptTls } from "./intercept.js";
@@ -40,12 +44,50 @@ async function upstream(tls: { cert: string; key: string }) {
   server.on("upgrade", (req, socket: Socket) => {
     seen.push({ method: req.method ?? "", url: req.url ?? "", headers: req.headers, body: "" });
     socket.write(
-      "HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: echo\r\n\r\n",
+      "HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n",
     );
     socket.pipe(socket);
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   return { seen, server, port: (server.address() as AddressInfo).port };
+}
+
+let nameCertificate: ReturnType<typeof upstreamCa.issue> | undefined;
+
+/** A TLS upstream for NAME answering every connection's first bytes with `raw`, as it is. */
+async function rawUpstream(raw: string | Buffer) {
+  nameCertificate ??= upstreamCa.issue(NAME);
+  const server = createTlsServer(nameCertificate, (socket) => {
+    socket.on("error", () => {});
+    socket.once("data", () => socket.end(raw));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    port: (server.address() as AddressInfo).port,
+    close: () => server.close(),
+  };
+}
+
+/** A guest's TLS connection to the gate sending `raw`; what came back until it closed. */
+function rawRequest(port: number, raw: string, ms = 3000): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = tlsConnect({ host: "127.0.0.1", port, servername: NAME, ca: gateCa.cert });
+    let text = "";
+    const timer = setTimeout(() => {
+      socket.destroy();
+      resolve(text);
+    }, ms);
+    socket.setEncoding("latin1");
+    socket.on("data", (chunk: string) => {
+      text += chunk;
+    });
+    socket.on("error", () => {});
+    socket.once("secureConnect", () => socket.write(raw));
+    socket.once("close", () => {
+      clearTimeout(timer);
+      resolve(text);
+    });
+  });
 }
 
 describe("interceptTls", () => {
@@ -78,6 +120,7 @@ describe("interceptTls", () => {
             rule: () => rules,
             team: () => "team-1",
             handshakeTimeoutMs: 500,
+            upstreamHeadTimeoutMs: 1000,
           },
         );
       });
@@ -153,6 +196,9 @@ describe("interceptTls", () => {
     assert.equal(get?.headers.authorization, "Bearer s3cr3t-value", "the guest's own is replaced");
     assert.equal(get?.headers["x-mine"], "kept");
     assert.equal(get?.headers.host, NAME);
+    // The gate is the guest's way out, not a reverse proxy: it adds no forwarding headers.
+    for (const name of ["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "via"])
+      assert.equal(get?.headers[name], undefined, name);
     assert.equal(post?.method, "POST");
     assert.equal(post?.body.length, 100_000);
     assert.equal(post?.headers.authorization, "Bearer s3cr3t-value");
@@ -212,7 +258,7 @@ describe("interceptTls", () => {
         servername: NAME,
         ca: gateCa.cert,
         path: "/ws",
-        headers: { host: NAME, connection: "Upgrade", upgrade: "echo" },
+        headers: { host: NAME, connection: "Upgrade", upgrade: "websocket" },
         agent: false,
       });
       req.on("upgrade", (res, socket) => {
@@ -230,7 +276,99 @@ describe("interceptTls", () => {
     const seen = good.seen[before];
     assert.equal(seen?.url, "/ws");
     assert.equal(seen?.headers.authorization, "Bearer s3cr3t-value");
-    assert.equal(seen?.headers.upgrade, "echo");
+    assert.equal(seen?.headers.upgrade, "websocket");
+  });
+
+  it("answers 502 when the upstream's status cannot be relayed (099), and goes on serving", async () => {
+    const odd = await rawUpstream("HTTP/1.1 099 Odd\r\ncontent-length: 0\r\n\r\n");
+    try {
+      const res = await send(await gateTo(odd.port));
+      assert.equal(res.status, 502);
+      assert.match(res.body, /^warren egress: /);
+    } finally {
+      odd.close();
+    }
+    assert.equal((await send(await gateTo(good.port))).status, 200);
+  });
+
+  it("never throws on a hostile upstream head: 502 or the answer relayed, nothing else", async () => {
+    const heads: [string, number | "any"][] = [
+      ["HTTP/1.1 1000 Big\r\ncontent-length: 0\r\n\r\n", 502],
+      ["HTTP/1.1 000 Zero\r\ncontent-length: 0\r\n\r\n", 502],
+      ["HTTP/1.1 200 OK\r\nx-bad: a\x01b\r\ncontent-length: 0\r\n\r\n", 502],
+      ["HTTP/1.1 200 OK\r\nbad name: x\r\ncontent-length: 0\r\n\r\n", 502],
+      ["HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok", 502],
+      ["HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 2\r\n\r\nok", 502],
+      ["HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\nconnection: upgrade\r\n\r\n", "any"],
+      [
+        "HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+        200,
+      ],
+      ["HTTP/1.1 600 Odd\r\ncontent-length: 2\r\n\r\nok", 600],
+      ["HTTP/1.1 200 \xff\xfe\r\nx-obs: caf\xe9\r\ncontent-length: 2\r\n\r\nok", "any"],
+      ["HTTP/1.1 200 OK\r\nconnection: x-secret, close\r\nx-secret: 1\r\n\r\nok", 200],
+      ["SSH-2.0-OpenSSH_9.2\r\n", 502],
+      ["", 502],
+    ];
+    for (const [head, status] of heads) {
+      const odd = await rawUpstream(Buffer.from(head, "latin1"));
+      try {
+        const res = await send(await gateTo(odd.port)).catch((err: Error) => ({
+          status: 0,
+          body: err.message,
+          headers: {},
+        }));
+        if (status === "any") assert.notEqual(res.status, 0, JSON.stringify(head));
+        else assert.equal(res.status, status, `${JSON.stringify(head)}: ${res.body}`);
+        // (The one answer relay cannot settle, a 101 never asked for, is cut with its JSON.)
+        if (res.status === 502) assert.match(res.body, /warren egress: /);
+        assert.equal("x-secret" in res.headers, false, "a header Connection names is dropped");
+      } finally {
+        odd.close();
+      }
+    }
+    assert.equal((await send(await gateTo(good.port))).status, 200);
+  });
+
+  it("refuses targets that are not origin-form (400), sending nothing upstream", async () => {
+    const port = await gateTo(good.port);
+    const before = good.seen.length;
+    for (const target of ["https://evil.example/steal", "http://api.ruled.test/x", "*"]) {
+      const answer = await rawRequest(
+        port,
+        `GET ${target} HTTP/1.1\r\nHost: ${NAME}\r\nConnection: close\r\n\r\n`,
+      );
+      assert.match(answer, /^HTTP\/1\.1 400 /, target);
+      assert.match(answer, /warren egress: /, target);
+    }
+    // Authority-form outside CONNECT: Node's parser takes it for no URL at all.
+    const authority = await rawRequest(
+      port,
+      `GET evil.example:443 HTTP/1.1\r\nHost: ${NAME}\r\n\r\n`,
+    );
+    assert.doesNotMatch(authority, /^HTTP\/1\.1 [23]/);
+    assert.equal(good.seen.length, before);
+  });
+
+  it("refuses CONNECT and TRACE (405) and a request with two Host headers (400)", async () => {
+    const port = await gateTo(good.port);
+    const before = good.seen.length;
+    const connectAnswer = await rawRequest(
+      port,
+      `CONNECT evil.example:443 HTTP/1.1\r\nHost: ${NAME}\r\n\r\n`,
+    );
+    assert.match(connectAnswer, /^HTTP\/1\.1 405 /);
+    const trace = await rawRequest(
+      port,
+      `TRACE / HTTP/1.1\r\nHost: ${NAME}\r\nConnection: close\r\n\r\n`,
+    );
+    assert.match(trace, /^HTTP\/1\.1 405 /);
+    const twoHosts = await rawRequest(
+      port,
+      `GET / HTTP/1.1\r\nHost: ${NAME}\r\nHost: evil.example\r\nConnection: close\r\n\r\n`,
+    );
+    assert.match(twoHosts, /^HTTP\/1\.1 400 /);
+    assert.equal(good.seen.length, before);
   });
 
   it("a guest that never finishes its handshake is dropped with its connection", async () => {

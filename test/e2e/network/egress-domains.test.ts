@@ -76,7 +76,9 @@ test("TLS by SNI and HTTP by Host reach an allowed name at Warren's address, on 
   const tls = await guest.agent.tls(public2, TLS_PORT, "api.allowed.test");
   assert.ok(tls.ok, JSON.stringify(tls));
   assert.match(tls.data ?? "", new RegExp(`^fakenet-tls ${public1} \\S+ api\\.allowed\\.test$`));
-  const http = await guest.agent.http(public2, NET_PORT, "www.allowed.test:9090");
+  // Plain HTTP is relayed request by request (each Host judged): an HTTP server behind it.
+  const httpPort = FakeNet.httpPort(NET_PORT);
+  const http = await guest.agent.http(public2, httpPort, `www.allowed.test:${httpPort}`);
   assert.ok(http.ok, JSON.stringify(http));
   assert.match(http.data ?? "", new RegExp(`^fakenet ${public1} `));
 });
@@ -84,11 +86,12 @@ test("TLS by SNI and HTTP by Host reach an allowed name at Warren's address, on 
 test("no connection for a name not allowed, for no name, or for a bare IP", async () => {
   await withPolicy(ONLY_ALLOWED);
   assert.equal((await guest.agent.tls(public2, TLS_PORT, "denied.test")).ok, false);
-  assert.equal((await guest.agent.http(public1, NET_PORT, "denied.test")).ok, false);
+  const httpPort = FakeNet.httpPort(NET_PORT);
+  assert.equal((await guest.agent.http(public1, httpPort, "denied.test")).ok, false);
   assert.equal((await guest.agent.tls(public1, TLS_PORT, undefined)).ok, false, "no SNI");
   assert.equal((await guest.agent.connect(public1, NET_PORT, 1000)).ok, false, "a bare IP");
   // Private ranges stay closed to a name that resolves into one.
-  assert.equal((await guest.agent.http(public1, NET_PORT, "lan.allowed.test")).ok, false);
+  assert.equal((await guest.agent.http(public1, httpPort, "lan.allowed.test")).ok, false);
 });
 
 test("allow beats deny: an allowOut address is reached directly, the gate untouched", async () => {

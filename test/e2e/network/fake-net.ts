@@ -8,7 +8,8 @@ import { NetnsAgent } from "./netns-agent.js";
  * `<prefix>-fakenet` behind veth `<prefix>fakenet` on the host (the run's network prefix:
  * see run-env.ts). The link is the LAN, 198.51.100.128/25: the host's address (.254), the
  * router (.129) and another LAN host (.130). Behind the router: public-looking (TEST-NET-2,
- * 198.51.100.0/25) and private addresses. A NetnsAgent listens on `port` on all of them.
+ * 198.51.100.0/25) and private addresses. A NetnsAgent listens on `port` on all of them
+ * (a greeter, then an echo), and answers HTTP on `port + 1` (`FakeNet.httpPort`).
  * Slots under test use that veth as their egress interface, so guest traffic never leaves
  * this machine. The test command keeps runs' blocks clear of these addresses.
  */
@@ -65,13 +66,22 @@ export class FakeNet {
         ].join("\n"),
       });
       const agent = await NetnsAgent.start(`/run/netns/${netns}`);
-      const listening = await agent.listen(port, "fakenet");
-      if (!listening.ok) throw new Error(`fake net listener: ${listening.error}`);
+      for (const listening of [
+        await agent.listen(port, "fakenet"),
+        await agent.listenHttp(FakeNet.httpPort(port), "fakenet"),
+      ]) {
+        if (!listening.ok) throw new Error(`fake net listener: ${listening.error}`);
+      }
       return new FakeNet(agent);
     } catch (err) {
       await removeFakeNet();
       throw err;
     }
+  }
+
+  /** Where the fake net started on `port` answers HTTP. */
+  static httpPort(port: number): number {
+    return port + 1;
   }
 
   async close(): Promise<void> {

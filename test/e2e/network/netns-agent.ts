@@ -51,6 +51,11 @@ export class NetnsAgent {
     return this.#request({ op: "listen", port, reply });
   }
 
+  /** An HTTP server answering "<reply> <local> <remote>" to every request. */
+  listenHttp(port: number, reply: string): Promise<AgentReply> {
+    return this.#request({ op: "listenHttp", port, reply });
+  }
+
   /** Connects and reads the listener's greeting; `ok: false` with an error code if it can't. */
   connect(host: string, port: number, timeoutMs = 2000): Promise<AgentReply> {
     return this.#request({ op: "connect", host, port, timeoutMs });
