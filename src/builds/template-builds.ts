@@ -17,7 +17,9 @@ import {
   type EventListener,
   type EventSource,
   LifecycleEvents,
+  lookupTemplate,
   newId,
+  reservedName,
   type StatDisk,
   splitTag,
   visibleTo,
@@ -192,22 +194,22 @@ export class TemplateBuilds implements EventSource {
 
   /**
    * Every method takes the team it acts for (`team`): it sees and changes only that team's
-   * templates and builds (another team's read as not found) and the shared ones (`base`).
-   * Undefined is the admin's view: every team's. A build is always some team's.
+   * templates and builds (another team's read as not found, ids and names alike: names are
+   * per team) and the shared ones (`base`). Undefined is the admin's view: every team's by
+   * id, names in the default team's namespace. A build is always some team's.
    */
   async requestBuild(team: string, request: BuildRequest): Promise<RequestedBuild> {
     const { catalog, host } = this.#o;
     const { name, tags } = parseName(request.name, request.tags);
-    const existing = await catalog.getTemplate(name);
-    const builds = await catalog.listBuilds();
-    const takenByOther =
-      (existing !== undefined && existing.teamId !== team) ||
-      builds.some((b) => b.name === name && b.teamId !== team);
-    if (existing?.kind === "base" || (existing && existing.kind !== "build") || takenByOther) {
-      const what =
-        existing?.kind === "base" ? "a built-in template" : takenByOther ? "taken" : "a snapshot";
-      throw new WarrenError("template_name_taken", `'${name}' is ${what}: choose another name`);
+    // Names are per team: only the team's own templates, its builds and the built-in names
+    // count; another team's `name` is neither in the way nor told of.
+    const reserved = await reservedName(catalog, name, team);
+    if (reserved) throw new WarrenError("template_name_taken", reserved);
+    const existing = await catalog.getTemplate(name, team);
+    if (existing && existing.kind !== "build") {
+      throw new WarrenError("template_name_taken", `'${name}' is a snapshot: choose another name`);
     }
+    const builds = (await catalog.listBuilds()).filter((b) => b.teamId === team);
     // Every build of a name builds one template, also before the first one succeeded.
     const earlier = existing ? undefined : builds.find((b) => b.name === name);
     const templateId = existing?.id ?? earlier?.templateId ?? newId();
@@ -490,7 +492,7 @@ export class TemplateBuilds implements EventSource {
     team: string | undefined,
     name: string,
   ): Promise<{ templateID: string; public: boolean }> {
-    const row = await this.#o.catalog.getTemplate(name);
+    const row = await lookupTemplate(this.#o.catalog, name, team);
     if (!row || row.kind === "layer" || !row.aliases.includes(name) || !visibleTo(row, team)) {
       throw new WarrenError("template_not_found", `no template is named '${name}'`);
     }
@@ -503,7 +505,7 @@ export class TemplateBuilds implements EventSource {
    */
   async delete(team: string | undefined, reference: string): Promise<void> {
     const { catalog, host } = this.#o;
-    const found = await catalog.getTemplate(reference.replace(/:default$/, ""));
+    const found = await lookupTemplate(catalog, reference.replace(/:default$/, ""), team);
     const row = found && visibleTo(found, team) ? found : undefined;
     const builds = (await catalog.listBuilds(row?.id ?? reference)).filter((b) => ownedBy(b, team));
     if (found && !row) {
@@ -539,7 +541,7 @@ export class TemplateBuilds implements EventSource {
   ): Promise<{ buildID: string; tags: string[] }> {
     const { catalog } = this.#o;
     const { name, tag } = splitTag(target);
-    const row = await catalog.getTemplate(name);
+    const row = await lookupTemplate(catalog, name, team);
     if (row?.kind !== "build" || !visibleTo(row, team)) {
       throw new WarrenError("template_not_found", `no built template is named '${name}'`);
     }
@@ -556,7 +558,7 @@ export class TemplateBuilds implements EventSource {
   /** `DELETE /templates/tags`. */
   async removeTags(team: string | undefined, name: string, tags: readonly string[]): Promise<void> {
     const { catalog } = this.#o;
-    const row = await catalog.getTemplate(name);
+    const row = await lookupTemplate(catalog, name, team);
     if (row?.kind !== "build" || !visibleTo(row, team)) {
       throw new WarrenError("template_not_found", `no built template is named '${name}'`);
     }
@@ -714,7 +716,7 @@ export class TemplateBuilds implements EventSource {
   ): Promise<{ row?: TemplateRow; builds: BuildRow[] }> {
     const { catalog } = this.#o;
     const owned = (builds: BuildRow[]) => builds.filter((b) => ownedBy(b, team));
-    const row = await catalog.getTemplate(reference);
+    const row = await lookupTemplate(catalog, reference, team);
     if (row && row.kind !== "layer" && visibleTo(row, team)) {
       return { row, builds: owned(await catalog.listBuilds(row.id)) };
     }

@@ -46,7 +46,11 @@ export interface TemplateRow {
   readonly id: string;
   /** The team that owns it; absent: every team's (the built-in `base`, build layers). */
   readonly teamId?: string;
-  /** Names it is found by besides its id (e.g. "base"). Unique across templates. */
+  /**
+   * Names it is found by besides its id (e.g. "base"), in its team's namespace: unique within
+   * that team, and within the global namespace for a template without a team (whose names
+   * every team sees). Two teams may each have a template of the same name.
+   */
   readonly aliases: readonly string[];
   /**
    * "base": built by Warren at start; "snapshot": captured from a sandbox; "build": a named
@@ -222,10 +226,18 @@ export interface Catalog {
    */
   purgeKilledSecrets(killedBefore: string): Promise<number>;
 
-  /** Inserts or replaces by id; aliases move to this template. */
+  /**
+   * Inserts or replaces by id. An alias another template of the same namespace (its team,
+   * or the global one) holds moves to this one; another namespace's are never touched.
+   */
   putTemplate(row: TemplateRow): Promise<void>;
-  /** By id or alias. */
-  getTemplate(idOrAlias: string): Promise<TemplateRow | undefined>;
+  /**
+   * A template by id or alias as `teamId` sees it: that team's templates and the global
+   * ones, never another team's (its ids and names read as unknown). Without `teamId`
+   * (Warren's own lookups: layers, built-in templates, a build's result): any template by
+   * id, the global ones by alias. An id beats an alias; a global alias beats a team's.
+   */
+  getTemplate(idOrAlias: string, teamId?: string): Promise<TemplateRow | undefined>;
   listTemplates(): Promise<TemplateRow[]>;
   deleteTemplate(id: string): Promise<void>;
 

@@ -8,7 +8,7 @@ import { configOf, type LiveSandbox, newRow } from "./live-sandbox.js";
 import { requireState, type SandboxTable } from "./sandbox-table.js";
 import { listSnapshotTemplates, snapshotInfo } from "./snapshot-templates.js";
 import type { Snapshots } from "./snapshots.js";
-import { findTemplate } from "./templates.js";
+import { findTemplate, reservedName } from "./templates.js";
 import type {
   ForkInput,
   ForkResult,
@@ -182,8 +182,8 @@ export class Forks {
 
   /** A persistent snapshot of the sandbox: a template pointing at a capture of it. */
   async createSnapshot(sandboxId: string, input: { name?: string }): Promise<SnapshotInfo> {
-    const { catalog } = this.#o;
-    this.#o.table.get(sandboxId); // an unknown sandbox is a 404 before a bad name is a 400
+    // An unknown sandbox is a 404 before a bad name is a 400.
+    const { teamId } = this.#o.table.get(sandboxId).row;
     if (input.name !== undefined) {
       if (!SNAPSHOT_NAME.test(input.name)) {
         throw new WarrenError(
@@ -191,12 +191,7 @@ export class Forks {
           "name must be 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
         );
       }
-      if (await catalog.getTemplate(input.name)) {
-        throw new WarrenError(
-          "template_name_taken",
-          `a template named '${input.name}' already exists`,
-        );
-      }
+      await this.#checkName(input.name, teamId);
     }
     const source = this.#o.table.get(sandboxId).row;
     const template = await this.captureTemplate(sandboxId, {
@@ -207,6 +202,24 @@ export class Forks {
       config: snapshotTemplateConfig(configOf(source).volumeMounts),
     });
     return snapshotInfo(template, sandboxId);
+  }
+
+  /**
+   * template_name_taken unless the name is free in the team's namespace: not a built-in
+   * template's, nor held by the team's own template or build. Another team's never counts
+   * (names are per team): it is neither in the way nor told of.
+   */
+  async #checkName(name: string, teamId: string): Promise<void> {
+    const { catalog } = this.#o;
+    const reserved = await reservedName(catalog, name, teamId);
+    if (reserved) throw new WarrenError("template_name_taken", reserved);
+    const builds = await catalog.listBuilds();
+    if (
+      (await catalog.getTemplate(name, teamId)) ||
+      builds.some((build) => build.teamId === teamId && build.name === name)
+    ) {
+      throw new WarrenError("template_name_taken", `a template named '${name}' already exists`);
+    }
   }
 
   /**

@@ -28,7 +28,13 @@ export { checkNetworkRules } from "./network-config.js";
 export { Orchestrator, type OrchestratorOptions } from "./orchestrator.js";
 export { assertReady } from "./readiness.js";
 export type { VolumeServer } from "./sandbox-vms.js";
-export { splitTag, visibleTo } from "./templates.js";
+export {
+  BUILTIN_TEMPLATE_NAMES,
+  lookupTemplate,
+  reservedName,
+  splitTag,
+  visibleTo,
+} from "./templates.js";
 export type * from "./types.js";
 export { mountedVolumeIds } from "./volume-mounts.js";
 export type { PoolSettings } from "./warm-pool.js";

@@ -762,7 +762,7 @@ export class Orchestrator
 
   async captureTemplate(
     sandboxId: string,
-    template: Pick<TemplateRow, "id" | "kind" | "aliases" | "config">,
+    template: Pick<TemplateRow, "id" | "kind" | "aliases" | "config" | "teamId">,
   ): Promise<TemplateRow> {
     assertReady(this.#status);
     return this.#forks.captureTemplate(sandboxId, template);

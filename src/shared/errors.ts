@@ -62,7 +62,7 @@ export const ERROR_REASONS = {
   },
   template_name_taken: {
     kind: "already_exists",
-    doc: "A template or snapshot already has this name: choose another or delete it.",
+    doc: "A template or snapshot of your team already has this name, or it is a built-in template's (`base`, `code-interpreter-v1`): choose another or delete yours. Another team's names never conflict.",
   },
   template_in_use: {
     kind: "conflict",

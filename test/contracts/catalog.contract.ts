@@ -360,10 +360,13 @@ export function catalogContract(name: string, open: () => Promise<CatalogHarness
         const shared = templateRow({ id: "tpl-2", kind: "base", aliases: ["base"] });
         await catalog.putTemplate(owned);
         await catalog.putTemplate(shared);
-        assert.equal((await catalog.getTemplate("mine"))?.teamId, "team-b");
+        assert.equal((await catalog.getTemplate("mine", "team-b"))?.teamId, "team-b");
         assert.equal("teamId" in ((await catalog.getTemplate("base")) ?? {}), false);
         await catalog.putTemplate({ ...owned, teamId: "team-c" });
         assert.equal((await catalog.getTemplate("tpl-1"))?.teamId, "team-c");
+        // Its names went with it to its new team.
+        assert.equal((await catalog.getTemplate("mine", "team-c"))?.id, "tpl-1");
+        assert.equal(await catalog.getTemplate("mine", "team-b"), undefined);
       });
 
       it("replaces a template put again with the same id", async (t) => {
@@ -412,6 +415,90 @@ export function catalogContract(name: string, open: () => Promise<CatalogHarness
         });
         await catalog.putTemplate(built);
         assert.deepEqual(await catalog.getTemplate("tpl-1"), built);
+      });
+    });
+
+    describe("names per team", () => {
+      const teamTemplate = (id: string, teamId: string, aliases: string[], createdAt = T0) =>
+        templateRow({ id, teamId, aliases, createdAt });
+
+      it("two teams' templates may share a name: each team finds its own, never the other's", async (t) => {
+        const { catalog } = await use(t);
+        await catalog.putTemplate(teamTemplate("tpl-a", "team-a", ["foo", "v1"]));
+        await catalog.putTemplate(teamTemplate("tpl-b", "team-b", ["foo"]));
+        assert.equal((await catalog.getTemplate("foo", "team-a"))?.id, "tpl-a");
+        assert.equal((await catalog.getTemplate("foo", "team-b"))?.id, "tpl-b");
+        assert.equal(await catalog.getTemplate("foo", "team-c"), undefined);
+        assert.equal(await catalog.getTemplate("v1", "team-b"), undefined);
+        // Without a team (Warren's own lookups): ids of any team, the global names alone.
+        assert.equal(await catalog.getTemplate("foo"), undefined);
+        assert.equal((await catalog.getTemplate("tpl-b"))?.id, "tpl-b");
+        // Another team's id is as unknown to a team as its names are.
+        assert.equal(await catalog.getTemplate("tpl-a", "team-b"), undefined);
+        assert.equal((await catalog.getTemplate("tpl-a", "team-a"))?.id, "tpl-a");
+        assert.deepEqual(
+          (await catalog.listTemplates()).map((r) => [r.id, r.aliases]),
+          [
+            ["tpl-a", ["foo", "v1"]],
+            ["tpl-b", ["foo"]],
+          ],
+        );
+      });
+
+      it("a team's put never takes or moves another team's name; within a team the last put's wins", async (t) => {
+        const { catalog } = await use(t);
+        const later = "2030-02-01T00:00:00.000Z";
+        await catalog.putTemplate(teamTemplate("tpl-a", "team-a", ["foo", "v1"]));
+        await catalog.putTemplate(teamTemplate("tpl-b", "team-b", ["foo", "v1"], later));
+        assert.deepEqual((await catalog.getTemplate("tpl-a"))?.aliases, ["foo", "v1"]);
+        assert.equal((await catalog.getTemplate("foo", "team-a"))?.id, "tpl-a");
+        await catalog.putTemplate(teamTemplate("tpl-a2", "team-a", ["foo"], later));
+        assert.equal((await catalog.getTemplate("foo", "team-a"))?.id, "tpl-a2");
+        assert.deepEqual((await catalog.getTemplate("tpl-a"))?.aliases, ["v1"]);
+        assert.deepEqual((await catalog.getTemplate("tpl-b"))?.aliases, ["foo", "v1"]);
+        // Deleting one team's template frees its names in that team alone.
+        await catalog.deleteTemplate("tpl-a2");
+        assert.equal(await catalog.getTemplate("foo", "team-a"), undefined);
+        assert.equal((await catalog.getTemplate("foo", "team-b"))?.id, "tpl-b");
+      });
+
+      it("a global template's names are every team's and beat a team's own; a team's put leaves them", async (t) => {
+        const { catalog } = await use(t);
+        const global = templateRow({ id: "tpl-g", kind: "base", aliases: ["base"] });
+        await catalog.putTemplate(global);
+        await catalog.putTemplate(teamTemplate("tpl-a", "team-a", ["base"]));
+        assert.deepEqual(await catalog.getTemplate("base", "team-a"), global);
+        assert.deepEqual(await catalog.getTemplate("base", "team-b"), global);
+        assert.deepEqual(await catalog.getTemplate("base"), global);
+        assert.deepEqual(await catalog.getTemplate("tpl-g", "team-b"), global);
+        assert.deepEqual((await catalog.getTemplate("tpl-a"))?.aliases, ["base"]);
+        // And a global put leaves a team's names alone.
+        await catalog.putTemplate(teamTemplate("tpl-b", "team-b", ["code"]));
+        await catalog.putTemplate(templateRow({ id: "tpl-h", kind: "base", aliases: ["code"] }));
+        assert.deepEqual((await catalog.getTemplate("tpl-b"))?.aliases, ["code"]);
+      });
+
+      it("an id is found before a name, among the team's own and the global templates only", async (t) => {
+        const { catalog } = await use(t);
+        await catalog.putTemplate(teamTemplate("tpl-a", "team-a", []));
+        // Team B names a template with team A's id: A's id is nothing to B.
+        await catalog.putTemplate(teamTemplate("tpl-b", "team-b", ["tpl-a"]));
+        assert.equal((await catalog.getTemplate("tpl-a", "team-b"))?.id, "tpl-b");
+        assert.equal((await catalog.getTemplate("tpl-a", "team-a"))?.id, "tpl-a");
+        assert.equal((await catalog.getTemplate("tpl-a"))?.id, "tpl-a");
+      });
+
+      it("keeps each team's names across close and reopen", async (t) => {
+        const harness = await use(t);
+        if (!harness.reopen) {
+          t.skip(`${name} does not persist (no reopen)`);
+          return;
+        }
+        await harness.catalog.putTemplate(teamTemplate("tpl-a", "team-a", ["foo"]));
+        await harness.catalog.putTemplate(teamTemplate("tpl-b", "team-b", ["foo"]));
+        const reopened = await harness.reopen();
+        assert.equal((await reopened.getTemplate("foo", "team-a"))?.id, "tpl-a");
+        assert.equal((await reopened.getTemplate("foo", "team-b"))?.id, "tpl-b");
       });
     });
 

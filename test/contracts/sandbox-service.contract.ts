@@ -571,6 +571,39 @@ export function sandboxServiceContract(
         await assert.rejects(h.service.deleteTemplate("golden"), reason("template_not_found"));
         await assert.rejects(h.service.deleteTemplate(h.templateId), reason("template_protected"));
       });
+
+      it("names are per team: each team's `golden` is its own, another team's reads as unknown", async (t) => {
+        const h = await use(t);
+        const team = (teamId: string) => ({ teamId });
+        const sourceA = await create(h, team("team-a"));
+        const sourceB = await create(h, team("team-b"));
+        const a = await h.service.createSnapshot(sourceA.sandboxId, { name: "golden" });
+        const b = await h.service.createSnapshot(sourceB.sandboxId, { name: "golden" });
+        assert.notEqual(a.templateId, b.templateId);
+        assert.equal(b.snapshotId, "golden:default");
+        // The built-in template's name is no team's to take.
+        await assert.rejects(
+          h.service.createSnapshot(sourceB.sandboxId, { name: h.templateId }),
+          reason("template_name_taken"),
+        );
+        await h.service.kill(sourceA.sandboxId);
+        await h.service.kill(sourceB.sandboxId);
+        const fromA = await h.service.create(createInput("golden", team("team-a")));
+        const fromB = await h.service.create(createInput("golden:default", team("team-b")));
+        assert.equal(fromA.templateId, a.templateId);
+        assert.equal(fromB.templateId, b.templateId);
+        await assert.rejects(
+          h.service.create(createInput("golden", team("team-c"))),
+          reason("template_not_found"),
+        );
+        const named = (teamId: string) =>
+          h.service
+            .listSnapshots({ name: "golden", teamId })
+            .then((l) => l.map((s) => s.templateId));
+        assert.deepEqual(await named("team-a"), [a.templateId]);
+        assert.deepEqual(await named("team-b"), [b.templateId]);
+        assert.deepEqual(await named("team-c"), []);
+      });
     });
 
     it("updateNetwork refuses a bad CIDR with invalid_argument and keeps the sandbox", async (t) => {

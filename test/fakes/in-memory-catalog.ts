@@ -221,25 +221,32 @@ export class InMemoryCatalog implements Catalog {
     for (const other of this.#scopes()) {
       if (other !== scope) templates.delete(templateKey(other, row.id));
     }
-    // An alias moves to the template put last, within its scope.
+    // An alias moves to the template put last, within its scope and its namespace (its
+    // team, or the global names): another team's names are never touched.
     for (const [key, other] of this.#scoped(scope)) {
-      if (other.id === row.id) continue;
+      if (other.id === row.id || other.teamId !== row.teamId) continue;
       const aliases = other.aliases.filter((alias) => !row.aliases.includes(alias));
       if (aliases.length !== other.aliases.length) templates.set(key, { ...other, aliases });
     }
     templates.set(templateKey(scope, row.id), copy(row));
   }
 
-  /** This node's row first, then a global one; within a scope an id beats an alias. */
-  async getTemplate(idOrAlias: string): Promise<TemplateRow | undefined> {
-    for (const scope of this.#scopes()) {
-      const rows = [...this.#scoped(scope).values()];
-      const row =
-        rows.find((template) => template.id === idOrAlias) ??
-        rows.find((template) => template.aliases.includes(idOrAlias));
-      if (row) return copy(row);
-    }
-    return undefined;
+  /**
+   * As `teamId` sees it (absent: any id, the global names): its own and the global
+   * templates. An id first, then a global name, then the team's; this node's row before a
+   * cluster-wide one.
+   */
+  async getTemplate(idOrAlias: string, teamId?: string): Promise<TemplateRow | undefined> {
+    const rows = this.#scopes()
+      .flatMap((scope) => [...this.#scoped(scope).values()])
+      .filter((r) => teamId === undefined || r.teamId === undefined || r.teamId === teamId);
+    const named = (global: boolean) => (r: TemplateRow) =>
+      r.aliases.includes(idOrAlias) && (global ? r.teamId === undefined : r.teamId === teamId);
+    const row =
+      rows.find((r) => r.id === idOrAlias) ??
+      rows.find(named(true)) ??
+      (teamId === undefined ? undefined : rows.find(named(false)));
+    return row && copy(row);
   }
 
   async listTemplates(): Promise<TemplateRow[]> {

@@ -8,6 +8,7 @@
  * demand (`failures`). The real orchestrator runs the same contract on fakes and e2e on VMs.
  */
 
+import { DEFAULT_TEAM_ID } from "../../src/catalog/index.js";
 import { validateEgressPolicy } from "../../src/network/index.js";
 import type {
   ClusterNodeService,
@@ -164,7 +165,7 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
 
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
     this.record("create", input);
-    const template = this.findTemplate(input.templateId);
+    const template = this.findTemplate(input.templateId, input.teamId);
     this.reserve();
     validateEgressPolicy({
       allowInternet: input.allowInternetAccess,
@@ -413,12 +414,19 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
 
   async createSnapshot(sandboxId: string, input: { name?: string }): Promise<SnapshotInfo> {
     this.record("createSnapshot", sandboxId, input);
-    this.find(sandboxId);
+    const { teamId } = this.find(sandboxId);
     if (input.name !== undefined) {
       if (!SNAPSHOT_NAME.test(input.name)) {
         throw new WarrenError("invalid_argument", `name '${input.name}' is not a valid name`);
       }
-      if (this.templates.has(input.name) || this.snapshotOf(input.name)) {
+      if (this.templates.has(input.name)) {
+        throw new WarrenError(
+          "template_name_taken",
+          `'${input.name}' is a built-in template's name: choose another name`,
+        );
+      }
+      // Names are per team: another team's `name` is neither in the way nor told of.
+      if (this.snapshotOf(input.name, teamId)) {
         throw new WarrenError(
           "template_name_taken",
           `a template named '${input.name}' already exists`,
@@ -456,12 +464,12 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
       );
   }
 
-  async deleteTemplate(templateId: string): Promise<void> {
+  async deleteTemplate(templateId: string, teamId?: string): Promise<void> {
     this.record("deleteTemplate", templateId);
     if (this.templates.has(templateId)) {
       throw new WarrenError("template_protected", `'${templateId}' is a built-in template`);
     }
-    const snapshot = this.snapshotOf(templateId);
+    const snapshot = this.snapshotOf(templateId, teamId);
     if (!snapshot)
       throw new WarrenError("template_not_found", `template '${templateId}' not found`);
     const users = [...this.#madeFrom].filter(([, from]) => from === snapshot.templateId);
@@ -499,19 +507,26 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
     return sandbox;
   }
 
-  /** A template name or id creates may use (a snapshot's `name:default` included). */
-  private findTemplate(idOrName: string): string {
+  /** A template name or id the team's creates may use (a snapshot's `name:default` included). */
+  private findTemplate(idOrName: string, teamId: string): string {
     if (this.templates.has(idOrName)) return idOrName;
-    const snapshot = this.snapshotOf(idOrName);
+    const snapshot = this.snapshotOf(idOrName, teamId);
     if (snapshot) return snapshot.templateId;
     throw new WarrenError("template_not_found", `template '${idOrName}' not found`);
   }
 
-  private snapshotOf(idOrName: string): SnapshotInfo | undefined {
+  /**
+   * A snapshot by id or name as the team sees it: its own (names are per team); undefined
+   * is the admin's view, as the orchestrator's: any team's id, the default team's names.
+   */
+  private snapshotOf(idOrName: string, teamId: string | undefined): SnapshotInfo | undefined {
     const name = idOrName.replace(/:[^/:]*$/, "");
-    return this.snapshots.find(
-      (s) =>
-        s.templateId === name || s.snapshotId === idOrName || s.names.includes(`${name}:default`),
+    const named = (s: SnapshotInfo) =>
+      s.snapshotId === idOrName || s.names.includes(`${name}:default`);
+    return (
+      this.snapshots.find(
+        (s) => s.templateId === name && (teamId === undefined || s.teamId === teamId),
+      ) ?? this.snapshots.find((s) => named(s) && s.teamId === (teamId ?? DEFAULT_TEAM_ID))
     );
   }
 

@@ -9,7 +9,8 @@ import { WarrenError } from "../../shared/index.js";
  * Node scoping (README): sandboxes and snapshots carry the node that holds them; templates
  * carry a `scope`, the node id for node-local kinds (base, layer) and '' for cluster-wide
  * ones (snapshot, build), so that each node's base and layers (whose ids are derived from
- * their content, the same on every node) have rows of their own.
+ * their content, the same on every node) have rows of their own. An alias is unique within
+ * its scope and its namespace (the template's team, '' for the global names).
  */
 export const MIGRATIONS: readonly string[] = [
   `
@@ -192,6 +193,18 @@ export const MIGRATIONS: readonly string[] = [
     updated_at TIMESTAMPTZ NOT NULL,
     UNIQUE (team_id, name)
   );
+  `,
+  // Template names are per team: an alias is unique within its scope and its namespace, the
+  // template's team or '' for a template without one (the global names every team sees).
+  // Existing aliases keep their template's team.
+  `
+  ALTER TABLE template_aliases ADD COLUMN namespace TEXT NOT NULL DEFAULT '';
+  UPDATE template_aliases a SET namespace = t.team_id
+    FROM templates t
+    WHERE t.scope = a.scope AND t.id = a.template_id AND t.team_id IS NOT NULL;
+  ALTER TABLE template_aliases ALTER COLUMN namespace DROP DEFAULT;
+  ALTER TABLE template_aliases DROP CONSTRAINT template_aliases_pkey;
+  ALTER TABLE template_aliases ADD PRIMARY KEY (scope, namespace, alias);
   `,
 ];
 

@@ -191,15 +191,20 @@ export class PostgresCatalog implements Catalog {
       ]);
       await client.query(SQL.clearAliases, [scope, row.id]);
       // Once each: an alias given twice would be upserted twice in one statement.
-      await client.query(SQL.putAliases, [scope, row.id, [...new Set(row.aliases)]]);
+      await client.query(SQL.putAliases, [
+        scope,
+        row.id,
+        [...new Set(row.aliases)],
+        row.teamId ?? "",
+      ]);
     });
   }
 
-  async getTemplate(idOrAlias: string): Promise<TemplateRow | undefined> {
+  async getTemplate(idOrAlias: string, teamId?: string): Promise<TemplateRow | undefined> {
     const [record] = await this.#db.query<TemplateRecord>(
       `get template ${idOrAlias}`,
       SQL.getTemplate,
-      [this.#node, idOrAlias],
+      [this.#node, idOrAlias, teamId ?? null],
     );
     return record && toTemplateRow(record);
   }

@@ -69,17 +69,22 @@ export const SQL = {
       memory_mib = excluded.memory_mib, disk_size_mib = excluded.disk_size_mib,
       created_at = excluded.created_at, config = excluded.config`,
   clearAliases: "DELETE FROM template_aliases WHERE scope = $1 AND template_id = $2",
-  // An alias held by another template of the scope moves here instead of failing the put.
+  // An alias held by another template of the scope and namespace ($4: the team, '' for the
+  // global names) moves here instead of failing the put; another namespace's never does.
   putAliases: `
-    INSERT INTO template_aliases (scope, alias, template_id, position)
-    SELECT $1, a.alias, $2, a.position FROM unnest($3::text[]) WITH ORDINALITY AS a (alias, position)
-    ON CONFLICT (scope, alias) DO UPDATE SET template_id = excluded.template_id,
+    INSERT INTO template_aliases (scope, namespace, alias, template_id, position)
+    SELECT $1, $4, a.alias, $2, a.position
+    FROM unnest($3::text[]) WITH ORDINALITY AS a (alias, position)
+    ON CONFLICT (scope, namespace, alias) DO UPDATE SET template_id = excluded.template_id,
       position = excluded.position`,
-  // This node's row first, then a global one; within a scope an id beats an alias.
+  // As team $3 sees it (NULL: any id, global names): its own and the global templates. An id
+  // first, then a global name, then the team's; this node's row before a cluster-wide one.
   getTemplate: `${TEMPLATE_SELECT}
-    WHERE t.scope IN ($1, '') AND (t.id = $2 OR EXISTS (SELECT 1 FROM template_aliases a
-      WHERE a.scope = t.scope AND a.template_id = t.id AND a.alias = $2))
-    ORDER BY t.scope = '', t.id = $2 DESC LIMIT 1`,
+    WHERE t.scope IN ($1, '') AND ($3::text IS NULL OR t.team_id IS NULL OR t.team_id = $3)
+      AND (t.id = $2 OR EXISTS (SELECT 1 FROM template_aliases a
+        WHERE a.scope = t.scope AND a.template_id = t.id AND a.alias = $2
+          AND a.namespace IN ('', COALESCE($3::text, ''))))
+    ORDER BY t.id = $2 DESC, t.team_id IS NOT NULL, t.scope = '' LIMIT 1`,
   listTemplates: `${TEMPLATE_SELECT} WHERE t.scope IN ($1, '') ORDER BY t.created_at, t.id`,
   deleteTemplate: "DELETE FROM templates WHERE scope IN ($1, '') AND id = $2",
 

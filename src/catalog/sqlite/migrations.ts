@@ -161,6 +161,25 @@ export const MIGRATIONS: readonly string[] = [
     UNIQUE (team_id, name)
   ) STRICT;
   `,
+  // v7: template names are per team. An alias is unique within its namespace: its
+  // template's team, or '' for a template without one (the global names every team sees).
+  // Existing aliases keep their template's team. SQLite cannot change a primary key in
+  // place: the table is made again.
+  `
+  CREATE TABLE template_aliases_v7 (
+    namespace TEXT NOT NULL,
+    alias TEXT NOT NULL,
+    template_id TEXT NOT NULL REFERENCES templates (id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    PRIMARY KEY (namespace, alias)
+  ) STRICT;
+  INSERT INTO template_aliases_v7 (namespace, alias, template_id, position)
+    SELECT COALESCE(t.team_id, ''), a.alias, a.template_id, a.position
+    FROM template_aliases a JOIN templates t ON t.id = a.template_id;
+  DROP TABLE template_aliases;
+  ALTER TABLE template_aliases_v7 RENAME TO template_aliases;
+  CREATE INDEX template_aliases_by_template ON template_aliases (template_id);
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

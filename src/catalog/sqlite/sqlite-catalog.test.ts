@@ -137,6 +137,54 @@ describe("SqliteCatalog", () => {
     assert.doesNotMatch(raw(), /SECRET-4f1c/, "no copy left in free space or the WAL");
   });
 
+  it("upgrading to per-team names: each alias keeps its template's team, global ones stay global", async (t) => {
+    const path = join(dir, "names.db");
+    const v6 = new Database(path);
+    for (const step of MIGRATIONS.slice(0, 6)) v6.exec(step);
+    v6.pragma("user_version = 6");
+    const template = v6.prepare(
+      `INSERT INTO templates (id, team_id, kind, snapshot_id, vcpus, memory_mib, disk_size_mib, created_at)
+       VALUES (?, ?, ?, 'snap', 1, 256, 1024, '2030-01-01T00:00:00.000Z')`,
+    );
+    const alias = v6.prepare(
+      "INSERT INTO template_aliases (alias, template_id, position) VALUES (?, ?, ?)",
+    );
+    template.run("tpl-base", null, "base");
+    alias.run("base", "tpl-base", 0);
+    template.run("tpl-a", "default", "snapshot");
+    alias.run("golden", "tpl-a", 0);
+    alias.run("v1", "tpl-a", 1);
+    v6.close();
+
+    const catalog = await SqliteCatalog.open(path);
+    t.after(() => catalog.close());
+    assert.deepEqual((await catalog.getTemplate("golden", "default"))?.aliases, ["golden", "v1"]);
+    assert.equal(await catalog.getTemplate("golden", "team-b"), undefined);
+    assert.equal(await catalog.getTemplate("golden"), undefined, "a team's name is not global");
+    assert.equal((await catalog.getTemplate("base", "team-b"))?.id, "tpl-base");
+    assert.equal((await catalog.getTemplate("base"))?.id, "tpl-base");
+    // Another team's `golden` now takes nothing from the default team's.
+    await catalog.putTemplate({
+      id: "tpl-b",
+      teamId: "team-b",
+      aliases: ["golden"],
+      kind: "snapshot",
+      snapshotId: "snap-b",
+      vcpus: 1,
+      memoryMiB: 256,
+      diskSizeMiB: 1024,
+      createdAt: "2030-01-02T00:00:00.000Z",
+    });
+    assert.equal((await catalog.getTemplate("golden", "default"))?.id, "tpl-a");
+    assert.equal((await catalog.getTemplate("golden", "team-b"))?.id, "tpl-b");
+    // Deleting a template still takes its aliases with it (the new table's cascade).
+    await catalog.deleteTemplate("tpl-a");
+    assert.equal(
+      inspect(path, (db) => db.prepare("SELECT count(*) FROM template_aliases").pluck().get()),
+      2,
+    );
+  });
+
   it("rejects calls after close as unavailable", async () => {
     const catalog = await SqliteCatalog.open(join(dir, "closed.db"));
     await catalog.close();

@@ -171,17 +171,18 @@ export class SqliteCatalog implements Catalog {
         .transaction(() => {
           this.#sql.putTemplate.run(templateParams(row));
           this.#sql.clearAliases.run(row.id);
+          const namespace = row.teamId ?? "";
           row.aliases.forEach((alias, position) => {
-            this.#sql.putAlias.run({ alias, id: row.id, position });
+            this.#sql.putAlias.run({ namespace, alias, id: row.id, position });
           });
         })
         .immediate();
     });
   }
 
-  getTemplate(idOrAlias: string): Promise<TemplateRow | undefined> {
+  getTemplate(idOrAlias: string, teamId?: string): Promise<TemplateRow | undefined> {
     return this.#run(`get template ${idOrAlias}`, () => {
-      const record = this.#sql.getTemplate.get({ key: idOrAlias });
+      const record = this.#sql.getTemplate.get({ key: idOrAlias, team: teamId ?? null });
       return record && toTemplateRow(record);
     });
   }

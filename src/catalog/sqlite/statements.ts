@@ -89,14 +89,20 @@ export function prepareStatements(db: Database.Database) {
           disk_size_mib = excluded.disk_size_mib, created_at = excluded.created_at,
           config = excluded.config`),
     clearAliases: q("DELETE FROM template_aliases WHERE template_id = ?"),
-    // An alias held by another template moves here instead of failing the put.
+    // An alias another template of the namespace holds moves here instead of failing the
+    // put; another namespace's (another team's, or the global one) is never touched.
     putAlias: q(`
-        INSERT INTO template_aliases (alias, template_id, position) VALUES (@alias, @id, @position)
-        ON CONFLICT (alias) DO UPDATE SET template_id = excluded.template_id,
+        INSERT INTO template_aliases (namespace, alias, template_id, position)
+        VALUES (@namespace, @alias, @id, @position)
+        ON CONFLICT (namespace, alias) DO UPDATE SET template_id = excluded.template_id,
           position = excluded.position`),
+    // As @team sees it (NULL: any id, global names): its own and the global templates; an
+    // id first, then a global name, then the team's.
     getTemplate: q<TemplateRecord>(`${TEMPLATE_SELECT}
-        WHERE t.id = @key OR t.id = (SELECT template_id FROM template_aliases WHERE alias = @key)
-        ORDER BY t.id = @key DESC LIMIT 1`),
+        WHERE (@team IS NULL OR t.team_id IS NULL OR t.team_id = @team)
+          AND (t.id = @key OR t.id IN (SELECT a.template_id FROM template_aliases a
+            WHERE a.alias = @key AND a.namespace IN ('', COALESCE(@team, ''))))
+        ORDER BY t.id = @key DESC, t.team_id IS NOT NULL LIMIT 1`),
     listTemplates: q<TemplateRecord>(`${TEMPLATE_SELECT} ORDER BY t.created_at, t.id`),
     deleteTemplate: q("DELETE FROM templates WHERE id = ?"),
     putBuild: q(`

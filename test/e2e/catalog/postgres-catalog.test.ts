@@ -142,6 +142,52 @@ describe("PostgresCatalog", () => {
     assert.equal(tables?.sandboxes, null, "no step ran");
   });
 
+  it("upgrading to per-team names: each alias keeps its template's team, global ones stay global", async (t) => {
+    const url = await freshDatabase(t);
+    const previous = 6;
+    await inspect(
+      url,
+      `CREATE TABLE warren_schema (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
+       ${MIGRATIONS.slice(0, previous).join(";\n")};
+       INSERT INTO warren_schema (version) SELECT generate_series(1, ${previous});
+       INSERT INTO templates (scope, id, kind, snapshot_id, vcpus, memory_mib, disk_size_mib,
+         created_at, config, team_id)
+       VALUES ('node-a', 'base-a', 'base', 's', 1, 256, 1024, '${T0}', '{}', NULL),
+         ('', 'tpl-1', 'snapshot', 's', 1, 256, 1024, '${T0}', '{}', 'default');
+       INSERT INTO template_aliases (scope, alias, template_id, position)
+       VALUES ('node-a', 'base', 'base-a', 1), ('', 'golden', 'tpl-1', 1), ('', 'v1', 'tpl-1', 2);`,
+    );
+    const catalog = await openAs(t, url, "node-a");
+    assert.deepEqual(
+      await inspect<{ namespace: string; alias: string }>(
+        url,
+        "SELECT namespace, alias FROM template_aliases ORDER BY alias",
+      ),
+      [
+        { namespace: "", alias: "base" },
+        { namespace: "default", alias: "golden" },
+        { namespace: "default", alias: "v1" },
+      ],
+    );
+    assert.deepEqual((await catalog.getTemplate("golden", "default"))?.aliases, ["golden", "v1"]);
+    assert.equal(await catalog.getTemplate("golden", "team-b"), undefined);
+    assert.equal(await catalog.getTemplate("golden"), undefined, "a team's name is not global");
+    assert.equal((await catalog.getTemplate("base", "team-b"))?.id, "base-a");
+    await catalog.putTemplate({
+      id: "tpl-b",
+      teamId: "team-b",
+      aliases: ["golden"],
+      kind: "snapshot",
+      snapshotId: "snap-b",
+      vcpus: 1,
+      memoryMiB: 256,
+      diskSizeMiB: 1024,
+      createdAt: T0,
+    });
+    assert.equal((await catalog.getTemplate("golden", "default"))?.id, "tpl-1");
+    assert.equal((await catalog.getTemplate("golden", "team-b"))?.id, "tpl-b");
+  });
+
   it("reports an unreachable database and calls after close as unavailable", async (t) => {
     const url = await freshDatabase(t);
     const nowhere = new URL(url);
@@ -315,6 +361,35 @@ describe("PostgresCatalog", () => {
       assert.equal(await a.getTemplate("tpl-g"), undefined);
       await a.deleteTemplate("l-1");
       assert.equal((await b.getTemplate("l-1"))?.snapshotId, "snap-lb");
+    });
+
+    it("names are per team on every node; a node's built-in name beats a team's", async (t) => {
+      const { a, b } = await twoNodes(t);
+      const tpl = (id: string, kind: TemplateKind, aliases: string[], teamId?: string) => ({
+        id,
+        ...(teamId !== undefined && { teamId }),
+        aliases,
+        kind,
+        snapshotId: `snap-${id}`,
+        vcpus: 1,
+        memoryMiB: 256,
+        diskSizeMiB: 1024,
+        createdAt: T0,
+      });
+      await a.putTemplate(tpl("base-a", "base", ["base"]));
+      await a.putTemplate(tpl("tpl-1", "build", ["my-env"], "team-1"));
+      await b.putTemplate(tpl("tpl-2", "snapshot", ["my-env"], "team-2"));
+      assert.equal((await b.getTemplate("my-env", "team-1"))?.id, "tpl-1");
+      assert.equal((await a.getTemplate("my-env", "team-2"))?.id, "tpl-2");
+      assert.equal(await a.getTemplate("my-env", "team-3"), undefined);
+      assert.equal(await a.getTemplate("my-env"), undefined, "no global name");
+      assert.equal(await b.getTemplate("tpl-1", "team-2"), undefined, "nor another team's id");
+      assert.deepEqual((await a.getTemplate("tpl-1"))?.aliases, ["my-env"]);
+      // A team's template named like a node's base: that node's base wins there.
+      await b.putTemplate(tpl("tpl-3", "snapshot", ["base"], "team-1"));
+      assert.equal((await a.getTemplate("base", "team-1"))?.id, "base-a");
+      assert.equal((await b.getTemplate("base", "team-1"))?.id, "tpl-3");
+      assert.deepEqual((await a.getTemplate("base-a"))?.aliases, ["base"]);
     });
 
     it("builds, tags and events are shared", async (t) => {
