@@ -71,7 +71,7 @@ export async function sandboxLogs(
   ].sort((a, b) => a.timestamp.getTime() - b.timestamp.getTime());
   if (live.vm) {
     // The serial console has no timestamps of its own: its lines carry the time of reading.
-    const console = live.vm.consoleTail();
+    const console = await live.vm.consoleTail();
     const at = new Date();
     for (const line of console.split("\n").slice(-CONSOLE_TAIL_LINES)) {
       if (line.trim())

@@ -211,6 +211,7 @@ async function startVmm(
     imagesDir: dirname(images.baseRootfs),
     cgroupName: `${config.networkPrefix}-vms`,
     runDir: input.layout.runDir,
+    qmpDir: join(config.dataDir, "qmp"),
     vmmUidBase: config.vmmUidBase,
     vmmUidCount: config.vmmUidCount,
     tcgCacheMiB: config.tcgCacheMiB,

@@ -48,7 +48,7 @@ export interface VmSpec {
   /** The disk the VM boots from when cold: a read-only image its overlay is stacked on. */
   readonly baseDisk: string;
   readonly network: VmNetwork;
-  /** Where the VM keeps its sockets, overlay, memory file and logs; removed by `destroy()`. */
+  /** Where the VM keeps its overlay, memory file and device state; removed by `destroy()`. */
   readonly runtimeDir: string;
   /** Guest address/gateway for the kernel command line (the slot's fixed guest address). */
   readonly guestIp: string;
@@ -85,8 +85,11 @@ export interface Vm {
   readonly id: string;
   readonly pid: number;
   readonly spec: VmSpec;
-  /** The end of the guest's serial console (kernel and init messages), bounded in size. */
-  consoleTail(): string;
+  /**
+   * The end of the guest's serial console (kernel and init messages), bounded in size, with
+   * what the guest printed up to now.
+   */
+  consoleTail(): Promise<string>;
   /** Settles when the VMM process exits, for whatever reason. */
   readonly exited: Promise<ExitInfo>;
   /**

@@ -83,7 +83,7 @@ export function vmmDriverContract(name: string, open: () => Promise<VmmDriverHar
       assert.ok(Number.isInteger(source.pid) && source.pid > 0, `pid ${source.pid}`);
       assert.ok(existsSync(spec.runtimeDir), "runtime directory made");
       await h.ready(spec);
-      assert.ok(source.consoleTail().length > 0, "the console shows the boot");
+      assert.ok((await source.consoleTail()).length > 0, "the console shows the boot");
       await h.remember(source, "stage", "boot");
       assert.equal(await h.recall(source, "stage"), "boot");
     });

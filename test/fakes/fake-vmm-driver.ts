@@ -104,7 +104,7 @@ export class FakeVm implements Vm {
     return this.spec.id;
   }
 
-  consoleTail(): string {
+  async consoleTail(): Promise<string> {
     return `fake guest ${this.id} booted\n`;
   }
 

@@ -64,7 +64,7 @@ export async function waitForEnvd(
   for (;;) {
     if ((await healthStatus(url)) === 204) return performance.now() - started;
     if (performance.now() - started > timeoutMs) {
-      const console = vm ? vm.consoleTail() : "";
+      const console = vm ? await vm.consoleTail() : "";
       throw new Error(`envd at ${url} not healthy after ${timeoutMs} ms\n${console.slice(-2_000)}`);
     }
     await new Promise((resolve) => setTimeout(resolve, pollMs));

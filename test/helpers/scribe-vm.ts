@@ -63,7 +63,7 @@ export class ScribeVm {
       id: "scribe",
       pid: 0,
       spec: {} as VmSpec,
-      consoleTail: () => "",
+      consoleTail: async () => "",
       exited: new Promise<ExitInfo>(() => {}),
       snapshot: (dir) => this.snapshot(dir),
       continue: async () => {},

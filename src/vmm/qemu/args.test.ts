@@ -30,7 +30,7 @@ const input = {
     { file: "/snap/disk.qcow2", format: "qcow2" as const },
     { file: "/base.ext4", format: "raw" as const },
   ],
-  qmpSocket: "/run/abc/qmp.sock",
+  qmpSocket: "/var/lib/warren/qmp/abc.sock",
   incoming: false,
   kernelCommandLine: "console=ttyS0 warren.test=1",
 };
@@ -59,6 +59,10 @@ describe("qemuArgs", () => {
     assert.deepEqual(value(args, "-append"), ["console=ttyS0 warren.test=1"]);
     assert.ok(!args.includes("-incoming"));
     assert.ok(value(args, "-sandbox")[0]?.startsWith("on,"));
+    // The console is a ring in QEMU (drained over QMP), never a pipe to the server.
+    assert.deepEqual(value(args, "-chardev"), ["ringbuf,id=console,size=65536"]);
+    assert.deepEqual(value(args, "-serial"), ["chardev:console"]);
+    assert.deepEqual(value(args, "-qmp"), ["unix:/var/lib/warren/qmp/abc.sock,server=on,wait=off"]);
   });
 
   it("maps a snapshot's RAM privately and waits for the device state on restore", () => {

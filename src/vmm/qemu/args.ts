@@ -1,5 +1,6 @@
 import { GUEST_MAC } from "../../protocol/index.js";
 import type { Accelerator, VmSpec } from "../driver.js";
+import { CONSOLE_CHARDEV, CONSOLE_RING_BYTES } from "./console.js";
 
 /** Fixed guest MAC: every guest has the same one, so snapshots need no re-addressing. */
 
@@ -194,11 +195,14 @@ export function qemuArgs(input: QemuArgsInput): string[] {
     "-device",
     "virtio-rng-device,rng=rng0",
     ...netdev(spec),
-    // The console goes to QEMU's stdout, whose tail the driver keeps (bounded) in memory.
+    // The console goes to a ring buffer in QEMU, drained over QMP (console.ts): it lasts as
+    // long as QEMU, not as long as a pipe to this server. Not in the migration stream (the
+    // serial device is; its backend is not): snapshots from a stdio console restore.
     "-chardev",
-    "stdio,id=console,signal=off",
+    `ringbuf,id=${CONSOLE_CHARDEV},size=${CONSOLE_RING_BYTES}`,
     "-serial",
-    "chardev:console",
+    `chardev:${CONSOLE_CHARDEV}`,
+    // Bound by QEMU while still root, in a directory of root's outside the jail (qmp-dir.ts).
     "-qmp",
     `unix:${input.qmpSocket},server=on,wait=off`,
     "-global",

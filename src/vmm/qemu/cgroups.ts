@@ -1,6 +1,6 @@
 import { existsSync } from "node:fs";
 import { mkdir, readdir, readFile, rmdir, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { VmmError } from "../errors.js";
 
 const ROOT = "/sys/fs/cgroup";
@@ -93,6 +93,20 @@ export class VmCgroups {
       );
     }
     return { procs: dirs.map((d) => join(d, "cgroup.procs")), remove: () => removeDirs(dirs) };
+  }
+
+  /**
+   * The cgroup of a VM that is still running, made by an earlier server (reattach): found,
+   * never made, and refused unless `pid` is in it in every hierarchy.
+   */
+  async existing(vmId: string, pid: number): Promise<VmCgroup> {
+    const dirs = this.parents.map((parent) => join(parent, vmId));
+    const procs = dirs.map((d) => join(d, "cgroup.procs"));
+    for (const file of procs) {
+      if (!(await pidsIn(file)).includes(pid))
+        throw new VmmError(`VMM pid ${pid} is not in the cgroup ${dirname(file)}`, vmId);
+    }
+    return { procs, remove: () => removeDirs(dirs) };
   }
 
   /**

@@ -25,6 +25,8 @@ export interface QemuDriverConfig {
   readonly cgroupName: string;
   /** VMs' runtime directories: the watchdog's fallback finds their QEMUs by it. */
   readonly runDir: string;
+  /** Where QEMU binds each VM's QMP socket, out of every jail (QemuDriverOptions.qmpDir). */
+  readonly qmpDir: string;
   /** A uid of its own per running VM, from this range. */
   readonly vmmUidBase: number;
   readonly vmmUidCount: number;
@@ -88,6 +90,7 @@ export async function createQemuDriver(config: QemuDriverConfig): Promise<QemuDr
     guestAslr: config.guestAslr,
     mergeMemory: config.mergeMemory,
     sealedFiles: uncontained ? undefined : config.sealedFiles,
+    qmpDir: config.qmpDir,
   });
   return { driver, disks, accelerator, qemuVersion: version, close: () => watchdog.stop() };
 }

@@ -11,7 +11,7 @@ import type {
   VmmDriver,
   VmSpec,
 } from "../driver.js";
-import { SnapshotTamperedError } from "../errors.js";
+import { SnapshotTamperedError, VmmError } from "../errors.js";
 import { cpuModel, type DiskLayer, kernelCommandLine, qemuArgs } from "./args.js";
 import { limitsFor, type VmCgroup, type VmCgroups } from "./cgroups.js";
 import { hostTscKhz } from "./host-tsc.js";
@@ -19,7 +19,10 @@ import { explainFailure, launch, loadDeviceState, runtimePaths } from "./launch.
 import { applyMemoryDiff, findRamMapping } from "./memory-image.js";
 import { killOrphanVmms } from "./orphans.js";
 import type { Qcow2DiskChains } from "./qcow2-disk-chains.js";
-import { QEMU_BINARY, vmmEnv } from "./qemu-process.js";
+import { QEMU_BINARY, spawnLocalVmm, vmmEnv } from "./qemu-process.js";
+import { QmpClient } from "./qmp-client.js";
+import { checkQmpSocket, ensureQmpDir, qmpSocketPath, removeQmpSockets } from "./qmp-dir.js";
+import { checkProcess, runState, settleDisk } from "./reattach.js";
 import { SnapshotVerifier } from "./sealed-files.js";
 import { type ChainLayer, diskOf, headerName, resolveFile } from "./snapshot-chain.js";
 import {
@@ -29,11 +32,16 @@ import {
   readSnapshotMeta,
 } from "./snapshot-meta.js";
 import { QemuVm, type QemuVmParts, type VmMemory } from "./vm.js";
+import { parseVmRecord, type VmRecord } from "./vm-record.js";
+import { type VmmHold, VmmHolds } from "./vmm-holds.js";
 import type { VmmIdentities, VmmIdentity } from "./vmm-ids.js";
+import { type SpawnVmm, setNice, type VmmProcess } from "./vmm-process.js";
 
 const run = promisify(execFile);
 /** CPU priority of a VMM prepared in the background (CFS weight ~1/10 of a running one). */
 const BACKGROUND_NICE = 10;
+/** The QMP directory beside the runtime dirs when none is configured (no VM id starts with "."). */
+const DEFAULT_QMP_DIR = ".qmp";
 
 export interface QemuDriverOptions {
   readonly accel: Accelerator;
@@ -69,6 +77,41 @@ export interface QemuDriverOptions {
    * no checks (tests of the driver alone).
    */
   readonly sealedFiles?: (snapshotDir: string) => Promise<readonly SnapshotFile[] | undefined>;
+  /**
+   * Where QEMU binds each VM's QMP socket (`<qmpDir>/<vm id>.sock`): a directory of root's,
+   * 0700, made here, outside every jail (qmp-dir.ts). Default: `.qmp` beside each VM's
+   * runtime directory.
+   */
+  readonly qmpDir?: string;
+  /** How QEMU is started; default: the server spawns it as its child (`QemuProcess`). */
+  readonly spawn?: SpawnVmm;
+  /**
+   * Told a VM's record (`QemuVm.record()`) when a fork capture is about to switch its root
+   * disk and once it did, so that a saved record always lets a reattach tell which disk the
+   * VM is on. A failure before the switch fails the capture.
+   */
+  readonly recordChanged?: (record: VmRecord) => Promise<void>;
+}
+
+/** A VM `reattach` made again, and what it found its QEMU doing. */
+export interface ReattachedVm {
+  readonly vm: QemuVm;
+  /** False when its vCPUs are stopped (a capture was under way, or it was kept stopped). */
+  readonly running: boolean;
+  /**
+   * A fork capture the record had under way: `switched` when QEMU took the new overlay (the
+   * VM stands on the capture's disk now), else undone.
+   */
+  readonly interruptedCapture?: { readonly dir: string; readonly switched: boolean };
+}
+
+/** A QEMU `#launch` started, connected. */
+interface Launched {
+  readonly proc: VmmProcess;
+  readonly qmp: QmpClient;
+  readonly qmpSocket: string;
+  readonly startTime: number;
+  readonly hold: VmmHold;
 }
 
 export async function qemuVersion(): Promise<string> {
@@ -92,10 +135,12 @@ export class QemuDriver implements VmmDriver {
   readonly #tscKhz: number | undefined;
   readonly #guestAslr: boolean;
   readonly #verifier = new SnapshotVerifier();
+  readonly #holds: VmmHolds;
 
   constructor(options: QemuDriverOptions) {
     this.accel = options.accel;
     this.#o = options;
+    this.#holds = new VmmHolds(options.identities, options.cgroups);
     this.#tscKhz = options.tscKhz ?? hostTscKhz();
     this.#guestAslr = options.guestAslr ?? this.accel === "kvm";
   }
@@ -126,8 +171,16 @@ export class QemuDriver implements VmmDriver {
    * Starts QEMU for `spec` in its jail and cgroup. The identity and cgroup go back when the
    * process exits, however it ends.
    */
-  async #launch(spec: VmSpec, input: LaunchInput) {
+  async #launch(spec: VmSpec, input: LaunchInput): Promise<Launched> {
     const paths = runtimePaths(spec);
+    let qmpSocket: string;
+    try {
+      qmpSocket = await this.#freshQmpSocket(spec);
+    } catch (err) {
+      this.#giveBack(input.identity);
+      await rm(spec.runtimeDir, { recursive: true, force: true });
+      throw err;
+    }
     const args = qemuArgs({
       spec,
       accel: this.accel,
@@ -135,7 +188,7 @@ export class QemuDriver implements VmmDriver {
       memoryShared: input.memory.shared,
       rootDisk: paths.overlay,
       rootBacking: input.backing,
-      qmpSocket: paths.qmpSocket,
+      qmpSocket,
       incoming: input.incoming,
       kernelCommandLine: input.kernelCommandLine,
       tcgCacheMiB: this.#o.tcgCacheMiB,
@@ -150,37 +203,83 @@ export class QemuDriver implements VmmDriver {
       await rm(spec.runtimeDir, { recursive: true, force: true });
       throw err;
     }
-    return phase("vmm.spawn", () =>
-      launch(spec, args, paths.qmpSocket, {
-        mergeable: this.#o.mergeMemory,
-        cgroupProcs: cgroup?.procs,
-        onExit: async () => {
-          this.#giveBack(input.identity);
-          await cgroup?.remove().catch(() => {});
-        },
-      }),
-    );
+    const hold: VmmHold = {
+      identity: input.identity,
+      cgroup,
+      qmpSocket,
+      released: false,
+      attached: false,
+    };
+    let launched: Awaited<ReturnType<typeof launch>>;
+    try {
+      launched = await phase("vmm.spawn", () =>
+        launch(spec, args, qmpSocket, {
+          spawn: this.#o.spawn ?? spawnLocalVmm,
+          mergeable: this.#o.mergeMemory,
+          cgroupProcs: cgroup?.procs,
+        }),
+      );
+    } catch (err) {
+      await this.#holds.release(hold); // launch() saw to it that no process is left
+      throw err;
+    }
+    this.#holds.keep(launched.proc, hold);
+    return { ...launched, qmpSocket, hold };
+  }
+
+  /** The QMP socket path for `spec`, in its directory of root's, with nothing left at it. */
+  async #freshQmpSocket(spec: VmSpec): Promise<string> {
+    const dir = this.#qmpDir(spec);
+    await ensureQmpDir(dir);
+    const path = qmpSocketPath(dir, spec.id);
+    await rm(path, { force: true }); // a socket an earlier VM of this id left (crash)
+    return path;
+  }
+
+  #qmpDir(spec: VmSpec): string {
+    return this.#o.qmpDir ?? join(dirname(spec.runtimeDir), DEFAULT_QMP_DIR);
   }
 
   #giveBack(identity: VmmIdentity | undefined): void {
-    if (identity) this.#o.identities?.give(identity);
+    this.#holds.giveBack(identity);
   }
 
   /** The Vm for a QEMU `#launch` started; `kernelCommandLine`: what its guest booted with. */
   #vm(
     spec: VmSpec,
-    { proc, qmp }: Awaited<ReturnType<typeof launch>>,
+    { proc, qmp, qmpSocket, startTime, hold }: Launched,
     parts: Pick<QemuVmParts, "memory" | "kernelCommandLine" | "backing" | "diskBytes" | "identity">,
   ): QemuVm {
+    return this.#qemuVm(
+      {
+        ...parts,
+        spec,
+        proc,
+        startTime,
+        qmp,
+        qmpSocket,
+        rootDisk: runtimePaths(spec).overlay,
+        host: this.#hostFor(spec),
+        cgroup: hold.cgroup !== undefined,
+      },
+      hold,
+    );
+  }
+
+  /** A QemuVm driving the VMM `hold` is for, until it is detached. */
+  #qemuVm(
+    parts: Omit<QemuVmParts, "disks" | "verifier" | "recordChanged" | "detached">,
+    hold: VmmHold,
+  ): QemuVm {
+    hold.attached = true;
     return new QemuVm({
       ...parts,
-      spec,
-      proc,
-      qmp,
-      rootDisk: runtimePaths(spec).overlay,
       disks: this.#o.disks,
-      host: this.#hostFor(spec),
       verifier: this.#verifier,
+      recordChanged: this.#o.recordChanged,
+      detached: () => {
+        hold.attached = false;
+      },
     });
   }
 
@@ -211,8 +310,77 @@ export class QemuDriver implements VmmDriver {
     await chown(spec.runtimeDir, identity.uid, identity.gid);
   }
 
-  killOrphans(runDir: string): Promise<number> {
-    return killOrphanVmms(runDir);
+  /**
+   * Also kills QEMUs with a socket in the configured QMP directory, then removes every
+   * socket there: all were those QEMUs'.
+   */
+  async killOrphans(runDir: string): Promise<number> {
+    const qmpDir = this.#o.qmpDir ?? join(runDir, DEFAULT_QMP_DIR);
+    const killed = await killOrphanVmms([runDir, qmpDir]);
+    await removeQmpSockets(qmpDir);
+    return killed;
+  }
+
+  /**
+   * Makes a QemuVm again for a QEMU that kept running without its object (`QemuVm.detach()`,
+   * or a server that stopped): `record` is its `QemuVm.record()` (as is, or read back from
+   * JSON), `proc` its process. Checks that the process is the record's QEMU, running as the
+   * recorded uid in its jail; takes that uid (refused if in use here) and finds its cgroup
+   * (never made); reconnects QMP at the recorded socket, which must be where this driver binds
+   * them; and settles a fork capture the record had under way by asking QEMU which disk it is
+   * on. A record of another version, or whose QEMU is gone, is refused.
+   */
+  async reattach(record: unknown, proc: VmmProcess): Promise<ReattachedVm> {
+    const r = parseVmRecord(record);
+    const { spec } = r;
+    const qmpSocket = qmpSocketPath(this.#qmpDir(spec), spec.id);
+    if (r.qmpSocket !== qmpSocket)
+      throw new VmmError(
+        `its QMP socket ${r.qmpSocket} is not this driver's ${qmpSocket}`,
+        spec.id,
+      );
+    await checkProcess(r, proc);
+    await ensureQmpDir(this.#qmpDir(spec));
+    await checkQmpSocket(qmpSocket, spec.id);
+    // This driver's own VM, detached: it still holds the VM's uid and cgroup.
+    const own = this.#holds.of(proc.pid);
+    if (own?.attached) throw new VmmError("it is attached here already", spec.id);
+    if (own && own.identity?.uid !== r.identity?.uid)
+      throw new VmmError(`pid ${proc.pid} holds another uid here`, spec.id);
+    const hold = own ?? (await this.#holds.claim(r, proc.pid, qmpSocket));
+    let qmp: QmpClient | undefined;
+    try {
+      qmp = await QmpClient.connect(qmpSocket, spec.id);
+      const running = await runState(qmp, spec.id);
+      const disk = await settleDisk(qmp, r);
+      if (!own) this.#holds.keep(proc, hold);
+      const vm = this.#qemuVm(
+        {
+          spec,
+          proc,
+          startTime: r.startTime,
+          qmp,
+          qmpSocket,
+          memory: r.memory,
+          rootDisk: disk.rootDisk,
+          rootNode: disk.rootNode,
+          backing: disk.backing,
+          captures: r.captures,
+          diskBytes: BigInt(r.diskBytes),
+          host: r.host,
+          identity: hold.identity,
+          kernelCommandLine: r.kernelCommandLine,
+          cgroup: hold.cgroup !== undefined,
+        },
+        hold,
+      );
+      return { vm, running, interruptedCapture: disk.interruptedCapture };
+    } catch (err) {
+      qmp?.close();
+      // What was claimed for it goes back; the VMM itself is left as it was found.
+      if (!own) this.#giveBack(hold.identity);
+      throw err;
+    }
   }
 
   /** Takes a VMM identity and makes the runtime dir; undoes both if `prepare` fails. */
@@ -356,7 +524,7 @@ export class QemuDriver implements VmmDriver {
       identity,
     });
     const { proc, qmp } = launched;
-    if (options.background) proc.setNice(BACKGROUND_NICE);
+    if (options.background) setNice(proc.pid, BACKGROUND_NICE);
     const deviceState = join(chain.dir, DEVICE_STATE_FILE);
     const abandon = async () => {
       qmp.close();
@@ -394,7 +562,7 @@ export class QemuDriver implements VmmDriver {
           await qmp.execute("stop");
         }),
       start: async () => {
-        if (options.background) proc.setNice(0);
+        if (options.background) setNice(proc.pid, 0);
         await guarded(async () => {
           if (!loaded) await load();
           await phase("vmm.cont", () => qmp.execute("cont"));

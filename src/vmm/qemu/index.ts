@@ -6,10 +6,13 @@ export {
   type QemuDriverConfig,
   type QemuDriverSetup,
 } from "./create-qemu-driver.js";
-export { QemuDriver, type QemuDriverOptions, qemuVersion } from "./driver.js";
+export { QemuDriver, type QemuDriverOptions, qemuVersion, type ReattachedVm } from "./driver.js";
 export { enableKsm } from "./memory-merge.js";
 export { Qcow2DiskChains } from "./qcow2-disk-chains.js";
-export { VMM_OOM_SCORE_ADJ } from "./qemu-process.js";
+export { QemuProcess, spawnLocalVmm, VMM_OOM_SCORE_ADJ } from "./qemu-process.js";
 export { QmpClient, type QmpEvent } from "./qmp-client.js";
+export { QemuVm } from "./vm.js";
+export { parseVmRecord, VM_RECORD_VERSION, type VmRecord } from "./vm-record.js";
 export { VmmIdentities, type VmmIdentity } from "./vmm-ids.js";
+export type { SpawnVmm, VmmProcess, VmmSpawnRequest } from "./vmm-process.js";
 export { startVmmWatchdog } from "./watchdog.js";

@@ -6,11 +6,11 @@ import { connect } from "node:net";
 import { join } from "node:path";
 import type { VmSpec } from "../driver.js";
 import { VmmError } from "../errors.js";
-import { QemuProcess, type QemuProcessOptions } from "./qemu-process.js";
 import { QmpClient } from "./qmp-client.js";
 import { openPlainFile } from "./sealed-files.js";
+import { processStartTime, type SpawnVmm, type VmmProcess } from "./vmm-process.js";
 
-async function waitForSocket(path: string, proc: QemuProcess, timeoutMs = 10_000): Promise<void> {
+async function waitForSocket(path: string, proc: VmmProcess, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!existsSync(path)) {
     if (!proc.running) {
@@ -23,9 +23,9 @@ async function waitForSocket(path: string, proc: QemuProcess, timeoutMs = 10_000
   }
 }
 
+/** The VM's files in its runtime directory (its QMP socket is elsewhere: qmp-dir.ts). */
 export function runtimePaths(spec: VmSpec) {
   return {
-    qmpSocket: join(spec.runtimeDir, "qmp.sock"),
     migrateSocket: join(spec.runtimeDir, "migrate.sock"),
     overlay: join(spec.runtimeDir, "disk.qcow2"),
     memory: join(spec.runtimeDir, "memory.img"),
@@ -33,7 +33,7 @@ export function runtimePaths(spec: VmSpec) {
 }
 
 /** The socket file appears at bind(), a moment before QEMU listens: retry refused connects. */
-async function connectQmp(path: string, proc: QemuProcess, timeoutMs = 10_000): Promise<QmpClient> {
+async function connectQmp(path: string, proc: VmmProcess, timeoutMs = 10_000): Promise<QmpClient> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     try {
@@ -50,7 +50,7 @@ async function connectQmp(path: string, proc: QemuProcess, timeoutMs = 10_000): 
  * The error to report for a failure while QEMU starts or restores: when QEMU died (a broken
  * QMP connection usually means so; its exit may land a moment later), its own reason.
  */
-export async function explainFailure(proc: QemuProcess, err: unknown): Promise<unknown> {
+export async function explainFailure(proc: VmmProcess, err: unknown): Promise<unknown> {
   const died = await Promise.race([
     proc.exited.then((exit) => !exit.expected),
     new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 500)),
@@ -58,31 +58,46 @@ export async function explainFailure(proc: QemuProcess, err: unknown): Promise<u
   return died ? new VmmError((await proc.exited).reason, proc.vmId, { cause: err }) : err;
 }
 
+export interface LaunchOptions {
+  readonly spawn: SpawnVmm;
+  readonly mergeable?: boolean;
+  readonly cgroupProcs?: readonly string[];
+}
+
 /**
- * Starts QEMU and its QMP connection; on any failure kills QEMU and removes the runtime dir.
- * `onExit` runs once the process has exited, however it ends.
+ * Starts QEMU and its QMP connection; on any failure kills QEMU (settling once it exited)
+ * and removes the runtime dir.
  */
 export async function launch(
   spec: VmSpec,
   args: string[],
   qmpSocket: string,
-  options: QemuProcessOptions & { onExit?: () => Promise<void> } = {},
-): Promise<{ proc: QemuProcess; qmp: QmpClient }> {
-  const { onExit } = options;
-  let proc: QemuProcess;
+  options: LaunchOptions,
+): Promise<{ proc: VmmProcess; qmp: QmpClient; startTime: number }> {
+  let proc: VmmProcess;
   try {
-    proc = new QemuProcess(spec.id, args, spec.network, options);
+    proc = await options.spawn({
+      vmId: spec.id,
+      args,
+      network: spec.network,
+      mergeable: options.mergeable,
+      cgroupProcs: options.cgroupProcs,
+    });
   } catch (err) {
-    // Nothing was spawned (its tap could not be opened): give back what was set up for it.
-    await onExit?.();
+    // Nothing was spawned (its tap could not be opened).
     await rm(spec.runtimeDir, { recursive: true, force: true });
     throw err;
   }
-  if (onExit) void proc.exited.then(onExit);
   try {
     await waitForSocket(qmpSocket, proc);
     const qmp = await connectQmp(qmpSocket, proc);
-    return { proc, qmp };
+    // Read now, while QEMU surely runs: with the pid it names the process in VM records.
+    const startTime = await processStartTime(proc.pid);
+    if (startTime === undefined) {
+      qmp.close();
+      throw new VmmError("QEMU is gone", proc.vmId);
+    }
+    return { proc, qmp, startTime };
   } catch (err) {
     const reported = await explainFailure(proc, err);
     await proc.kill();

@@ -15,16 +15,16 @@ export function isVmmUnder(cmdline: string, runDir: string): boolean {
 }
 
 /**
- * Kills QEMU processes whose files are under `runDir`: VMMs an earlier server left running
- * (crash, kill -9). Processes of any other Warren, or any other QEMU on the host, are never
- * matched. Returns how many were killed.
+ * Kills QEMU processes with files under any of `dirs` (runtime dirs, QMP sockets): VMMs an
+ * earlier server left running (crash, kill -9). Processes of any other Warren, or any other
+ * QEMU on the host, are never matched. Returns how many were killed.
  */
-export async function killOrphanVmms(runDir: string): Promise<number> {
+export async function killOrphanVmms(dirs: readonly string[]): Promise<number> {
   let count = 0;
   for (const entry of await readdir("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
     const cmdline = await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "");
-    if (!isVmmUnder(cmdline, runDir)) continue;
+    if (!dirs.some((dir) => isVmmUnder(cmdline, dir))) continue;
     try {
       process.kill(Number(entry), "SIGKILL");
       count += 1;

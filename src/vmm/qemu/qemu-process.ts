@@ -1,12 +1,11 @@
 import { type ChildProcess, type StdioOptions, spawn } from "node:child_process";
-import { closeSync, readdirSync } from "node:fs";
-import { setPriority } from "node:os";
-import type { ExitInfo, VmNetwork } from "../driver.js";
+import { closeSync } from "node:fs";
+import type { ExitInfo } from "../driver.js";
 import { VmmError } from "../errors.js";
 import { TAP_FD } from "./args.js";
-import { ConsoleTail } from "./console.js";
 import { spawnMergeable } from "./memory-merge.js";
 import { openTap } from "./tap-fd.js";
+import type { SpawnVmm, VmmProcess, VmmSpawnRequest } from "./vmm-process.js";
 
 export const QEMU_BINARY = "qemu-system-x86_64";
 
@@ -44,30 +43,24 @@ shift
 unset PWD OLDPWD
 exec "$@"`;
 
-export interface QemuProcessOptions {
-  /** KSM may merge QEMU's memory with other processes' (see memory-merge.ts). */
-  readonly mergeable?: boolean;
-  /** `cgroup.procs` files QEMU joins before it starts. */
-  readonly cgroupProcs?: readonly string[];
-}
+/** The server spawns each QEMU itself, as its child (the default `SpawnVmm`). */
+export const spawnLocalVmm: SpawnVmm = async (request) => new QemuProcess(request);
 
 /**
- * One QEMU process: started in a network namespace of its own holding the VM's tap open,
- * watched until it exits.
+ * One QEMU process, the server's child: started in a network namespace of its own holding
+ * the VM's tap open, watched until it exits. Its stdout is not read (the guest console is a
+ * ring buffer in QEMU, drained over QMP: console.ts); its stderr's tail is kept.
  */
-export class QemuProcess {
+export class QemuProcess implements VmmProcess {
   readonly child: ChildProcess;
+  readonly vmId: string;
   readonly exited: Promise<ExitInfo>;
-  readonly console = new ConsoleTail();
   #stderr = "";
   #expectExit = false;
 
-  constructor(
-    readonly vmId: string,
-    args: string[],
-    network: VmNetwork,
-    options: QemuProcessOptions = {},
-  ) {
+  constructor(request: VmmSpawnRequest) {
+    const { vmId, args, network } = request;
+    this.vmId = vmId;
     // With a tap, QEMU gets it open (descriptor TAP_FD, opened in the slot's namespace) and
     // runs in a network namespace of its own with nothing in it, not even a loopback that
     // is up: taken over by its guest, it has the guest's NIC (policed like the guest) and
@@ -76,17 +69,16 @@ export class QemuProcess {
     const qemu =
       tap === undefined ? [QEMU_BINARY, ...args] : ["unshare", "--net", "--", QEMU_BINARY, ...args];
     const argv = ["-c", LAUNCHER, "warren-vmm", String(VMM_OOM_SCORE_ADJ)];
-    argv.push(...(options.cgroupProcs ?? []), "--", ...qemu);
-    const stdio: StdioOptions = ["ignore", "pipe", "pipe"];
+    argv.push(...(request.cgroupProcs ?? []), "--", ...qemu);
+    const stdio: StdioOptions = ["ignore", "ignore", "pipe"];
     if (tap !== undefined) stdio[TAP_FD] = tap;
     const start = () => spawn("sh", argv, { stdio, env: vmmEnv(), cwd: "/" });
     try {
-      this.child = options.mergeable ? spawnMergeable(start) : start();
+      this.child = request.mergeable ? spawnMergeable(start) : start();
     } finally {
       // The child has its own copy (or failed to start): the server keeps none.
       if (tap !== undefined) closeSync(tap);
     }
-    this.child.stdout?.on("data", (chunk: Buffer) => this.console.append(chunk));
     this.child.stderr?.setEncoding("utf8");
     this.child.stderr?.on("data", (chunk: string) => {
       this.#stderr = (this.#stderr + chunk).slice(-STDERR_LIMIT);
@@ -100,9 +92,9 @@ export class QemuProcess {
           reason: `cannot start QEMU: ${err.message}`,
         });
       });
-      this.child.once("exit", async (code, signal) => {
+      this.child.once("exit", (code, signal) => {
         const expected = this.#expectExit;
-        const reason = expected ? "stopped" : await this.#describeCrash(code, signal);
+        const reason = expected ? "stopped" : this.#describeCrash(code, signal);
         resolve({ code, signal, expected, reason });
       });
     });
@@ -111,23 +103,6 @@ export class QemuProcess {
   get pid(): number {
     if (this.child.pid === undefined) throw new VmmError("QEMU did not start", this.vmId);
     return this.child.pid;
-  }
-
-  /** Sets the scheduling priority (nice) of every thread QEMU has now; new ones inherit it. */
-  setNice(nice: number): void {
-    let tasks: string[];
-    try {
-      tasks = readdirSync(`/proc/${this.pid}/task`);
-    } catch {
-      return; // already gone
-    }
-    for (const tid of tasks) {
-      try {
-        setPriority(Number(tid), nice);
-      } catch {
-        // The thread ended meanwhile.
-      }
-    }
   }
 
   get running(): boolean {
@@ -149,15 +124,18 @@ export class QemuProcess {
     return this.exited;
   }
 
-  async #describeCrash(code: number | null, signal: NodeJS.Signals | null): Promise<string> {
-    const console = this.console.text();
-    const tail = (text: string) => text.trim().split("\n").slice(-8).join("\n");
+  #describeCrash(code: number | null, signal: NodeJS.Signals | null): string {
+    const stderr = this.#stderr.trim();
     return [
       `QEMU exited unexpectedly (${signal ? `signal ${signal}` : `code ${code}`})`,
-      this.#stderr.trim() && `stderr:\n${tail(this.#stderr)}`,
-      console.trim() && `console:\n${tail(console)}`,
+      stderr && `stderr:\n${lastLines(stderr)}`,
     ]
       .filter(Boolean)
       .join("\n");
   }
+}
+
+/** The last lines of a text, for an exit's reason. */
+export function lastLines(text: string, count = 8): string {
+  return text.trim().split("\n").slice(-count).join("\n");
 }

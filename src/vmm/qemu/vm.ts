@@ -1,10 +1,12 @@
 import { link, mkdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { ExitInfo, SnapshotTiming, Vm, VmSpec } from "../driver.js";
+import { QmpError, VmmError } from "../errors.js";
 import { overlayNode } from "./args.js";
+import { GuestConsole } from "./console.js";
 import { copySparse, dirtyPages, findRamMapping, writeMemoryDiff } from "./memory-image.js";
 import type { Qcow2DiskChains } from "./qcow2-disk-chains.js";
-import type { QemuProcess } from "./qemu-process.js";
+import { lastLines } from "./qemu-process.js";
 import type { QmpClient } from "./qmp-client.js";
 import { openPlainFile, type SnapshotVerifier, sealSnapshot } from "./sealed-files.js";
 import { backingRecord, type ChainLayer, diskOf, fileRef, headerName } from "./snapshot-chain.js";
@@ -18,7 +20,9 @@ import {
   type SnapshotFileRef,
   writeSnapshotMeta,
 } from "./snapshot-meta.js";
+import { captureOverlay, VM_RECORD_VERSION, type VmRecord } from "./vm-record.js";
 import type { VmmIdentity } from "./vmm-ids.js";
+import type { VmmProcess } from "./vmm-process.js";
 
 /**
  * The file QEMU maps as guest RAM. Shared: the file is the RAM (boot VMs). Private: a
@@ -30,12 +34,18 @@ export type VmMemory =
 
 export interface QemuVmParts {
   readonly spec: VmSpec;
-  readonly proc: QemuProcess;
+  readonly proc: VmmProcess;
+  /** When the process started (see VmRecord.startTime). */
+  readonly startTime: number;
   readonly qmp: QmpClient;
+  readonly qmpSocket: string;
   readonly memory: VmMemory;
   /** The overlay QEMU writes the root disk to, and the image it is stacked on. */
   readonly rootDisk: string;
   readonly backing: ChainLayer;
+  /** The root disk's block node and the fork captures so far (a reattached VM's; else none). */
+  readonly rootNode?: string;
+  readonly captures?: number;
   /** The root disk's virtual size: every overlay a fork capture puts on top has it too. */
   readonly diskBytes: bigint;
   /** Makes the fresh overlay a fork capture switches the VM to. */
@@ -44,8 +54,17 @@ export interface QemuVmParts {
   /** The uid QEMU runs as (files handed to it are its), or none when it stays root. */
   readonly identity: VmmIdentity | undefined;
   readonly kernelCommandLine: string | undefined;
+  /** Whether QEMU runs in a cgroup of the driver's (named by the VM id). */
+  readonly cgroup: boolean;
   /** The driver's: told what each capture sealed, so a restore here need not hash it. */
   readonly verifier: SnapshotVerifier;
+  /**
+   * Told the record each time a fork capture is about to switch the root disk and once it
+   * did (QemuDriverOptions.recordChanged); a failure stops the capture before the switch.
+   */
+  readonly recordChanged?: (record: VmRecord) => Promise<void>;
+  /** Told once `detach()` let go of the VM. */
+  readonly detached?: () => void;
 }
 
 /**
@@ -55,15 +74,23 @@ export interface QemuVmParts {
  * guest took over. Files are moved out of it into the snapshot directory (root's) by rename,
  * which never follows a link, and only then opened, without following links, checked to be
  * plain files and sealed (sealed-files.ts).
+ *
+ * Everything it knows is in its record (`record()`): `detach()` lets go of a VM that goes on
+ * running, and `QemuDriver.reattach()` makes a QemuVm of it again, in this server or the next.
  */
 export class QemuVm implements Vm {
   readonly exited: Promise<ExitInfo>;
-  #snapshots = 0;
-  #rootNode = "root";
+  /** Fork captures so far: each switched (or tried) to overlay `disk-<n>`, node `root-<n>`. */
+  #captures: number;
+  #rootNode: string;
+  /** The capture switching the root disk right now, recorded before QEMU is asked to. */
+  #pendingCapture: { readonly dir: string } | undefined;
+  #detached = false;
 
   readonly spec: VmSpec;
-  readonly proc: QemuProcess;
+  readonly proc: VmmProcess;
   readonly qmp: QmpClient;
+  readonly console: GuestConsole;
   readonly memory: VmMemory;
   readonly host: RestoreHost;
   readonly #disks: Qcow2DiskChains;
@@ -74,6 +101,11 @@ export class QemuVm implements Vm {
   readonly kernelCommandLine: string | undefined;
   private rootDisk: string;
   private backing: ChainLayer;
+  readonly #startTime: number;
+  readonly #qmpSocket: string;
+  readonly #cgroup: boolean;
+  readonly #recordChanged: QemuVmParts["recordChanged"];
+  readonly #onDetach: QemuVmParts["detached"];
 
   constructor(parts: QemuVmParts) {
     ({
@@ -89,8 +121,22 @@ export class QemuVm implements Vm {
       disks: this.#disks,
       diskBytes: this.#diskBytes,
       verifier: this.#verifier,
+      startTime: this.#startTime,
+      qmpSocket: this.#qmpSocket,
+      cgroup: this.#cgroup,
+      recordChanged: this.#recordChanged,
+      detached: this.#onDetach,
     } = parts);
-    this.exited = this.proc.exited;
+    this.#rootNode = parts.rootNode ?? "root";
+    this.#captures = parts.captures ?? 0;
+    this.console = new GuestConsole(this.qmp);
+    // A crash report ends with what the guest printed last (drained every few seconds).
+    this.exited = this.proc.exited.then((exit) => {
+      this.console.stop();
+      const printed = this.console.lastText().trim();
+      if (exit.expected || !printed) return exit;
+      return { ...exit, reason: `${exit.reason}\nconsole:\n${lastLines(printed)}` };
+    });
   }
 
   get id(): string {
@@ -101,14 +147,55 @@ export class QemuVm implements Vm {
     return this.proc.pid;
   }
 
-  consoleTail(): string {
-    return this.proc.console.text();
+  consoleTail(): Promise<string> {
+    return this.#detached ? Promise.resolve(this.console.lastText()) : this.console.text();
+  }
+
+  /** What `QemuDriver.reattach` needs to make this VM again once this object is gone. */
+  record(): VmRecord {
+    const { file, format, snapshotDir } = this.backing;
+    return {
+      version: VM_RECORD_VERSION,
+      spec: this.spec,
+      pid: this.pid,
+      startTime: this.#startTime,
+      qmpSocket: this.#qmpSocket,
+      memory: this.memory,
+      rootDisk: this.rootDisk,
+      rootNode: this.#rootNode,
+      backing: snapshotDir === undefined ? { file, format } : { file, format, snapshotDir },
+      captures: this.#captures,
+      diskBytes: this.#diskBytes.toString(),
+      kernelCommandLine: this.kernelCommandLine,
+      host: this.host,
+      identity: this.identity,
+      cgroup: this.#cgroup,
+      pendingCapture: this.#pendingCapture,
+    };
+  }
+
+  /**
+   * Lets go of the VM, which goes on running: closes QMP (a VMM has one monitor connection;
+   * the next owner takes it) and forgets the process. Everything after this is refused;
+   * `record()` still answers, for `QemuDriver.reattach`.
+   */
+  detach(): void {
+    if (this.#detached) return;
+    this.#detached = true;
+    this.console.stop();
+    this.qmp.close();
+    this.#onDetach?.();
+  }
+
+  #attached(): void {
+    if (this.#detached) throw new VmmError("the VM was detached (handed over)", this.id);
   }
 
   async snapshot(
     dir: string,
     opts: { resume: boolean; keepStopped?: boolean },
   ): Promise<SnapshotTiming> {
+    this.#attached();
     // A restored VM's RAM stays the base image it maps, so staying costs nothing; a booted
     // one's is its own file, which a capture it outlives must copy.
     const stay = !opts.resume && opts.keepStopped === true && !this.memory.shared;
@@ -190,6 +277,7 @@ export class QemuVm implements Vm {
   }
 
   async continue(): Promise<void> {
+    this.#attached();
     await this.qmp.execute("cont");
   }
 
@@ -227,8 +315,8 @@ export class QemuVm implements Vm {
    */
   async #freezeDisk(dir: string): Promise<void> {
     const frozen = join(dir, DISK_FILE);
-    const next = join(this.spec.runtimeDir, `disk-${++this.#snapshots}.qcow2`);
-    const nextNode = `root-${this.#snapshots}`;
+    // Numbered before anything is tried: a failed attempt's node name stays taken in QEMU.
+    const { file: next, node: nextNode } = captureOverlay(this.spec.runtimeDir, ++this.#captures);
     await link(this.rootDisk, frozen);
     await (await openPlainFile(frozen, 2)).close();
     await this.#disks.createOverlay(
@@ -240,14 +328,31 @@ export class QemuVm implements Vm {
         backingSize: this.#diskBytes,
       },
     );
-    await this.qmp.execute("blockdev-add", overlayNode(nextNode, next, null));
-    await this.qmp.execute("blockdev-snapshot", { node: this.#rootNode, overlay: nextNode });
+    // Intent, then commit: a record saved in between says a switch may have happened, and a
+    // reattach asks QEMU which root node it has (reattach.ts) instead of guessing.
+    this.#pendingCapture = { dir };
+    let switching = false;
+    try {
+      await this.#recordChanged?.(this.record());
+      await this.qmp.execute("blockdev-add", overlayNode(nextNode, next, null));
+      switching = true;
+      await this.qmp.execute("blockdev-snapshot", { node: this.#rootNode, overlay: nextNode });
+    } catch (err) {
+      // Only a switch asked for and never answered is open; otherwise nothing changed (a
+      // saved intent is settled by asking QEMU, should it come to a reattach).
+      if (!switching || err instanceof QmpError) this.#pendingCapture = undefined;
+      throw err;
+    }
+    this.#pendingCapture = undefined;
     this.#rootNode = nextNode;
     this.rootDisk = next;
     this.backing = { file: frozen, format: "qcow2", snapshotDir: dir };
+    await this.#recordChanged?.(this.record());
   }
 
   async destroy(): Promise<void> {
+    this.#attached();
+    this.console.stop();
     this.qmp.close();
     await this.proc.kill();
     await rm(this.spec.runtimeDir, { recursive: true, force: true });

@@ -22,3 +22,15 @@ it("refuses ranges that include system ids or the invalid uid", () => {
   assert.throws(() => new VmmIdentities(0, 10));
   assert.throws(() => new VmmIdentities(0xffff_fff0, 100));
 });
+
+it("claims exactly the uid a reattached VMM runs as, never one in use or out of range", () => {
+  const ids = new VmmIdentities(100_000, 3);
+  assert.deepEqual(ids.claim(100_001), { uid: 100_001, gid: 100_001 });
+  assert.throws(() => ids.claim(100_001), /already in use/);
+  assert.throws(() => ids.claim(99_999), /not in the range/);
+  assert.throws(() => ids.claim(100_003), /not in the range/);
+  assert.throws(() => ids.claim(100_000.5), /not in the range/);
+  assert.notEqual(ids.take().uid, 100_001, "take() passes over a claimed uid");
+  assert.notEqual(ids.take().uid, 100_001);
+  assert.throws(() => ids.take(), /all 3 VMM uids/);
+});

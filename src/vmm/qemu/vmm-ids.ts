@@ -36,6 +36,18 @@ export class VmmIdentities {
     throw new VmmError(`all ${this.count} VMM uids from ${this.base} are in use`);
   }
 
+  /**
+   * Takes exactly `uid`: a VMM that kept running while the server that took it for it did
+   * not (reattach). Refused when it is outside the range or already in use here.
+   */
+  claim(uid: number): VmmIdentity {
+    if (!Number.isInteger(uid) || uid < this.base || uid >= this.base + this.count)
+      throw new VmmError(`VMM uid ${uid} is not in the range ${this.base}+${this.count}`);
+    if (this.#inUse.has(uid)) throw new VmmError(`VMM uid ${uid} is already in use`);
+    this.#inUse.add(uid);
+    return { uid, gid: uid };
+  }
+
   give(identity: VmmIdentity): void {
     this.#inUse.delete(identity.uid);
   }

@@ -276,7 +276,7 @@ os.close(fd)`;
       slot,
       "sudo sh -c 'head -c 300000 /dev/zero | tr \"\\\\0\" x > /dev/ttyS0; echo the-end > /dev/ttyS0'",
     );
-    const tail = vm.consoleTail();
+    const tail = await vm.consoleTail();
     assert.ok(tail.length <= 64 * 1024, `console tail of ${tail.length} bytes`);
     assert.match(tail, /the-end/);
     await vm.destroy();
