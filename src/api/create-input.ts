@@ -81,6 +81,28 @@ export function networkRules(rules: NetworkRulesBody): SandboxNetworkRules {
   return normalized;
 }
 
+/**
+ * Refuses (400) rules that would send a secret bound to its hosts (`allowedHosts`) toward a
+ * domain they do not cover; unbound secrets go wherever rules say, as on E2B.
+ */
+export async function checkBoundSecrets(
+  rules: SandboxNetworkRules | undefined,
+  teamId: string,
+  context: Pick<ApiContext, "secrets">,
+  field: string,
+): Promise<void> {
+  const uses = rules ? checkNetworkRules(rules) : [];
+  if (uses.length === 0 || !context.secrets) return;
+  const secrets = context.secrets();
+  for (const { domain, secret } of uses) {
+    if (await secrets.mayBeSentTo(teamId, secret, domain)) continue;
+    throw invalid(
+      `${field}/${domain}`,
+      `names secret "${secret}", which is bound to other hosts (its allowedHosts): it is never sent to ${domain}`,
+    );
+  }
+}
+
 /** Guest ports the proxy reaches over TLS: distinct ports, not envd's, at most 32. */
 function httpsPorts(ports: readonly number[]): number[] {
   const field = "body/network/httpsPorts";
@@ -116,8 +138,9 @@ const MAX_VOLUME_MOUNTS = 16;
 export async function withVolumes(
   input: CreateSandboxInput,
   body: NewSandboxBody,
-  context: Pick<ApiContext, "volumes">,
+  context: Pick<ApiContext, "volumes" | "secrets">,
 ): Promise<CreateSandboxInput> {
+  await checkBoundSecrets(input.network.rules, input.teamId, context, "body/network/rules");
   const requested = body.volumeMounts ?? [];
   if (requested.length === 0) return input;
   if (requested.length > MAX_VOLUME_MOUNTS)

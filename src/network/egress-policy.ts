@@ -1,4 +1,4 @@
-import { parseDomainPattern } from "./egress-gate/domains.js";
+import { parseDomainPattern } from "../shared/domain-patterns.js";
 import { type HeaderRule, validateHeaderRules } from "./egress-gate/header-rules.js";
 import { EgressPolicyError } from "./errors.js";
 import { formatCidr, parseCidr } from "./ipv4.js";

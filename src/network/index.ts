@@ -1,6 +1,11 @@
 export { type CommandResult, type CommandRunner, runCommand } from "./command-runner.js";
 export { type Resolve, resolverAt } from "./egress-gate/decide.js";
-export { type HeaderRule, validateHeaderRules } from "./egress-gate/header-rules.js";
+export {
+  type HeaderRule,
+  SecretHostRefusedError,
+  secretsNamed,
+  validateHeaderRules,
+} from "./egress-gate/header-rules.js";
 export type { GateInterception } from "./egress-gate/intercept.js";
 export {
   DEFAULT_EGRESS_POLICY,

@@ -1,4 +1,9 @@
-import { type EgressPolicy, type HeaderRule, validateHeaderRules } from "../network/index.js";
+import {
+  type EgressPolicy,
+  type HeaderRule,
+  secretsNamed,
+  validateHeaderRules,
+} from "../network/index.js";
 import type { SandboxConfig } from "./live-sandbox.js";
 import type { NetworkUpdate, SandboxNetwork, SandboxNetworkRules } from "./types.js";
 
@@ -17,9 +22,14 @@ export function egressPolicyOf(
   };
 }
 
-/** Throws EgressPolicyError (a 400) naming what is wrong in E2B-shaped rules. */
-export function checkNetworkRules(rules: SandboxNetworkRules): void {
-  validateHeaderRules(headerRulesOf(rules));
+/**
+ * Throws EgressPolicyError (a 400) naming what is wrong in E2B-shaped rules; else each
+ * secret they name, with the domain it would be sent to.
+ */
+export function checkNetworkRules(
+  rules: SandboxNetworkRules,
+): { readonly domain: string; readonly secret: string }[] {
+  return secretsNamed(validateHeaderRules(headerRulesOf(rules)));
 }
 
 /** E2B's rules as the gate takes them: a domain's rules' headers in order, later ones winning. */

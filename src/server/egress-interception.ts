@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { rootCertificates } from "node:tls";
-import type { GateInterception } from "../network/index.js";
+import { type GateInterception, SecretHostRefusedError } from "../network/index.js";
 import type { Secrets } from "../secrets/index.js";
 import { WarrenError } from "../shared/index.js";
 import type { EgressCa } from "../tls/index.js";
@@ -34,9 +34,12 @@ export async function egressInterception(
   return {
     contextFor: (name) => ca.contextFor(name),
     ...(upstreamCa && { upstreamCa }),
-    secretValue: (team, name) =>
-      secrets.valueOf(team, name).catch((err: unknown) => {
+    secretValue: (team, name, host) =>
+      secrets.valueOf(team, name, host).catch((err: unknown) => {
         if (err instanceof WarrenError && err.reason === "not_found") return undefined;
+        if (err instanceof WarrenError && err.reason === "secret_host_refused") {
+          throw new SecretHostRefusedError(name, host);
+        }
         throw err;
       }),
   };

@@ -216,6 +216,10 @@ export const ERROR_REASONS = {
     kind: "already_exists",
     doc: "The team already has a volume of this name: pick another, or use that one (`GET /volumes`).",
   },
+  secret_host_refused: {
+    kind: "permission_denied",
+    doc: "A secret bound to its hosts when it was made (`allowedHosts`) is not sent to another: a network rule naming it for a domain its hosts do not cover is refused (400 at the rule), and a request to another host never gets its value.",
+  },
   volume_token_invalid: {
     kind: "unauthenticated",
     doc: "The volume content API needs `Authorization: Bearer <token>` with a token `POST /volumes`, `GET /volumes/{id}` or `POST /volumes/{id}/rotate-token` returned for this very volume: one works 7 days, and a rotation ends every token handed out before it. Get a fresh one from `GET /volumes/{id}`.",

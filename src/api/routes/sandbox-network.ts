@@ -2,16 +2,22 @@
 import type { FastifyInstance } from "fastify";
 import type { NetworkUpdate } from "../../orchestrator/index.js";
 import type { ApiContext } from "../api-context.js";
-import { networkRules } from "../create-input.js";
+import { checkBoundSecrets, networkRules } from "../create-input.js";
 import { invalid } from "../input.js";
 import { type NetworkUpdateBody, networkUpdateSchema, type SandboxParams } from "../schemas.js";
 
-export function registerNetworkRoutes(app: FastifyInstance, { service }: ApiContext): void {
+export function registerNetworkRoutes(app: FastifyInstance, context: ApiContext): void {
+  const { service } = context;
   app.put<{ Params: SandboxParams; Body: NetworkUpdateBody | null }>(
     "/sandboxes/:sandboxID/network",
     { schema: { body: networkUpdateSchema } },
     async (request, reply) => {
-      await service.updateNetwork(request.params.sandboxID, toNetworkUpdate(request.body ?? {}));
+      const { sandboxID } = request.params;
+      const update = toNetworkUpdate(request.body ?? {});
+      // Whose secrets the rules name: the sandbox's team (the admin acts for any).
+      const teamId = service.get(sandboxID).teamId;
+      await checkBoundSecrets(update.rules, teamId, context, "body/rules");
+      await service.updateNetwork(sandboxID, update);
       return reply.code(204).send();
     },
   );

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { parseDomainPattern } from "../../shared/domain-patterns.js";
 import { validateEgressPolicy } from "../egress-policy.js";
 import { egressLimits } from "../netns-rules.js";
 import { addressAllowed, decide } from "./decide.js";
-import { parseDomainPattern } from "./domains.js";
 
 const limits = egressLimits("10.201.0.0/16", ["198.51.100.254"], ["198.51.100.128/25"]);
 const DNS: Record<string, string[]> = {

@@ -1,8 +1,8 @@
 import { Resolver, resolve4 } from "node:dns/promises";
+import { type DomainPattern, matchesDomain } from "../../shared/domain-patterns.js";
 import type { EgressPolicy } from "../egress-policy.js";
 import { cidrContains, cidrWithin, type Ipv4Cidr, parseCidr, parseIpv4 } from "../ipv4.js";
 import type { EgressLimits } from "../netns-rules.js";
-import { type DomainPattern, matchesDomain } from "./domains.js";
 
 /** A guest's new connection as the egress gate sees it. */
 export interface GateRequest {

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import * as dnsPacket from "dns-packet";
+import { parseDomainPattern } from "../../shared/domain-patterns.js";
 import { answerQuery } from "./dns-answers.js";
-import { parseDomainPattern } from "./domains.js";
 
 const domains = ["*.allowed.test"].map((e) => parseDomainPattern(e) ?? assert.fail(e));
 const addressesOf = async (name: string) => (name === "api.allowed.test" ? ["198.51.100.1"] : []);

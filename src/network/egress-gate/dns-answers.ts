@@ -1,6 +1,6 @@
 import * as dnsPacket from "dns-packet";
-import type { DomainPattern } from "./domains.js";
-import { matchesDomain, normalizeHostName } from "./domains.js";
+import type { DomainPattern } from "../../shared/domain-patterns.js";
+import { matchesDomain, normalizeHostName } from "../../shared/domain-patterns.js";
 
 /** Longest a name's answer is kept by the guest: a policy change reaches its cache soon. */
 const MAX_TTL_S = 30;

@@ -1,12 +1,16 @@
 import { createSocket, type Socket as UdpSocket } from "node:dgram";
 import { type AddressInfo, createServer, type Server, type Socket } from "node:net";
+import {
+  type DomainPattern,
+  normalizeHostName,
+  parseDomainPattern,
+} from "../../shared/domain-patterns.js";
 import type { Logger } from "../../shared/index.js";
 import type { EgressPolicy } from "../egress-policy.js";
 import type { EgressLimits } from "../netns-rules.js";
 import { decide, decideRuled, type GateVerdict, limitsAllow, type Resolve } from "./decide.js";
 import { answerQuery } from "./dns-answers.js";
 import { serveDnsDatagrams, serveDnsStream } from "./dns-server.js";
-import { type DomainPattern, normalizeHostName, parseDomainPattern } from "./domains.js";
 import { type GateEndpoints, type ListenAt, namespaceEndpoints } from "./endpoints.js";
 import { firstBytes } from "./first-bytes.js";
 import { serveGuestHttp } from "./guest-http.js";

@@ -1,7 +1,7 @@
 import type { ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import { BAD_HEAD, errorCode, HEAD_TIMEOUT, rawResponseHead } from "../../relay/index.js";
-import { UnknownSecretError } from "./header-rules.js";
+import { SecretHostRefusedError, UnknownSecretError } from "./header-rules.js";
 import type { Refusal } from "./request-checks.js";
 
 /**
@@ -42,6 +42,12 @@ function headersFor(body: string): string[] {
 
 /** Why a request could not be filled in or sent (502), as the guest's client will show it. */
 export function failure(err: unknown, name: string): Refusal {
+  if (err instanceof SecretHostRefusedError) {
+    return {
+      status: 502,
+      message: `the network rule for ${name} names secret "${err.secret}", which is bound to other hosts (its allowedHosts): the request was not sent`,
+    };
+  }
   if (err instanceof UnknownSecretError) {
     return {
       status: 502,

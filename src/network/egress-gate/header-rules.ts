@@ -1,5 +1,9 @@
+import {
+  type DomainPattern,
+  normalizeHostName,
+  parseDomainPattern,
+} from "../../shared/domain-patterns.js";
 import { EgressPolicyError } from "../errors.js";
-import { type DomainPattern, normalizeHostName, parseDomainPattern } from "./domains.js";
 
 /**
  * Headers set on a sandbox's HTTPS requests to one domain (E2B's `network.rules`): the gate
@@ -138,10 +142,38 @@ export function ruleFor(host: string, rules: readonly HeaderRule[]): HeaderRule 
   return best?.rule;
 }
 
+/** Each secret a rule's headers name, with the rule's domain (validated rules). */
+export function secretsNamed(
+  rules: readonly HeaderRule[],
+): { readonly domain: string; readonly secret: string }[] {
+  const named: { domain: string; secret: string }[] = [];
+  for (const rule of rules) {
+    for (const [, template] of rule.headers) {
+      for (const match of template.matchAll(PLACEHOLDER)) {
+        const secret = (match[1] ?? "").slice("secrets.".length);
+        if (!named.some((n) => n.domain === rule.domain && n.secret === secret)) {
+          named.push({ domain: rule.domain, secret });
+        }
+      }
+    }
+  }
+  return named;
+}
+
 /** A secret a rule names that the team does not have. */
 export class UnknownSecretError extends Error {
   constructor(readonly secret: string) {
     super(`secret "${secret}" does not exist`);
+  }
+}
+
+/** A secret bound to other hosts (its `allowedHosts`) than the one a request goes to. */
+export class SecretHostRefusedError extends Error {
+  constructor(
+    readonly secret: string,
+    readonly host: string,
+  ) {
+    super(`secret "${secret}" is not sent to ${host}`);
   }
 }
 

@@ -12,7 +12,7 @@ import {
   connect as tlsConnect,
 } from "node:tls";
 import { createTestCa } from "../../../test/helpers/test-ca.js";
-import type { HeaderRule } from "./header-rules.js";
+import { type HeaderRule, SecretHostRefusedError } from "./header-rules.js";
 import { interceptTls } from "./intercept.js";
 
 const NAME = "api.ruled.test";
@@ -114,8 +114,13 @@ describe("interceptTls", () => {
             interception: {
               contextFor: async (name) => createSecureContext(gateCa.issue(name)),
               upstreamCa: [upstreamCa.cert],
-              secretValue: async (team, name) =>
-                team === "team-1" ? secrets.get(name) : undefined,
+              secretValue: async (team, name, host) => {
+                // "bound" is bound to another host than the one the gate serves here.
+                if (name === "bound" && host !== "elsewhere.test") {
+                  throw new SecretHostRefusedError(name, host);
+                }
+                return team === "team-1" ? secrets.get(name) : undefined;
+              },
             },
             rule: () => rules,
             team: () => "team-1",
@@ -227,6 +232,17 @@ describe("interceptTls", () => {
     rules = { domain: NAME, headers: [["authorization", "Bearer ${e2b.secrets.api-key}"]] };
     assert.equal(res.status, 502);
     assert.match(res.body, /names secret "nope", which this sandbox's team does not have/);
+    assert.equal(good.seen.length, before);
+  });
+
+  it("sends nothing when a secret is bound to other hosts than the request's", async () => {
+    const port = await gateTo(good.port);
+    const before = good.seen.length;
+    rules = { domain: NAME, headers: [["authorization", "${e2b.secrets.bound}"]] };
+    const res = await send(port);
+    rules = { domain: NAME, headers: [["authorization", "Bearer ${e2b.secrets.api-key}"]] };
+    assert.equal(res.status, 502);
+    assert.match(res.body, /names secret "bound", which is bound to other hosts/);
     assert.equal(good.seen.length, before);
   });
 

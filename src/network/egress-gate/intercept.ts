@@ -11,7 +11,11 @@ export interface GateInterception {
   /** Roots trusted for upstream servers: Node's own when unset. */
   readonly upstreamCa?: readonly string[];
   /** The value of a team's secret, or undefined when the team has none of that name. */
-  secretValue(team: string, name: string): Promise<string | undefined>;
+  /**
+   * The value of a team's secret, for a request to `host`: undefined when the team has none
+   * of that name; SecretHostRefusedError when it is bound to other hosts.
+   */
+  secretValue(team: string, name: string, host: string): Promise<string | undefined>;
 }
 
 /** Where an intercepted connection goes: the name the guest asked for, at Warren's address. */
@@ -77,7 +81,9 @@ async function ruleHeaders(
   const team = options.team();
   const filled = await fillHeaders(rule, async (secret) => {
     const value =
-      team === undefined ? undefined : await options.interception.secretValue(team, secret);
+      team === undefined
+        ? undefined
+        : await options.interception.secretValue(team, secret, target.name);
     if (value === undefined) throw new UnknownSecretError(secret);
     return value;
   });

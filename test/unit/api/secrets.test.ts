@@ -19,10 +19,11 @@ describe("secrets API", () => {
   let catalog: SqliteCatalog;
   let api: Harness;
   let keyB: string;
+  let secrets: Secrets;
 
   before(async () => {
     catalog = await SqliteCatalog.open(join(dir, "catalog.sqlite"));
-    const secrets = new Secrets({
+    secrets = new Secrets({
       catalog: catalog.secrets,
       box: await SecretBox.open(join(dir, "secrets")),
     });
@@ -134,5 +135,78 @@ describe("secrets API", () => {
     const gone = await api.call("GET", "/secrets/openai-key");
     assert.equal(gone.statusCode, 404);
     assert.match(errorOf(gone).message, /secret "openai-key" not found/);
+  });
+
+  it("binds a secret to its hosts when created; the binding never changes and is shown", async () => {
+    const created = await api.call("POST", "/secrets", {
+      body: { name: "bound", value: VALUE, allowedHosts: ["API.example.com", "*.example.org"] },
+    });
+    assert.equal(created.statusCode, 201, created.body);
+    const secret = created.json() as { allowedHosts?: string[] };
+    assert.deepEqual(secret.allowedHosts, ["api.example.com", "*.example.org"]);
+    assert.deepEqual(
+      ((await api.call("GET", "/secrets/bound")).json() as { allowedHosts?: string[] })
+        .allowedHosts,
+      ["api.example.com", "*.example.org"],
+    );
+    const change = await api.call("POST", "/secrets/bound", {
+      body: { value: "v2", allowedHosts: ["evil.test"] },
+    });
+    assert.equal(change.statusCode, 400);
+    assert.match(errorOf(change).message, /allowedHosts is set when a secret is created/);
+    for (const allowedHosts of [
+      ["10.0.0.1"],
+      ["*"],
+      "api.example.com",
+      [""],
+      Array(33).fill("a.test"),
+    ]) {
+      const bad = await api.call("POST", "/secrets", {
+        body: { name: "bad-hosts", value: VALUE, allowedHosts },
+      });
+      assert.equal(bad.statusCode, 400, JSON.stringify(allowedHosts));
+      assert.match(errorOf(bad).message, /^body\/allowedHosts/);
+    }
+    // Unbound secrets keep E2B's shape: no field at all.
+    const plain = await api.call("POST", "/secrets", { body: { name: "plain", value: VALUE } });
+    assert.equal((plain.json() as { allowedHosts?: unknown }).allowedHosts, undefined);
+  });
+
+  it("gives a bound secret's value for its hosts only", async () => {
+    await api.call("POST", "/secrets", {
+      body: { name: "only-api", value: VALUE, allowedHosts: ["api.example.com", "*.cdn.test"] },
+    });
+    assert.equal(await secrets.valueOf("default", "only-api", "api.example.com"), VALUE);
+    assert.equal(await secrets.valueOf("default", "only-api", "x.cdn.test"), VALUE);
+    await assert.rejects(secrets.valueOf("default", "only-api", "evil.example.com"), {
+      reason: "secret_host_refused",
+    });
+    assert.equal(await secrets.valueOf("default", "plain", "anywhere.test"), VALUE, "unbound");
+  });
+
+  it("refuses a rule that would send a bound secret toward another host (400); unbound ones go anywhere", async () => {
+    await api.call("POST", "/secrets", {
+      body: { name: "api-key", value: VALUE, allowedHosts: ["api.example.com"] },
+    });
+    api.service.seed({ sandboxId: "ruled" });
+    const rule = (domain: string, secret: string) => ({
+      [domain]: [{ transform: { headers: { authorization: `Bearer \${e2b.secrets.${secret}}` } } }],
+    });
+    const put = (rules: object) => api.call("PUT", "/sandboxes/ruled/network", { body: { rules } });
+    for (const domain of ["evil.test", "*.example.com", "api.example.com.evil.test"]) {
+      const refused = await put(rule(domain, "api-key"));
+      assert.equal(refused.statusCode, 400, domain);
+      assert.match(errorOf(refused).message, /bound to other hosts/);
+    }
+    assert.equal((await put(rule("api.example.com", "api-key"))).statusCode, 204);
+    assert.equal((await put(rule("evil.test", "plain"))).statusCode, 204, "unbound: E2B's");
+    const create = await api.call("POST", "/sandboxes", {
+      body: { templateID: "base", network: { rules: rule("evil.test", "api-key") } },
+    });
+    assert.equal(create.statusCode, 400);
+    assert.match(
+      errorOf(create).message,
+      /^body\/network\/rules\/evil\.test names secret "api-key"/,
+    );
   });
 });

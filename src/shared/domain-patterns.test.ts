@@ -1,6 +1,11 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { matchesDomain, normalizeHostName, parseDomainPattern } from "./domains.js";
+import {
+  coversPattern,
+  matchesDomain,
+  normalizeHostName,
+  parseDomainPattern,
+} from "./domain-patterns.js";
 
 describe("domain patterns", () => {
   it("parses names and wildcards, normalized; refuses addresses and junk", () => {
@@ -56,4 +61,21 @@ describe("domain patterns", () => {
     assert.equal(normalizeHostName("198.51.100.1"), undefined);
     assert.equal(normalizeHostName("[::1]"), undefined);
   });
+});
+
+it("says when one pattern covers every name of another", () => {
+  const p = (entry: string) =>
+    parseDomainPattern(entry) as NonNullable<ReturnType<typeof parseDomainPattern>>;
+  const covers = (allowed: string, domain: string) => coversPattern(p(allowed), p(domain));
+  assert.equal(covers("api.example.com", "api.example.com"), true);
+  assert.equal(covers("api.example.com", "evil.example.com"), false);
+  assert.equal(covers("api.example.com", "*.api.example.com"), false);
+  assert.equal(covers("*.example.com", "api.example.com"), true);
+  assert.equal(covers("*.example.com", "a.b.example.com"), true);
+  assert.equal(covers("*.example.com", "*.example.com"), true);
+  assert.equal(covers("*.example.com", "*.api.example.com"), true);
+  assert.equal(covers("*.example.com", "example.com"), false, "a wildcard is below its name only");
+  assert.equal(covers("*.api.example.com", "*.example.com"), false);
+  assert.equal(covers("*.example.com", "example.com.evil.test"), false);
+  assert.equal(covers("*.example.com", "badexample.com"), false);
 });

@@ -40,3 +40,10 @@ export function matchesDomain(host: string, patterns: readonly DomainPattern[]):
   if (name === undefined) return false;
   return patterns.some((p) => (p.wildcard ? name.endsWith(`.${p.name}`) : name === p.name));
 }
+
+/** Whether every name `domain` matches, `allowed` matches too (a rule's domain within a secret's hosts). */
+export function coversPattern(allowed: DomainPattern, domain: DomainPattern): boolean {
+  if (!allowed.wildcard) return !domain.wildcard && domain.name === allowed.name;
+  const below = (name: string) => name.endsWith(`.${allowed.name}`);
+  return domain.wildcard ? domain.name === allowed.name || below(domain.name) : below(domain.name);
+}
