@@ -1,7 +1,8 @@
 // The guest services process and its supervisor, for real: a child process running
 // src/guest-services/main.ts (as this user: the unit tier has no root, so no user namespace
-// here — test/e2e/guest-services.test.ts runs it as it runs on a node), a slot's NFS served
-// through it on loopback, the child killed with SIGKILL and started again.
+// here — test/e2e/guest-services.test.ts runs it as it runs on a node), a slot's NFS and a
+// slot's egress gate (its DNS) served through it on loopback, the child killed with SIGKILL
+// and started again.
 import assert from "node:assert/strict";
 import {
   mkdirSync,
@@ -16,7 +17,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
 import { fileURLToPath } from "node:url";
+import { startFakeDns } from "../../test/helpers/fake-dns-server.js";
+import { askUdp, dnsQuery } from "../../test/helpers/loopback-gate.js";
 import { Nfs, RpcClient, sleep } from "../../test/unit/volumes/nfs-client.js";
+import { type GateHost, validateEgressPolicy } from "../network/index.js";
 import { silentLogger } from "../shared/index.js";
 import type { NfsExport } from "../volumes/index.js";
 import { GuestServices } from "./host.js";
@@ -25,6 +29,8 @@ const ENTRY = fileURLToPath(new URL("./main.ts", import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), "warren-guest-services-"));
 const VOLUME = "9e0c1d7a-5b8e-4a4f-b1f2-2f0b6f1d3c4e";
 let services: GuestServices;
+let gates: GateHost;
+let dns: Awaited<ReturnType<typeof startFakeDns>>;
 
 /** Where a slot listens in these tests: loopback, any port (kept across restarts). */
 const LOOPBACK = () => ({ host: "127.0.0.1", port: 0 });
@@ -36,6 +42,7 @@ const spec = (key = VOLUME): NfsExport => ({
 });
 
 before(async () => {
+  dns = await startFakeDns((name) => ADDRESSES[name]);
   mkdirSync(join(dir, VOLUME));
   writeFileSync(join(dir, VOLUME, "hello.txt"), "hi");
   services = await GuestServices.start({
@@ -46,12 +53,35 @@ before(async () => {
     logger: silentLogger,
     restartDelayMs: { first: 50, max: 200 },
   });
+  gates = services.gates({ resolver: `127.0.0.1:${dns.port}` }, () => ({
+    tcp: LOOPBACK,
+    dnsTcp: LOOPBACK,
+    dnsUdp: LOOPBACK,
+  }));
 });
 
 after(async () => {
   await services?.close();
+  dns?.close();
   rmSync(dir, { recursive: true, force: true });
 });
+
+/** What the tests' resolver knows (public addresses: no limit of the gate's refuses them). */
+const ADDRESSES: Record<string, string> = {
+  "api.allowed.test": "93.184.216.34",
+  "api.other.test": "93.184.216.35",
+};
+
+const policy = (allowOut: string[]) =>
+  validateEgressPolicy({ allowInternet: false, allowOut, denyOut: [] });
+
+/** The gate's DNS answer for `name`: its addresses, or its rcode. */
+async function lookUpName(port: number, name: string): Promise<string> {
+  const answer = await askUdp(port, dnsQuery(name));
+  if (!answer) return "no answer";
+  const addresses = (answer.answers ?? []).map((a) => String((a as { data?: unknown }).data));
+  return addresses.length > 0 ? addresses.join(",") : (answer.rcode ?? "empty");
+}
 
 /** Looks `hello.txt` up over NFS on `port`: what a guest's mount does first. */
 async function lookUp(port: number): Promise<number> {
@@ -120,5 +150,48 @@ it("is started again after a kill -9, and serves every slot again within seconds
     console.log(`# serving again ${Math.round(performance.now() - killedAt)} ms after the kill`);
   } finally {
     await served.close();
+  }
+});
+
+it("runs a slot's egress gate there: its DNS answers by the policy, updated live", async () => {
+  const slot = { netns: "wt-g1", gateway: "127.0.0.1", base: "10.201.0.0/16" };
+  const gate = await gates.open(slot, policy(["*.allowed.test"]));
+  try {
+    const ports = services.gatePorts(slot.netns);
+    const udp = ports.dnsUdp as number;
+    assert.equal(await lookUpName(udp, "api.allowed.test"), "93.184.216.34");
+    assert.equal(await lookUpName(udp, "api.other.test"), "NXDOMAIN");
+    const child = services.pid as number;
+    for (const port of [ports.tcp, ports.dnsTcp] as number[]) {
+      assert.deepEqual(listenersOf(port, [process.pid, child]), [child], `:${port} is the child's`);
+    }
+    await gate.update(policy(["api.other.test"]));
+    assert.equal(await lookUpName(udp, "api.other.test"), "93.184.216.35");
+    assert.equal(await lookUpName(udp, "api.allowed.test"), "NXDOMAIN");
+  } finally {
+    await gate.close();
+  }
+});
+
+it("opens a slot's gate again after a kill -9, with the policy it had last", async () => {
+  const slot = { netns: "wt-g2", gateway: "127.0.0.1", base: "10.201.0.0/16" };
+  const gate = await gates.open(slot, policy(["*.allowed.test"]));
+  try {
+    await gate.update(policy(["api.other.test"]));
+    const udp = services.gatePorts(slot.netns).dnsUdp as number;
+    const first = services.pid as number;
+    const restarts = services.restarts;
+    process.kill(first, "SIGKILL");
+    let answer = "";
+    for (const began = performance.now(); performance.now() - began < 10_000; ) {
+      answer = await lookUpName(udp, "api.other.test");
+      if (answer === "93.184.216.35" && services.pid !== first) break;
+      await sleep(50);
+    }
+    assert.equal(answer, "93.184.216.35", "answered again, by the last policy");
+    assert.equal(services.restarts, restarts + 1);
+    assert.equal(await lookUpName(udp, "api.allowed.test"), "NXDOMAIN");
+  } finally {
+    await gate.close();
   }
 });

@@ -1,2 +1,9 @@
-export { GuestServices, type GuestServicesOptions, type Listen, type ServedSlot } from "./host.js";
+export type { GateSupplies } from "./gate-asks.js";
+export {
+  type GateListen,
+  GuestServices,
+  type GuestServicesOptions,
+  type Listen,
+  type ServedSlot,
+} from "./host.js";
 export type { ServicesLaunch } from "./launch.js";

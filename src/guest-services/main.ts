@@ -1,4 +1,3 @@
-import type { Socket } from "node:net";
 import pino from "pino";
 import { handleStrayErrors } from "../shared/stray-errors.js";
 import { isServicesRequest, type ServicesEvent } from "./messages.js";
@@ -31,7 +30,7 @@ process.on("message", (message: unknown, handle: unknown) => {
     );
     return;
   }
-  table.handle(message, handle as Socket | undefined);
+  table.handle(message, handle as Parameters<GuestServiceTable["handle"]>[1]);
 });
 process.on("disconnect", () => {
   logger.info({}, "guest_services.server_gone");

@@ -1,6 +1,7 @@
 import { networkInterfaces } from "node:os";
 import type { CommandRunner } from "./command-runner.js";
 import { cidrContains, formatCidr, type Ipv4Cidr, parseCidr, parseIpv4 } from "./ipv4.js";
+import { type EgressLimits, egressLimits } from "./netns-rules.js";
 
 /** The host's IPv4 addresses, and the networks they are on. */
 export interface HostIpv4 {
@@ -30,6 +31,15 @@ export function hostIpv4(exclude: Ipv4Cidr): HostIpv4 {
     }
   }
   return { addresses: [...addresses].sort(), networks: [...networks].sort() };
+}
+
+/**
+ * What no egress policy opens for slots of `base`, read now: the host's addresses and
+ * networks change (DHCP, VPNs, new links).
+ */
+export function hostEgressLimits(base: Ipv4Cidr): EgressLimits {
+  const host = hostIpv4(base);
+  return egressLimits(formatCidr(base), host.addresses, host.networks);
 }
 
 /** The interface of the host's IPv4 default route; undefined when there is none. */

@@ -1,9 +1,22 @@
 export { type CommandResult, type CommandRunner, runCommand } from "./command-runner.js";
-export { type Resolve, resolverAt } from "./egress-gate/decide.js";
+export { hostResolve, type Resolve, resolverAt } from "./egress-gate/decide.js";
+export {
+  EgressGate,
+  type GateListener,
+  type GateSockets,
+} from "./egress-gate/egress-gate.js";
+export {
+  type GateHost,
+  type GateSlot,
+  type OpenGate,
+  slotLimits,
+} from "./egress-gate/gate-host.js";
 export {
   type HeaderRule,
+  ruleFor,
   SecretHostRefusedError,
   secretsNamed,
+  UnknownSecretError,
   validateHeaderRules,
 } from "./egress-gate/header-rules.js";
 export type { GateInterception } from "./egress-gate/intercept.js";
@@ -17,7 +30,8 @@ export {
   validateEgressPolicy,
 } from "./egress-policy.js";
 export { EgressPolicyError, NetworkError, SlotTakenError } from "./errors.js";
-export { listenInNamespace } from "./listen-in-namespace.js";
+export { bindUdpInNamespace, listenInNamespace } from "./listen-in-namespace.js";
+export { GATE_DNS_PORT, GATE_TCP_PORT } from "./netns-rules.js";
 export { NetnsSlotPool, type NetnsSlotPoolOptions } from "./netns-slot-pool.js";
 export { NetworkSlot } from "./network-slot.js";
 export { DEFAULT_BASE_CIDR, TAP_NAME } from "./slot-addressing.js";

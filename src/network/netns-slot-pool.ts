@@ -2,6 +2,7 @@ import { type Logger, silentLogger, WarrenError } from "../shared/index.js";
 import { type CommandRunner, runCommand } from "./command-runner.js";
 import { flushHostConntrack } from "./conntrack.js";
 import { hostResolve, type Resolve } from "./egress-gate/decide.js";
+import { type GateHost, inProcessGates } from "./egress-gate/gate-host.js";
 import type { GateInterception } from "./egress-gate/intercept.js";
 import {
   DEFAULT_EGRESS_POLICY,
@@ -69,6 +70,11 @@ export interface NetnsSlotPoolOptions {
   resolve?: Resolve;
   /** What header rules need (the node's egress CA, its secrets); unset: rules are refused. */
   interception?: GateInterception;
+  /**
+   * Where the slots' egress gates run. Default: in this process (`inProcessGates` with
+   * `resolve` and `interception`); a node's server runs them in its guest services process.
+   */
+  gates?: GateHost;
 }
 
 /**
@@ -308,8 +314,13 @@ export class NetnsSlotPool implements SlotPool {
       egressInterface,
       serverUid: this.#options.serverUid ?? process.getuid?.() ?? 0,
       run: this.#run,
-      resolve: this.#options.resolve ?? hostResolve,
-      ...(this.#options.interception && { interception: this.#options.interception }),
+      gates:
+        this.#options.gates ??
+        inProcessGates({
+          resolve: this.#options.resolve ?? hostResolve,
+          ...(this.#options.interception && { interception: this.#options.interception }),
+          logger: this.#logger,
+        }),
       logger: this.#logger,
     };
   }

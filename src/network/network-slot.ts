@@ -9,13 +9,11 @@ import {
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { CommandRunner } from "./command-runner.js";
 import { flushHostConntrack, flushNamespaceConntrack } from "./conntrack.js";
-import type { Resolve } from "./egress-gate/decide.js";
-import { EgressGate } from "./egress-gate/egress-gate.js";
-import type { GateInterception } from "./egress-gate/intercept.js";
+import type { GateHost, OpenGate } from "./egress-gate/gate-host.js";
 import { DEFAULT_EGRESS_POLICY, type EgressPolicy, validateEgressPolicy } from "./egress-policy.js";
 import { SlotTakenError } from "./errors.js";
 import { enableForwarding } from "./host-forwarding.js";
-import { hostIpv4 } from "./host-info.js";
+import { hostEgressLimits } from "./host-info.js";
 import {
   deleteHostRules,
   type HostRule,
@@ -24,7 +22,7 @@ import {
   purgeHostRules,
 } from "./host-rules.js";
 import { formatCidr, type Ipv4Cidr } from "./ipv4.js";
-import { type EgressLimits, egressLimits, egressUpdate, netnsRuleset } from "./netns-rules.js";
+import { type EgressLimits, egressUpdate, netnsRuleset } from "./netns-rules.js";
 import { NETNS_VETH, type SlotAddresses, slotAddresses, TAP_NAME } from "./slot-addressing.js";
 import type { SlotNames } from "./slot-names.js";
 import type { Slot } from "./slot-pool.js";
@@ -42,10 +40,8 @@ export interface SlotSettings {
   /** The only local user that may open connections to a slot (the server's). */
   readonly serverUid: number;
   readonly run: CommandRunner;
-  /** Resolves the names policies' domain entries allow (the egress gate). */
-  readonly resolve: Resolve;
-  /** What header rules need (the egress CA, secrets); unset: a policy with rules is refused. */
-  readonly interception?: GateInterception;
+  /** Where the slot's egress gate runs while its policy needs one (egress-gate/gate-host.ts). */
+  readonly gates: GateHost;
   readonly logger?: Logger;
 }
 
@@ -74,7 +70,7 @@ export class NetworkSlot implements Slot, SlotAddresses {
   readonly #hostRules: readonly HostRule[];
   #policy: EgressPolicy;
   /** While the policy lists domains or has header rules: the gate serving this slot's guest (egress-gate/). */
-  #gate: EgressGate | undefined;
+  #gate: OpenGate | undefined;
   #queue: Promise<unknown> = Promise.resolve();
   #destroyed = false;
   #removed = false;
@@ -183,11 +179,6 @@ export class NetworkSlot implements Slot, SlotAddresses {
     });
   }
 
-  /** Connections open through the egress gate (0 without domains in the policy). */
-  get gateConnections(): number {
-    return this.#gate?.connections ?? 0;
-  }
-
   /** Opens, updates or closes the gate for a policy (open only while it needs one). */
   async #gateFor(policy: EgressPolicy): Promise<void> {
     if (!gated(policy)) {
@@ -197,15 +188,8 @@ export class NetworkSlot implements Slot, SlotAddresses {
       return;
     }
     if (this.#gate) return this.#gate.update(policy);
-    this.#gate = await EgressGate.open(
-      {
-        netns: this.netns,
-        gateway: this.gateway,
-        limits: () => this.#limits(),
-        resolve: this.#settings.resolve,
-        interception: this.#settings.interception,
-        logger: this.#settings.logger,
-      },
+    this.#gate = await this.#settings.gates.open(
+      { netns: this.netns, gateway: this.gateway, base: formatCidr(this.#settings.base) },
       policy,
     );
   }
@@ -252,9 +236,7 @@ export class NetworkSlot implements Slot, SlotAddresses {
 
   /** Read at each use: the host's addresses and networks change (DHCP, VPNs, new links). */
   #limits(): EgressLimits {
-    const base = this.#settings.base;
-    const host = hostIpv4(base);
-    return egressLimits(formatCidr(base), host.addresses, host.networks);
+    return hostEgressLimits(this.#settings.base);
   }
 
   /** Host side: the namespace, its sysctls, the veth pair and the host end's address. */

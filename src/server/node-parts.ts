@@ -12,13 +12,11 @@ import {
   type TeamCatalog,
   type VolumeCatalog,
 } from "../catalog/index.js";
-import { GuestServices } from "../guest-services/index.js";
+import { type GateSupplies, GuestServices } from "../guest-services/index.js";
 import { ensureHostSetup, GUEST_ARTIFACTS, type GuestArtifacts } from "../host-setup/index.js";
 import {
-  type GateInterception,
   listenInNamespace,
   NetnsSlotPool,
-  resolverAt,
   slotNamesFor,
 } from "../network/index.js";
 import {
@@ -44,7 +42,7 @@ import {
 import { GuestIds, Volumes } from "../volumes/index.js";
 import type { CloseStack } from "./close-stack.js";
 import { joinCluster } from "./cluster-membership.js";
-import { egressInterception } from "./egress-interception.js";
+import { egressSupplies } from "./egress-supplies.js";
 import { startKilledPurge } from "./killed-purge.js";
 import type { Late, LateBound } from "./late-bound.js";
 import type { NodeMetrics } from "./prometheus.js";
@@ -116,7 +114,7 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   input.secrets.bind(teamSecrets);
   // The CA every guest trusts for the domains of its network.rules (egress-gate/intercept.ts).
   const egressCa = await EgressCa.open(join(input.layout.secretsDir, "egress-ca"));
-  const interception = await egressInterception(egressCa, teamSecrets, config.egressTrustedCa);
+  const egress = await egressSupplies(egressCa, teamSecrets, config);
   input.teams.bind(teams);
   // Root's server: guests' files and the guest services process live in a range of its own.
   const ids = process.getuid?.() === 0 ? new GuestIds(config.guestIdBase) : undefined;
@@ -149,7 +147,7 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
     teams,
     volumes,
     services,
-    egress: { ca: egressCa, interception },
+    egress: { ca: egressCa, supplies: egress },
   });
   orchestrator = started;
   closers.add("orchestrator", () => started.close());
@@ -335,7 +333,7 @@ function newOrchestrator(
     teams: TeamCatalog;
     volumes: Volumes;
     services: GuestServices;
-    egress: { ca: EgressCa; interception: GateInterception };
+    egress: { ca: EgressCa; supplies: GateSupplies };
   },
 ): Orchestrator {
   const { config, logger } = input;
@@ -348,8 +346,8 @@ function newOrchestrator(
       baseCidr: config.networkCidr,
       ...slotNamesFor(config.networkPrefix),
       logger: logger.child({ component: "network" }),
-      ...(config.egressResolver && { resolve: resolverAt(config.egressResolver) }),
-      interception: parts.egress.interception,
+      // Each slot's egress gate runs in the guest services process, not here.
+      gates: parts.services.gates(parts.egress.supplies),
     }),
     agent: new EnvdGuestAgent(),
     images: parts.images,

@@ -25,6 +25,18 @@ const MAX_LEAVES = 1024;
 
 export const EGRESS_CA_FILES = { cert: "ca.crt", key: "ca.key" } as const;
 
+/** A leaf's chain (the leaf, then the CA) and its key, PEM. */
+export interface LeafCertificate {
+  readonly cert: string;
+  readonly key: string;
+}
+
+interface IssuedLeaf {
+  readonly at: number;
+  readonly pem: Promise<LeafCertificate>;
+  readonly context: Promise<SecureContext>;
+}
+
 /**
  * The node's egress CA (`<data dir>/egress-ca`: `ca.crt`, `ca.key` 0600, made once): what
  * the egress gate shows a sandbox when it terminates TLS for a domain with header rules.
@@ -36,7 +48,7 @@ export class EgressCa {
   readonly #ca: SigningCa;
   /** One key for every leaf: only the server holds it, a fresh one per name buys nothing. */
   readonly #leafKeys: { publicKey: CryptoKey; keyPem: string };
-  readonly #leaves = new Map<string, { at: number; context: Promise<SecureContext> }>();
+  readonly #leaves = new Map<string, IssuedLeaf>();
 
   private constructor(ca: SigningCa, leafKeys: { publicKey: CryptoKey; keyPem: string }) {
     this.#ca = ca;
@@ -58,20 +70,35 @@ export class EgressCa {
 
   /** A TLS context presenting a certificate for `name` (issued once, reused for days). */
   contextFor(name: string): Promise<SecureContext> {
+    return this.#leaf(name).context;
+  }
+
+  /**
+   * The certificate chain and key for `name` (PEM), as `contextFor` presents them: for a gate
+   * in another process (the guest services), which never holds the CA's key.
+   */
+  leafFor(name: string): Promise<LeafCertificate> {
+    return this.#leaf(name).pem;
+  }
+
+  #leaf(name: string): IssuedLeaf {
     const now = Date.now();
     const known = this.#leaves.get(name);
-    if (known && now - known.at < LEAF_RENEW_MS) return known.context;
-    const context = this.#issue(name, new Date(now));
+    if (known && now - known.at < LEAF_RENEW_MS) return known;
+    const pem = this.#issue(name, new Date(now));
+    const leaf: IssuedLeaf = { at: now, pem, context: pem.then((p) => createSecureContext(p)) };
     this.#leaves.delete(name);
-    this.#leaves.set(name, { at: now, context });
+    this.#leaves.set(name, leaf);
     if (this.#leaves.size > MAX_LEAVES) {
       this.#leaves.delete(this.#leaves.keys().next().value as string);
     }
-    context.catch(() => this.#leaves.delete(name));
-    return context;
+    leaf.context.catch(() => {
+      if (this.#leaves.get(name) === leaf) this.#leaves.delete(name);
+    });
+    return leaf;
   }
 
-  async #issue(name: string, now: Date): Promise<SecureContext> {
+  async #issue(name: string, now: Date): Promise<LeafCertificate> {
     const notAfter = new Date(
       Math.min(now.getTime() + LEAF_VALIDITY_MS, new Date(this.#ca.certificate.validTo).getTime()),
     );
@@ -82,7 +109,7 @@ export class EgressCa {
       now,
       notAfter,
     );
-    return createSecureContext({ cert: `${leaf}\n${this.#ca.pem}\n`, key: this.#leafKeys.keyPem });
+    return { cert: `${leaf}\n${this.#ca.pem}\n`, key: this.#leafKeys.keyPem };
   }
 }
 

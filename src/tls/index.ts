@@ -26,7 +26,7 @@ export {
   MISIDENTIFIED,
   peerIdentity,
 } from "./cluster-identity.js";
-export { EGRESS_CA_FILES, EgressCa } from "./egress-ca.js";
+export { EGRESS_CA_FILES, EgressCa, type LeafCertificate } from "./egress-ca.js";
 export { ensureLocalCertificate, type LocalCertificate, renewalDue } from "./local-ca.js";
 export {
   CertificateKeeper,

@@ -2,12 +2,16 @@
 // with every address denied. Names resolve through a DNS server of the test's own (Warren's
 // egress resolver here); the servers they name are on the fake internet (FakeNet), so
 // nothing leaves this machine. The guest asks its own resolver (8.8.8.8, as written by
-// Warren's init): the slot sends it to the egress gate.
+// Warren's init): the slot sends it to the egress gate — which runs in the guest services
+// process, not the server, and comes back when that process dies.
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Sandbox } from "e2b";
-import { useServer } from "../helpers/server.js";
-import { selfSignedCertificate, startFakeDns } from "./network/fake-dns.js";
+import { GATE_TCP_PORT } from "../../src/network/index.js";
+import { startFakeDns } from "../helpers/fake-dns-server.js";
+import { servicesPid, slotListeners } from "../helpers/guest-services.js";
+import { useServer, waitFor } from "../helpers/server.js";
+import { selfSignedCertificate } from "./network/fake-dns.js";
 import { FAKENET, FakeNet } from "./network/fake-net.js";
 
 const NET_PORT = 9090;
@@ -16,7 +20,7 @@ const { public1, public2 } = FAKENET;
 const dns = await startFakeDns((name) =>
   name === "denied.test" ? public2 : name.endsWith(".allowed.test") ? public1 : undefined,
 );
-useServer({ WARREN_EGRESS_RESOLVER: `127.0.0.1:${dns.port}` });
+const server = useServer({ WARREN_EGRESS_RESOLVER: `127.0.0.1:${dns.port}` });
 
 /** A TLS client in the guest: connects to `host` with SNI `sni`, prints the first line. */
 const tlsClient = (host: string, sni: string) =>
@@ -74,5 +78,30 @@ describe("egress by domain (e2b SDK, real guest)", () => {
     assert.equal(await run("getent hosts new.allowed.test || echo none"), "none");
     await sandbox.updateNetwork({ allowOut: ["*.allowed.test"], denyOut: ["0.0.0.0/0"] });
     assert.match(await run(tlsClient("api.allowed.test", "api.allowed.test")), /^fakenet-tls /);
+  });
+
+  it("is served by the guest services process alone, and again after it is killed", async () => {
+    const pid = servicesPid(server.process.pid);
+    // The gate's listeners in the sandbox's namespace: that process's, none of the server's.
+    assert.deepEqual([...new Set(slotListeners(GATE_TCP_PORT))], [pid], "TCP :15001");
+    assert.deepEqual([...new Set(slotListeners(53))], [pid], "DNS over TCP");
+    assert.deepEqual([...new Set(slotListeners(53, "udp"))], [pid], "DNS over UDP");
+    process.kill(pid, "SIGKILL");
+    await waitFor("the guest services process started again", () => {
+      try {
+        return servicesPid(server.process.pid) !== pid;
+      } catch {
+        return false;
+      }
+    });
+    // The guest's DNS retries; the gate is back on new listeners with the same policy.
+    const back = performance.now();
+    assert.equal(await run("getent hosts again.allowed.test | cut -d' ' -f1"), public1);
+    assert.match(await run(tlsClient("api.allowed.test", "api.allowed.test")), /^fakenet-tls /);
+    assert.equal(await run("getent hosts denied.test || echo none"), "none");
+    console.log(
+      `# the gate answered again ${Math.round(performance.now() - back)} ms after the restart`,
+    );
+    assert.deepEqual([...new Set(slotListeners(GATE_TCP_PORT))], [servicesPid(server.process.pid)]);
   });
 });

@@ -10,9 +10,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { Sandbox, Secret } from "e2b";
+import { startFakeDns } from "../helpers/fake-dns-server.js";
 import { useServer } from "../helpers/server.js";
 import { createTestCa } from "../helpers/test-ca.js";
-import { startFakeDns } from "./network/fake-dns.js";
 import { FAKENET, FakeNet } from "./network/fake-net.js";
 
 const NET_PORT = 9090;

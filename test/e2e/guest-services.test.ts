@@ -8,27 +8,12 @@ import { execFileSync } from "node:child_process";
 import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
 import { Sandbox, Volume } from "e2b";
-import { runEnv, runGuestIdBase } from "../helpers/run-env.js";
+import { servicesPid as pidOf, slotListeners } from "../helpers/guest-services.js";
+import { runGuestIdBase } from "../helpers/run-env.js";
 import { useServer, waitFor } from "../helpers/server.js";
 
 const server = useServer();
-
-/** The guest services process: a child of the server running its bundle. */
-function servicesPid(): number {
-  const found = readdirSync("/proc")
-    .filter((entry) => /^\d+$/.test(entry))
-    .filter((pid) => {
-      try {
-        const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-        const ppid = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ")[1];
-        return cmdline.includes("guest-services/main.mjs") && ppid === String(server.process.pid);
-      } catch {
-        return false; // gone while listed
-      }
-    });
-  assert.equal(found.length, 1, `one guest services process, found ${found.join(", ")}`);
-  return Number(found[0]);
-}
+const servicesPid = () => pidOf(server.process.pid);
 
 /** A status field's values (`Uid:\t1\t1\t1\t1`). */
 function status(pid: number, field: string): string[] {
@@ -51,21 +36,6 @@ function vmmOf(sandboxId: string): number | undefined {
       }
     });
   return found === undefined ? undefined : Number(found);
-}
-
-/** Who listens on the NFS port in each of the server's slot namespaces (`ss -p`'s pids). */
-function nfsListeners(): number[] {
-  const prefix = `${runEnv().networkPrefix}-`;
-  const namespaces = execFileSync("ip", ["netns", "list"], { encoding: "utf8" })
-    .split("\n")
-    .map((line) => line.split(" ")[0] ?? "")
-    .filter((name) => name.startsWith(prefix));
-  return namespaces.flatMap((netns) => {
-    const out = execFileSync("ip", ["netns", "exec", netns, "ss", "-ltnpH", "sport = :2049"], {
-      encoding: "utf8",
-    });
-    return [...out.matchAll(/pid=(\d+)/g)].map((m) => Number(m[1]));
-  });
 }
 
 describe("the guest services process", () => {
@@ -101,7 +71,7 @@ describe("the guest services process", () => {
       `0 ${base} 65536`,
     );
     // The listener in the sandbox's namespace is that process's, and only its.
-    assert.deepEqual([...new Set(nfsListeners())], [pid]);
+    assert.deepEqual([...new Set(slotListeners(2049))], [pid]);
     // What the guest wrote is the range's on the host (its user, 1000).
     const hostFile = `${server.dataDir}/volumes/${volume.volumeId}/before.txt`;
     assert.equal(

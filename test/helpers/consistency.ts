@@ -1,5 +1,5 @@
 import { readdir, readFile, stat } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import {
   type SandboxRow,
   type SnapshotRow,
@@ -302,7 +302,9 @@ function networkSlots(state: ServerState): string[] {
  * has none at all.
  */
 function vmCgroups(state: ServerState): string[] {
-  const ids = new Set(state.network.cgroups.map((dir) => dir.slice(dir.lastIndexOf("/") + 1)));
+  // VMs' alone: the guest services process has a cgroup of its own (`<p>-services/…`).
+  const vms = state.network.cgroups.filter((dir) => dirname(dir).endsWith("-vms"));
+  const ids = new Set(vms.map((dir) => dir.slice(dir.lastIndexOf("/") + 1)));
   if (ids.size === 0) return [];
   const problems: string[] = [];
   for (const id of state.running) {

@@ -7,6 +7,7 @@ import {
 } from "../../shared/domain-patterns.js";
 import type { Logger } from "../../shared/index.js";
 import type { EgressPolicy } from "../egress-policy.js";
+import { originalDestination } from "../listen-in-namespace.js";
 import type { EgressLimits } from "../netns-rules.js";
 import { decide, decideRuled, type GateVerdict, limitsAllow, type Resolve } from "./decide.js";
 import { answerQuery } from "./dns-answers.js";
@@ -28,7 +29,7 @@ const RESOLVED_TTL_MS = 30_000;
 const MAX_RESOLVED = 1024;
 
 export interface EgressGateOptions {
-  /** The slot's namespace and gateway address, where the gate listens. */
+  /** The slot's namespace (logs) and, for `open`, where it listens with its gateway address. */
   readonly netns: string;
   readonly gateway: string;
   /** What no policy opens (read at each decision: the host's addresses change). */
@@ -42,6 +43,16 @@ export interface EgressGateOptions {
   readonly endpoints?: GateEndpoints;
 }
 
+/** A gate's three sockets, bound: guests' TCP connections, DNS over TCP, DNS over UDP. */
+export interface GateSockets {
+  readonly tcp: Server;
+  readonly dnsTcp: Server;
+  readonly dnsUdp: UdpSocket;
+}
+
+/** Which of a gate's stream listeners a connection came in on. */
+export type GateListener = "tcp" | "dnsTcp";
+
 interface GateConnection {
   readonly guest: Socket;
   readonly name: string | undefined;
@@ -53,7 +64,8 @@ interface GateConnection {
 }
 
 /**
- * One slot's egress gate, in the server's process, listening inside the slot's namespace:
+ * One slot's egress gate, listening inside the slot's namespace (in the guest services
+ * process on a node: src/guest-services; `open` here for tests and the network's own tier):
  * the TCP connections its nat rules send here (those the egress chain would refuse), let
  * through when their first bytes name an allowed domain (SNI, Host) — to the address Warren
  * resolves — and the guest's DNS queries, answered for allowed names only. Upstream
@@ -63,7 +75,7 @@ interface GateConnection {
  */
 export class EgressGate {
   readonly #o: EgressGateOptions;
-  readonly #endpoints: GateEndpoints;
+  readonly #originalDestination: GateEndpoints["originalDestination"];
   readonly #tcp: Server;
   readonly #udp: UdpSocket;
   readonly #dnsTcp: Server;
@@ -79,44 +91,51 @@ export class EgressGate {
   #domains: readonly DomainPattern[];
   #closed = false;
 
-  private constructor(options: EgressGateOptions, policy: EgressPolicy) {
+  private constructor(
+    sockets: GateSockets,
+    options: EgressGateOptions,
+    policy: EgressPolicy,
+    originalDestination: GateEndpoints["originalDestination"],
+  ) {
     this.#o = options;
-    this.#endpoints = options.endpoints ?? namespaceEndpoints(options.netns, options.gateway);
+    this.#originalDestination = originalDestination;
     this.#policy = policy;
     this.#domains = patternsOf(policy);
     const logged = (event: string) => (err: Error) =>
       this.#o.logger?.warn({ err, netns: options.netns }, event);
-    this.#tcp = createServer({ pauseOnConnect: true }, (socket) => void this.#onConnection(socket));
+    this.#tcp = sockets.tcp;
+    this.#tcp.on("connection", (socket: Socket) => this.accept("tcp", socket));
     this.#tcp.on("error", logged("egress_gate.listener_error"));
-    this.#dnsTcp = createServer((socket) => {
-      if (!this.#accept(socket)) return;
-      serveDnsStream(socket, (q) => this.#answer(q), this.#o.logger);
-    });
+    this.#dnsTcp = sockets.dnsTcp;
+    this.#dnsTcp.on("connection", (socket: Socket) => this.accept("dnsTcp", socket));
     this.#dnsTcp.on("error", logged("egress_gate.dns_error"));
-    this.#udp = createSocket("udp4");
+    this.#udp = sockets.dnsUdp;
     serveDnsDatagrams(this.#udp, (q) => this.#answer(q), this.#o.logger);
     this.#udp.on("error", logged("egress_gate.dns_error"));
   }
 
+  /** Binds its sockets where `options.endpoints` say (in the slot's namespace by default). */
   static async open(options: EgressGateOptions, policy: EgressPolicy): Promise<EgressGate> {
-    const gate = new EgressGate(options, policy);
-    const endpoints = gate.#endpoints;
-    try {
-      await listening(gate.#tcp, endpoints.tcp());
-      await listening(gate.#dnsTcp, endpoints.dnsTcp());
-      const udp = endpoints.dnsUdp();
-      await new Promise<void>((resolve, reject) => {
-        gate.#udp.once("error", reject);
-        gate.#udp.bind("fd" in udp ? udp : { address: udp.host, port: udp.port }, () => {
-          gate.#udp.off("error", reject);
-          resolve();
-        });
-      });
-    } catch (err) {
-      await gate.close();
-      throw err;
-    }
-    return gate;
+    const endpoints = options.endpoints ?? namespaceEndpoints(options.netns, options.gateway);
+    const sockets = await bindGateSockets(endpoints);
+    return new EgressGate(sockets, options, policy, endpoints.originalDestination);
+  }
+
+  /** Serves sockets bound elsewhere (handed over by the server that made them in the namespace). */
+  static serve(sockets: GateSockets, options: EgressGateOptions, policy: EgressPolicy): EgressGate {
+    return new EgressGate(
+      sockets,
+      options,
+      policy,
+      options.endpoints?.originalDestination ?? originalDestination,
+    );
+  }
+
+  /** A connection to one of its listeners, accepted by it or by whoever held it before. */
+  accept(listener: GateListener, socket: Socket): void {
+    if (listener === "tcp") return void this.#onConnection(socket);
+    if (!this.#accept(socket)) return;
+    serveDnsStream(socket, (q) => this.#answer(q), this.#o.logger);
   }
 
   /** A new policy: later connections are judged by it, open ones it refuses are cut. */
@@ -168,21 +187,7 @@ export class EgressGate {
     for (const connection of [...this.#open]) this.#cut(connection);
     // Connections still being read, and DNS over TCP: the listeners close once they are gone.
     for (const socket of [...this.#accepted]) socket.destroy();
-    await Promise.all([
-      new Promise<void>((resolve) =>
-        this.#tcp.listening ? this.#tcp.close(() => resolve()) : resolve(),
-      ),
-      new Promise<void>((resolve) =>
-        this.#dnsTcp.listening ? this.#dnsTcp.close(() => resolve()) : resolve(),
-      ),
-      new Promise<void>((resolve) => {
-        try {
-          this.#udp.close(() => resolve());
-        } catch {
-          resolve(); // never bound
-        }
-      }),
-    ]);
+    await closeGateSockets({ tcp: this.#tcp, dnsTcp: this.#dnsTcp, dnsUdp: this.#udp });
   }
 
   /** Where its sockets listen (tests reach a loopback gate there). */
@@ -225,7 +230,7 @@ export class EgressGate {
   async #serve(guest: Socket): Promise<void> {
     let destination: { address: string; port: number };
     try {
-      destination = this.#endpoints.originalDestination(guest);
+      destination = this.#originalDestination(guest);
     } catch {
       return void resetSocket(guest);
     }
@@ -357,6 +362,52 @@ export class EgressGate {
       return addresses.filter((a) => limitsAllow(a, policy, limits));
     });
   }
+}
+
+/**
+ * A gate's sockets bound where `endpoints` say, each asked for in turn; if one fails, those
+ * already bound are closed.
+ */
+export async function bindGateSockets(endpoints: GateEndpoints): Promise<GateSockets> {
+  // Paused: a connection's bytes wait for the gate to judge it (first-bytes.ts reads them).
+  const sockets: GateSockets = {
+    tcp: createServer({ pauseOnConnect: true }),
+    dnsTcp: createServer(),
+    dnsUdp: createSocket("udp4"),
+  };
+  try {
+    await listening(sockets.tcp, endpoints.tcp());
+    await listening(sockets.dnsTcp, endpoints.dnsTcp());
+    const udp = endpoints.dnsUdp();
+    await new Promise<void>((resolve, reject) => {
+      sockets.dnsUdp.once("error", reject);
+      sockets.dnsUdp.bind("fd" in udp ? udp : { address: udp.host, port: udp.port }, () => {
+        sockets.dnsUdp.off("error", reject);
+        resolve();
+      });
+    });
+  } catch (err) {
+    await closeGateSockets(sockets);
+    throw err;
+  }
+  return sockets;
+}
+
+/** Closes a gate's sockets (those never bound included). */
+async function closeGateSockets(sockets: GateSockets): Promise<void> {
+  const closed = (server: Server) =>
+    new Promise<void>((resolve) => (server.listening ? server.close(() => resolve()) : resolve()));
+  await Promise.all([
+    closed(sockets.tcp),
+    closed(sockets.dnsTcp),
+    new Promise<void>((resolve) => {
+      try {
+        sockets.dnsUdp.close(() => resolve());
+      } catch {
+        resolve(); // never bound
+      }
+    }),
+  ]);
 }
 
 /** Listens at `at`, or rejects with the listener's error. */
