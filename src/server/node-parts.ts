@@ -14,11 +14,7 @@ import {
 } from "../catalog/index.js";
 import { type GateSupplies, GuestServices } from "../guest-services/index.js";
 import { ensureHostSetup, GUEST_ARTIFACTS, type GuestArtifacts } from "../host-setup/index.js";
-import {
-  listenInNamespace,
-  NetnsSlotPool,
-  slotNamesFor,
-} from "../network/index.js";
+import { listenInNamespace, NetnsSlotPool, slotNamesFor } from "../network/index.js";
 import {
   type CapacityLimits,
   EnvdGuestAgent,
