@@ -6,4 +6,4 @@ export {
   type Listen,
   type ServedSlot,
 } from "./host.js";
-export type { ServicesLaunch } from "./launch.js";
+export { MAPPED_IDS, type ServicesLaunch } from "./launch.js";

@@ -34,6 +34,7 @@ export { bindUdpInNamespace, listenInNamespace } from "./listen-in-namespace.js"
 export { GATE_DNS_PORT, GATE_TCP_PORT } from "./netns-rules.js";
 export { NetnsSlotPool, type NetnsSlotPoolOptions } from "./netns-slot-pool.js";
 export { NetworkSlot } from "./network-slot.js";
+export { installServicesRules, type UidRange } from "./services-rules.js";
 export { DEFAULT_BASE_CIDR, TAP_NAME } from "./slot-addressing.js";
 export {
   DEFAULT_NETWORK_PREFIX,

@@ -12,9 +12,15 @@ import {
   type TeamCatalog,
   type VolumeCatalog,
 } from "../catalog/index.js";
-import { type GateSupplies, GuestServices } from "../guest-services/index.js";
+import { type GateSupplies, GuestServices, MAPPED_IDS } from "../guest-services/index.js";
 import { ensureHostSetup, GUEST_ARTIFACTS, type GuestArtifacts } from "../host-setup/index.js";
-import { listenInNamespace, NetnsSlotPool, slotNamesFor } from "../network/index.js";
+import {
+  installServicesRules,
+  listenInNamespace,
+  NetnsSlotPool,
+  runCommand,
+  slotNamesFor,
+} from "../network/index.js";
 import {
   type CapacityLimits,
   EnvdGuestAgent,
@@ -296,6 +302,13 @@ async function startGuestServices(
     cpuPeriodUs: 100_000,
     pids: 256,
   });
+  // Taken over through a parser of its, the process still reaches no local port nor metadata.
+  const removeRules =
+    ids &&
+    (await installServicesRules(runCommand, slotNamesFor(config.networkPrefix).ruleTag, {
+      first: ids.base,
+      last: ids.base + MAPPED_IDS - 1,
+    }));
   const services = await GuestServices.start({
     entry: GUEST_SERVICES_ENTRY,
     ...(ids && { idBase: ids.base }),
@@ -308,11 +321,13 @@ async function startGuestServices(
     logger: logger.child({ component: "server" }),
   }).catch(async (err: unknown) => {
     await cgroup?.remove();
+    await removeRules?.();
     throw err;
   });
   closers.add("guest services", async () => {
     await services.close();
     await cgroup?.remove();
+    await removeRules?.();
   });
   return services;
 }

@@ -4,7 +4,7 @@
 // listener in the sandbox's network namespace; `kill -9` of it leaves every VMM running and
 // the API answering, and the sandbox's volume works again within seconds.
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
 import { Sandbox, Volume } from "e2b";
@@ -14,6 +14,32 @@ import { useServer, waitFor } from "../helpers/server.js";
 
 const server = useServer();
 const servicesPid = () => pidOf(server.process.pid);
+
+/**
+ * What a TCP connection from `uid` to `host:port` gives, within 3 s: "connected", an error
+ * code, or "timeout" — run as that uid with no groups, as the services process's ids are.
+ */
+function connectAs(uid: number, host: string, port: number): string {
+  const script = `const s = require("node:net").connect(${port}, "${host}");
+s.on("connect", () => { console.log("connected"); process.exit(0); });
+s.on("error", (e) => { console.log(e.code); process.exit(0); });
+setTimeout(() => { console.log("timeout"); process.exit(0); }, 3000);`;
+  const run = spawnSync(
+    "setpriv",
+    [
+      "--reuid",
+      String(uid),
+      "--regid",
+      String(uid),
+      "--clear-groups",
+      process.execPath,
+      "-e",
+      script,
+    ],
+    { encoding: "utf8", timeout: 10_000 },
+  );
+  return run.stdout.trim() || `failed: ${run.stderr}`;
+}
 
 /** A status field's values (`Uid:\t1\t1\t1\t1`). */
 function status(pid: number, field: string): string[] {
@@ -78,6 +104,18 @@ describe("the guest services process", () => {
       execFileSync("stat", ["-c", "%u", hostFile], { encoding: "utf8" }).trim(),
       String(base + 1000),
     );
+  });
+
+  it("its ids reach no TCP port of the host's own and no link-local address", () => {
+    const base = runGuestIdBase();
+    const api = Number(new URL(server.url).port);
+    // The API on loopback: refused to the range (its root, a guest's user), open to others.
+    assert.equal(connectAs(base, "127.0.0.1", api), "ECONNREFUSED");
+    assert.equal(connectAs(base + 1000, "127.0.0.1", api), "ECONNREFUSED");
+    assert.equal(connectAs(65534, "127.0.0.1", api), "connected", "nobody else is refused");
+    // Cloud metadata: refused at once by the host's rule (what others get depends on the host).
+    assert.equal(connectAs(base, "169.254.169.254", 80), "EHOSTUNREACH");
+    console.log(`# 169.254.169.254:80 as nobody: ${connectAs(65534, "169.254.169.254", 80)}`);
   });
 
   it("dies alone: kill -9 leaves every VMM and the API, and the volume works again in seconds", async () => {

@@ -297,23 +297,36 @@ describe("a cluster of three nodes behind a gateway", () => {
   it("a team's quota holds across the nodes: concurrent creates pass it once, a resume counts the others", async () => {
     const [node] = cluster.nodes;
     assert.ok(node);
-    // Room for one base sandbox (512 MiB): the gateway's own check counts each create at
-    // the least a sandbox takes, so several reach the nodes, which must admit one in all.
-    const made = await fetch(`${node.plainUrl}/admin/teams`, {
-      method: "POST",
-      headers: { "x-admin-token": cluster.adminToken, "content-type": "application/json" },
-      body: JSON.stringify({ name: "one-at-a-time", limits: { maxMemoryMiB: 512 } }),
-    });
-    assert.equal(made.status, 201, await made.clone().text());
-    const { apiKey } = (await made.json()) as { apiKey: string };
-    const settled = await Promise.allSettled(
-      Array.from({ length: 8 }, () => Sandbox.create({ apiKey })),
-    );
-    const started = settled.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
-    sandboxes.push(...started);
-    const refused = settled.flatMap((r) => (r.status === "rejected" ? [String(r.reason)] : []));
-    assert.equal(started.length, 1, `started ${started.length}; refused: ${refused.join("; ")}`);
-    for (const why of refused) assert.match(why, /quota|Rate limit/i);
+    /** A team with `limits`, and what 8 concurrent creates of its gave: exactly one started. */
+    const concurrentCreates = async (name: string, limits: Record<string, number>) => {
+      const made = await fetch(`${node.plainUrl}/admin/teams`, {
+        method: "POST",
+        headers: { "x-admin-token": cluster.adminToken, "content-type": "application/json" },
+        body: JSON.stringify({ name, limits }),
+      });
+      assert.equal(made.status, 201, await made.clone().text());
+      const { apiKey } = (await made.json()) as { apiKey: string };
+      const settled = await Promise.allSettled(
+        Array.from({ length: 8 }, () => Sandbox.create({ apiKey })),
+      );
+      const started = settled.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+      sandboxes.push(...started);
+      const refused = settled.flatMap((r) => (r.status === "rejected" ? [String(r.reason)] : []));
+      assert.equal(
+        started.length,
+        1,
+        `${name}: started ${started.length}; refused: ${refused.join("; ")}`,
+      );
+      for (const why of refused) assert.match(why, /quota|Rate limit/i);
+      return { apiKey, started };
+    };
+    // Room for one base sandbox (1 vCPU, 512 MiB), by vCPUs alone: the gateway's own check
+    // counts each create at the least a sandbox takes, so several reach the nodes, which must
+    // admit one in all.
+    const byVcpus = await concurrentCreates("one-vcpu", { maxVcpus: 1 });
+    await Promise.all(byVcpus.started.map((s) => s.kill()));
+    // And by memory, the team whose paused sandbox's resume must count the others.
+    const { apiKey, started } = await concurrentCreates("one-at-a-time", { maxMemoryMiB: 512 });
 
     const [first] = started;
     assert.ok(first);
