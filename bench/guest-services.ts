@@ -7,45 +7,18 @@
 // again (also in flight: the guest's resolver retries), and whether every VMM kept running.
 // Also the process's memory (RSS) with the sandboxes' mounts and gates in use.
 // Run: npm run bench:guest-services (as root). BENCH_ROUNDS (default 10), BENCH_SANDBOXES (4).
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Sandbox, Volume } from "e2b";
 import { startFakeDns } from "../test/helpers/fake-dns-server.js";
-import { startServer, type TestServer, waitFor } from "../test/helpers/server.js";
+import { servicesPid, vmmPids } from "../test/helpers/guest-services.js";
+import { startServer, waitFor } from "../test/helpers/server.js";
 import { report, type Summary, summarize } from "./lib/report.js";
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 10);
 const SANDBOXES = Number(process.env.BENCH_SANDBOXES ?? 4);
 /** GuestServices' healthy window (host.ts): a restart after it has no backoff. */
 const HEALTHY_MS = 10_000;
-
-/** Pids of the processes whose command line `match`es. */
-function processes(match: (cmdline: string) => boolean): number[] {
-  return readdirSync("/proc")
-    .filter((entry) => /^\d+$/.test(entry))
-    .filter((pid) => {
-      try {
-        return match(readFileSync(`/proc/${pid}/cmdline`, "utf8"));
-      } catch {
-        return false;
-      }
-    })
-    .map(Number)
-    .sort((a, b) => a - b);
-}
-
-/** The server's guest services process (its child running that bundle). */
-const servicesPid = (server: TestServer) =>
-  processes((c) => c.includes("guest-services/main.mjs")).find(
-    (pid) =>
-      readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ")[1] ===
-      String(server.process.pid),
-  );
-/** The sandboxes' own QEMUs (each runtime dir is named after its sandbox). */
-const vmmPids = (sandboxes: readonly Sandbox[]) =>
-  processes(
-    (c) => c.startsWith("qemu-system") && sandboxes.some((s) => c.includes(`/run/${s.sandboxId}/`)),
-  );
 
 function rssMiB(pid: number): number {
   const line = readFileSync(`/proc/${pid}/status`, "utf8")
@@ -72,7 +45,9 @@ async function dnsLookup(sandbox: Sandbox, name: string): Promise<number> {
   return Number(out.stdout.trim().split("\n").at(-1));
 }
 
-const dns = await startFakeDns((name) => (name.endsWith(".bench.test") ? "93.184.216.34" : undefined));
+const dns = await startFakeDns((name) =>
+  name.endsWith(".bench.test") ? "93.184.216.34" : undefined,
+);
 const server = await startServer({ WARREN_EGRESS_RESOLVER: `127.0.0.1:${dns.port}` });
 try {
   process.env.E2B_VOLUME_API_URL = server.url;
@@ -95,13 +70,12 @@ try {
     add("NFS write + sync, healthy", await nfsWrite(sandbox, "w"));
     add("DNS lookup, healthy", await dnsLookup(sandbox, "warm.bench.test"));
   }
-  const first = servicesPid(server);
-  const rss = first === undefined ? Number.NaN : rssMiB(first);
+  const first = servicesPid(server.process.pid);
+  const rss = rssMiB(first);
   let vmmsKept = 0;
   for (let round = 0; round < ROUNDS; round++) {
-    const pid = servicesPid(server);
-    if (pid === undefined) throw new Error("no guest services process");
-    const vmms = vmmPids(sandboxes);
+    const pid = servicesPid(server.process.pid);
+    const vmms = vmmPids(sandboxes.map((s) => s.sandboxId));
     const readyBefore = server.logs.filter((l) => l.msg === "guest_services.ready").length;
     // A write in flight at the kill: it completes once the new process serves the mount.
     const guest = sandboxes[round % sandboxes.length] as Sandbox;
@@ -124,7 +98,8 @@ try {
     add("kill → the guest's write done", performance.now() - killedAt);
     await lookingUp;
     add("kill → the guest's DNS answered", performance.now() - killedAt);
-    if (JSON.stringify(vmmPids(sandboxes)) === JSON.stringify(vmms)) vmmsKept += 1;
+    if (JSON.stringify(vmmPids(sandboxes.map((s) => s.sandboxId))) === JSON.stringify(vmms))
+      vmmsKept += 1;
     // Past the supervisor's healthy window: each kill measures a first restart, not a backoff.
     await sleep(HEALTHY_MS + 1_000);
   }

@@ -5,10 +5,10 @@
 // the API answering, and the sandbox's volume works again within seconds.
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
-import { readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { readFileSync, readlinkSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
 import { Sandbox, Volume } from "e2b";
-import { servicesPid as pidOf, slotListeners } from "../helpers/guest-services.js";
+import { servicesPid as pidOf, slotListeners, vmmPids } from "../helpers/guest-services.js";
 import { runGuestIdBase } from "../helpers/run-env.js";
 import { useServer, waitFor } from "../helpers/server.js";
 
@@ -47,21 +47,6 @@ function status(pid: number, field: string): string[] {
     .split("\n")
     .find((l) => l.startsWith(`${field}:`));
   return line?.split(/\s+/).slice(1) ?? [];
-}
-
-/** The pid of a sandbox's QEMU (its runtime dir is named after it). */
-function vmmOf(sandboxId: string): number | undefined {
-  const found = readdirSync("/proc")
-    .filter((entry) => /^\d+$/.test(entry))
-    .find((pid) => {
-      try {
-        const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-        return cmdline.startsWith("qemu-system") && cmdline.includes(`/run/${sandboxId}/`);
-      } catch {
-        return false;
-      }
-    });
-  return found === undefined ? undefined : Number(found);
 }
 
 describe("the guest services process", () => {
@@ -120,7 +105,7 @@ describe("the guest services process", () => {
 
   it("dies alone: kill -9 leaves every VMM and the API, and the volume works again in seconds", async () => {
     const pid = servicesPid();
-    const vmm = vmmOf(sandbox.sandboxId);
+    const vmm = vmmPids([sandbox.sandboxId])[0];
     assert.ok(vmm, "the sandbox's VMM runs");
     const killedAt = performance.now();
     process.kill(pid, "SIGKILL");
@@ -131,7 +116,11 @@ describe("the guest services process", () => {
         return false;
       }
     });
-    assert.equal(vmmOf(sandbox.sandboxId), vmm, "the sandbox's VMM still runs, the same one");
+    assert.equal(
+      vmmPids([sandbox.sandboxId])[0],
+      vmm,
+      "the sandbox's VMM still runs, the same one",
+    );
     assert.equal((await fetch(`${server.url}/health`)).status, 200, "the API answers");
     // The guest's hard mount carries on against the new process.
     const wrote = await sandbox.commands.run(

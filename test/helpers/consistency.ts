@@ -326,7 +326,9 @@ async function vmmsUnder(
 ): Promise<Map<number, string | undefined>> {
   const quote = (path: string) => path.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
   const under = new RegExp(`(^|[=,:])${quote(dataDir)}/`);
-  const inRunDir = new RegExp(`(?:^|[=,:])${quote(runDir)}/([^/,]+)/`);
+  // A path inside its runtime dir, or the dir itself (`chroot=<runDir>/<id>`: a restored VM's
+  // only mention of it, its QMP socket living in `<data>/qmp`).
+  const inRunDir = new RegExp(`(?:^|[=,:])${quote(runDir)}/([^/,]+)(?:[/,]|$)`);
   const vmms = new Map<number, string | undefined>();
   for (const entry of await readdir("/proc")) {
     if (!/^\d+$/.test(entry)) continue;

@@ -40,3 +40,24 @@ export function slotListeners(port: number, protocol: "tcp" | "udp" = "tcp"): nu
     return [...out.matchAll(/pid=(\d+)/g)].map((m) => Number(m[1]));
   });
 }
+
+/**
+ * The QEMUs of these sandboxes, by pid: each names its runtime dir `.../run/<id>` (its
+ * chroot, and for a booted VM its files there).
+ */
+export function vmmPids(sandboxIds: readonly string[]): number[] {
+  const names = (id: string) => new RegExp(`/run/${id}(?:[/,\0]|$)`);
+  const patterns = sandboxIds.map(names);
+  return readdirSync("/proc")
+    .filter((entry) => /^\d+$/.test(entry))
+    .filter((pid) => {
+      try {
+        const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+        return cmdline.startsWith("qemu-system") && patterns.some((p) => p.test(cmdline));
+      } catch {
+        return false; // gone while listed
+      }
+    })
+    .map(Number)
+    .sort((a, b) => a - b);
+}
