@@ -67,6 +67,8 @@ interface Registration {
   /** Its open, as sent again after a restart (a gate's with its current policy). */
   open: OpenRequest;
   readonly listeners: readonly ListenerSpec[];
+  /** The handover under way (after a restart): an update waits for the open it follows. */
+  handover?: Promise<void>;
 }
 
 /** A process that ran this long has its restart delay reset (a crash loop backs off). */
@@ -202,6 +204,7 @@ export class GuestServices {
           ...registration.open,
           gate: { ...registration.open.gate, policy },
         };
+        await registration.handover?.catch(() => {});
         if (!this.#running()) return;
         await this.#call({
           type: "gate.update",
@@ -477,7 +480,8 @@ export class GuestServices {
       return;
     }
     for (const registration of this.#registrations.values()) {
-      this.#handOver(registration).catch((err: unknown) =>
+      registration.handover = this.#handOver(registration);
+      registration.handover.catch((err: unknown) =>
         this.#o.logger.warn(
           { err, slot: registration.slot, service: registration.service },
           "guest_services.reopen_failed",
