@@ -76,9 +76,10 @@ const vmmAddon = (name) =>
 /** src/network/native/<name>/: likewise. */
 const networkAddon = (name) =>
   buildAddon(join(root, "src", "network", "native", name), name, [`${name}.c`, "binding.gyp"]);
+const nslistenAddon = networkAddon("nslisten");
 const serverAddons = [
   ...["memmerge", "tapfd", "filelease"].map((name) => [vmmAddon(name), `${name}.node`]),
-  [networkAddon("nslisten"), "nslisten.node"],
+  [nslistenAddon, "nslisten.node"],
 ];
 
 /** What both bundles (agent and server) share: one ESM file for Node 20 with a source map. */
@@ -162,6 +163,10 @@ await build({
   outfile: join(root, "dist", "guest-services", "main.mjs"),
   packages: "external",
 });
+// The egress gate asks where a redirected connection was going (SO_ORIGINAL_DST).
+const servicesRelease = join(root, "dist", "guest-services", "build", "Release");
+mkdirSync(servicesRelease, { recursive: true });
+placeAddon(nslistenAddon, join(servicesRelease, "nslisten.node"));
 step(`guest services ready in ${join(root, "dist", "guest-services")}`);
 
 step("bundling the gateway");
