@@ -28,6 +28,7 @@ const BENCHES = {
   volumes: ["volumes.ts", true],
   egress: ["egress.ts", false],
   "guest-services": ["guest-services.ts", true],
+  reattach: ["reattach.ts", true],
 };
 
 const name = process.argv[2];

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Builds what runs outside the source tree: the native addons, the agent bundle
-// (dist/agent/envd.mjs) with every addon it loads copied beside it in build/Release/, and the
-// server bundle (dist/server/main.mjs) with its own addons likewise.
+// (dist/agent/envd.mjs) with every addon it loads copied beside it in build/Release/, the
+// server bundle (dist/server/main.mjs) and the keeper's (dist/keeper/main.mjs) with their own
+// addons likewise.
 import { spawnSync } from "node:child_process";
 import {
   chmodSync,
@@ -168,6 +169,22 @@ const servicesRelease = join(root, "dist", "guest-services", "build", "Release")
 mkdirSync(servicesRelease, { recursive: true });
 placeAddon(nslistenAddon, join(servicesRelease, "nslisten.node"));
 step(`guest services ready in ${join(root, "dist", "guest-services")}`);
+
+step("bundling the keeper");
+await build({
+  ...NODE_BUNDLE,
+  entryPoints: [join(root, "src", "keeper", "main.ts")],
+  outfile: join(root, "dist", "keeper", "main.mjs"),
+  packages: "external",
+});
+// It opens each VM's tap and spawns QEMU mergeable: the two addons that takes.
+const keeperRelease = join(root, "dist", "keeper", "build", "Release");
+mkdirSync(keeperRelease, { recursive: true });
+for (const [from, name] of serverAddons.filter(([, n]) =>
+  ["tapfd.node", "memmerge.node"].includes(n),
+))
+  placeAddon(from, join(keeperRelease, name));
+step(`keeper ready in ${join(root, "dist", "keeper")}`);
 
 step("bundling the gateway");
 await build({

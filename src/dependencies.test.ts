@@ -44,6 +44,8 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   proxy: ["orchestrator", "relay", "protocol", "shared"],
   // What parses guests' bytes, in a process of its own: the services it runs, nothing else.
   "guest-services": ["volumes", "network", "protocol", "shared"],
+  // The process holding the VMMs: spawning and containing a QEMU (vmm/qemu), nothing else.
+  keeper: ["vmm", "protocol", "shared"],
   server: [
     "api",
     "guest-services",

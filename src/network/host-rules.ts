@@ -152,6 +152,24 @@ export async function deleteFoundHostRules(
   await withHostLock(() => restore(run, lines));
 }
 
+/**
+ * Replaces rules found earlier (an earlier server's, of one slot) by `rules`, each table in
+ * one transaction: never a moment with neither (the slot's guest runs meanwhile).
+ */
+export async function replaceHostRules(
+  run: CommandRunner,
+  earlier: readonly FoundHostRule[],
+  rules: readonly HostRule[],
+): Promise<void> {
+  const lines = [
+    ...earlier.map((r) => ({ table: r.table, line: `-D${r.line.slice(2)}` })),
+    ...[...rules]
+      .reverse()
+      .map((r) => ({ table: r.table, line: `-I ${r.chain} ${r.spec.join(" ")}` })),
+  ];
+  await withHostLock(() => restore(run, lines));
+}
+
 /** Removes every host rule of one slot, whichever of them exist. */
 export async function purgeHostRules(
   run: CommandRunner,

@@ -15,8 +15,18 @@ import { enableEgressForwarding } from "./host-forwarding.js";
 import { defaultRouteInterface } from "./host-info.js";
 import { formatCidr, type Ipv4Cidr } from "./ipv4.js";
 import { NetworkSlot, type SlotSettings } from "./network-slot.js";
-import { DEFAULT_BASE_CIDR, maxSlotIndex, parseBaseCidr } from "./slot-addressing.js";
-import { DEFAULT_SLOT_NAMES, type SlotNames, validateSlotNames } from "./slot-names.js";
+import {
+  DEFAULT_BASE_CIDR,
+  maxSlotIndex,
+  parseBaseCidr,
+  slotAddresses,
+} from "./slot-addressing.js";
+import {
+  DEFAULT_SLOT_NAMES,
+  type SlotNames,
+  slotIndexIn,
+  validateSlotNames,
+} from "./slot-names.js";
 import type { Slot, SlotPool } from "./slot-pool.js";
 import { cleanupStaleSlots, type StaleCleanupReport } from "./stale-cleanup.js";
 
@@ -109,6 +119,8 @@ export class NetnsSlotPool implements SlotPool {
   /** The slot the refill is making now; its index is taken already. */
   #making: Promise<NetworkSlot> | undefined;
   #closed = false;
+  /** The block's host conntrack was flushed of what earlier slots left (once, at start). */
+  #conntrackSwept = false;
 
   constructor(options: NetnsSlotPoolOptions = {}) {
     this.#options = options;
@@ -178,7 +190,54 @@ export class NetnsSlotPool implements SlotPool {
     if (report.netns.length + report.links.length + report.hostRules > 0) {
       this.#logger.info({ ...report }, "network.stale_removed");
     }
+    await this.#sweepConntrack(report);
     return report;
+  }
+
+  /**
+   * Forgets the host's connections an earlier server's slots left: the whole block when no
+   * slot was taken back (adopt), else those of each stale slot removed only, so that the
+   * connections of guests that ran on through the restart stay tracked (their NAT bindings,
+   * the proxy's connections to envd).
+   */
+  async #sweepConntrack(report?: StaleCleanupReport): Promise<void> {
+    if (this.#conntrackSwept) return;
+    this.#conntrackSwept = true;
+    if (this.#taken.size === 0) {
+      await flushHostConntrack(this.#run, formatCidr(this.#base));
+      return;
+    }
+    const stale = new Set<number>(report?.indexes ?? []);
+    for (const index of stale) {
+      const { hostAddress } = slotAddresses(this.#base, index, this.#names);
+      await flushHostConntrack(this.#run, hostAddress);
+    }
+  }
+
+  /**
+   * Takes back the slot in namespace `netns` for a guest that ran on while the server was
+   * away (a VM the keeper held): checked and set up again (NetworkSlot.adopt) with `policy`,
+   * and in use from now on. Before cleanupStale, which then keeps it. A slot that cannot be
+   * taken back is left to cleanupStale.
+   */
+  async adopt(netns: string, policy: EgressPolicy): Promise<NetworkSlot> {
+    const wanted = validateEgressPolicy(policy);
+    this.#checkOpen();
+    const index = slotIndexIn(this.#names.netnsPrefix, netns);
+    if (index === undefined || index < 1 || index > maxSlotIndex(this.#base))
+      throw new WarrenError("invalid_argument", `${netns} is no slot of this pool`);
+    if (this.#taken.has(index))
+      throw new WarrenError("conflict", `network slot ${index} is taken already`);
+    this.#taken.add(index);
+    try {
+      const slot = await NetworkSlot.adopt(await this.#ready(), index, wanted);
+      this.#inUse.add(slot);
+      this.#logger.info({ slot: index }, "network.slot_adopted");
+      return slot;
+    } catch (err) {
+      this.#taken.delete(index);
+      throw err;
+    }
   }
 
   /**
@@ -266,13 +325,18 @@ export class NetnsSlotPool implements SlotPool {
     });
   }
 
-  /** Removes every slot, idle and in use. The pool cannot be used afterwards. */
-  async close(): Promise<void> {
+  /**
+   * Removes every slot, idle and in use; with `keepInUse`, the slots in use stay on the host
+   * as they are (their guests run on in the keeper, for the next server to adopt). The pool
+   * cannot be used afterwards.
+   */
+  async close(options: { keepInUse?: boolean } = {}): Promise<void> {
     this.#closed = true;
     for (const wake of [...this.#waking]) wake();
     await this.#refilling;
     await Promise.allSettled(this.#releasing);
-    const slots = [...this.#idle.splice(0), ...this.#inUse];
+    const kept = options.keepInUse ? [...this.#inUse] : [];
+    const slots = [...this.#idle.splice(0), ...this.#inUse].filter((s) => !kept.includes(s));
     this.#inUse.clear();
     const results = await Promise.allSettled(slots.map((s) => this.#destroy(s)));
     const failed = results.find((r) => r.status === "rejected");
@@ -305,8 +369,9 @@ export class NetnsSlotPool implements SlotPool {
       }
     }
     // The block is this pool's alone: whatever is tracked in it was left by an earlier
-    // server's slots (destroy() forgets its own as it goes).
-    await flushHostConntrack(this.#run, formatCidr(this.#base));
+    // server's slots (destroy() forgets its own as it goes). Not while slots are being taken
+    // back: cleanupStale then forgets only the stale slots'.
+    if (this.#taken.size === 0) await this.#sweepConntrack();
     return {
       base: this.#base,
       names: this.#names,

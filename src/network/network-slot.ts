@@ -16,10 +16,12 @@ import { enableForwarding } from "./host-forwarding.js";
 import { hostEgressLimits } from "./host-info.js";
 import {
   deleteHostRules,
+  findHostRules,
   type HostRule,
   hostRules,
   insertHostRules,
   purgeHostRules,
+  replaceHostRules,
 } from "./host-rules.js";
 import { formatCidr, type Ipv4Cidr } from "./ipv4.js";
 import { type EgressLimits, egressUpdate, netnsRuleset } from "./netns-rules.js";
@@ -142,6 +144,46 @@ export class NetworkSlot implements Slot, SlotAddresses {
       slot.#removed = true;
       throw err;
     }
+    return slot;
+  }
+
+  /**
+   * Takes back slot `index` as an earlier server left it, for a guest that kept running
+   * through the restart (its VMM holds the tap): the namespace and host veth must be there
+   * (the addresses are the index's: slotAddresses); the namespace's ruleset is written again
+   * for `policy` (one `iptables-restore`, atomic: tracked connections stay), the index's
+   * host rules replaced by this pool's (one transaction: never a moment without them),
+   * forwarding set on the veth, and the gate reopened
+   * when `policy` needs one. Nothing is removed on failure (a guest may still use it): the
+   * pool's cleanupStale removes a slot it did not take back.
+   */
+  static async adopt(
+    settings: SlotSettings,
+    index: number,
+    policy: EgressPolicy,
+  ): Promise<NetworkSlot> {
+    const slot = new NetworkSlot(
+      settings,
+      slotAddresses(settings.base, index, settings.names),
+      validateEgressPolicy(policy),
+    );
+    for (const [what, path] of [
+      ["namespace", slot.netnsPath],
+      ["host veth", `/sys/class/net/${slot.hostVeth}`],
+    ] as const) {
+      if (!existsSync(path))
+        throw new WarrenError("internal", `network slot ${index} has no ${what} (${path}) left`);
+    }
+    const { run } = settings;
+    const earlier = (await findHostRules(run, slot.ruleTag)).filter((r) => r.index === index);
+    await settleAll([
+      run("nsenter", [`--net=${slot.netnsPath}`, "iptables-restore"], {
+        input: netnsRuleset(slot, slot.#policy, slot.#limits()),
+      }),
+      replaceHostRules(run, earlier, slot.#hostRules),
+      ...(settings.egressInterface ? [enableForwarding(slot.hostVeth)] : []),
+    ]);
+    await slot.#gateFor(slot.#policy);
     return slot;
   }
 

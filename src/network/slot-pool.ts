@@ -25,7 +25,13 @@ export interface Slot {
 export interface SlotPool {
   /** Gets ready to hand out slots (host forwarding, egress interface, first idle slots). */
   start(): Promise<void>;
-  /** Removes what an earlier run of this server left on the host. */
+  /**
+   * Takes back the slot in namespace `netns` for a guest that kept running while the server
+   * was away (its VM re-adopted at start), with `policy`; before cleanupStale. In use from
+   * then on, released as any other.
+   */
+  adopt(netns: string, policy: EgressPolicy): Promise<Slot>;
+  /** Removes what an earlier run of this server left on the host (but adopted slots). */
   cleanupStale(): Promise<unknown>;
   /** A slot with `policy` (default: the pool's); resource_exhausted when none is left. */
   acquire(policy?: EgressPolicy): Promise<Slot>;
@@ -34,6 +40,9 @@ export interface SlotPool {
    * again. A caller need not wait for that: close() does.
    */
   release(slot: Slot): Promise<void>;
-  /** Removes every slot. */
-  close(): Promise<void>;
+  /**
+   * Removes every slot; with `keepInUse`, those in use stay as they are (a server stopping
+   * with WARREN_ON_STOP=detach: their guests run on, for the next server to adopt).
+   */
+  close(options?: { keepInUse?: boolean }): Promise<void>;
 }

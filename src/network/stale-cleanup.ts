@@ -8,6 +8,8 @@ export interface StaleCleanupReport {
   readonly netns: readonly string[];
   readonly links: readonly string[];
   readonly hostRules: number;
+  /** The slot indexes something was removed of. */
+  readonly indexes: readonly number[];
 }
 
 /**
@@ -34,5 +36,8 @@ export async function cleanupStaleSlots(
   }
   const rules = (await findHostRules(run, names.ruleTag)).filter((r) => !keep.has(r.index));
   await deleteFoundHostRules(run, rules);
-  return { netns, links, hostRules: rules.length };
+  const indexes = new Set(rules.map((r) => r.index));
+  for (const name of netns) indexes.add(slotIndexIn(names.netnsPrefix, name) as number);
+  for (const name of links) indexes.add(slotIndexIn(names.hostVethPrefix, name) as number);
+  return { netns, links, hostRules: rules.length, indexes: [...indexes].sort((a, b) => a - b) };
 }

@@ -75,15 +75,23 @@ export class Capacity {
     }
     const pressure = this.#memoryPressure();
     if (pressure) throw new WarrenError("memory_pressure", `${pressure}; retry later`);
-    this.#sandboxes += 1;
-    this.#vcpus += shape.vcpus;
-    this.#memoryMiB += shape.memoryMiB;
     // Counted as starting for a moment: its VMM's memory shows in MemAvailable soon after.
     this.#starting += 1;
     const started = setTimeout(() => {
       this.#starting -= 1;
     }, STARTING_MS);
     started.unref();
+    return this.hold(shape);
+  }
+
+  /**
+   * Counts a VM that runs already (one re-adopted after a restart), whatever the limits say
+   * now: it holds its room whether or not it fits. The returned function gives it back.
+   */
+  hold(shape: MachineShape): () => void {
+    this.#sandboxes += 1;
+    this.#vcpus += shape.vcpus;
+    this.#memoryMiB += shape.memoryMiB;
     let released = false;
     return () => {
       if (released) return;

@@ -73,15 +73,20 @@ export interface EventFields {
   "sandbox.moved_here": { sandboxId: string };
   /** At start: stopped mid-pause or mid-resume with its whole state saved, now paused. */
   "sandbox.recovered_paused": { sandboxId: string; state: SandboxState; snapshotId: string };
-  /** At start: stopped in `state` by the server's end, reported lost. */
-  "sandbox.lost": { sandboxId: string; state: SandboxState };
+  /** At start: stopped in `state` by the server's end, reported lost (`reason`: why, if not that). */
+  "sandbox.lost": { sandboxId: string; state: SandboxState; reason?: string };
+  /** At start: running in the keeper through the restart, taken back (same VMM, `pid`). */
+  "sandbox.reattached": { sandboxId: string; pid: number; durationMs: number };
+  /** At a stop with WARREN_ON_STOP=detach: left running in the keeper for the next server. */
+  "sandbox.detached": { sandboxId: string };
 
   // ---- warm pools ---------------------------------------------------------------------------
   "pool.vmm_warmed": { snapshotId: string; durationMs: number };
   /** A warm VMM given up (`warming`: the one being warmed). */
   "pool.vmm_released": {
     snapshotId: string;
-    reason: "memory_budget" | "idle" | "demand" | "capacity";
+    /** `died`: its VMM exited while it waited (its keeper died, say). */
+    reason: "memory_budget" | "idle" | "demand" | "capacity" | "died";
     warming?: boolean;
   };
   "pool.vmm_released_memory_pressure": { snapshotId: string };
@@ -195,7 +200,15 @@ export const LIFECYCLE_EVENTS = {
       detail: ({ state, snapshotId }) => ({ state, now: "paused", snapshotId }),
     },
   },
-  "sandbox.lost": { level: "warn", history: { detail: ({ state }) => ({ state }) } },
+  "sandbox.lost": {
+    level: "warn",
+    history: { detail: ({ state, reason }) => ({ state, ...(reason && { reason }) }) },
+  },
+  "sandbox.reattached": {
+    level: "info",
+    history: { detail: ({ pid, durationMs }) => ({ pid, durationMs }) },
+  },
+  "sandbox.detached": { level: "info", history: { detail: () => ({}) } },
   "pool.vmm_warmed": { level: "info" },
   "pool.vmm_released": { level: "info" },
   "pool.vmm_released_memory_pressure": { level: "warn" },

@@ -433,6 +433,21 @@ export class Lifecycle {
     });
   }
 
+  /**
+   * A running sandbox re-adopted at start (its VM reattached from the keeper, its slot taken
+   * back) joins the table with its share of the node's and its team's capacity; its VMM's
+   * exit is watched and its deadline armed again from its row's end time (one that passed
+   * while the server was away expires at once).
+   */
+  adopt(live: LiveSandbox): void {
+    // It runs already: its room is held whatever the limits say now.
+    live.releaseNode = this.#o.capacity.hold(live.row);
+    live.releaseTeam = this.#o.quotas.reserve(live.row, {}, { newDisk: false });
+    this.#o.table.add(live);
+    this.#watchExit(live);
+    this.ttl.arm(live);
+  }
+
   /** A VMM that dies while its sandbox runs: the sandbox is lost, and says so. */
   #watchExit(live: LiveSandbox): void {
     const vm = live.vm;

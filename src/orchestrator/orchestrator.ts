@@ -19,10 +19,17 @@ import { ensureLayout, type StateLayout } from "./layout.js";
 import { Lifecycle } from "./lifecycle.js";
 import { type EventListener, type EventSource, LifecycleEvents } from "./lifecycle-events.js";
 import { byStart, matchesFilter } from "./list-filter.js";
-import { configOf, newRow, type SandboxConfig, sandboxInfo } from "./live-sandbox.js";
+import {
+  configOf,
+  type LiveSandbox,
+  newRow,
+  type SandboxConfig,
+  sandboxInfo,
+} from "./live-sandbox.js";
 import { MetricsSampler } from "./metrics-sampler.js";
 import { egressPolicyOf, withNetworkUpdate } from "./network-config.js";
 import { assertReady } from "./readiness.js";
+import { reattachRunning } from "./reattach.js";
 import { recoverLeftovers } from "./recovery.js";
 import { type RoutingOptions, routeSandbox } from "./routing.js";
 import { requireState, SandboxTable } from "./sandbox-table.js";
@@ -109,6 +116,11 @@ export interface OrchestratorOptions {
   readonly volumes?: VolumeServer;
   /** The node's egress CA (PEM), which every guest trusts (network.rules); unset: none. */
   readonly guestCaCertificate?: string;
+  /**
+   * What `close()` does with running sandboxes (WARREN_ON_STOP): pause them (default), or
+   * detach them, left running in the keeper for the next server to re-adopt.
+   */
+  readonly onStop?: "pause" | "detach";
 }
 
 /**
@@ -256,6 +268,18 @@ export class Orchestrator
     const { catalog, driver, slots, layout } = this.#o;
     try {
       await ensureLayout(layout);
+      // First: what runs on in the keeper is taken back before anything is cleaned.
+      const reattached = await reattachRunning({
+        catalog,
+        driver,
+        slots,
+        vms: this.#vms,
+        lifecycle: this.#lifecycle,
+        snapshots: this.#snapshots,
+        layout,
+        events: this.#events,
+        logger: this.#log,
+      });
       await recoverLeftovers({
         catalog,
         driver,
@@ -263,6 +287,7 @@ export class Orchestrator
         snapshots: this.#snapshots,
         logger: this.#log,
         events: this.#events,
+        reattached,
       });
       await slots.cleanupStale();
       await slots.start();
@@ -281,7 +306,10 @@ export class Orchestrator
       this.#status = { ...this.#status, phase: "ready" };
       this.#startCodeInterpreter();
       this.#sampler.start();
-      this.#log.info({ paused: this.#table.values().length }, "orchestrator.ready");
+      this.#log.info(
+        { paused: this.#table.values().length - reattached.size, reattached: reattached.size },
+        "orchestrator.ready",
+      );
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
       this.#status = { ...this.#status, phase: "failed", message };
@@ -291,7 +319,9 @@ export class Orchestrator
 
   /**
    * Stops serving: running sandboxes are paused so that nothing in them is lost (they
-   * resume on the next connect), then slots and catalog are closed.
+   * resume on the next connect), or with `onStop: "detach"` left running in the keeper (the
+   * next server re-adopts them: their rows, slots and runtime directories stay as they
+   * are); then slots and catalog are closed.
    */
   async close(): Promise<void> {
     this.#status = { ...this.#status, phase: "stopping" };
@@ -299,16 +329,30 @@ export class Orchestrator
     await this.#sampler.stop();
     // Pauses on the way out keep nothing: their VMMs would only be given up below.
     await this.#kept.close();
+    const detach = this.#o.onStop === "detach";
     for (const live of this.#table.values().filter((l) => l.row.state === "running")) {
-      await this.pause(live.row.id).catch(async (err: unknown) => {
-        this.#log.warn({ sandboxId: live.row.id, err }, "sandbox.pause_on_shutdown_failed");
-        await this.kill(live.row.id).catch(() => {});
-      });
+      const id = live.row.id;
+      if (detach) await this.#table.serial(id, async () => this.#detach(live));
+      else
+        await this.pause(id).catch(async (err: unknown) => {
+          this.#log.warn({ sandboxId: id, err }, "sandbox.pause_on_shutdown_failed");
+          await this.kill(id).catch(() => {});
+        });
     }
     await this.#pool.close();
     await this.#snapshots.close();
-    await this.#o.slots.close();
+    await this.#o.slots.close({ keepInUse: detach });
     await this.#o.catalog.close();
+  }
+
+  /** A running sandbox let go of at a stop: its VMM runs on in the keeper, its row as it is. */
+  async #detach(live: LiveSandbox): Promise<void> {
+    const { vm } = live;
+    if (live.row.state !== "running" || !vm) return;
+    live.guestCalls?.abort();
+    vm.detach();
+    live.vm = undefined;
+    await this.#events.emit("sandbox.detached", { sandboxId: live.row.id });
   }
 
   /**

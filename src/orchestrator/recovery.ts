@@ -13,21 +13,24 @@ export interface RecoveryOptions {
   readonly snapshots: Snapshots;
   readonly logger: Logger;
   readonly events: LifecycleEvents;
+  /** Sandboxes re-adopted already (reattach.ts): left as they are, runtime dirs and all. */
+  readonly reattached?: ReadonlySet<string>;
 }
 
 /**
- * At start: sandboxes an earlier server left running (or mid-transition) cannot be
- * re-adopted (their network slots are rebuilt from scratch), so they are reported lost:
- * any VMM still alive is killed, runtime directories removed, and their rows marked killed
- * with the reason. Two transitions had already saved the whole sandbox and end paused
- * instead: a pause whose capture is recorded, and a resume (its snapshot is untouched until
- * the resume completes). Paused sandboxes are untouched: their snapshots are on disk.
+ * At start, after the running sandboxes whose VMMs the keeper held were re-adopted
+ * (reattach.ts, `reattached`): the other sandboxes an earlier server left running (or
+ * mid-transition) are reported lost: any VMM still alive of theirs is killed, runtime
+ * directories removed, and their rows marked killed with the reason. Two transitions had
+ * already saved the whole sandbox and end paused instead: a pause whose capture is
+ * recorded, and a resume (its snapshot is untouched until the resume completes). Paused sandboxes are untouched: their snapshots are on disk.
  * Snapshots nothing uses any more (e.g. layers a flatten made redundant) are deleted, and so
  * are snapshot directories without a row (a capture cut short).
  */
 export async function recoverLeftovers(options: RecoveryOptions): Promise<void> {
   const { catalog, driver, layout, snapshots, logger } = options;
-  const killed = await driver.killOrphans(layout.runDir);
+  const reattached = options.reattached ?? new Set<string>();
+  const killed = await driver.killOrphans(layout.runDir, reattached);
   if (killed > 0) logger.warn({ count: killed }, "recovery.vmm_killed");
   const stopped = await catalog.listSandboxes([
     "creating",
@@ -37,6 +40,7 @@ export async function recoverLeftovers(options: RecoveryOptions): Promise<void> 
     "killing",
   ]);
   for (const row of stopped) {
+    if (reattached.has(row.id)) continue;
     const pausedOn = await savedSnapshot(catalog, row);
     if (pausedOn) await markPaused(options, row, pausedOn);
     else await markLost(options, row);
@@ -51,6 +55,7 @@ export async function recoverLeftovers(options: RecoveryOptions): Promise<void> 
   const checksummed = await snapshots.checksumUnrecorded();
   if (checksummed > 0) logger.info({ count: checksummed }, "recovery.snapshots_checksummed");
   for (const entry of await readdir(layout.runDir).catch(() => [] as string[])) {
+    if (reattached.has(entry)) continue;
     await rm(`${layout.runDir}/${entry}`, { recursive: true, force: true });
   }
 }
@@ -83,14 +88,23 @@ async function markPaused(
   });
 }
 
-async function markLost(options: RecoveryOptions, row: SandboxRow): Promise<void> {
+/** Marks a sandbox the server's end took with it killed, saying why. */
+export async function markLost(
+  options: Pick<RecoveryOptions, "catalog" | "snapshots" | "events">,
+  row: SandboxRow,
+  why?: string,
+): Promise<void> {
   const { catalog, snapshots, events } = options;
-  const reason = `lost: the server stopped while the sandbox was ${row.state}`;
+  const reason = `lost: ${why ?? `the server stopped while the sandbox was ${row.state}`}`;
   await catalog.updateSandbox(row.id, {
     state: "killed",
     endedReason: reason,
     snapshotId: undefined,
   });
   await snapshots.release(row.snapshotId);
-  await events.emit("sandbox.lost", { sandboxId: row.id, state: row.state });
+  await events.emit("sandbox.lost", {
+    sandboxId: row.id,
+    state: row.state,
+    ...(why && { reason }),
+  });
 }

@@ -185,7 +185,7 @@ export class SandboxVms {
     if (!live.slot) throw new WarrenError("internal", `sandbox ${live.row.id} has no slot`);
     const { hostAddress, gateway } = live.slot;
     const mounts = configOf(live.row).volumeMounts ?? [];
-    if (mounts.length > 0) await this.#serveVolumes(live, live.slot, mounts);
+    await this.serveVolumes(live);
     await phase("guest.init", () =>
       this.#o.agent.init(
         hostAddress,
@@ -254,16 +254,15 @@ export class SandboxVms {
   }
 
   /**
-   * The NFS server for the sandbox's volumes in its slot, before /init mounts them (a
-   * restored guest's mounts reconnect to it on their own). Once per slot: a kept VMM
-   * resumed in its old slot gets a new one, its old one went with the pause.
+   * The NFS server for the sandbox's volumes in its slot, if it mounts any: before /init
+   * mounts them (a restored guest's mounts reconnect to it on their own), and for a guest
+   * re-adopted after a restart (its `hard` mounts retried meanwhile). Once per slot: a kept
+   * VMM resumed in its old slot gets a new one, its old one went with the pause.
    */
-  async #serveVolumes(
-    live: LiveSandbox,
-    slot: Slot,
-    mounts: readonly SandboxVolumeMount[],
-  ): Promise<void> {
-    if (live.volumes) return;
+  async serveVolumes(live: LiveSandbox): Promise<void> {
+    const mounts: readonly SandboxVolumeMount[] = configOf(live.row).volumeMounts ?? [];
+    const slot = live.slot;
+    if (live.volumes || mounts.length === 0 || !slot) return;
     const server = this.#o.volumes;
     if (!server) throw new WarrenError("invalid_argument", "volumes are not served on this node");
     const ids = mounts.map((m) => m.volumeId);

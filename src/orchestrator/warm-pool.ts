@@ -403,7 +403,21 @@ export class WarmPool {
         continue;
       }
       target.ready.push(warm);
+      this.#dropWhenDead(target, warm);
     }
+  }
+
+  /** A warmed VMM that dies while it waits (its keeper died, say) is dropped, not handed out. */
+  #dropWhenDead(target: Target, warm: WarmVm): void {
+    void warm.prepared.exited.then(() => {
+      const index = target.ready.indexOf(warm);
+      if (index < 0) return; // taken or given up meanwhile: not the pool's any more
+      target.ready.splice(index, 1);
+      this.#o.events.emit("pool.vmm_released", { snapshotId: target.snapshotId, reason: "died" });
+      warm.releaseCapacity();
+      this.#discardLater(warm);
+      this.#refillSoon();
+    });
   }
 
   async #make(making: Making): Promise<WarmVm> {

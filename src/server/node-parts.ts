@@ -37,6 +37,7 @@ import type { TeamSandboxes } from "../tenancy/index.js";
 import { EgressCa } from "../tls/index.js";
 import {
   createQemuDriver,
+  KeeperClient,
   type QemuDriverConfig,
   type QemuDriverSetup,
   VmCgroups,
@@ -45,6 +46,7 @@ import { GuestIds, Volumes } from "../volumes/index.js";
 import type { CloseStack } from "./close-stack.js";
 import { joinCluster } from "./cluster-membership.js";
 import { egressSupplies } from "./egress-supplies.js";
+import { keeperSocketPath, launchKeeper } from "./keeper-launch.js";
 import { startKilledPurge } from "./killed-purge.js";
 import type { Late, LateBound } from "./late-bound.js";
 import type { NodeMetrics } from "./prometheus.js";
@@ -203,6 +205,7 @@ async function startVmm(
   sealedFiles: QemuDriverConfig["sealedFiles"],
 ): Promise<QemuDriverSetup> {
   const { config } = input;
+  const keeper = await connectKeeper(input);
   const vmm = await createQemuDriver({
     accel: config.accel,
     kernel: images.kernel,
@@ -210,7 +213,7 @@ async function startVmm(
     accelCacheFile: join(config.dataDir, "accel.json"),
     imagesDir: dirname(images.baseRootfs),
     cgroupName: `${config.networkPrefix}-vms`,
-    runDir: input.layout.runDir,
+    keeper,
     qmpDir: join(config.dataDir, "qmp"),
     vmmUidBase: config.vmmUidBase,
     vmmUidCount: config.vmmUidCount,
@@ -221,12 +224,32 @@ async function startVmm(
     logger: input.logger.child({ component: "vmm" }),
     uncontainedForBenchmarks: input.uncontainedForBenchmarks,
   });
-  input.closers.add("vmm watchdog", () => vmm.close());
+  input.closers.add("vmm keeper", () => vmm.close());
   const { accel, reason, source } = vmm.accelerator;
   input.logger
     .child({ component: "server" })
     .info({ accelerator: accel, reason, source, qemu: vmm.qemuVersion }, "server.accelerator");
   return vmm;
+}
+
+/**
+ * The keeper holding this node's VMMs (src/keeper): the one answering at `<data>/keeper`, or
+ * one started now (WARREN_KEEPER=auto); with `external`, a supervisor's, waited for.
+ */
+async function connectKeeper(input: NodePartsInput): Promise<KeeperClient> {
+  const { config, logger } = input;
+  const place = {
+    dir: join(config.dataDir, "keeper"),
+    runDir: input.layout.runDir,
+    ...(!input.uncontainedForBenchmarks && { cgroupName: `${config.networkPrefix}-vms` }),
+    logLevel: config.logLevel,
+  };
+  const log = logger.child({ component: "vmm" });
+  return KeeperClient.connect({
+    socketPath: keeperSocketPath(place.dir),
+    ...(config.keeper === "auto" && { launch: () => launchKeeper(place, log) }),
+    logger: log,
+  });
 }
 
 /** The node's catalog: SQLite alone, or in a cluster the shared PostgreSQL, scoped to this node. */
@@ -393,6 +416,7 @@ function newOrchestrator(
         ),
     },
     guestCaCertificate: parts.egress.ca.certificate,
+    onStop: config.onStop,
   });
 }
 

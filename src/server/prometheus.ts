@@ -200,6 +200,8 @@ export class NodeMetrics {
       "sandbox.moved_here": NO_METRIC,
       "sandbox.recovered_paused": NO_METRIC,
       "sandbox.lost": NO_METRIC,
+      "sandbox.reattached": NO_METRIC,
+      "sandbox.detached": NO_METRIC,
       "pool.vmm_warmed": NO_METRIC,
       "pool.vmm_released": NO_METRIC,
       "pool.vmm_released_memory_pressure": NO_METRIC,

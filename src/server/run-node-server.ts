@@ -23,9 +23,10 @@ export async function runNodeServer(
     { level: config.logLevel, base: undefined },
     logDestination(config.logFormat),
   );
-  // Until the keeper holds the VMMs, the server's exit takes every sandbox of the node with
-  // it: an error no code path caught is logged, and the server goes on serving the others.
-  handleStrayErrors(logger, "server", "continue");
+  // The keeper holds the VMMs: the server's exit loses no sandbox (the next start re-adopts
+  // them), so after an error no code path caught it exits, for its supervisor to start it
+  // again in a known state.
+  handleStrayErrors(logger, "server", "exit");
   logger.info({ config: loggableConfig(config) }, "server.config");
   const server = await startNodeServer(config, logger, options);
   exitOnSignals(logger, "server", () => server.close());

@@ -106,11 +106,40 @@ export interface Vm {
   continue(): Promise<void>;
   /** Stops the VMM and removes the runtime directory. */
   destroy(): Promise<void>;
+  /**
+   * Lets go of the VM, which runs on (held by the keeper) for the next server to reattach
+   * (`VmmDriver.leftovers`); everything else is refused afterwards.
+   */
+  detach(): void;
+}
+
+/** A VM made again from a VMM that ran on while no server had it (`LeftoverVm.reattach`). */
+export interface ReattachedVm {
+  readonly vm: Vm;
+  /** False when its vCPUs are stopped (a capture was under way): `continue()` runs it. */
+  readonly running: boolean;
+  /** The snapshot directory its root disk stands on now; undefined: the base image. */
+  readonly diskSnapshotDir: string | undefined;
+}
+
+/** A VMM an earlier server left running (held by the keeper): to reattach or kill, at start. */
+export interface LeftoverVm {
+  /** Its VM id (a sandbox's id, for a sandbox's VM). */
+  readonly id: string;
+  readonly pid: number;
+  /** What it was started with, from the record it left; undefined: it left none readable. */
+  readonly spec: VmSpec | undefined;
+  /** Makes it a Vm of this driver again; refused when its record or its process do not hold. */
+  reattach(): Promise<ReattachedVm>;
+  /** Kills it, and gives back what it held. */
+  kill(): Promise<void>;
 }
 
 /** A VM restored up to the point of loading its device state: the warm pool's unit. */
 export interface PreparedRestore {
   readonly pid: number;
+  /** Settles when its VMM exits, however (a warm pool drops one that died waiting). */
+  readonly exited: Promise<ExitInfo>;
   /**
    * Runs the guest until `ready()` resolves (e.g. envd answered), then stops its vCPUs
    * again. Under TCG a fresh QEMU translates every code path the guest runs; a warmed VMM
@@ -164,8 +193,14 @@ export interface VmmDriver {
    */
   bootDrift(snapshotDir: string, spec: VmSpec): Promise<string | undefined>;
   /**
-   * Kills VMMs an earlier run left behind (a crash, kill -9) whose runtime directories are
-   * under `runDir`, and nothing else; returns how many. Called once at start.
+   * The VMMs an earlier server left running in the keeper, when this driver has one; each is
+   * to be reattached or killed. Called once at start, before `killOrphans`.
    */
-  killOrphans(runDir: string): Promise<number>;
+  leftovers(): readonly LeftoverVm[];
+  /**
+   * Kills VMMs an earlier run left behind (a crash, kill -9) whose runtime directories are
+   * under `runDir`, and nothing else; those of the VMs in `keep` (reattached) are left
+   * alone. Returns how many it killed. Called once at start.
+   */
+  killOrphans(runDir: string, keep?: ReadonlySet<string>): Promise<number>;
 }

@@ -77,6 +77,13 @@ export type FakeNodeSettings = Partial<
    * cluster's store (`InMemoryCluster.catalog(nodeId)`), as a node's PostgresCatalog.
    */
   readonly catalog?: InMemoryCatalog;
+  /**
+   * VMMs outlive a crashed server in a keeper, and the next one re-adopts running
+   * sandboxes (FakeVmmDriver.keeper); unset: they are orphans it kills.
+   */
+  readonly keeper?: boolean;
+  /** What a graceful restart does with running sandboxes (OrchestratorOptions.onStop). */
+  readonly onStop?: "pause" | "detach";
 };
 
 export class FakeNode {
@@ -99,6 +106,7 @@ export class FakeNode {
     this.slots = new FakeSlotPool(settings.maxSlots);
     this.agent = new FakeGuestAgent(this.driver, this.slots);
     this.catalog = settings.catalog ?? new InMemoryCatalog();
+    this.driver.keeper = settings.keeper === true;
   }
 
   static async start(settings: FakeNodeSettings = {}): Promise<FakeNode> {
@@ -253,6 +261,7 @@ export class FakeNode {
       teamLimits: s.teamLimits,
       templateSettleMs: 0,
       volumes: this.volumes,
+      onStop: s.onStop,
     });
     await this.orchestrator.start();
   }

@@ -42,6 +42,10 @@ export class FakeSlotPool implements SlotPool {
   #next = 1;
   #closed = false;
   staleCleanups = 0;
+  /** Indexes taken back with adopt(). */
+  readonly adopted: number[] = [];
+  /** In-use slots a close left in place (keepInUse). */
+  kept: FakeSlot[] = [];
 
   constructor(readonly maxSlots = 64) {}
 
@@ -63,6 +67,20 @@ export class FakeSlotPool implements SlotPool {
     return slot;
   }
 
+  /** A slot an earlier pool handed out, taken back (its guest ran on through a restart). */
+  async adopt(netns: string, policy: EgressPolicy): Promise<FakeSlot> {
+    if (this.#closed) throw new WarrenError("unavailable", "the network slot pool is closed");
+    const index = Number(/^fake-slot-(\d+)$/.exec(netns)?.[1]);
+    if (!Number.isInteger(index)) throw new WarrenError("invalid_argument", `${netns} is no slot`);
+    if ([...this.inUse, ...this.#idle].some((slot) => slot.index === index))
+      throw new WarrenError("conflict", `network slot ${index} is taken already`);
+    const slot = new FakeSlot(index, validateEgressPolicy(policy));
+    this.#next = Math.max(this.#next, index + 1);
+    this.inUse.add(slot);
+    this.adopted.push(index);
+    return slot;
+  }
+
   async release(slot: Slot): Promise<void> {
     const own = slot as FakeSlot;
     if (!this.inUse.delete(own)) {
@@ -80,8 +98,9 @@ export class FakeSlotPool implements SlotPool {
     return [...this.inUse].find((slot) => slot.hostAddress === host);
   }
 
-  async close(): Promise<void> {
+  async close(options: { keepInUse?: boolean } = {}): Promise<void> {
     this.#closed = true;
+    this.kept = options.keepInUse ? [...this.inUse] : [];
     this.inUse.clear();
     this.#idle.length = 0;
   }

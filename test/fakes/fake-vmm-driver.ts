@@ -13,6 +13,7 @@ import type { Slot } from "../../src/network/index.js";
 import type {
   Accelerator,
   ExitInfo,
+  LeftoverVm,
   MachineShape,
   PreparedRestore,
   SnapshotFile,
@@ -86,6 +87,12 @@ export class FakeVm implements Vm {
   readonly exited: Promise<ExitInfo>;
   /** The vCPUs run (a prepared restore is stopped until started). */
   running = false;
+  /** The driver's start count when this VM was made or reattached (older: an orphan). */
+  generation: number;
+  /** Let go of (`detach`): its VMM runs on, refusing everything until reattached. */
+  detached = false;
+  /** The snapshot directory its disk stands on (what a reattach reports). */
+  diskSnapshotDir: string | undefined;
   #exit!: (info: ExitInfo) => void;
   #gone = false;
 
@@ -97,7 +104,12 @@ export class FakeVm implements Vm {
     this.exited = new Promise((resolve) => {
       this.#exit = resolve;
     });
+    this.generation = driver.generation;
     driver.alive.add(this);
+  }
+
+  detach(): void {
+    this.detached = true;
   }
 
   get id(): string {
@@ -117,6 +129,7 @@ export class FakeVm implements Vm {
     opts: { resume: boolean; keepStopped?: boolean },
   ): Promise<SnapshotTiming> {
     if (this.#gone) throw new VmmError("the VMM is gone", this.id);
+    if (this.detached) throw new VmmError("the VM was detached", this.id);
     const fault = this.driver.takeSnapshotFault();
     if (fault === "crash") {
       this.crash("killed by a signal during the capture");
@@ -132,6 +145,7 @@ export class FakeVm implements Vm {
     for (const name of [META_FILE, GUEST_FILE]) await chmod(join(dir, name), 0o444);
     const keptStopped = !opts.resume && opts.keepStopped === true;
     this.driver.captures.push({ vmId: this.id, dir, resume: opts.resume, keptStopped });
+    if (opts.resume || keptStopped) this.diskSnapshotDir = dir;
     if (keptStopped) this.running = false;
     else if (!opts.resume) this.#end({ expected: true, reason: "quit after the capture" });
     return { pausedMs: 1, deviceStateMs: 0, memoryMs: 0, diskMs: 0, dirtyPages: 0, keptStopped };
@@ -163,6 +177,13 @@ export class FakeVm implements Vm {
 
 export class FakeVmmDriver implements VmmDriver {
   readonly accel: Accelerator = "tcg";
+  /**
+   * VMMs outlive a crashed server in a keeper (`leftovers()` offers them to the next one);
+   * unset, they are orphans for the next one to kill.
+   */
+  keeper = false;
+  /** Starts so far (`leftovers()` is called once per start). */
+  generation = 0;
   /** VMs whose VMM has not exited, started by any orchestrator using this driver. */
   readonly alive = new Set<FakeVm>();
   readonly captures: { vmId: string; dir: string; resume: boolean; keptStopped: boolean }[] = [];
@@ -216,6 +237,7 @@ export class FakeVmmDriver implements VmmDriver {
       disk: captured.disk,
       commandLine: commandLineOf(spec),
     });
+    vm.diskSnapshotDir = snapshotDir;
     vm.running = true;
     return vm;
   }
@@ -229,8 +251,10 @@ export class FakeVmmDriver implements VmmDriver {
     const guest = await readCapture(snapshotDir, spec);
     await makeRuntimeDir(spec);
     const vm = new FakeVm(this, spec, guest);
+    vm.diskSnapshotDir = snapshotDir;
     return {
       pid: vm.pid,
+      exited: vm.exited,
       warm: async (ready) => {
         vm.running = true;
         await ready();
@@ -270,8 +294,33 @@ export class FakeVmmDriver implements VmmDriver {
       : `its guest booted with "${booted}", a boot here uses "${now}"`;
   }
 
-  async killOrphans(runDir: string): Promise<number> {
-    const orphans = [...this.alive].filter((vm) => vm.spec.runtimeDir.startsWith(`${runDir}/`));
+  leftovers(): readonly LeftoverVm[] {
+    this.generation += 1;
+    if (!this.keeper) return [];
+    return [...this.alive]
+      .filter((vm) => vm.generation < this.generation)
+      .map((vm) => ({
+        id: vm.id,
+        pid: vm.pid,
+        spec: vm.spec,
+        reattach: async () => {
+          if (vm.gone) throw new VmmError("the VMM is gone", vm.id);
+          vm.generation = this.generation;
+          vm.detached = false;
+          this.reattached.push(vm.id);
+          return { vm, running: vm.running, diskSnapshotDir: vm.diskSnapshotDir };
+        },
+        kill: () => vm.destroy(),
+      }));
+  }
+
+  /** Ids of the VMs reattached so far. */
+  readonly reattached: string[] = [];
+
+  async killOrphans(runDir: string, keep: ReadonlySet<string> = new Set()): Promise<number> {
+    const orphans = [...this.alive].filter(
+      (vm) => vm.spec.runtimeDir.startsWith(`${runDir}/`) && !keep.has(vm.id),
+    );
     for (const vm of orphans) vm.crash("killed as an orphan");
     return orphans.length;
   }

@@ -320,15 +320,15 @@ function vmCgroups(state: ServerState): string[] {
 }
 
 /** QEMU processes with a path under `dataDir`, each with the runtime dir under `runDir` it uses. */
-async function vmmsUnder(
+export async function vmmsUnder(
   dataDir: string,
   runDir: string,
 ): Promise<Map<number, string | undefined>> {
   const quote = (path: string) => path.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
   const under = new RegExp(`(^|[=,:])${quote(dataDir)}/`);
-  // A path inside its runtime dir, or the dir itself (`chroot=<runDir>/<id>`: a restored VM's
-  // only mention of it, its QMP socket living in `<data>/qmp`).
-  const inRunDir = new RegExp(`(?:^|[=,:])${quote(runDir)}/([^/,]+)(?:[/,]|$)`);
+  // A path in its runtime dir (`…=<dir>/disk.qcow2`), or the dir itself (`chroot=<dir>`, JSON
+  // `"filename":"<dir>/…"`): a restored VM's arguments may name it no other way.
+  const inRunDir = new RegExp(`(?:^|[=,:"])${quote(runDir)}/([^/,"]+)(?:[/,"]|$)`);
   const vmms = new Map<number, string | undefined>();
   for (const entry of await readdir("/proc")) {
     if (!/^\d+$/.test(entry)) continue;

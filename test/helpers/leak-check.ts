@@ -158,3 +158,15 @@ export async function vmLeftovers(runDir: string): Promise<string[]> {
   }
   return found;
 }
+
+/** The QEMU processes of VM `vmId` of the server whose runtime dirs are under `runDir`. */
+export async function qemuPidsOfVm(runDir: string, vmId: string): Promise<number[]> {
+  const dir = `${runDir}/${vmId}`.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  const pattern = new RegExp(`(^|[=,:"])${dir}([/,"]|$)`);
+  const pids: number[] = [];
+  for (const pid of await qemuPidsIn(runDir)) {
+    const args = (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0");
+    if (args.some((arg) => pattern.test(arg))) pids.push(pid);
+  }
+  return pids;
+}

@@ -68,6 +68,7 @@ export class ScribeVm {
       snapshot: (dir) => this.snapshot(dir),
       continue: async () => {},
       destroy: async () => {},
+      detach: () => {},
     };
   }
 }

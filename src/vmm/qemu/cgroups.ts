@@ -109,6 +109,11 @@ export class VmCgroups {
     return { procs, remove: () => removeDirs(dirs) };
   }
 
+  /** Removes the group of VM `vmId` in every hierarchy, once its processes are gone. */
+  remove(vmId: string): Promise<void> {
+    return removeDirs(this.parents.map((parent) => join(parent, vmId)));
+  }
+
   /**
    * The VM cgroups that exist now (by VM id), in any hierarchy: a server that died between
    * the rmdirs of one VM's v1 groups left it in some of them only.
@@ -124,11 +129,13 @@ export class VmCgroups {
 
   /**
    * Kills every process left in this server's VM cgroups (an earlier run's, after a crash)
-   * and removes the groups; returns how many processes it killed.
+   * and removes the groups; returns how many processes it killed. The groups of the VMs in
+   * `keep` (VMMs still held) are left alone.
    */
-  async sweep(): Promise<number> {
+  async sweep(keep: ReadonlySet<string> = new Set()): Promise<number> {
     let killed = 0;
     for (const vmId of await this.list()) {
+      if (keep.has(vmId)) continue;
       const dirs = this.parents.map((parent) => join(parent, vmId));
       const pids = new Set(
         (await Promise.all(dirs.map((d) => pidsIn(join(d, "cgroup.procs"))))).flat(),

@@ -3,10 +3,10 @@ import type { Accelerator } from "../driver.js";
 import { type AccelChoice, chooseAccelerator } from "./accel-choice.js";
 import { VmCgroups } from "./cgroups.js";
 import { QemuDriver, type QemuDriverOptions, qemuVersion } from "./driver.js";
+import type { KeeperClient } from "./keeper-client.js";
 import { enableKsm } from "./memory-merge.js";
 import { Qcow2DiskChains } from "./qcow2-disk-chains.js";
 import { VmmIdentities } from "./vmm-ids.js";
-import { startVmmWatchdog } from "./watchdog.js";
 
 /** What a node's QEMU is set up from: its slice of the server's settings. */
 export interface QemuDriverConfig {
@@ -23,8 +23,12 @@ export interface QemuDriverConfig {
   readonly imagesDir: string;
   /** The server's cgroup for its VMs (one per server on a host: named by its network prefix). */
   readonly cgroupName: string;
-  /** VMs' runtime directories: the watchdog's fallback finds their QEMUs by it. */
-  readonly runDir: string;
+  /**
+   * The keeper that spawns and holds every VMM (and sweeps the VMs' cgroups and runs the
+   * watchdog: the VMMs die with it, not with the server). What it held for an earlier
+   * server is the caller's to reattach or kill (`KeeperClient.held()`).
+   */
+  readonly keeper: KeeperClient;
   /** Where QEMU binds each VM's QMP socket, out of every jail (QemuDriverOptions.qmpDir). */
   readonly qmpDir: string;
   /** A uid of its own per running VM, from this range. */
@@ -50,14 +54,17 @@ export interface QemuDriverSetup {
   readonly disks: Qcow2DiskChains;
   readonly accelerator: AccelChoice;
   readonly qemuVersion: string;
-  /** Stops the watchdog: once the VMs are stopped, the server may end without killing them. */
-  close(): void;
+  /**
+   * Once what exited VMMs held is given back (their cgroups removed), lets go of the keeper:
+   * VMMs still running stay with it, for the next server.
+   */
+  close(): Promise<void>;
 }
 
 /**
  * A node's VMM driver with its containment: QEMU's version and accelerator, KSM when asked,
- * the VMs' cgroups (emptied of what an earlier run left), the watchdog that kills every VM
- * when the server dies, however it ends, and a uid per VM.
+ * the VMs' cgroups, a uid per VM, and QEMU spawned by the keeper (whose watchdog kills every
+ * VM when the keeper dies, however it ends; a server's death leaves them running).
  */
 export async function createQemuDriver(config: QemuDriverConfig): Promise<QemuDriverSetup> {
   const { logger } = config;
@@ -73,11 +80,7 @@ export async function createQemuDriver(config: QemuDriverConfig): Promise<QemuDr
   const uncontained = config.uncontainedForBenchmarks === true;
   if (uncontained) logger.warn({}, "vmm.uncontained: for a benchmark only, VMs run as root");
   const cgroups = uncontained ? undefined : VmCgroups.detect(config.cgroupName);
-  if (cgroups) {
-    const killed = await cgroups.sweep();
-    if (killed > 0) logger.warn({ count: killed }, "vmm.leftovers_killed");
-  } else if (!uncontained) logger.warn({}, "vmm.no_cgroups: VMs run without cgroup limits");
-  const watchdog = startVmmWatchdog(cgroups, config.runDir);
+  if (!cgroups && !uncontained) logger.warn({}, "vmm.no_cgroups: VMs run without cgroup limits");
   const identities = new VmmIdentities(config.vmmUidBase, config.vmmUidCount);
   const disks = new Qcow2DiskChains({ imagesDir: config.imagesDir, identities });
   const driver = new QemuDriver({
@@ -91,6 +94,11 @@ export async function createQemuDriver(config: QemuDriverConfig): Promise<QemuDr
     mergeMemory: config.mergeMemory,
     sealedFiles: uncontained ? undefined : config.sealedFiles,
     qmpDir: config.qmpDir,
+    keeper: config.keeper,
   });
-  return { driver, disks, accelerator, qemuVersion: version, close: () => watchdog.stop() };
+  const close = async () => {
+    await driver.settled();
+    config.keeper.close();
+  };
+  return { driver, disks, accelerator, qemuVersion: version, close };
 }

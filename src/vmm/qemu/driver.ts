@@ -1,10 +1,11 @@
 import { execFile } from "node:child_process";
 import { chown, mkdir, rm, symlink } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { phase } from "../../shared/phases.js";
 import type {
   Accelerator,
+  LeftoverVm,
   PreparedRestore,
   SnapshotFile,
   Vm,
@@ -15,7 +16,9 @@ import { SnapshotTamperedError, VmmError } from "../errors.js";
 import { cpuModel, type DiskLayer, kernelCommandLine, qemuArgs } from "./args.js";
 import { limitsFor, type VmCgroup, type VmCgroups } from "./cgroups.js";
 import { hostTscKhz } from "./host-tsc.js";
+import type { KeeperClient } from "./keeper-client.js";
 import { explainFailure, launch, loadDeviceState, runtimePaths } from "./launch.js";
+import { leftoverOf } from "./leftover.js";
 import { applyMemoryDiff, findRamMapping } from "./memory-image.js";
 import { killOrphanVmms } from "./orphans.js";
 import type { Qcow2DiskChains } from "./qcow2-disk-chains.js";
@@ -83,7 +86,13 @@ export interface QemuDriverOptions {
    * runtime directory.
    */
   readonly qmpDir?: string;
-  /** How QEMU is started; default: the server spawns it as its child (`QemuProcess`). */
+  /**
+   * The keeper holding this node's VMMs (keeper-client.ts): QEMU is spawned there, and each
+   * VM's record (`QemuVm.record()`) is kept there as its note whenever it changes, for the
+   * next server to reattach it. Default: none.
+   */
+  readonly keeper?: KeeperClient;
+  /** How QEMU is started; default: by the keeper, else as this process's child (`QemuProcess`). */
   readonly spawn?: SpawnVmm;
   /**
    * Told a VM's record (`QemuVm.record()`) when a fork capture is about to switch its root
@@ -94,7 +103,7 @@ export interface QemuDriverOptions {
 }
 
 /** A VM `reattach` made again, and what it found its QEMU doing. */
-export interface ReattachedVm {
+export interface QemuReattach {
   readonly vm: QemuVm;
   /** False when its vCPUs are stopped (a capture was under way, or it was kept stopped). */
   readonly running: boolean;
@@ -196,6 +205,8 @@ export class QemuDriver implements VmmDriver {
     });
     let cgroup: VmCgroup | undefined;
     try {
+      // Connected first: a keeper starting (after the last one died) sweeps VM cgroups.
+      await this.#o.keeper?.ready();
       const limits = limitsFor(spec.shape, this.#o.tcgCacheMiB);
       cgroup = await phase("jail.cgroup", async () => this.#o.cgroups?.create(spec.id, limits));
     } catch (err) {
@@ -214,7 +225,7 @@ export class QemuDriver implements VmmDriver {
     try {
       launched = await phase("vmm.spawn", () =>
         launch(spec, args, qmpSocket, {
-          spawn: this.#o.spawn ?? spawnLocalVmm,
+          spawn: this.#o.spawn ?? this.#o.keeper?.spawn ?? spawnLocalVmm,
           mergeable: this.#o.mergeMemory,
           cgroupProcs: cgroup?.procs,
         }),
@@ -272,15 +283,41 @@ export class QemuDriver implements VmmDriver {
     hold: VmmHold,
   ): QemuVm {
     hold.attached = true;
+    const { keeper, recordChanged } = this.#o;
     return new QemuVm({
       ...parts,
       disks: this.#o.disks,
       verifier: this.#verifier,
-      recordChanged: this.#o.recordChanged,
+      recordChanged:
+        keeper || recordChanged
+          ? async (record) => {
+              await this.#noteRecord(record);
+              await recordChanged?.(record);
+            }
+          : undefined,
       detached: () => {
         hold.attached = false;
       },
     });
+  }
+
+  /** Keeps a VM's record with its VMM in the keeper (when there is one). */
+  async #noteRecord(record: VmRecord): Promise<void> {
+    await this.#o.keeper?.note(record.spec.id, JSON.stringify(record));
+  }
+
+  /**
+   * A VM just made (booted, restored, reattached), once its record is with the keeper: a
+   * VM whose record cannot be kept is given up (the next server could not take it back).
+   */
+  async #made(vm: QemuVm): Promise<QemuVm> {
+    try {
+      await this.#noteRecord(vm.record());
+    } catch (err) {
+      await vm.destroy().catch(() => {});
+      throw err;
+    }
+    return vm;
   }
 
   /** What a snapshot of this VM records, and what a restore here must match. */
@@ -312,13 +349,43 @@ export class QemuDriver implements VmmDriver {
 
   /**
    * Also kills QEMUs with a socket in the configured QMP directory, then removes every
-   * socket there: all were those QEMUs'.
+   * socket there: all were those QEMUs'. The VMMs of `keep` this driver holds (reattached
+   * here) are left alone, and their sockets.
    */
-  async killOrphans(runDir: string): Promise<number> {
+  async killOrphans(runDir: string, keep: ReadonlySet<string> = new Set()): Promise<number> {
     const qmpDir = this.#o.qmpDir ?? join(runDir, DEFAULT_QMP_DIR);
-    const killed = await killOrphanVmms([runDir, qmpDir]);
-    await removeQmpSockets(qmpDir);
+    // The VMMs of `keep` this driver holds (reattached from the keeper) are not orphans.
+    const spare = new Set<number>();
+    for (const pid of this.#holds.pids()) {
+      const socket = this.#holds.of(pid)?.qmpSocket;
+      if (socket && keep.has(basename(socket, ".sock"))) spare.add(pid);
+    }
+    const killed = await killOrphanVmms([runDir, qmpDir], spare);
+    await removeQmpSockets(qmpDir, keep);
     return killed;
+  }
+
+  /**
+   * What the keeper held for an earlier server (`KeeperClient.held()`), each VMM with the
+   * record it noted: reattached from that record (`reattach`), or killed (its cgroup and QMP
+   * socket removed). None without a keeper.
+   */
+  leftovers(): readonly LeftoverVm[] {
+    return (this.#o.keeper?.held() ?? []).map((held) =>
+      leftoverOf(held, {
+        reattach: (record, proc) => this.reattach(record, proc),
+        cleanUp: async (id) => {
+          await this.#o.cgroups?.remove(id).catch(() => {});
+          const dir = this.#o.qmpDir;
+          if (dir) await rm(qmpSocketPath(dir, id), { force: true }).catch(() => {});
+        },
+      }),
+    );
+  }
+
+  /** Once what exited VMMs held (uids, cgroups, QMP sockets) is given back. */
+  settled(): Promise<void> {
+    return this.#holds.settled();
   }
 
   /**
@@ -330,7 +397,7 @@ export class QemuDriver implements VmmDriver {
    * them; and settles a fork capture the record had under way by asking QEMU which disk it is
    * on. A record of another version, or whose QEMU is gone, is refused.
    */
-  async reattach(record: unknown, proc: VmmProcess): Promise<ReattachedVm> {
+  async reattach(record: unknown, proc: VmmProcess): Promise<QemuReattach> {
     const r = parseVmRecord(record);
     const { spec } = r;
     const qmpSocket = qmpSocketPath(this.#qmpDir(spec), spec.id);
@@ -374,6 +441,10 @@ export class QemuDriver implements VmmDriver {
         },
         hold,
       );
+      await this.#noteRecord(vm.record()).catch((err: unknown) => {
+        vm.detach(); // left running as found; the caller decides
+        throw err;
+      });
       return { vm, running, interruptedCapture: disk.interruptedCapture };
     } catch (err) {
       qmp?.close();
@@ -418,13 +489,15 @@ export class QemuDriver implements VmmDriver {
       incoming: false,
       identity,
     });
-    return this.#vm(spec, launched, {
-      memory,
-      kernelCommandLine: commandLine,
-      backing: base,
-      diskBytes,
-      identity,
-    });
+    return this.#made(
+      this.#vm(spec, launched, {
+        memory,
+        kernelCommandLine: commandLine,
+        backing: base,
+        diskBytes,
+        identity,
+      }),
+    );
   }
 
   async bootFromSnapshot(snapshotDir: string, spec: VmSpec): Promise<Vm> {
@@ -442,13 +515,15 @@ export class QemuDriver implements VmmDriver {
       incoming: false,
       identity,
     });
-    return this.#vm(spec, launched, {
-      memory,
-      kernelCommandLine: commandLine,
-      backing,
-      diskBytes,
-      identity,
-    });
+    return this.#made(
+      this.#vm(spec, launched, {
+        memory,
+        kernelCommandLine: commandLine,
+        backing,
+        diskBytes,
+        identity,
+      }),
+    );
   }
 
   /**
@@ -554,6 +629,7 @@ export class QemuDriver implements VmmDriver {
       });
     return {
       pid: proc.pid,
+      exited: proc.exited,
       warm: (ready) =>
         guarded(async () => {
           if (!loaded) await load();
@@ -567,13 +643,15 @@ export class QemuDriver implements VmmDriver {
           if (!loaded) await load();
           await phase("vmm.cont", () => qmp.execute("cont"));
         });
-        return this.#vm(spec, launched, {
-          memory,
-          kernelCommandLine: meta.kernelCommandLine,
-          backing,
-          diskBytes,
-          identity,
-        });
+        return this.#made(
+          this.#vm(spec, launched, {
+            memory,
+            kernelCommandLine: meta.kernelCommandLine,
+            backing,
+            diskBytes,
+            identity,
+          }),
+        );
       },
       discard: abandon,
     };

@@ -6,7 +6,13 @@ export {
   type QemuDriverConfig,
   type QemuDriverSetup,
 } from "./create-qemu-driver.js";
-export { QemuDriver, type QemuDriverOptions, qemuVersion, type ReattachedVm } from "./driver.js";
+export { QemuDriver, type QemuDriverOptions, type QemuReattach, qemuVersion } from "./driver.js";
+export {
+  type HeldVmm,
+  KeeperClient,
+  type KeeperClientOptions,
+  KeeperVmm,
+} from "./keeper-client.js";
 export { enableKsm } from "./memory-merge.js";
 export { Qcow2DiskChains } from "./qcow2-disk-chains.js";
 export { QemuProcess, spawnLocalVmm, VMM_OOM_SCORE_ADJ } from "./qemu-process.js";

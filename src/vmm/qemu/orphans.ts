@@ -16,13 +16,17 @@ export function isVmmUnder(cmdline: string, runDir: string): boolean {
 
 /**
  * Kills QEMU processes with files under any of `dirs` (runtime dirs, QMP sockets): VMMs an
- * earlier server left running (crash, kill -9). Processes of any other Warren, or any other
- * QEMU on the host, are never matched. Returns how many were killed.
+ * earlier server left running (crash, kill -9), but those in `spare` (VMMs reattached).
+ * Processes of any other Warren, or any other QEMU on the host, are never matched. Returns
+ * how many were killed.
  */
-export async function killOrphanVmms(dirs: readonly string[]): Promise<number> {
+export async function killOrphanVmms(
+  dirs: readonly string[],
+  spare: ReadonlySet<number> = new Set(),
+): Promise<number> {
   let count = 0;
   for (const entry of await readdir("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
+    if (!/^\d+$/.test(entry) || spare.has(Number(entry))) continue;
     const cmdline = await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "");
     if (!dirs.some((dir) => isVmmUnder(cmdline, dir))) continue;
     try {

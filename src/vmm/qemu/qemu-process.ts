@@ -46,6 +46,14 @@ exec "$@"`;
 /** The server spawns each QEMU itself, as its child (the default `SpawnVmm`). */
 export const spawnLocalVmm: SpawnVmm = async (request) => new QemuProcess(request);
 
+export interface QemuProcessOptions {
+  /**
+   * A session and process group of its own (the keeper's QEMUs): no signal meant for its
+   * parent's group (a terminal's Ctrl-C) reaches it.
+   */
+  readonly detached?: boolean;
+}
+
 /**
  * One QEMU process, the server's child: started in a network namespace of its own holding
  * the VM's tap open, watched until it exits. Its stdout is not read (the guest console is a
@@ -58,7 +66,7 @@ export class QemuProcess implements VmmProcess {
   #stderr = "";
   #expectExit = false;
 
-  constructor(request: VmmSpawnRequest) {
+  constructor(request: VmmSpawnRequest, options: QemuProcessOptions = {}) {
     const { vmId, args, network } = request;
     this.vmId = vmId;
     // With a tap, QEMU gets it open (descriptor TAP_FD, opened in the slot's namespace) and
@@ -72,7 +80,8 @@ export class QemuProcess implements VmmProcess {
     argv.push(...(request.cgroupProcs ?? []), "--", ...qemu);
     const stdio: StdioOptions = ["ignore", "ignore", "pipe"];
     if (tap !== undefined) stdio[TAP_FD] = tap;
-    const start = () => spawn("sh", argv, { stdio, env: vmmEnv(), cwd: "/" });
+    const detached = options.detached === true;
+    const start = () => spawn("sh", argv, { stdio, env: vmmEnv(), cwd: "/", detached });
     try {
       this.child = request.mergeable ? spawnMergeable(start) : start();
     } finally {
@@ -94,7 +103,7 @@ export class QemuProcess implements VmmProcess {
       });
       this.child.once("exit", (code, signal) => {
         const expected = this.#expectExit;
-        const reason = expected ? "stopped" : this.#describeCrash(code, signal);
+        const reason = expected ? "stopped" : crashReason(code, signal, this.#stderr);
         resolve({ code, signal, expected, reason });
       });
     });
@@ -123,16 +132,21 @@ export class QemuProcess implements VmmProcess {
     if (this.running) this.child.kill("SIGKILL");
     return this.exited;
   }
+}
 
-  #describeCrash(code: number | null, signal: NodeJS.Signals | null): string {
-    const stderr = this.#stderr.trim();
-    return [
-      `QEMU exited unexpectedly (${signal ? `signal ${signal}` : `code ${code}`})`,
-      stderr && `stderr:\n${lastLines(stderr)}`,
-    ]
-      .filter(Boolean)
-      .join("\n");
-  }
+/** Why a QEMU that died on its own ended, with the end of its stderr. */
+export function crashReason(
+  code: number | null,
+  signal: NodeJS.Signals | string | null,
+  stderr: string,
+): string {
+  const tail = stderr.trim();
+  return [
+    `QEMU exited unexpectedly (${signal ? `signal ${signal}` : `code ${code}`})`,
+    tail && `stderr:\n${lastLines(tail)}`,
+  ]
+    .filter(Boolean)
+    .join("\n");
 }
 
 /** The last lines of a text, for an exit's reason. */

@@ -46,11 +46,17 @@ export async function checkQmpSocket(path: string, vmId: string): Promise<void> 
     throw new VmmError(`QMP socket ${path} is not a socket of uid ${uid}`, vmId);
 }
 
-/** Removes every socket left in `dir` (their QEMUs are gone); returns how many. */
-export async function removeQmpSockets(dir: string): Promise<number> {
+/**
+ * Removes every socket left in `dir` (their QEMUs are gone) but those of the VMs in `keep`;
+ * returns how many.
+ */
+export async function removeQmpSockets(
+  dir: string,
+  keep: ReadonlySet<string> = new Set(),
+): Promise<number> {
   let removed = 0;
   for (const name of await readdir(dir).catch(() => [] as string[])) {
-    if (!name.endsWith(SOCKET_SUFFIX)) continue;
+    if (!name.endsWith(SOCKET_SUFFIX) || keep.has(name.slice(0, -SOCKET_SUFFIX.length))) continue;
     await rm(join(dir, name), { force: true });
     removed += 1;
   }

@@ -23,6 +23,8 @@ export interface VmmHold {
  */
 export class VmmHolds {
   readonly #byPid = new Map<number, VmmHold>();
+  /** Releases under way (a cgroup waits for its exiting VMM to leave it). */
+  readonly #releasing = new Set<Promise<void>>();
 
   constructor(
     readonly identities: VmmIdentities | undefined,
@@ -33,7 +35,21 @@ export class VmmHolds {
   keep(proc: VmmProcess, hold: VmmHold): void {
     if (hold.released) return;
     this.#byPid.set(proc.pid, hold);
-    void proc.exited.then(() => this.release(hold));
+    void proc.exited.then(() => {
+      const releasing = this.release(hold);
+      this.#releasing.add(releasing);
+      void releasing.finally(() => this.#releasing.delete(releasing));
+    });
+  }
+
+  /** The VMMs held now (running, attached or detached), by pid. */
+  pids(): ReadonlySet<number> {
+    return new Set(this.#byPid.keys());
+  }
+
+  /** Once every release under way is done (what exited VMMs held is given back). */
+  async settled(): Promise<void> {
+    while (this.#releasing.size > 0) await Promise.all([...this.#releasing]);
   }
 
   /** What this driver holds for a VMM it started or claimed, while it runs. */

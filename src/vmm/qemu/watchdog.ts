@@ -4,10 +4,10 @@ import type { VmCgroups } from "./cgroups.js";
 import { QEMU_BINARY, vmmEnv } from "./qemu-process.js";
 
 /**
- * A process that outlives the server by one moment: it blocks reading a pipe only the server
- * holds, and when the server is gone however it ended (kill -9 included) the pipe closes and
- * it kills every VMM in the server's cgroups. So no VM runs on unsupervised, with its egress
- * and no one to enforce its timeout, until the next start (QEMU 10.0 has no exit-with-parent,
+ * A process that outlives its parent (the keeper) by one moment: it blocks reading a pipe
+ * only the parent holds, and when the parent is gone however it ended (kill -9 included)
+ * the pipe closes and it kills every VMM in the VMs' cgroups. So no VM runs on unsupervised, with its egress
+ * and no one to enforce its timeout (QEMU 10.0 has no exit-with-parent,
  * and PR_SET_PDEATHSIG does not survive QEMU dropping root). Without cgroups it kills the
  * QEMUs whose command line names `runDir` (as killOrphans does at the next start). It
  * ignores the terminal's signals (its own process group) and stops when `stop()` closes the
@@ -16,7 +16,7 @@ import { QEMU_BINARY, vmmEnv } from "./qemu-process.js";
 export function startVmmWatchdog(
   cgroups: VmCgroups | undefined,
   runDir: string,
-): { pid: number; stop(): void } {
+): { pid: number; stop(): void; readonly exited: Promise<void> } {
   const byName = `pkill -KILL -f -- '^${QEMU_BINARY} .*${runDir.replace(/'/g, "")}/'`;
   const kill = cgroups?.killAllCommand() ?? byName;
   const script = `trap '' INT TERM HUP; while read -r _; do :; done; ${kill}`;
@@ -25,9 +25,13 @@ export function startVmmWatchdog(
     detached: true,
     env: vmmEnv(),
   });
+  const exited = new Promise<void>((resolve) => {
+    child.once("exit", () => resolve());
+    child.once("error", () => resolve());
+  });
   child.unref();
   // Never written: only its closing matters. Unreferenced so it never keeps Node running.
   const pipe = child.stdin as Socket;
   pipe.unref();
-  return { pid: child.pid ?? 0, stop: () => pipe.end() };
+  return { pid: child.pid ?? 0, stop: () => pipe.end(), exited };
 }

@@ -205,4 +205,57 @@ test("cleanupStale removes what another server left and keeps this pool's slots"
   const next = await pool.acquire();
   assert.ok(stale.some((s) => s.index === next.index));
   await pool.close();
+  // Its slots share this run's block: gone before the next test routes to those addresses.
+  await neighbour.close();
 });
+
+test("adopt takes back a slot a server left in use: its guest's connections kept, its rules once, the rest cleaned", async () => {
+  // A server that died with a guest running in slot `kept` (its VMM lived on in the keeper)
+  // and a slot `stale` nothing uses any more; the next server takes `kept` back with its
+  // sandbox's policy (no internet).
+  const crashed = new NetnsSlotPool({ ...options, size: 0 });
+  cleanup.defer(() => crashed.close()); // what the test leaves, should it fail half-way
+  const closed = { allowInternet: false, allowOut: [], denyOut: [] };
+  const kept = await crashed.acquire();
+  const stale = await crashed.acquire();
+  const guest = await FakeGuest.attach(kept);
+  cleanup.defer(() => guest.close());
+  assert.ok((await guest.agent.listen(GUEST_PORT, "guest")).ok);
+  const toGuest = await openFromHost(kept.hostAddress, GUEST_PORT);
+  cleanup.defer(async () => toGuest.destroy());
+
+  const rules = await rulesOf(kept.index);
+  assert.ok(rules > 0);
+
+  const pool = usePool({ size: 0 });
+  const adopted = await pool.adopt(kept.netns, closed);
+  assert.equal(adopted.index, kept.index);
+  assert.equal(adopted.hostAddress, kept.hostAddress);
+  await assert.rejects(pool.adopt(kept.netns, closed), /taken already/);
+  await assert.rejects(pool.adopt("elsewhere-3", closed), /no slot of this pool/);
+  const report = await pool.cleanupStale();
+  assert.deepEqual(report.netns, [stale.netns], "only the unused slot went");
+  assert.equal(existsSync(kept.netnsPath), true);
+  assert.equal(await rulesOf(kept.index), rules, "its host rules, each once");
+  const tracked = await trackedConnections(adopted);
+  assert.ok(
+    tracked.host.some((c) => / ESTABLISHED /.test(c)),
+    `the host's connection to the guest is still tracked: ${tracked.host.join("\n")}`,
+  );
+  // The policy it was taken back with is in force (the row's: here, no internet).
+  assert.equal((await guest.agent.connect(FAKENET.public1, NET_PORT, 1000)).ok, false);
+  // Its policy can change as any slot's, and it goes back to the pool as any other.
+  await adopted.setPolicy(DEFAULT_EGRESS_POLICY);
+  assert.equal((await guest.agent.connect(FAKENET.public1, NET_PORT, 1000)).ok, true);
+  await guest.kill();
+  await pool.release(adopted);
+  assert.deepEqual(pool.stats, { idle: 0, inUse: 0, total: 0 });
+  await pool.close();
+});
+
+/** Host rules of slot `index` of this run's pool (by their comment). */
+async function rulesOf(index: number): Promise<number> {
+  const { stdout } = await runCommand("iptables-save", []);
+  const comment = new RegExp(`--comment "?${runPoolOptions().ruleTag}:${index}"?(\\s|$)`);
+  return stdout.split("\n").filter((l) => l.startsWith("-A ") && comment.test(l)).length;
+}
