@@ -5,13 +5,13 @@
 // (`sandbox.reattached` lines: each one's own time, and all of them from the first start to
 // the last), and from the kill to a command answered in each sandbox through the SDK; and
 // whether every sandbox kept its QEMU (same pid) and its loop counted on.
-// Run: npm run bench:reattach (as root). BENCH_SANDBOXES (default 4), BENCH_ROUNDS (3).
+// Run: npm run bench:reattach (as root). BENCH_SANDBOXES (default 16), BENCH_ROUNDS (3).
 import { Sandbox } from "e2b";
 import { qemuPidsOfVm } from "../test/helpers/leak-check.js";
 import { startServer, type TestServer } from "../test/helpers/server.js";
 import { report, type Summary, summarize } from "./lib/report.js";
 
-const SANDBOXES = Number(process.env.BENCH_SANDBOXES ?? 4);
+const SANDBOXES = Number(process.env.BENCH_SANDBOXES ?? 16);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const COUNTER =
   "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /dev/shm/count; sleep 0.2; done' >/dev/null 2>&1 </dev/null &";

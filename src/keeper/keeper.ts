@@ -1,3 +1,4 @@
+import { closeSync, openSync } from "node:fs";
 import { writeFile } from "node:fs/promises";
 import type { Socket } from "node:net";
 import {
@@ -16,6 +17,7 @@ import { JsonLines } from "../shared/json-lines.js";
 import type { Logger } from "../shared/logger.js";
 import type { VmCgroups } from "../vmm/qemu/cgroups.js";
 import { QemuProcess } from "../vmm/qemu/qemu-process.js";
+import { NETNS_DIR } from "../vmm/qemu/tap-fd.js";
 import { startVmmWatchdog } from "../vmm/qemu/watchdog.js";
 import { type KeeperSocket, listenKeeperSocket } from "./keeper-socket.js";
 import { BadRequest, parseRequest, requestId } from "./requests.js";
@@ -39,6 +41,8 @@ export interface KeeperOptions {
 interface Held {
   readonly key: string;
   readonly proc: QemuProcess;
+  /** A descriptor on its network namespace, held while it runs (see `#spawn`). */
+  readonly netnsFd: number | undefined;
   note: string | undefined;
 }
 
@@ -243,28 +247,39 @@ export class Keeper {
     return [...this.#vms.values()].map((held) => ({
       key: held.key,
       pid: held.proc.pid,
+      ...(held.netnsFd !== undefined && { netnsFd: held.netnsFd }),
       ...(held.note !== undefined && { note: held.note }),
     }));
   }
 
   async #spawn(request: Extract<KeeperRequest, { type: "spawn" }>): Promise<SpawnResult> {
-    const { key } = request;
+    const { key, tap } = request;
     if (this.#vms.has(key)) throw new Error(`VMM ${key} is running already`);
     if (this.#vms.size >= KEEPER_MAX_VMS) throw new Error(`${KEEPER_MAX_VMS} VMMs held already`);
-    const proc = new QemuProcess(
-      {
-        vmId: key,
-        args: request.args,
-        network: request.tap
-          ? { kind: "tap", netns: request.tap.netns, tap: request.tap.name }
-          : { kind: "none" },
-        mergeable: request.mergeable,
-        cgroupProcs: request.cgroupProcs,
-      },
-      { detached: true },
-    );
-    if (proc.child.pid === undefined) throw new Error((await proc.exited).reason);
-    const held: Held = { key, proc, note: undefined };
+    // The server names namespaces in its own mount namespace (a systemd unit's, which goes
+    // when the unit stops): reached through its root, and held open here as long as the VMM
+    // runs, so that the namespace (the guest's network) outlives the server's mounts and the
+    // next server can mount it again from this descriptor.
+    const netnsDir = `/proc/${this.#server?.pid ?? "self"}/root${NETNS_DIR}`;
+    const netnsFd = tap ? openSync(`${netnsDir}/${tap.netns}`, "r") : undefined;
+    let proc: QemuProcess;
+    try {
+      proc = new QemuProcess(
+        {
+          vmId: key,
+          args: request.args,
+          network: tap ? { kind: "tap", netns: tap.netns, tap: tap.name } : { kind: "none" },
+          mergeable: request.mergeable,
+          cgroupProcs: request.cgroupProcs,
+        },
+        { detached: true, netnsDir },
+      );
+      if (proc.child.pid === undefined) throw new Error((await proc.exited).reason);
+    } catch (err) {
+      if (netnsFd !== undefined) closeSync(netnsFd);
+      throw err;
+    }
+    const held: Held = { key, proc, netnsFd, note: undefined };
     this.#vms.set(key, held);
     void proc.exited.then((exit) => this.#exited(held, exit));
     this.#log.info({ key, pid: proc.pid }, "keeper.spawned");
@@ -273,6 +288,7 @@ export class Keeper {
 
   #exited(held: Held, exit: Awaited<QemuProcess["exited"]>): void {
     if (this.#vms.get(held.key) === held) this.#vms.delete(held.key);
+    if (held.netnsFd !== undefined) closeSync(held.netnsFd);
     const ended: KeeperExit = {
       key: held.key,
       pid: held.proc.pid,

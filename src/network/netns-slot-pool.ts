@@ -220,7 +220,7 @@ export class NetnsSlotPool implements SlotPool {
    * and in use from now on. Before cleanupStale, which then keeps it. A slot that cannot be
    * taken back is left to cleanupStale.
    */
-  async adopt(netns: string, policy: EgressPolicy): Promise<NetworkSlot> {
+  async adopt(netns: string, policy: EgressPolicy, hold?: string): Promise<NetworkSlot> {
     const wanted = validateEgressPolicy(policy);
     this.#checkOpen();
     const index = slotIndexIn(this.#names.netnsPrefix, netns);
@@ -230,7 +230,7 @@ export class NetnsSlotPool implements SlotPool {
       throw new WarrenError("conflict", `network slot ${index} is taken already`);
     this.#taken.add(index);
     try {
-      const slot = await NetworkSlot.adopt(await this.#ready(), index, wanted);
+      const slot = await NetworkSlot.adopt(await this.#ready(), index, wanted, hold);
       this.#inUse.add(slot);
       this.#logger.info({ slot: index }, "network.slot_adopted");
       return slot;

@@ -24,6 +24,7 @@ import {
   replaceHostRules,
 } from "./host-rules.js";
 import { formatCidr, type Ipv4Cidr } from "./ipv4.js";
+import { remountNamespace } from "./netns-mount.js";
 import { type EgressLimits, egressUpdate, netnsRuleset } from "./netns-rules.js";
 import { NETNS_VETH, type SlotAddresses, slotAddresses, TAP_NAME } from "./slot-addressing.js";
 import type { SlotNames } from "./slot-names.js";
@@ -153,20 +154,23 @@ export class NetworkSlot implements Slot, SlotAddresses {
    * (the addresses are the index's: slotAddresses); the namespace's ruleset is written again
    * for `policy` (one `iptables-restore`, atomic: tracked connections stay), the index's
    * host rules replaced by this pool's (one transaction: never a moment without them),
-   * forwarding set on the veth, and the gate reopened
-   * when `policy` needs one. Nothing is removed on failure (a guest may still use it): the
-   * pool's cleanupStale removes a slot it did not take back.
+   * forwarding set on the veth, and the gate reopened when `policy` needs one. `hold`: the
+   * namespace as the keeper holds it, mounted at its name again when this server's mount
+   * namespace lost that mount (remountNamespace). Nothing is removed on failure (a guest
+   * may still use it): the pool's cleanupStale removes a slot it did not take back.
    */
   static async adopt(
     settings: SlotSettings,
     index: number,
     policy: EgressPolicy,
+    hold?: string,
   ): Promise<NetworkSlot> {
     const slot = new NetworkSlot(
       settings,
       slotAddresses(settings.base, index, settings.names),
       validateEgressPolicy(policy),
     );
+    if (hold !== undefined) await remountNamespace(settings.run, slot.netnsPath, hold);
     for (const [what, path] of [
       ["namespace", slot.netnsPath],
       ["host veth", `/sys/class/net/${slot.hostVeth}`],

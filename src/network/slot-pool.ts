@@ -28,9 +28,10 @@ export interface SlotPool {
   /**
    * Takes back the slot in namespace `netns` for a guest that kept running while the server
    * was away (its VM re-adopted at start), with `policy`; before cleanupStale. In use from
-   * then on, released as any other.
+   * then on, released as any other. `hold`: a path to the namespace that outlived this
+   * server's mount of it (the keeper's descriptor), mounted again where that mount is gone.
    */
-  adopt(netns: string, policy: EgressPolicy): Promise<Slot>;
+  adopt(netns: string, policy: EgressPolicy, hold?: string): Promise<Slot>;
   /** Removes what an earlier run of this server left on the host (but adopted slots). */
   cleanupStale(): Promise<unknown>;
   /** A slot with `policy` (default: the pool's); resource_exhausted when none is left. */

@@ -117,10 +117,11 @@ export interface OrchestratorOptions {
   /** The node's egress CA (PEM), which every guest trusts (network.rules); unset: none. */
   readonly guestCaCertificate?: string;
   /**
-   * What `close()` does with running sandboxes (WARREN_ON_STOP): pause them (default), or
-   * detach them, left running in the keeper for the next server to re-adopt.
+   * What `close()` does with running sandboxes, asked at the close (WARREN_ON_STOP, or the
+   * signal that stops the server): pause them (default), or detach them, left running in
+   * the keeper for the next server to re-adopt.
    */
-  readonly onStop?: "pause" | "detach";
+  readonly onStop?: () => "pause" | "detach";
 }
 
 /**
@@ -329,7 +330,7 @@ export class Orchestrator
     await this.#sampler.stop();
     // Pauses on the way out keep nothing: their VMMs would only be given up below.
     await this.#kept.close();
-    const detach = this.#o.onStop === "detach";
+    const detach = this.#o.onStop?.() === "detach";
     for (const live of this.#table.values().filter((l) => l.row.state === "running")) {
       const id = live.row.id;
       if (detach) await this.#table.serial(id, async () => this.#detach(live));

@@ -83,7 +83,7 @@ async function takeBack(
   const policy = validateEgressPolicy(egressPolicyOf(configOf(row), row.teamId));
   const live: LiveSandbox = { row, metrics: [] };
   try {
-    live.slot = await slots.adopt(spec.network.netns, policy);
+    live.slot = await slots.adopt(spec.network.netns, policy, leftover.netnsHold);
     const { vm, running, diskSnapshotDir } = await leftover.reattach();
     live.vm = vm;
     await standOnRowSnapshot(options, live, diskSnapshotDir);

@@ -63,6 +63,12 @@ export type KeeperRequestType = KeeperRequest["type"];
 export interface KeeperVm {
   readonly key: string;
   readonly pid: number;
+  /**
+   * The keeper's descriptor on the VM's network namespace (held while it runs): a server
+   * whose mounts of it are gone (its mount namespace was a unit's) mounts
+   * `/proc/<keeperPid>/fd/<netnsFd>` again.
+   */
+  readonly netnsFd?: number;
   /** The server's last note for it (its VM record), if any. */
   readonly note?: string;
 }

@@ -78,6 +78,8 @@ export interface NodePartsInput {
   readonly metrics: NodeMetrics;
   /** Each part started is added, to be stopped with the server. */
   readonly closers: CloseStack;
+  /** What the orchestrator's close does with running sandboxes (NodeServer.close's). */
+  readonly onStop: () => "pause" | "detach";
 }
 
 /**
@@ -416,7 +418,7 @@ function newOrchestrator(
         ),
     },
     guestCaCertificate: parts.egress.ca.certificate,
-    onStop: config.onStop,
+    onStop: input.onStop,
   });
 }
 

@@ -23,7 +23,11 @@ export interface NodeServer {
   /** Settles when the orchestrator is ready (or rejects when starting failed). */
   readonly ready: Promise<void>;
   readonly logger: Logger;
-  close(): Promise<void>;
+  /**
+   * Stops everything; running sandboxes are paused, or with `onStop: "detach"` (default:
+   * WARREN_ON_STOP) left running in the keeper for the next server on this data dir.
+   */
+  close(options?: { onStop?: "pause" | "detach" }): Promise<void>;
 }
 
 /**
@@ -83,7 +87,9 @@ export async function startNodeServer(
   closers.add("front", () => front.close());
   log.info({ url: front.url, dataDir: config.dataDir }, "server.listening");
 
+  let onStop = config.onStop;
   const ready = startNodeParts({
+    onStop: () => onStop,
     config,
     logger: root,
     layout,
@@ -117,7 +123,8 @@ export async function startNodeServer(
     },
     ready,
     logger: log,
-    async close() {
+    async close(options = {}) {
+      onStop = options.onStop ?? onStop;
       front.stopProxy(); // open streams would hold the HTTP server open
       await ready.catch(() => {});
       await closers.close(log);

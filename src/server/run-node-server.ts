@@ -29,6 +29,13 @@ export async function runNodeServer(
   handleStrayErrors(logger, "server", "exit");
   logger.info({ config: loggableConfig(config) }, "server.config");
   const server = await startNodeServer(config, logger, options);
-  exitOnSignals(logger, "server", () => server.close());
+  // SIGUSR2: a stop for an upgrade, whatever WARREN_ON_STOP says: running sandboxes are left
+  // in the keeper for the next server (deploy/systemd: `systemctl kill -s USR2 warren-node`).
+  exitOnSignals(
+    logger,
+    "server",
+    (signal) => server.close(signal === "SIGUSR2" ? { onStop: "detach" } : {}),
+    ["SIGUSR2"],
+  );
   server.ready.catch(() => process.exit(1));
 }

@@ -227,14 +227,14 @@ const SETTINGS = {
   },
   keeper: {
     env: "WARREN_KEEPER",
-    doc: "Who starts the VMM keeper, the small root process that spawns and holds every QEMU so that the server can be killed or upgraded and re-adopt its running sandboxes (its own death kills every VMM): auto starts one at <data>/keeper when none answers, which exits once it holds no VM and no server is connected for 5 s; external waits for one a supervisor runs (dist/keeper/main.mjs, deploy/).",
+    doc: "Who starts the VMM keeper, the small root process that spawns and holds every QEMU so that the server can be killed or upgraded and re-adopt its running sandboxes (its own death kills every VMM): auto starts one at <data>/keeper when none answers, which exits once it holds no VM and no server is connected for 5 s; external waits for one a supervisor runs (dist/keeper/main.mjs, deploy/systemd/warren-keeper.service).",
     default: (): "auto" | "external" => "auto",
     parse: oneOf("auto", "external"),
     expects: "auto or external",
   },
   onStop: {
     env: "WARREN_ON_STOP",
-    doc: "What a clean stop (SIGTERM, SIGINT) does with running sandboxes: pause captures each one (it resumes on its next connect, whichever server); detach leaves them running in the keeper, their TTLs and network as they were, for the next server on this data dir to re-adopt (an upgrade: stop, new code, start).",
+    doc: "What a clean stop (SIGTERM, SIGINT) does with running sandboxes: pause captures each one (it resumes on its next connect, whichever server); detach leaves them running in the keeper, their TTLs and network as they were, for the next server on this data dir to re-adopt (an upgrade: stop, new code, start). SIGUSR2 stops with detach whatever this says.",
     default: (): "pause" | "detach" => "pause",
     parse: oneOf("pause", "detach"),
     expects: "pause or detach",

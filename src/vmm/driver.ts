@@ -129,6 +129,11 @@ export interface LeftoverVm {
   readonly pid: number;
   /** What it was started with, from the record it left; undefined: it left none readable. */
   readonly spec: VmSpec | undefined;
+  /**
+   * A path to its network namespace that outlives the server's mounts (the keeper's open
+   * descriptor), for a server whose `/run/netns` mount of it is gone.
+   */
+  readonly netnsHold?: string;
   /** Makes it a Vm of this driver again; refused when its record or its process do not hold. */
   reattach(): Promise<ReattachedVm>;
   /** Kills it, and gives back what it held. */

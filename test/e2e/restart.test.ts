@@ -4,16 +4,22 @@
 //   next server re-adopts it — same sandbox id, same QEMU pid, a loop in the guest counting
 //   on through the restart, commands and files working; with a volume mounted (its NFS
 //   served again) and a network policy naming a domain (its egress gate reopened); and a
-//   stop with WARREN_ON_STOP=detach leaves it running for the next server the same way;
+//   stop with WARREN_ON_STOP=detach leaves it running for the next server the same way; and
+//   SIGUSR2 does that whatever the setting says (an upgrade), and when the server's mount of
+//   its namespace went with it (a systemd unit's mount namespace ends with the unit), the
+//   next server mounts the one the keeper holds;
 // - `kill -9` of the keeper kills its VMMs within seconds (its watchdog), the server reports
 //   the sandbox lost and starts a new keeper for the next create;
 // - a sandbox whose VMM is gone when the server comes back is reported lost, and cleaned.
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { after, before, describe, it } from "node:test";
+import { promisify } from "node:util";
 import { Sandbox, Volume } from "e2b";
 import { startFakeDns } from "../helpers/fake-dns-server.js";
 import { servicesPid, slotListeners } from "../helpers/guest-services.js";
 import { leakCheck, qemuPidsOfVm, vmLeftovers } from "../helpers/leak-check.js";
+import { runEnv } from "../helpers/run-env.js";
 import { startServer, type TestServer, waitFor } from "../helpers/server.js";
 
 const ALLOWED = "198.51.100.7";
@@ -172,6 +178,25 @@ describe("a running sandbox through a server restart", () => {
     assert.equal(await qemuOf(sandbox.sandboxId), qemu, "the same QEMU");
     const again = await Sandbox.connect(sandbox.sandboxId);
     assert.ok((await count(again)) > before);
+    assert.equal((await again.commands.run("cat /mnt/vol/after.txt")).stdout, "after-restart\n");
+    sandbox = again;
+  });
+
+  it("as under systemd: stopped for an upgrade (SIGUSR2) and its namespace's mount gone with the unit, the next server mounts the keeper's", async () => {
+    const current = server as TestServer;
+    const adopted = current.logs.findLast((l) => l.msg === "network.slot_adopted");
+    assert.ok(adopted, "its slot was taken back before");
+    const netns = `/run/netns/${runEnv().networkPrefix}-${adopted.slot as number}`;
+    const before = await count(sandbox);
+    current.process.kill("SIGUSR2"); // a clean stop that detaches, whatever WARREN_ON_STOP says
+    assert.equal(await current.stop(), 0);
+    assert.ok(current.logs.some((l) => l.msg === "sandbox.detached"));
+    // What the end of the node unit's mount namespace does to the mounts it made.
+    await promisify(execFile)("umount", ["--lazy", netns]);
+    server = await useVolumesOf(await startServer(ENV));
+    assert.equal(await qemuOf(sandbox.sandboxId), qemu, "the same QEMU");
+    const again = await Sandbox.connect(sandbox.sandboxId);
+    assert.ok((await count(again)) > before, "the guest counted on, reached through its slot");
     assert.equal((await again.commands.run("cat /mnt/vol/after.txt")).stdout, "after-restart\n");
     sandbox = again;
   });

@@ -261,7 +261,7 @@ export class FakeNode {
       teamLimits: s.teamLimits,
       templateSettleMs: 0,
       volumes: this.volumes,
-      onStop: s.onStop,
+      onStop: () => s.onStop ?? "pause",
     });
     await this.orchestrator.start();
   }

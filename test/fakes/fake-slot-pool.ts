@@ -68,7 +68,7 @@ export class FakeSlotPool implements SlotPool {
   }
 
   /** A slot an earlier pool handed out, taken back (its guest ran on through a restart). */
-  async adopt(netns: string, policy: EgressPolicy): Promise<FakeSlot> {
+  async adopt(netns: string, policy: EgressPolicy, _hold?: string): Promise<FakeSlot> {
     if (this.#closed) throw new WarrenError("unavailable", "the network slot pool is closed");
     const index = Number(/^fake-slot-(\d+)$/.exec(netns)?.[1]);
     if (!Number.isInteger(index)) throw new WarrenError("invalid_argument", `${netns} is no slot`);

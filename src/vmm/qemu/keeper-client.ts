@@ -33,6 +33,8 @@ export interface KeeperClientOptions {
 export interface HeldVmm {
   readonly process: VmmProcess;
   readonly note: string | undefined;
+  /** Its network namespace as the keeper holds it (`/proc/<keeper>/fd/<n>`), if it has one. */
+  readonly netnsHold: string | undefined;
 }
 
 type Request = KeeperRequest extends infer R
@@ -257,6 +259,7 @@ export class KeeperClient {
     const held = unknown.map((vm: KeeperVm) => ({
       process: this.#track(vm.key, vm.pid),
       note: vm.note,
+      netnsHold: vm.netnsFd === undefined ? undefined : `/proc/${hello.keeperPid}/fd/${vm.netnsFd}`,
     }));
     this.#connections += 1;
     if (this.#connections === 1) this.#held = held;
@@ -418,7 +421,13 @@ function parseHello(value: unknown): HelloResult {
     if (typeof vm?.key !== "string" || !KEEPER_KEY.test(vm.key) || !Number.isSafeInteger(vm.pid))
       throw bad("lists a VMM without key or pid");
     const note = typeof vm.note === "string" ? vm.note : undefined;
-    vms.push({ key: vm.key, pid: vm.pid as number, ...(note !== undefined && { note }) });
+    const netnsFd = Number.isSafeInteger(vm.netnsFd) ? (vm.netnsFd as number) : undefined;
+    vms.push({
+      key: vm.key,
+      pid: vm.pid as number,
+      ...(netnsFd !== undefined && { netnsFd }),
+      ...(note !== undefined && { note }),
+    });
   }
   const exits = (h.exits as Record<string, unknown>[])
     .map((e) => (typeof e === "object" && e !== null ? parseExit(e) : undefined))

@@ -29,6 +29,7 @@ export function leftoverOf(held: HeldVmm, driver: LeftoverDriver): LeftoverVm {
     id: proc.vmId,
     pid: proc.pid,
     spec: record?.spec,
+    netnsHold: held.netnsHold,
     reattach: async (): Promise<ReattachedVm> => {
       if (!record) throw new Error(`VMM ${proc.vmId} cannot be reattached: ${unreadable}`);
       const { vm, running } = await driver.reattach(record, proc);

@@ -52,6 +52,12 @@ export interface QemuProcessOptions {
    * parent's group (a terminal's Ctrl-C) reaches it.
    */
   readonly detached?: boolean;
+  /**
+   * Where the slot's namespace is found by name (default /run/netns): the keeper reaches the
+   * server's through `/proc/<server pid>/root/run/netns`, the server's mount namespace being
+   * a unit's of its own under systemd.
+   */
+  readonly netnsDir?: string;
 }
 
 /**
@@ -73,7 +79,10 @@ export class QemuProcess implements VmmProcess {
     // runs in a network namespace of its own with nothing in it, not even a loopback that
     // is up: taken over by its guest, it has the guest's NIC (policed like the guest) and
     // no network of its own. `unshare` execs QEMU in place: the pid is QEMU's.
-    const tap = network.kind === "tap" ? openTap(network.netns, network.tap, vmId) : undefined;
+    const tap =
+      network.kind === "tap"
+        ? openTap(network.netns, network.tap, vmId, options.netnsDir)
+        : undefined;
     const qemu =
       tap === undefined ? [QEMU_BINARY, ...args] : ["unshare", "--net", "--", QEMU_BINARY, ...args];
     const argv = ["-c", LAUNCHER, "warren-vmm", String(VMM_OOM_SCORE_ADJ)];

@@ -18,7 +18,11 @@ const work = mkdtempSync(join(tmpdir(), "warren-systemd-"));
 after(() => rmSync(work, { recursive: true, force: true }));
 
 /** Exposure scores recorded in deploy/README.md (systemd 252): the test fails above these. */
-const MAX_EXPOSURE = { "warren-gateway.service": 1.5, "warren-node.service": 5.0 };
+const MAX_EXPOSURE = {
+  "warren-gateway.service": 1.5,
+  "warren-node.service": 5.0,
+  "warren-keeper.service": 4.0,
+};
 
 function unitText(name: string): string {
   return readFileSync(join(unitsDir, name), "utf8");
@@ -72,6 +76,20 @@ const values = (text: string, key: string) =>
     .filter(([k]) => k === key)
     .map(([, v]) => v);
 
+/** The unit's bounding set, sorted, once each capability is shown to have a comment. */
+function capabilitiesExplained(text: string): string[] {
+  const caps = values(text, "CapabilityBoundingSet").flatMap((v) => v.split(/\s+/));
+  const comments = text.split("\n").filter((line) => line.startsWith("#"));
+  for (const cap of caps) {
+    const bare = cap.replace(/^CAP_/, "");
+    assert.ok(
+      comments.some((line) => new RegExp(`^# (CAP_\\w+/)?(CAP_)?${bare}\\b`).test(line)),
+      `${cap} has no comment saying why`,
+    );
+  }
+  return [...caps].sort();
+}
+
 describe("systemd units", () => {
   for (const name of Object.keys(MAX_EXPOSURE)) {
     it(`${name} passes systemd-analyze verify with no warning`, () => {
@@ -100,6 +118,9 @@ describe("systemd units", () => {
     assert.equal(entry("warren-node.service"), "/opt/warren/dist/server/main.mjs");
     assert.ok(existsSync(join(root, "dist", "server", "main.mjs")), "dist/server/main.mjs built");
     assert.equal(entry("warren-gateway.service"), "/opt/warren/dist/gateway/main.mjs");
+    const keeper = values(unitText("warren-keeper.service"), "ExecStart")[0]?.split(" ");
+    assert.ok(keeper?.includes("/opt/warren/dist/keeper/main.mjs"), "the keeper's bundle");
+    assert.ok(existsSync(join(root, "dist", "keeper", "main.mjs")), "dist/keeper/main.mjs built");
     if (!existsSync(join(root, "src", "gateway", "main.ts")))
       t.diagnostic("src/gateway/main.ts is not there yet: the gateway's bundle is not checked");
     else assert.ok(existsSync(join(root, "dist", "gateway", "main.mjs")), "gateway bundle built");
@@ -146,8 +167,7 @@ describe("systemd units", () => {
 
   it("the node server holds only the capabilities it uses, each explained", () => {
     const text = unitText("warren-node.service");
-    const caps = values(text, "CapabilityBoundingSet").flatMap((v) => v.split(/\s+/));
-    assert.deepEqual([...caps].sort(), [
+    assert.deepEqual(capabilitiesExplained(text), [
       "CAP_CHOWN",
       "CAP_DAC_OVERRIDE",
       "CAP_FOWNER",
@@ -163,14 +183,6 @@ describe("systemd units", () => {
       "CAP_SYS_PTRACE",
       "CAP_SYS_RESOURCE",
     ]);
-    const comments = text.split("\n").filter((line) => line.startsWith("#"));
-    for (const cap of caps) {
-      const bare = cap.replace(/^CAP_/, "");
-      assert.ok(
-        comments.some((line) => new RegExp(`^# (CAP_\\w+/)?(CAP_)?${bare}\\b`).test(line)),
-        `${cap} has no comment saying why`,
-      );
-    }
     assert.deepEqual(values(text, "KillMode"), ["mixed"]);
     assert.deepEqual(values(text, "DeviceAllow").sort(), ["/dev/kvm rw", "/dev/net/tun rw"]);
     assert.deepEqual(values(text, "DevicePolicy"), ["closed"]);
@@ -178,8 +190,47 @@ describe("systemd units", () => {
     const writable = values(text, "ReadWritePaths").flatMap((v) => v.split(/\s+/));
     for (const path of ["/var/lib/warren", "/run/netns", "/sys/fs/cgroup", "/proc/sys/net"])
       assert.ok(writable.includes(path), `${path} is writable`);
-    assert.deepEqual(values(text, "Restart"), ["on-failure"]);
+    assert.deepEqual(values(text, "Restart"), ["always"]);
     assert.ok(Number(values(text, "LimitNOFILE")[0]) >= 65_536);
+  });
+
+  it("the node server uses the keeper's unit and never stops it", () => {
+    const text = unitText("warren-node.service");
+    assert.ok(values(text, "Environment").includes("WARREN_KEEPER=external"));
+    const unit = directives(text, "Unit");
+    for (const key of ["Wants", "After"])
+      assert.ok(
+        unit.some(([k, v]) => k === key && v === "warren-keeper.service"),
+        key,
+      );
+    for (const key of ["Requires", "BindsTo", "PartOf"])
+      assert.ok(!unit.some(([k, v]) => k === key && v.includes("warren-keeper")), key);
+  });
+
+  it("the keeper holds only the capabilities it and QEMU use, each explained, and its own paths", () => {
+    const text = unitText("warren-keeper.service");
+    assert.deepEqual(capabilitiesExplained(text), [
+      "CAP_DAC_OVERRIDE",
+      "CAP_KILL",
+      "CAP_NET_ADMIN",
+      "CAP_SETGID",
+      "CAP_SETUID",
+      "CAP_SYS_ADMIN",
+      "CAP_SYS_CHROOT",
+      "CAP_SYS_PTRACE",
+      "CAP_SYS_RESOURCE",
+    ]);
+    assert.deepEqual(values(text, "Restart"), ["always"]);
+    assert.deepEqual(values(text, "OOMScoreAdjust"), ["-1000"]);
+    assert.deepEqual(values(text, "DeviceAllow").sort(), ["/dev/kvm rw", "/dev/net/tun rw"]);
+    assert.deepEqual(values(text, "RestrictAddressFamilies"), ["AF_UNIX"]);
+    // The paths the node server derives from its defaults (WARREN_HOME, WARREN_NETWORK_PREFIX).
+    const args = values(text, "ExecStart")[0]?.split(" ") ?? [];
+    const arg = (name: string) => args[args.indexOf(name) + 1];
+    assert.equal(arg("--dir"), "/var/lib/warren/keeper");
+    assert.equal(arg("--run-dir"), "/var/lib/warren/run");
+    assert.equal(arg("--cgroup"), "warren-vms");
+    assert.ok(args.includes("--log-stderr"), "logs to the journal");
   });
 
   it("the env file example names only settings Warren has", () => {
