@@ -1,16 +1,8 @@
 import { link, readFile, unlink, writeFile } from "node:fs/promises";
 import { setTimeout as sleep } from "node:timers/promises";
+import { isAlive } from "../shared/process-alive.js";
 
 const RETRY_MS = 500;
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
 
 /**
  * Takes the images directory's setup lock (a file holding the owner's pid), waiting while
@@ -38,7 +30,7 @@ export async function acquireSetupLock(
     const text = await readFile(path, "utf8").catch(() => undefined);
     if (text === undefined) continue; // released meanwhile
     const owner = Number.parseInt(text, 10);
-    if (Number.isInteger(owner) && alive(owner)) {
+    if (Number.isInteger(owner) && isAlive(owner)) {
       if (!announced) onWait(owner);
       announced = true;
       await sleep(RETRY_MS);

@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { KEEPER_MAX_LINE_BYTES, KEEPER_SOCKET_NAME } from "../protocol/keeper.js";
+import { isAlive } from "../shared/process-alive.js";
 import { KeeperClient } from "../vmm/qemu/keeper-client.js";
 
 const ENTRY = fileURLToPath(new URL("./main.ts", import.meta.url));
@@ -69,21 +70,12 @@ async function startKeeper(options: { dir?: string; idleMs?: number } = {}) {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 async function gone(pid: number, withinMs: number): Promise<boolean> {
   for (const end = Date.now() + withinMs; Date.now() < end; ) {
-    if (!alive(pid)) return true;
+    if (!isAlive(pid)) return true;
     await sleep(20);
   }
-  return !alive(pid);
+  return !isAlive(pid);
 }
 
 /** Whether /proc says `pid`'s stderr carries the stand-in's line yet (it starts in ~50 ms). */
@@ -135,7 +127,7 @@ describe("the keeper", () => {
     assert.equal(client.keeperPid, keeper.child.pid);
     assert.deepEqual(client.held(), []);
     const vm = await client.spawn(spawnRequest("vm1"));
-    assert.ok(alive(vm.pid));
+    assert.ok(isAlive(vm.pid));
     await client.note("vm1", '{"record":1}');
     const failing = await client.spawn(spawnRequest("vm2", 7));
     const crash = await failing.exited;
@@ -146,7 +138,7 @@ describe("the keeper", () => {
     const killed = await vm.kill();
     assert.equal(killed.expected, true);
     assert.equal(killed.signal, "SIGKILL");
-    assert.equal(alive(vm.pid), false);
+    assert.equal(isAlive(vm.pid), false);
     await assert.rejects(client.note("vm1", "{}"), /no VMM vm1 is held/);
     client.close();
     keeper.child.kill("SIGTERM");
@@ -162,7 +154,7 @@ describe("the keeper", () => {
     const short = await first.spawn(spawnRequest("short"));
     first.close(); // the server goes (as a kill -9 would close its socket)
     await sleep(100);
-    assert.ok(alive(vm.pid), "its VMM runs on without a server");
+    assert.ok(isAlive(vm.pid), "its VMM runs on without a server");
     process.kill(short.pid, "SIGKILL"); // dies while no server listens
     await sleep(200);
     const next = await KeeperClient.connect({ socketPath: keeper.socketPath });
@@ -177,7 +169,7 @@ describe("the keeper", () => {
     const held = next.held()[0]?.process;
     assert.ok(held);
     await held.kill();
-    assert.equal(alive(vm.pid), false);
+    assert.equal(isAlive(vm.pid), false);
     next.close();
     keeper.child.kill("SIGTERM");
     await keeper.exited;
@@ -279,7 +271,7 @@ describe("the keeper", () => {
     assert.ok(await gone(vm.pid, 5_000), "the watchdog killed its VMM");
     const after = await client.spawn(spawnRequest("after"));
     assert.equal(launched.length, 2, "a new keeper was started");
-    assert.ok(alive(after.pid));
+    assert.ok(isAlive(after.pid));
     await after.kill();
     client.close();
     (await launched[1])?.child.kill("SIGTERM");

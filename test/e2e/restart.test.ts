@@ -16,6 +16,7 @@ import { execFile } from "node:child_process";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import { Sandbox, Volume } from "e2b";
+import { isAlive } from "../../src/shared/process-alive.js";
 import { startFakeDns } from "../helpers/fake-dns-server.js";
 import { servicesPid, slotListeners } from "../helpers/guest-services.js";
 import { leakCheck, qemuPidsOfVm, vmLeftovers } from "../helpers/leak-check.js";
@@ -38,15 +39,6 @@ after(async () => {
   dns.close();
   assert.deepEqual(await leakCheck(), []);
 });
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /** The QEMU of a sandbox (its runtime dir on its command line). */
 async function qemuOf(sandboxId: string): Promise<number> {
@@ -119,8 +111,8 @@ describe("a running sandbox through a server restart", () => {
     (server as TestServer).process.kill("SIGKILL");
     await (server as TestServer).stop();
     await new Promise((resolve) => setTimeout(resolve, 2_000));
-    assert.ok(alive(qemu), "its QEMU outlived the server");
-    assert.ok(alive(keeper), "so did the keeper");
+    assert.ok(isAlive(qemu), "its QEMU outlived the server");
+    assert.ok(isAlive(keeper), "so did the keeper");
 
     const restarted = performance.now();
     server = await useVolumesOf(await startServer(ENV));
@@ -173,7 +165,7 @@ describe("a running sandbox through a server restart", () => {
     qemu = await qemuOf(sandbox.sandboxId);
     const before = await count(sandbox);
     assert.equal(await server.stop(), 0);
-    assert.ok(alive(qemu), "its QEMU runs on after a clean stop");
+    assert.ok(isAlive(qemu), "its QEMU runs on after a clean stop");
     server = await useVolumesOf(await startServer(ENV));
     assert.equal(await qemuOf(sandbox.sandboxId), qemu, "the same QEMU");
     const again = await Sandbox.connect(sandbox.sandboxId);
@@ -204,7 +196,7 @@ describe("a running sandbox through a server restart", () => {
   it("kill -9 of the keeper kills its VMMs within 5 s; the sandbox is lost, the next create gets a new keeper", async () => {
     const keeper = keeperPid();
     process.kill(keeper, "SIGKILL");
-    await waitFor("the QEMU gone with its keeper", () => !alive(qemu), 5_000);
+    await waitFor("the QEMU gone with its keeper", () => !isAlive(qemu), 5_000);
     await waitFor(
       "the sandbox reported lost",
       () =>

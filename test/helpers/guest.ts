@@ -5,7 +5,7 @@ import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Sandbox } from "e2b";
 import { ensureHostSetup, type GuestArtifacts } from "../../src/host-setup/index.js";
-import type { NetworkSlot } from "../../src/network/index.js";
+import type { NetnsSlotPool, NetworkSlot } from "../../src/network/index.js";
 import { Process } from "../../src/protocol/gen/process/process_pb.js";
 import { ENVD_PORT, ENVD_VERSION } from "../../src/protocol/index.js";
 import type { MachineShape, Vm, VmSpec } from "../../src/vmm/index.js";
@@ -182,4 +182,44 @@ export function slotVmSpec(
     guestIp: `${slot.guestAddress}/30`,
     guestGateway: slot.gateway,
   };
+}
+
+/**
+ * A test's VMs, each in a slot of its pool with envd reached on the slot's host address:
+ * `spec(id)` takes a slot for a VM, `ready(vm)` waits for its envd and initializes it (and
+ * keeps the VM, for `close()`), `close()` destroys the VMs kept and gives the slots back.
+ * `parts` is read at each call: the pool, images and work dir come from the suite's before().
+ */
+export class SlotGuests {
+  readonly vms = new Set<Vm>();
+  readonly slots = new Map<string, NetworkSlot>();
+
+  constructor(
+    private readonly parts: () => { pool: NetnsSlotPool; images: GuestArtifacts; work: string },
+    private readonly shape: MachineShape,
+  ) {}
+
+  async spec(id: string): Promise<VmSpec> {
+    const { pool, images, work } = this.parts();
+    const slot = await pool.acquire();
+    this.slots.set(id, slot);
+    return slotVmSpec(id, slot, images, work, this.shape);
+  }
+
+  url(vm: Vm): string {
+    return envdUrl((this.slots.get(vm.id) as NetworkSlot).hostAddress);
+  }
+
+  async ready<T extends Vm>(vm: T): Promise<T> {
+    this.vms.add(vm);
+    await waitForEnvd(this.url(vm), 180_000, vm);
+    await initEnvd(this.url(vm), { defaultUser: "user" });
+    return vm;
+  }
+
+  async close(): Promise<void> {
+    for (const vm of this.vms) await vm.destroy().catch(() => {});
+    const { pool } = this.parts();
+    for (const slot of this.slots.values()) await pool.release(slot).catch(() => {});
+  }
 }

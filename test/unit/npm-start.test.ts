@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { it } from "node:test";
 import { fileURLToPath } from "node:url";
+import { isAlive } from "../../src/shared/process-alive.js";
 
 // `npm start` is how the README runs Warren, and a supervisor stops it by signalling npm's
 // pid. npm hands the signal to its script's shell: unless the script execs node, the shell
@@ -22,15 +23,6 @@ async function appears(path: string, ms: number): Promise<boolean> {
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   return existsSync(path);
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 it("a SIGTERM to npm's pid reaches scripts/start.mjs, and npm ends after it", async () => {
@@ -65,9 +57,9 @@ setInterval(() => {}, 1000);
     npm.kill("SIGTERM");
     await exited;
     assert.equal(existsSync(join(dir, "got-sigterm")), true, "the script never got the SIGTERM");
-    assert.equal(alive(standIn), false, "npm ended before the script it ran");
+    assert.equal(isAlive(standIn), false, "npm ended before the script it ran");
   } finally {
-    if (standIn !== undefined && alive(standIn)) process.kill(standIn, "SIGKILL");
+    if (standIn !== undefined && isAlive(standIn)) process.kill(standIn, "SIGKILL");
     rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -7,17 +7,10 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { GuestArtifacts } from "../../../src/host-setup/index.js";
-import { NetnsSlotPool, type NetworkSlot } from "../../../src/network/index.js";
-import type { Vm, VmSpec } from "../../../src/vmm/index.js";
+import { NetnsSlotPool } from "../../../src/network/index.js";
+import type { Vm } from "../../../src/vmm/index.js";
 import { QemuDriver, qemuVersion, spawnLocalVmm } from "../../../src/vmm/qemu/index.js";
-import {
-  envdUrl,
-  initEnvd,
-  runInGuest,
-  slotVmSpec,
-  testVmm,
-  waitForEnvd,
-} from "../../helpers/guest.js";
+import { runInGuest, SlotGuests, testVmm } from "../../helpers/guest.js";
 import { leakCheck, qemuPidsIn, removeLeftovers } from "../../helpers/leak-check.js";
 import { runEnv, runPoolOptions } from "../../helpers/run-env.js";
 
@@ -33,21 +26,11 @@ describe("guest console (real guests)", () => {
   let older: QemuDriver;
   let pool: NetnsSlotPool;
   let work: string;
-  const vms = new Set<Vm>();
-  const slots = new Map<string, NetworkSlot>();
-
-  const spec = async (id: string): Promise<VmSpec> => {
-    const slot = await pool.acquire();
-    slots.set(id, slot);
-    return slotVmSpec(id, slot, images, work, SHAPE);
-  };
-  const url = (vm: Vm) => envdUrl((slots.get(vm.id) as NetworkSlot).hostAddress);
-  const ready = async (vm: Vm) => {
-    vms.add(vm);
-    await waitForEnvd(url(vm), 180_000, vm);
-    await initEnvd(url(vm), { defaultUser: "user" });
-    return vm;
-  };
+  const guests = new SlotGuests(() => ({ pool, images, work }), SHAPE);
+  const { vms } = guests;
+  const spec = (id: string) => guests.spec(id);
+  const url = (vm: Vm) => guests.url(vm);
+  const ready = <T extends Vm>(vm: T) => guests.ready(vm);
 
   before(async () => {
     await removeLeftovers();
@@ -67,8 +50,7 @@ describe("guest console (real guests)", () => {
   });
 
   after(async () => {
-    for (const vm of vms) await vm.destroy().catch(() => {});
-    for (const slot of slots.values()) await pool.release(slot).catch(() => {});
+    await guests.close();
     await pool?.close();
     if (work) rmSync(work, { recursive: true, force: true });
     assert.deepEqual(await leakCheck(), [], "no namespace, link, rule or cgroup left behind");

@@ -9,8 +9,8 @@ import { readFile, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { GuestArtifacts } from "../../../src/host-setup/index.js";
-import { NetnsSlotPool, type NetworkSlot } from "../../../src/network/index.js";
-import { type Vm, VmmError, type VmSpec } from "../../../src/vmm/index.js";
+import { NetnsSlotPool } from "../../../src/network/index.js";
+import { type Vm, VmmError } from "../../../src/vmm/index.js";
 import {
   type Qcow2DiskChains,
   QemuDriver,
@@ -20,14 +20,7 @@ import {
   VmmIdentities,
   type VmRecord,
 } from "../../../src/vmm/qemu/index.js";
-import {
-  envdUrl,
-  initEnvd,
-  runInGuest,
-  slotVmSpec,
-  testVmm,
-  waitForEnvd,
-} from "../../helpers/guest.js";
+import { runInGuest, SlotGuests, testVmm } from "../../helpers/guest.js";
 import { leakCheck, qemuPidsIn, removeLeftovers } from "../../helpers/leak-check.js";
 import { RUN_VMM_UID_COUNT, runEnv, runPoolOptions, runVmmUidBase } from "../../helpers/run-env.js";
 import { runAs, uidsOf } from "../../helpers/vmm-process.js";
@@ -49,21 +42,11 @@ describe("reattach: a VM made again from its record (real guests)", () => {
   const saved: VmRecord[] = [];
   let pool: NetnsSlotPool;
   let work: string;
-  const vms = new Set<Vm>();
-  const slots = new Map<string, NetworkSlot>();
-
-  const spec = async (id: string): Promise<VmSpec> => {
-    const slot = await pool.acquire();
-    slots.set(id, slot);
-    return slotVmSpec(id, slot, images, work, SHAPE);
-  };
-  const url = (vm: Vm) => envdUrl((slots.get(vm.id) as NetworkSlot).hostAddress);
-  const ready = async (vm: Vm) => {
-    vms.add(vm);
-    await waitForEnvd(url(vm), 180_000, vm);
-    await initEnvd(url(vm), { defaultUser: "user" });
-    return vm;
-  };
+  const guests = new SlotGuests(() => ({ pool, images, work }), SHAPE);
+  const { vms } = guests;
+  const spec = (id: string) => guests.spec(id);
+  const url = (vm: Vm) => guests.url(vm);
+  const ready = <T extends Vm>(vm: T) => guests.ready(vm);
   const inGuest = (vm: Vm, cmd: string) => runInGuest(url(vm), cmd);
   /** The counter's value (read again while the loop is rewriting its file). */
   const count = async (vm: Vm) =>
@@ -96,9 +79,8 @@ describe("reattach: a VM made again from its record (real guests)", () => {
   });
 
   after(async () => {
-    for (const vm of vms) await vm.destroy().catch(() => {});
+    await guests.close();
     await first?.killOrphans(join(work, "run"));
-    for (const slot of slots.values()) await pool.release(slot).catch(() => {});
     await pool?.close();
     if (work) rmSync(work, { recursive: true, force: true });
     assert.deepEqual(await leakCheck(), [], "no namespace, link, rule or cgroup left behind");
