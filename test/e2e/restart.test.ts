@@ -1,8 +1,9 @@
 // A server restart, through the real e2b SDK, a real server, keeper and guests:
 // - a paused sandbox survives a clean stop and resumes with its processes and files;
-// - a running sandbox survives `kill -9` of the server: the keeper holds its QEMU, and the
-//   next server re-adopts it — same sandbox id, same QEMU pid, a loop in the guest counting
-//   on through the restart, commands and files working; with a volume mounted (its NFS
+// - a running sandbox survives `kill -9` of the server: the keeper holds its QEMU (a call in
+//   flight fails at once, its command runs on in the guest), and the next server re-adopts
+//   it — same sandbox id, same QEMU pid, a loop in the guest counting on through the
+//   restart, commands and files working; with a volume mounted (its NFS
 //   served again) and a network policy naming a domain (its egress gate reopened); and a
 //   stop with WARREN_ON_STOP=detach leaves it running for the next server the same way; and
 //   SIGUSR2 does that whatever the setting says (an upgrade), and when the server's mount of
@@ -108,7 +109,18 @@ describe("a running sandbox through a server restart", () => {
   it("runs on through kill -9 of the server, and the next server takes it back", async (t) => {
     const before = await count(sandbox);
     const keeper = keeperPid();
+    // A call in flight through the server at the kill: it fails at once, its command goes on.
+    const inFlight = sandbox.commands.run("sleep 4; echo slept > /home/user/slept", {
+      timeoutMs: 60_000,
+    });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const killedAt = performance.now();
     (server as TestServer).process.kill("SIGKILL");
+    await assert.rejects(inFlight, "the in-flight call fails");
+    t.diagnostic(
+      `in-flight call failed ${Math.round(performance.now() - killedAt)} ms after the kill`,
+    );
+    assert.ok(performance.now() - killedAt < 5_000, "promptly");
     await (server as TestServer).stop();
     await new Promise((resolve) => setTimeout(resolve, 2_000));
     assert.ok(isAlive(qemu), "its QEMU outlived the server");
@@ -132,6 +144,11 @@ describe("a running sandbox through a server restart", () => {
     // ~10 counts in the 2 s without a server, more through the restart.
     assert.ok(after > before + 8, `the guest counted on: ${before} then ${after}`);
     assert.equal(await again.files.read("/home/user/before.txt"), "written before\n");
+    await waitFor(
+      "the command whose call was cut to finish in the guest",
+      async () => (await again.commands.run("cat /home/user/slept || true")).stdout === "slept\n",
+      20_000,
+    );
     await again.files.write("/home/user/after.txt", "written after\n");
     assert.equal((await again.commands.run("cat /home/user/after.txt")).stdout, "written after\n");
     sandbox = again;
