@@ -251,6 +251,28 @@ describe("the keeper", () => {
     assert.equal(existsSync(keeper.socketPath), false);
   });
 
+  it("an idle stop kills nothing it does not hold; a stop by signal kills what its watchdog finds", async () => {
+    // A QEMU of someone else's under the run dir (a test's own driver, in CI's shared VM
+    // cgroups): what the keeper finds by its watchdog's fallback, but never held.
+    const stranger = () =>
+      spawn("qemu-system-x86_64", standIn("stranger"), {
+        stdio: "ignore",
+        env: { PATH: `${stubs}:${process.env.PATH}` },
+      });
+    const first = stranger();
+    const idle = await startKeeper({ idleMs: 200 });
+    assert.equal(await idle.exited, 0);
+    await sleep(300);
+    assert.ok(isAlive(first.pid as number), "an idle keeper's stop killed a VMM it never held");
+    first.kill("SIGKILL");
+
+    const second = stranger();
+    const stopped = await startKeeper();
+    stopped.child.kill("SIGTERM");
+    await stopped.exited;
+    assert.ok(await gone(second.pid as number, 5_000), "a stopped keeper leaves VMMs behind");
+  });
+
   it("a client starts a keeper when none answers, and connects again once it is gone", async () => {
     const dir = join(work, "launched");
     const launched: ReturnType<typeof startKeeper>[] = [];

@@ -137,10 +137,12 @@ export class Keeper {
       setTimeout(() => socket.destroy(), 1_000).unref();
     }
     // The watchdog kills whatever is in the VMs' cgroups as it goes: gone before the socket
-    // is, so that it never reaches the VMMs of a keeper started after this one.
-    this.#watchdog?.stop();
+    // is, so that it never reaches the VMMs of a keeper started after this one. A keeper
+    // stopping idle held nothing: it kills nothing (the next keeper sweeps what is left).
+    if (why === "idle") this.#watchdog?.disarm();
+    else this.#watchdog?.stop();
     await this.#watchdog?.exited;
-    await this.#o.cgroups?.sweep().catch(() => 0);
+    if (why !== "idle") await this.#o.cgroups?.sweep().catch(() => 0);
     await this.#socket?.close();
     this.#log.info({ why }, "keeper.stopped");
     this.#markStopped(why);
