@@ -30,6 +30,7 @@ export class FakeGuest {
   readonly netns: string;
   readonly agent: NetnsAgent;
   readonly #pump: ChildProcess;
+  #closing: Promise<void> | undefined;
 
   private constructor(netns: string, pump: ChildProcess, agent: NetnsAgent) {
     this.netns = netns;
@@ -76,11 +77,14 @@ export class FakeGuest {
     await this.close();
   }
 
-  /** Powers the fake guest off: its programs, its side of the tap, its namespace. */
-  async close(): Promise<void> {
-    await this.agent.close();
-    await stopPump(this.#pump);
-    await runCommand("ip", ["netns", "del", this.netns]);
+  /** Powers the fake guest off: its programs, its side of the tap, its namespace. Once. */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      await this.agent.close();
+      await stopPump(this.#pump);
+      await runCommand("ip", ["netns", "del", this.netns]);
+    })();
+    return this.#closing;
   }
 }
 
