@@ -135,12 +135,13 @@ export function registerVolumeContentRoutes(app: FastifyInstance, context: ApiCo
         .send(body);
     });
 
-    content.put("/volumecontent/:volumeID/file", async (request: Req) => {
+    // 201 as E2B's spec says: the Python SDK's client parses only that (the JS one any 2xx).
+    content.put("/volumecontent/:volumeID/file", async (request: Req, reply: FastifyReply) => {
       const written = await (await files(request)).write(pathOf(request.query), request.raw, {
         ...metadataOf(request.query),
         force: flag("force", request.query.force),
       });
-      return toEntryJson(written);
+      return reply.code(201).send(toEntryJson(written));
     });
   });
 }

@@ -73,7 +73,7 @@ describe("volume content API below the disk reserve", () => {
     });
 
   it("PUT /volumecontent/{id}/file below the reserve: 507 disk_pressure, {code, message}", async () => {
-    assert.equal((await content("PUT", "file", "/kept", "before")).statusCode, 200);
+    assert.equal((await content("PUT", "file", "/kept", "before")).statusCode, 201);
     setFree(1024 * MiB + 10); // ten bytes above the reserve
     const refused = await content("PUT", "file", "/big", "x".repeat(4096));
     assert.equal(refused.statusCode, 507, refused.body);
@@ -86,7 +86,7 @@ describe("volume content API below the disk reserve", () => {
     assert.equal((await content("GET", "file", "/kept")).body, "before");
     assert.equal((await content("DELETE", "path", "/kept")).statusCode, 204);
     setFree(2048 * MiB);
-    assert.equal((await content("PUT", "file", "/big", "x".repeat(4096))).statusCode, 200);
+    assert.equal((await content("PUT", "file", "/big", "x".repeat(4096))).statusCode, 201);
   });
 
   it("refuses an upload larger than the room above the reserve, keeping the reserve", async () => {

@@ -1,15 +1,20 @@
 // Volumes over the API, on a real SQLite catalog and a real directory: E2B's `/volumes`
 // (names, teams, tokens) and the content API behind each volume's own token.
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { execFile } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { promisify } from "node:util";
 import { SqliteCatalog } from "../../../src/catalog/index.js";
 import { TeamAdmin } from "../../../src/tenancy/index.js";
 import { Volumes } from "../../../src/volumes/index.js";
 import { TEST_ADMIN_TOKEN, testAuth } from "../../helpers/auth.js";
 import { API_KEY, errorOf, type Harness, useApi } from "./api-harness.js";
+
+const PYTHON = "/usr/bin/python3";
 
 describe("volumes API", () => {
   const dir = mkdtempSync(join(tmpdir(), "warren-volumes-api-"));
@@ -131,7 +136,7 @@ describe("volumes API", () => {
     assert.equal(made.statusCode, 201);
     assert.equal((made.json() as { type: string }).type, "directory");
     const written = await content("PUT", volume, "file", { path: "/a/b/f.txt" }, { body: "hi" });
-    assert.equal(written.statusCode, 200, written.body);
+    assert.equal(written.statusCode, 201, written.body);
     assert.deepEqual(
       (({ name, path, type, size, mode }) => ({ name, path, type, size, mode }))(
         written.json() as Record<string, unknown>,
@@ -170,6 +175,31 @@ describe("volumes API", () => {
     assert.equal(climb.statusCode, 400);
     const noPath = await content("GET", volume, "file", {});
     assert.equal(errorOf(noPath).message, "querystring/path is required");
+  });
+
+  it("answers every content route as E2B's Python SDK reads it (a stdlib client of its wire)", async (t) => {
+    if (!existsSync(PYTHON)) {
+      t.skip(`${PYTHON} is not installed: the Python SDK's wire is not checked`);
+      return;
+    }
+    const volume = (await api.call("POST", "/volumes", { body: { name: "python" } })).json() as {
+      volumeID: string;
+      token: string;
+    };
+    // Its own listener on the app the other tests inject into (closed after, the app not).
+    await api.app.ready();
+    const server = api.app.server;
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    t.after(() => new Promise((resolve) => server.close(resolve)));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const check = new URL("../../helpers/python_volume_check.py", import.meta.url).pathname;
+    const run = await promisify(execFile)(PYTHON, [check, url, volume.volumeID, volume.token], {
+      timeout: 60_000,
+    }).catch((err: { stdout?: string; stderr?: string }) =>
+      assert.fail(`${err.stdout}${err.stderr}`),
+    );
+    assert.match(run.stdout, /ok write_file 201/);
+    assert.match(run.stdout, /ok get_info missing 404/);
   });
 
   it("mounts the team's volumes by name at create, and no other's", async () => {
