@@ -1,11 +1,14 @@
 import { randomBytes } from "node:crypto";
 import {
+  ENVD_INIT_STEPS,
+  ENVD_INIT_STEPS_HEADER,
   ENVD_LOGS_PATH,
   type EnvdInitRequest,
   type EnvdMetrics,
   INIT_SEED_BYTES,
 } from "../protocol/index.js";
 import { type GuestReply, WarrenError } from "../shared/index.js";
+import { addPhase } from "../shared/phases.js";
 import { EnvdClient, replyExcerpt } from "./envd-client.js";
 import type { EnvdLogLine, GuestAgent, InitOptions } from "./guest-agent.js";
 
@@ -91,7 +94,10 @@ async function initEnvd(
       await new Promise((resolve) => setTimeout(resolve, 5));
       continue;
     }
-    if (reply.status === 204) return;
+    if (reply.status === 204) {
+      recordInitSteps(reply.headers[ENVD_INIT_STEPS_HEADER]);
+      return;
+    }
     // An answer other than 204 will not change by retrying (bad token, bad body).
     throw new WarrenError("internal", `envd refused /init: ${reply.status} ${replyExcerpt(reply)}`);
   }
@@ -99,6 +105,25 @@ async function initEnvd(
     "guest_unavailable",
     `envd did not answer within ${options.deadlineMs} ms (${lastError})`,
   );
+}
+
+/**
+ * /init's own split (`parse=0.4,trust=12.1,…`) as phases `guest.init.<step>` of the
+ * operation, taken out of `guest.init`'s own time: what the guest did, apart from the
+ * exchange. Only the steps envd has, each once, each within the exchange's bound; anything
+ * else a guest sends is dropped.
+ */
+export function recordInitSteps(header: string | string[] | undefined): void {
+  if (typeof header !== "string" || header.length > 256) return;
+  const seen = new Set<string>();
+  for (const entry of header.split(",")) {
+    const [step, value = ""] = entry.split("=");
+    const ms = /^\d{1,6}(\.\d{1,3})?$/.test(value) ? Number(value) : Number.NaN;
+    const known = (ENVD_INIT_STEPS as readonly string[]).includes(step ?? "");
+    if (!known || seen.has(step as string) || !(ms <= 600_000)) continue;
+    seen.add(step as string);
+    addPhase(`guest.init.${step}`, ms);
+  }
 }
 
 /** Metric fields envd reports, all numbers; anything else a guest sends is dropped. */

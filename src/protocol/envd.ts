@@ -6,6 +6,15 @@
  */
 export const ENVD_VERSION = "0.6.4";
 
+/**
+ * /init's answer says where its time went, step by step (`parse=0.4,trust=12.1,…`, ms): the
+ * server's create split shows them as `guest.init.<step>` (bounded: a guest could say
+ * anything).
+ */
+export const ENVD_INIT_STEPS_HEADER = "x-warren-init-steps";
+/** The steps /init times, in order. */
+export const ENVD_INIT_STEPS = ["parse", "seed", "clock", "trust", "mounts"] as const;
+
 /** Port envd listens on inside every sandbox. */
 export const ENVD_PORT = 49983;
 

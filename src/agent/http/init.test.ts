@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { Readable } from "node:stream";
 import { afterEach, beforeEach, describe, it } from "node:test";
 import { createTestCa } from "../../../test/helpers/test-ca.js";
-import { INIT_SEED_BYTES } from "../../protocol/index.js";
+import { ENVD_INIT_STEPS, ENVD_INIT_STEPS_HEADER, INIT_SEED_BYTES } from "../../protocol/index.js";
 import { WarrenError } from "../../shared/index.js";
 import { AgentState } from "../state.js";
 import { installCaCertificates } from "../trust-store.js";
@@ -20,19 +20,25 @@ function request(body: unknown, headers: Record<string, string> = {}): IncomingM
   }) as unknown as IncomingMessage;
 }
 
-/** The status handleInit answered with (it throws instead on refusals). */
-function response(): { res: ServerResponse; status: () => number | undefined } {
+/** The status handleInit answered with (it throws instead on refusals), and its headers. */
+function response(): {
+  res: ServerResponse;
+  status: () => number | undefined;
+  headers: () => Record<string, string>;
+} {
   let status: number | undefined;
+  let headers: Record<string, string> = {};
   const res = {
-    writeHead(code: number) {
+    writeHead(code: number, sent: Record<string, string> = {}) {
       status = code;
+      headers = sent;
       return res;
     },
     end() {
       return res;
     },
   };
-  return { res: res as unknown as ServerResponse, status: () => status };
+  return { res: res as unknown as ServerResponse, status: () => status, headers: () => headers };
 }
 
 /** A seeder that records copies of what it was handed, and the buffers themselves. */
@@ -240,5 +246,32 @@ describe("POST /init caCertificates", () => {
     const outside: InitHooks = { ...hooks, trustCa: undefined };
     assert.equal(await init(state, outside, { caCertificates: ca.cert }), 204);
     assert.equal(state.envVars.NODE_EXTRA_CA_CERTS, undefined);
+  });
+});
+
+describe("POST /init steps", () => {
+  it("says where its time went, each step once, in order (the server's create split)", async () => {
+    const { res, status, headers } = response();
+    const slowTrust: InitHooks = {
+      setClock: undefined,
+      mountVolume: undefined,
+      seedRandomness: undefined,
+      trustCa: async () => {
+        await new Promise((resolve) => setTimeout(resolve, 30));
+        return { anchor: "/a" };
+      },
+    };
+    const ca = createTestCa("a CA to trust");
+    await handleInit(new AgentState(), slowTrust, request({ caCertificates: ca.cert }), res);
+    assert.equal(status(), 204);
+    const steps = headers()
+      [ENVD_INIT_STEPS_HEADER]?.split(",")
+      .map((s) => s.split("="));
+    assert.deepEqual(
+      steps?.map(([name]) => name),
+      [...ENVD_INIT_STEPS],
+    );
+    const trust = Number(steps?.find(([name]) => name === "trust")?.[1]);
+    assert.ok(trust >= 25, `the trust step took its 30 ms: ${trust}`);
   });
 });

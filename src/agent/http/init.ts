@@ -1,5 +1,9 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { ENVD_VERSION, type EnvdInitRequest } from "../../protocol/index.js";
+import {
+  ENVD_INIT_STEPS_HEADER,
+  ENVD_VERSION,
+  type EnvdInitRequest,
+} from "../../protocol/index.js";
 import { WarrenError } from "../../shared/index.js";
 import { ACCESS_TOKEN_HEADER, hasValidToken } from "../auth.js";
 import { type ClockSetter, clockNeedsSetting } from "../clock.js";
@@ -74,6 +78,7 @@ export async function handleInit(
   req: IncomingMessage,
   res: ServerResponse,
 ): Promise<void> {
+  const steps = new InitSteps();
   const raw = await readJson(req);
   if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
     throw new WarrenError("invalid_argument", "init body must be a JSON object");
@@ -106,6 +111,7 @@ export async function handleInit(
     }
   }
 
+  steps.done("parse");
   // Before the staleness check: fresh entropy never hurts, and a clone's must not depend on
   // the host clock never having stepped back. Outside a guest the seed is checked, then dropped.
   if (seed) {
@@ -116,6 +122,7 @@ export async function handleInit(
     }
   }
 
+  steps.done("seed");
   let hostMs: number | undefined;
   if (timestamp !== undefined) {
     hostMs = Date.parse(timestamp);
@@ -134,6 +141,7 @@ export async function handleInit(
   if (defaultWorkdir) state.defaultWorkdir = defaultWorkdir;
   const clock = hostMs !== undefined && hooks.setClock && clockNeedsSetting(hostMs, Date.now());
   if (clock) hooks.setClock?.(hostMs as number);
+  steps.done("clock");
   // Outside a guest the host's trust is not envd's to change: the certificates are dropped.
   const trusted =
     caCertificates !== undefined &&
@@ -145,14 +153,32 @@ export async function handleInit(
     // Defaults: a sandbox's own env vars (given at create) win.
     state.envVars = { ...trustEnvVars(trust), ...state.envVars };
   }
+  steps.done("trust");
   // After the clock: files the guest writes to a volume get the right times from the start.
   const mounted =
     volumeMounts && hooks.mountVolume
       ? await applyVolumeMounts(volumeMounts, hooks.mountVolume)
       : 0;
+  steps.done("mounts");
   state.log.record(
     "info",
-    `init: ${Object.keys(envVars ?? {}).length} env vars${accessToken !== undefined ? ", access token set" : ""}${clock ? ", clock set" : ""}${trusted ? ", CA certificates trusted" : ""}${mounted ? `, ${mounted} volumes mounted` : ""}`,
+    `init: ${Object.keys(envVars ?? {}).length} env vars${accessToken !== undefined ? ", access token set" : ""}${clock ? ", clock set" : ""}${trusted ? ", CA certificates trusted" : ""}${mounted ? `, ${mounted} volumes mounted` : ""} (${steps})`,
   );
-  sendEmpty(res, 204, { "X-Envd-Version": ENVD_VERSION });
+  sendEmpty(res, 204, { "X-Envd-Version": ENVD_VERSION, [ENVD_INIT_STEPS_HEADER]: `${steps}` });
+}
+
+/** Each step's time since the one before, in ms: `parse=0.4,seed=0.1,…`. */
+class InitSteps {
+  #last = performance.now();
+  readonly #ms: string[] = [];
+
+  done(step: string): void {
+    const now = performance.now();
+    this.#ms.push(`${step}=${(now - this.#last).toFixed(1)}`);
+    this.#last = now;
+  }
+
+  toString(): string {
+    return this.#ms.join(",");
+  }
 }
