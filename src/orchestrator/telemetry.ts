@@ -81,7 +81,11 @@ export async function sandboxLogs(
   return options.limit ? entries.slice(-options.limit) : entries;
 }
 
-/** envd's lines since the last fetched, added to what the sandbox keeps of them. */
+/**
+ * envd's lines since the last fetched, added to what the sandbox keeps of them: those logged
+ * since the sandbox began. A guest restored from a template or a fork parent holds their
+ * envd's lines too (its build's commands, the parent's), which are not this sandbox's.
+ */
 async function fetchEnvdLogs(agent: GuestAgent, live: LiveSandbox): Promise<void> {
   if (live.row.state !== "running" || !live.slot) return;
   live.envdLog ??= { seq: 0, entries: [] };
@@ -92,8 +96,10 @@ async function fetchEnvdLogs(agent: GuestAgent, live: LiveSandbox): Promise<void
     kept.seq,
     live.guestCalls?.signal,
   );
+  const began = Date.parse(live.row.startedAt);
   for (const line of lines) {
     kept.seq = Math.max(kept.seq, line.seq);
+    if (line.timestamp < began) continue;
     kept.entries.push({
       timestamp: new Date(line.timestamp),
       level: line.level,

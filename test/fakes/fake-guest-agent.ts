@@ -107,7 +107,10 @@ export class FakeGuestAgent implements GuestAgent {
     };
   }
 
-  /** The guest's envd log lines are its `memory.log` (one per line), numbered from 1. */
+  /**
+   * The guest's envd log lines are its `memory.log` (one per line), numbered from 1, each
+   * logged now or at `@<epoch ms> ` before its text (a line its template's build logged).
+   */
   async logs(host: string, token: string | undefined, after: number, signal?: AbortSignal) {
     const vm = await this.#reach(host, 1_000, signal);
     if (vm.guest.envdToken !== undefined && token !== vm.guest.envdToken) {
@@ -115,7 +118,11 @@ export class FakeGuestAgent implements GuestAgent {
     }
     const lines = (vm.guest.memory.log ?? "").split("\n").filter((line) => line !== "");
     return lines
-      .map((message, i) => ({ seq: i + 1, timestamp: Date.now(), level: "info" as const, message }))
+      .map((line, i) => {
+        const at = /^@(\d+) (.*)$/.exec(line);
+        const timestamp = at ? Number(at[1]) : Date.now();
+        return { seq: i + 1, timestamp, level: "info" as const, message: at?.[2] ?? line };
+      })
       .filter((line) => line.seq > after);
   }
 

@@ -1,5 +1,6 @@
 import uPlot from "uplot";
 import type { Metric } from "./api.js";
+import { TIME_STEPS, timeLabels } from "./time-axis.js";
 
 /** CPU % and memory (MiB) of a sandbox over time, one small chart each. */
 export class MetricCharts {
@@ -15,7 +16,7 @@ export class MetricCharts {
           height: 160,
           scales: { x: { time: true }, y: max === undefined ? {} : { range: [0, max] } },
           series: [{}, { label, stroke: color, fill: `${color}22`, width: 2 }],
-          axes: [{}, { size: 50 }],
+          axes: [{ incrs: TIME_STEPS, values: (_u, splits) => timeLabels(splits) }, { size: 50 }],
         },
         [[], []],
         host,

@@ -222,6 +222,23 @@ describe("Orchestrator (on fakes)", () => {
     });
   });
 
+  describe("a sandbox's own log", () => {
+    it("starts with its own lines: what envd logged before the sandbox began (its template's build, a fork parent) is not its", async (t) => {
+      const node = await startNode(t);
+      const info = await node.orchestrator.create(createInput("base", { secure: true }));
+      const built = Date.now() - 3_600_000;
+      vmOf(node, info.sandboxId).guest.memory.log =
+        `@${built} init: 3 env vars\n@${built + 1} process 1 started as root: apt-get\nprocess 7 started as user: ls\n`;
+      const envd = (await node.orchestrator.logs(info.sandboxId, {})).filter(
+        (l) => l.source === "envd",
+      );
+      assert.deepEqual(
+        envd.map((l) => l.message),
+        ["process 7 started as user: ls"],
+      );
+    });
+  });
+
   describe("filesystem-only pause", () => {
     it("keepMemory: false syncs the guest, and the resume cold-boots on the disk with the same token", async (t) => {
       const node = await startNode(t);
