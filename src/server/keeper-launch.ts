@@ -1,11 +1,11 @@
 import { spawn } from "node:child_process";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import type { Logger } from "pino";
 import { KEEPER_SOCKET_NAME } from "../protocol/index.js";
+import { bundleEntry } from "./bundle-entry.js";
 
 /** The keeper's entry, beside the server's bundle (npm run build). */
-const KEEPER_ENTRY = fileURLToPath(new URL("../keeper/main.mjs", import.meta.url));
+const KEEPER_ENTRY = bundleEntry("keeper");
 /** An auto-started keeper holding no VM, with no server connected, stops after this long. */
 export const KEEPER_IDLE_EXIT_MS = 5_000;
 

@@ -1,6 +1,5 @@
 import { writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import type { Logger } from "pino";
 import { registryImages, TemplateBuilds } from "../builds/index.js";
 import {
@@ -43,6 +42,7 @@ import {
   VmCgroups,
 } from "../vmm/qemu/index.js";
 import { GuestIds, Volumes } from "../volumes/index.js";
+import { bundleEntry } from "./bundle-entry.js";
 import type { CloseStack } from "./close-stack.js";
 import { joinCluster } from "./cluster-membership.js";
 import { egressSupplies } from "./egress-supplies.js";
@@ -306,7 +306,7 @@ function capacityLimits(config: Readonly<Config>, host: HostResources): Capacity
 }
 
 /** The guest services process's entry, beside the server's bundle (npm run build). */
-const GUEST_SERVICES_ENTRY = fileURLToPath(new URL("../guest-services/main.mjs", import.meta.url));
+const GUEST_SERVICES_ENTRY = bundleEntry("guest-services");
 
 /**
  * The process that parses what guests send (their volumes' NFS): not the server, in the
