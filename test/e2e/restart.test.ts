@@ -102,7 +102,8 @@ describe("a running sandbox through a server restart", () => {
   });
 
   after(async () => {
-    await sandbox?.kill().catch(() => false);
+    // By id, through whichever server runs now (the object may name an earlier one's port).
+    if (sandbox) await Sandbox.kill(sandbox.sandboxId).catch(() => false);
     if (volume) await Volume.destroy(volume.volumeId).catch(() => false);
   });
 
@@ -198,6 +199,8 @@ describe("a running sandbox through a server restart", () => {
     const netns = `/run/netns/${runEnv().networkPrefix}-${adopted.slot as number}`;
     const before = await count(sandbox);
     current.process.kill("SIGUSR2"); // a clean stop that detaches, whatever WARREN_ON_STOP says
+    // Its own exit, not stop()'s SIGTERM: with both pending, either may be taken first.
+    await waitFor("the server stopped by SIGUSR2", () => current.process.exitCode !== null, 60_000);
     assert.equal(await current.stop(), 0);
     assert.ok(current.logs.some((l) => l.msg === "sandbox.detached"));
     // What the end of the node unit's mount namespace does to the mounts it made.
