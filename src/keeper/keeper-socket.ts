@@ -1,7 +1,8 @@
-import { chmod, link, lstat, mkdir, stat, unlink } from "node:fs/promises";
+import { chmod, link, lstat, stat, unlink } from "node:fs/promises";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { join } from "node:path";
 import { KEEPER_SOCKET_NAME } from "../protocol/keeper.js";
+import { ensurePrivateDir } from "../shared/private-dir.js";
 
 /**
  * The keeper's listening socket, `<dir>/keeper.sock`: the directory root's (this process's
@@ -23,7 +24,7 @@ export async function listenKeeperSocket(
   dir: string,
   onConnection: (socket: Socket) => void,
 ): Promise<KeeperSocket> {
-  await ensurePrivateDir(dir);
+  await ensureKeeperDir(dir);
   const path = join(dir, KEEPER_SOCKET_NAME);
   const own = join(dir, `.keeper-${process.pid}.sock`);
   await unlink(own).catch(() => {});
@@ -86,11 +87,6 @@ function answers(path: string): Promise<boolean> {
 }
 
 /** Makes `dir` (0700) or checks it: a directory, not a link, of this process's uid. */
-export async function ensurePrivateDir(dir: string): Promise<void> {
-  await mkdir(dir, { recursive: true, mode: 0o700 });
-  const info = await lstat(dir);
-  const uid = process.getuid?.() ?? 0;
-  if (!info.isDirectory() || info.uid !== uid)
-    throw new Error(`keeper directory ${dir} is not a directory of uid ${uid}`);
-  if ((info.mode & 0o777) !== 0o700) await chmod(dir, 0o700);
+export function ensureKeeperDir(dir: string): Promise<void> {
+  return ensurePrivateDir(dir, (message) => new Error(message), "keeper directory");
 }

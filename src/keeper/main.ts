@@ -5,7 +5,7 @@ import { handleStrayErrors } from "../shared/stray-errors.js";
 import { VmCgroups } from "../vmm/qemu/cgroups.js";
 import { Keeper } from "./keeper.js";
 import { parseKeeperArgs } from "./keeper-args.js";
-import { ensurePrivateDir, KeeperRunningError } from "./keeper-socket.js";
+import { ensureKeeperDir, KeeperRunningError } from "./keeper-socket.js";
 
 /**
  * The keeper process (dist/keeper/main.mjs): started by the node server for itself
@@ -26,7 +26,7 @@ try {
 }
 process.chdir("/");
 try {
-  await ensurePrivateDir(args.dir);
+  await ensureKeeperDir(args.dir);
 } catch (err) {
   process.stderr.write(`warren keeper: ${(err as Error).message}\n`);
   process.exit(1);

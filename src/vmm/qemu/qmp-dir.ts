@@ -1,6 +1,7 @@
 import { Buffer } from "node:buffer";
-import { chmod, lstat, mkdir, readdir, rm } from "node:fs/promises";
+import { lstat, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
+import { ensurePrivateDir } from "../../shared/private-dir.js";
 import { VmmError } from "../errors.js";
 
 /**
@@ -17,13 +18,8 @@ const MAX_SOCKET_PATH = 107;
 const SOCKET_SUFFIX = ".sock";
 
 /** Makes `dir` (0700) or checks it: a directory, not a link, of this process's uid, 0700. */
-export async function ensureQmpDir(dir: string): Promise<void> {
-  await mkdir(dir, { recursive: true, mode: 0o700 });
-  const info = await lstat(dir);
-  const uid = process.getuid?.() ?? 0;
-  if (!info.isDirectory() || info.uid !== uid)
-    throw new VmmError(`QMP directory ${dir} is not a directory of uid ${uid}`);
-  if ((info.mode & 0o777) !== 0o700) await chmod(dir, 0o700);
+export function ensureQmpDir(dir: string): Promise<void> {
+  return ensurePrivateDir(dir, (message) => new VmmError(message), "QMP directory");
 }
 
 /** The socket of VM `vmId` in `dir`; refuses an id that is not a plain name. */
