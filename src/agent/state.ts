@@ -6,7 +6,11 @@ export class AgentState {
   envVars: Record<string, string> = {};
   accessToken: string | undefined;
   defaultWorkdir: string | undefined;
-  /** The CA certificates /init last had installed (PEM): the same again is not redone. */
+  /**
+   * The CA certificates /init last had installed, as /init sent them: the same again is
+   * neither parsed nor installed (under TCG a restored guest's first X509 parse and bundle
+   * rewrite cost ~200 ms of every create).
+   */
   trustedCa: string | undefined;
   /** Timestamp (ms) of the newest /init applied; an older /init is stale and ignored. */
   lastInitMs: number | undefined;

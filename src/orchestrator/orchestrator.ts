@@ -218,6 +218,7 @@ export class Orchestrator
       capacity,
       logger,
       events,
+      guestCaCertificate: options.guestCaCertificate,
       ...options.pool,
     });
     this.#sampler = new MetricsSampler({

@@ -62,6 +62,11 @@ export interface WarmPoolOptions extends Omit<PoolSettings, "baseFloor"> {
   readonly capacity: Capacity;
   readonly logger: Logger;
   readonly events: LifecycleEvents;
+  /**
+   * The node's egress CA (PEM), installed in each VMM while it is warmed (a /init carrying
+   * it alone), so that a create's /init finds it trusted already.
+   */
+  readonly guestCaCertificate?: string;
 }
 
 interface Target extends PoolTemplate {
@@ -448,6 +453,19 @@ export class WarmPool {
       await prepared.warm(async () => {
         await agent.waitForHealth(host, { deadlineMs: WARM_HEALTH_DEADLINE_MS, signal });
         await agent.exercise(host, target.token, signal);
+        const caCertificates = this.#o.guestCaCertificate;
+        if (caCertificates) {
+          await agent.init(
+            host,
+            { caCertificates },
+            {
+              token: target.token,
+              deadlineMs: WARM_HEALTH_DEADLINE_MS,
+              signal,
+              stamped: false,
+            },
+          );
+        }
         await target.warmUp?.(host, signal);
       });
       crashPoint("warm-pool.make.after-warm");

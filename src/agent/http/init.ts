@@ -94,7 +94,11 @@ export async function handleInit(
   const defaultWorkdir = optionalString(body, "defaultWorkdir");
   const seed = parseSeed(body.seed);
   const volumeMounts = parseVolumeMounts(body.volumeMounts);
-  const caCertificates = parseCaCertificates(body.caCertificates);
+  // The ones trusted already (a pooled VMM's, installed while it was warmed) are not redone.
+  const caCertificates =
+    typeof body.caCertificates === "string" && body.caCertificates === state.trustedCa
+      ? undefined
+      : parseCaCertificates(body.caCertificates);
   if (volumeMounts?.length && !hooks.mountVolume)
     throw new WarrenError("invalid_argument", "volumeMounts: this envd runs outside a guest");
 
@@ -143,13 +147,10 @@ export async function handleInit(
   if (clock) hooks.setClock?.(hostMs as number);
   steps.done("clock");
   // Outside a guest the host's trust is not envd's to change: the certificates are dropped.
-  const trusted =
-    caCertificates !== undefined &&
-    hooks.trustCa !== undefined &&
-    state.trustedCa !== caCertificates;
+  const trusted = caCertificates !== undefined && hooks.trustCa !== undefined;
   if (trusted && hooks.trustCa) {
     const trust = await hooks.trustCa(caCertificates);
-    state.trustedCa = caCertificates;
+    state.trustedCa = body.caCertificates as string;
     // Defaults: a sandbox's own env vars (given at create) win.
     state.envVars = { ...trustEnvVars(trust), ...state.envVars };
   }

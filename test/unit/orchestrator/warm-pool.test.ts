@@ -48,7 +48,7 @@ interface Rig {
 
 async function rig(
   t: TestContext,
-  settings: Partial<PoolSettings> = {},
+  settings: Partial<PoolSettings> & { guestCaCertificate?: string } = {},
   limits: Partial<CapacityLimits> = {},
 ): Promise<Rig> {
   const dataDir = await mkdtemp(join(tmpdir(), "warren-pool-"));
@@ -162,6 +162,22 @@ describe("WarmPool (on fakes)", () => {
     assert.equal(ready(pool, tpl), 0, "no VMM is parked unwarmed");
     assert.equal(driver.alive.size, 0, "the VMMs of failed warm-ups are gone");
     assert.equal(slots.inUse.size, 0, "and their slots are back");
+  });
+
+  it("installs the node's egress CA in each VMM while it warms it (a create's /init then finds it trusted)", async (t) => {
+    const ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    const { pool, template, agent } = await rig(t, { maxPerTemplate: 2, guestCaCertificate: ca });
+    const tpl = await template("task-ca");
+    burst(pool, tpl, 2);
+    await pool.settled();
+    assert.equal(ready(pool, tpl), 2);
+    const warmInits = agent.inits.filter((i) => i.body.caCertificates === ca);
+    assert.equal(warmInits.length, 2, "one /init with the CA per pooled VMM");
+    for (const init of warmInits) {
+      assert.equal(init.body.accessToken, undefined, "no token set while warming");
+      assert.equal(init.body.timestamp, undefined, "nor a time: the create's /init is newer");
+      assert.equal(init.body.envVars, undefined);
+    }
   });
 
   it("a template's pool is capped by the per-template maximum", async (t) => {
