@@ -65,10 +65,10 @@ function p50(samples: number[]): number {
   return summarize("", "", samples).p50;
 }
 
-/** p50 of each category and phase per operation, from the lines logged since `from`. */
-export function apiSplit(logs: readonly LogLine[], from: number) {
+/** p50 of each category and phase per operation, from the lines logged in [from, to). */
+export function apiSplit(logs: readonly LogLine[], from: number, to = logs.length) {
   const byOp = new Map<string, LogLine[]>();
-  for (const line of logs.slice(from)) {
+  for (const line of logs.slice(from, to)) {
     if (line.msg !== "api.request" || !line.split) continue;
     // The SDK calls some of them under /v2 (same operation, newer body).
     const route = String(line.route).replace(/^\/v\d+\//, "/");
@@ -123,20 +123,27 @@ export async function probe(
   const row = (name: string, samples: number[], unit = "ms") =>
     rows.push(summarize(`${name}${label}`, unit, samples));
 
-  // ---- creates, back to back -----------------------------------------------------------
-  const createApi: number[] = [];
-  const createToCommand: number[] = [];
-  for (let i = 0; i < (resumesOnly ? 0 : counts.creates); i++) {
-    const t = performance.now();
-    const sandbox = await Sandbox.create();
-    createApi.push(since(t));
-    await sandbox.commands.run("true");
-    createToCommand.push(since(t));
-    await sandbox.kill();
-  }
-  if (!resumesOnly) {
-    row("create (API call)", createApi);
-    row("create → first command, back to back", createToCommand);
+  // ---- creates: from a full pool, then back to back -------------------------------------
+  // From a full pool: what one create costs. Back to back: the pool refills on the same two
+  // cores meanwhile, and a create that finds it empty waits for a restore.
+  let pooledSplit: ReturnType<typeof apiSplit> | undefined;
+  for (const refilled of resumesOnly ? [] : [true, false]) {
+    const createApi: number[] = [];
+    const createToCommand: number[] = [];
+    const from = server.logs.length;
+    for (let i = 0; i < counts.creates; i++) {
+      if (refilled) await poolRefilled(server, poolSize);
+      const t = performance.now();
+      const sandbox = await Sandbox.create();
+      createApi.push(since(t));
+      await sandbox.commands.run("true");
+      createToCommand.push(since(t));
+      await sandbox.kill();
+    }
+    const how = refilled ? "pool refilled" : "back to back";
+    row(`create (API call), ${how}`, createApi);
+    row(`create → first command, ${how}`, createToCommand);
+    if (refilled) pooledSplit = apiSplit(server.logs, from, server.logs.length);
   }
 
   // ---- commands, pause and resume on one sandbox ---------------------------------------
@@ -246,7 +253,12 @@ export async function probe(
     await Promise.all(idle.map((s) => s.kill()));
   }
 
-  return { rows, ...apiSplit(server.logs, mark) };
+  const { split, phases } = apiSplit(server.logs, mark);
+  if (pooledSplit?.split.create && pooledSplit.phases.create) {
+    split["create, pool refilled"] = pooledSplit.split.create;
+    phases["create, pool refilled"] = pooledSplit.phases.create;
+  }
+  return { rows, split, phases };
 }
 
 /** The split as table rows: one per operation and category, p50 ms. */
