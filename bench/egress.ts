@@ -3,7 +3,7 @@
 // server on the fake internet, in one run: with no policy, with the destination allowed by
 // address (both straight through the slot's NAT), and allowed by name only (through the
 // gate: SNI read, the name resolved, an upstream connection from the host). No VM: the
-// guest is a namespace behind the slot's tap (test/e2e/network/fake-guest.ts), so the
+// guest is a namespace behind the slot's tap (test/helpers/network/fake-guest.ts), so the
 // figures are the network path's, not TCG's.
 // Then HTTPS requests (each on a new connection, to the response's end) and an HTTPS download
 // with a header rule for the name (network.rules): the gate terminates the guest's TLS with
@@ -15,11 +15,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DEFAULT_EGRESS_POLICY, type EgressPolicy } from "../src/network/index.js";
 import { EgressCa } from "../src/tls/index.js";
-import { CleanupStack } from "../test/e2e/network/cleanup-stack.js";
-import { guestBehindGate, selfSignedCertificate } from "../test/e2e/network/fake-dns.js";
-import { FAKENET, FakeNet } from "../test/e2e/network/fake-net.js";
-import type { AgentReply } from "../test/e2e/network/netns-agent.js";
 import { removeLeftovers } from "../test/helpers/leak-check.js";
+import { CleanupStack } from "../test/helpers/network/cleanup-stack.js";
+import { guestBehindGate, selfSignedCertificate } from "../test/helpers/network/fake-dns.js";
+import { FAKENET, FakeNet } from "../test/helpers/network/fake-net.js";
+import type { AgentReply } from "../test/helpers/network/netns-agent.js";
 import { createTestCa } from "../test/helpers/test-ca.js";
 import { report, type Summary, summarize } from "./lib/report.js";
 

@@ -7,7 +7,7 @@
 //  - overhead: GET /sandboxes/{id} straight to a node vs through the gateway (p50, p99);
 //  - creates per second through the gateway with 1 node and with 3 (goal: near 3×), with
 //    enough clients at once to keep every node's cores busy.
-import { startTestCluster, type TestCluster } from "../test/unit/gateway/harness.js";
+import { startTestCluster, type TestCluster } from "../test/helpers/gateway-cluster.js";
 import { machine, measure, report, summarize } from "./lib/report.js";
 
 const CREATE_MS = Number(process.env.WARREN_TEST_GATEWAY_CREATE_MS ?? 100);

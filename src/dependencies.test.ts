@@ -1,78 +1,27 @@
 // Keeps the architecture's arrows pointing one way (README: "A tour of the tree"): each
-// component imports only the components below it. A new arrow is a design decision: make it
-// here, in one line, and in the component's README.
+// component imports only the components and packages src/layers.ts gives it, and the docs
+// generated from that table say what it says. A new arrow is a design decision: make it in
+// src/layers.ts, in one line, then `npm run docs`.
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative, sep } from "node:path";
 import { it } from "node:test";
 import { fileURLToPath } from "node:url";
+import ts from "typescript";
+import {
+  COMPONENTS,
+  describeFloors,
+  describeImports,
+  describeTour,
+  floors,
+  generated,
+} from "./layers.js";
 
 const SRC = dirname(fileURLToPath(import.meta.url));
 
-const ALLOWED: Readonly<Record<string, readonly string[]>> = {
-  protocol: [],
-  shared: [],
-  agent: ["protocol", "shared"],
-  vmm: ["protocol", "shared"],
-  // relay: the egress gate relays a guest's HTTP requests as the proxy relays a client's.
-  network: ["relay", "protocol", "shared"],
-  "host-setup": ["protocol", "shared"],
-  // The host setup's command runner and ext4 image maker.
-  "oci-images": ["host-setup", "shared"],
-  catalog: ["shared"],
-  store: ["shared"],
-  tls: ["shared"],
-  tenancy: ["catalog", "shared"],
-  // Volumes' rows and files (the content API's safe file access).
-  volumes: ["catalog", "shared"],
-  secrets: ["catalog", "shared"],
-  orchestrator: ["vmm", "network", "host-setup", "tenancy", "catalog", "protocol", "shared"],
-  builds: ["orchestrator", "oci-images", "catalog", "protocol", "shared"],
-  // Relays HTTP requests and upgrades; writes error answers for every server.
-  relay: ["shared"],
-  api: [
-    "builds",
-    "orchestrator",
-    "tenancy",
-    "volumes",
-    "secrets",
-    "catalog",
-    "relay",
-    "protocol",
-    "shared",
-  ],
-  proxy: ["orchestrator", "relay", "protocol", "shared"],
-  // What parses guests' bytes, in a process of its own: the services it runs, nothing else.
-  "guest-services": ["volumes", "network", "protocol", "shared"],
-  // The process holding the VMMs: spawning and containing a QEMU (vmm/qemu), nothing else.
-  keeper: ["vmm", "protocol", "shared"],
-  server: [
-    "api",
-    "guest-services",
-    "builds",
-    "proxy",
-    "relay",
-    "orchestrator",
-    "vmm",
-    "network",
-    "host-setup",
-    "oci-images",
-    "catalog",
-    "store",
-    "tls",
-    "tenancy",
-    "volumes",
-    "secrets",
-    "protocol",
-    "shared",
-  ],
-  // tls: its certificate from the cluster CA, and the node names it checks.
-  gateway: ["tenancy", "catalog", "relay", "tls", "protocol", "shared"],
-  // tls: `warren cluster` issues the cluster's certificates.
-  cli: ["tls", "protocol", "shared"],
-  // Runs in a browser: the generated envd client only.
-  dashboard: ["protocol"],
-};
+const ALLOWED = Object.fromEntries(
+  Object.entries(COMPONENTS).map(([name, c]) => [name, Object.keys(c.imports)]),
+);
 
 function sources(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
@@ -98,15 +47,78 @@ it("components import only the components below them", () => {
   const wrong: string[] = [];
   for (const file of sources(SRC)) {
     const from = componentOf(file);
-    const text = readFileSync(file, "utf8");
-    for (const [, spec] of text.matchAll(/(?:from|import)\s*\(?\s*"(\.[^"]+)"/g)) {
-      const target = join(dirname(file), spec as string);
+    for (const spec of importsOf(file).filter((s) => s.startsWith("."))) {
+      const target = join(dirname(file), spec);
       // The package's manifest (its version) is no component.
       if (target === join(SRC, "..", "package.json")) continue;
       const to = componentOf(target);
       if (to !== from && !ALLOWED[from]?.includes(to)) {
         wrong.push(`${relative(SRC, file)} imports ${to} ("${spec}")`);
       }
+    }
+  }
+  assert.deepEqual(wrong, []);
+  floors(); // throws on a cycle
+});
+
+/** What `file` imports, statically or dynamically (comments and strings that look alike skipped). */
+function importsOf(file: string): string[] {
+  const text = readFileSync(file, "utf8");
+  return ts.preProcessFile(text, true, true).importedFiles.map((f) => f.fileName);
+}
+
+/** `@scope/name/sub` → `@scope/name`, `name/sub` → `name`. */
+function packageOf(spec: string): string {
+  const parts = spec.split("/");
+  return (spec.startsWith("@") ? parts.slice(0, 2) : parts.slice(0, 1)).join("/");
+}
+
+it("components import exactly the npm packages their row names", () => {
+  const used = new Map<string, Set<string>>();
+  for (const file of sources(SRC)) {
+    const from = componentOf(file);
+    for (const spec of importsOf(file)) {
+      if (spec.startsWith(".") || spec.startsWith("node:")) continue;
+      used.set(from, (used.get(from) ?? new Set()).add(packageOf(spec)));
+    }
+  }
+  const differ: string[] = [];
+  for (const [name, component] of Object.entries(COMPONENTS)) {
+    const actual = [...(used.get(name) ?? [])].sort();
+    const listed = [...component.packages].sort();
+    if (actual.join() !== listed.join()) {
+      differ.push(`${name}: imports [${actual.join(", ")}], its row lists [${listed.join(", ")}]`);
+    }
+  }
+  assert.deepEqual(differ, []);
+});
+
+it('each README\'s "May import" line, the tour and the floors are generated from the table (npm run docs)', () => {
+  const stale: string[] = [];
+  const check = (file: string, name: string, body: string) => {
+    const text = readFileSync(join(SRC, "..", file), "utf8");
+    if (!text.includes(generated(name, body))) stale.push(`${file}: ${name}`);
+  };
+  for (const name of Object.keys(COMPONENTS)) {
+    check(`src/${name}/README.md`, "may-import", describeImports(name));
+  }
+  check("README.md", "tour", describeTour());
+  check("README.md", "floors", describeFloors());
+  assert.deepEqual(stale, [], "regenerate with `npm run docs`");
+});
+
+it("benchmarks borrow from tests only what test/helpers shares", () => {
+  const root = join(SRC, "..");
+  const bench = join(root, "bench");
+  const files = readdirSync(bench, { recursive: true, encoding: "utf8" })
+    .filter((f) => f.endsWith(".ts"))
+    .map((f) => join(bench, f));
+  const wrong: string[] = [];
+  for (const file of files) {
+    for (const spec of importsOf(file).filter((s) => s.startsWith("."))) {
+      const target = relative(root, join(dirname(file), spec));
+      if (/^test\/(e2e|unit)\//.test(target))
+        wrong.push(`${relative(root, file)} imports ${target}`);
     }
   }
   assert.deepEqual(wrong, []);

@@ -10,9 +10,9 @@ import { Sandbox } from "e2b";
 import { GATE_TCP_PORT } from "../../src/network/index.js";
 import { startFakeDns } from "../helpers/fake-dns-server.js";
 import { servicesPid, slotListeners } from "../helpers/guest-services.js";
+import { selfSignedCertificate } from "../helpers/network/fake-dns.js";
+import { FAKENET, FakeNet } from "../helpers/network/fake-net.js";
 import { useServer, waitFor } from "../helpers/server.js";
-import { selfSignedCertificate } from "./network/fake-dns.js";
-import { FAKENET, FakeNet } from "./network/fake-net.js";
 
 const NET_PORT = 9090;
 const TLS_PORT = 8443;

@@ -11,9 +11,9 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { Sandbox, Secret } from "e2b";
 import { startFakeDns } from "../helpers/fake-dns-server.js";
+import { FAKENET, FakeNet } from "../helpers/network/fake-net.js";
 import { useServer } from "../helpers/server.js";
 import { createTestCa } from "../helpers/test-ca.js";
-import { FAKENET, FakeNet } from "./network/fake-net.js";
 
 const NET_PORT = 9090;
 const HTTPS_PORT = 8443;

@@ -23,7 +23,7 @@ const RUN_DIR_PREFIX = "warren-test-";
 const RUN_RECORD = "test-run.json";
 
 /**
- * Addresses the network fixtures use on the host (test/e2e/network/fake-net.ts): a run's
+ * Addresses the network fixtures use on the host (test/helpers/network/fake-net.ts): a run's
  * block must not overlap them either.
  */
 const FIXTURE_BLOCKS = ["198.51.100.0/24", "192.168.77.0/24"];

@@ -8,8 +8,8 @@ import {
   runCommand,
 } from "../../../src/network/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
+import { TAP_OWNER } from "../../helpers/network/fake-guest.js";
 import { fixtureLink, runPoolOptions } from "../../helpers/run-env.js";
-import { TAP_OWNER } from "./fake-guest.js";
 
 // A slot whose creation fails half-way leaves nothing behind. Failures are injected into
 // each command of a creation: before it runs, after running half of its input, and after

@@ -10,10 +10,10 @@ import {
   type NetworkSlot,
 } from "../../../src/network/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
-import { CleanupStack } from "./cleanup-stack.js";
-import { guestBehindGate, selfSignedCertificate } from "./fake-dns.js";
-import type { FakeGuest } from "./fake-guest.js";
-import { FAKENET, FakeNet } from "./fake-net.js";
+import { CleanupStack } from "../../helpers/network/cleanup-stack.js";
+import { guestBehindGate, selfSignedCertificate } from "../../helpers/network/fake-dns.js";
+import type { FakeGuest } from "../../helpers/network/fake-guest.js";
+import { FAKENET, FakeNet } from "../../helpers/network/fake-net.js";
 
 const NET_PORT = 9090;
 const TLS_PORT = 8443;

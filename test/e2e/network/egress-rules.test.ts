@@ -17,11 +17,11 @@ import {
 } from "../../../src/network/index.js";
 import { EgressCa } from "../../../src/tls/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
+import { CleanupStack } from "../../helpers/network/cleanup-stack.js";
+import { guestBehindGate } from "../../helpers/network/fake-dns.js";
+import type { FakeGuest } from "../../helpers/network/fake-guest.js";
+import { FAKENET, FakeNet } from "../../helpers/network/fake-net.js";
 import { createTestCa } from "../../helpers/test-ca.js";
-import { CleanupStack } from "./cleanup-stack.js";
-import { guestBehindGate } from "./fake-dns.js";
-import type { FakeGuest } from "./fake-guest.js";
-import { FAKENET, FakeNet } from "./fake-net.js";
 
 const NET_PORT = 9090;
 const HTTPS_PORT = 8443;

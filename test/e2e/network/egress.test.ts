@@ -9,11 +9,11 @@ import {
   type NetworkSlot,
 } from "../../../src/network/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
+import { CleanupStack } from "../../helpers/network/cleanup-stack.js";
+import { FakeGuest, TAP_OWNER } from "../../helpers/network/fake-guest.js";
+import { FAKENET, FakeNet } from "../../helpers/network/fake-net.js";
+import { hostConnect, NetnsAgent } from "../../helpers/network/netns-agent.js";
 import { runEnv, runPoolOptions } from "../../helpers/run-env.js";
-import { CleanupStack } from "./cleanup-stack.js";
-import { FakeGuest, TAP_OWNER } from "./fake-guest.js";
-import { FAKENET, FakeNet } from "./fake-net.js";
-import { hostConnect, NetnsAgent } from "./netns-agent.js";
 
 // One slot with a fake guest (a stand-in for QEMU and the VM, see FakeGuest), and a fake
 // internet (FakeNet) behind the host: the slot's egress interface is the fake net's veth,

@@ -7,10 +7,10 @@ import {
   type NetnsSlotPoolOptions,
   runCommand,
 } from "../../../src/network/index.js";
+import type { GuestSlot } from "../../helpers/network/fake-guest.js";
+import { TAP_OWNER } from "../../helpers/network/fake-guest.js";
+import { NetnsAgent } from "../../helpers/network/netns-agent.js";
 import { fixtureNetns, runPoolOptions } from "../../helpers/run-env.js";
-import type { GuestSlot } from "./fake-guest.js";
-import { TAP_OWNER } from "./fake-guest.js";
-import { NetnsAgent } from "./netns-agent.js";
 
 const POOL_SERVER = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "pool-server.ts");
 

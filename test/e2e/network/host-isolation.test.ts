@@ -2,9 +2,9 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { DEFAULT_EGRESS_POLICY, type EgressPolicy } from "../../../src/network/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
+import { CleanupStack } from "../../helpers/network/cleanup-stack.js";
+import { FakeGuest } from "../../helpers/network/fake-guest.js";
 import { runEnv } from "../../helpers/run-env.js";
-import { CleanupStack } from "./cleanup-stack.js";
-import { FakeGuest } from "./fake-guest.js";
 import { FAKEHOST, FakeHost, type RemoteSlot } from "./fake-host.js";
 
 // What a slot pool must never open on the host it runs on, seen on a fake host (FakeHost: a

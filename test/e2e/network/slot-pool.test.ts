@@ -11,10 +11,10 @@ import {
 } from "../../../src/network/index.js";
 import { WarrenError } from "../../../src/shared/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
+import { CleanupStack } from "../../helpers/network/cleanup-stack.js";
+import { FakeGuest, TAP_OWNER } from "../../helpers/network/fake-guest.js";
+import { FAKENET, FakeNet } from "../../helpers/network/fake-net.js";
 import { runPoolOptions } from "../../helpers/run-env.js";
-import { CleanupStack } from "./cleanup-stack.js";
-import { FakeGuest, TAP_OWNER } from "./fake-guest.js";
-import { FAKENET, FakeNet } from "./fake-net.js";
 
 // Slot pool: reuse, reset on release, limits, cleanup of what an earlier server left.
 // Fake guests (stand-ins for QEMU and the VM, see FakeGuest) and a fake internet

@@ -10,10 +10,10 @@ import {
   GUEST_ADDRESS,
 } from "../../../src/protocol/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
+import { CleanupStack } from "../../helpers/network/cleanup-stack.js";
+import { FakeGuest, startPump, TAP_OWNER } from "../../helpers/network/fake-guest.js";
+import { hostConnect, hostConnectAs, NetnsAgent } from "../../helpers/network/netns-agent.js";
 import { fixtureNetns, runPoolOptions } from "../../helpers/run-env.js";
-import { CleanupStack } from "./cleanup-stack.js";
-import { FakeGuest, startPump, TAP_OWNER } from "./fake-guest.js";
-import { hostConnect, hostConnectAs, NetnsAgent } from "./netns-agent.js";
 
 // Two slots, each with a fake guest (see FakeGuest: a stand-in for QEMU and the VM) that
 // listens on GUEST_PORT and greets with its name.

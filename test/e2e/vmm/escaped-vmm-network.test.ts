@@ -22,8 +22,8 @@ import {
   waitForEnvd,
 } from "../../helpers/guest.js";
 import { leakCheck, qemuPidsIn, removeLeftovers } from "../../helpers/leak-check.js";
+import { FAKENET, FakeNet } from "../../helpers/network/fake-net.js";
 import { runEnv, runPoolOptions } from "../../helpers/run-env.js";
-import { FAKENET, FakeNet } from "../network/fake-net.js";
 
 const execFileP = promisify(execFile);
 const FAKENET_PORT = 47011;

@@ -23,8 +23,8 @@ import {
   waitForEnvd,
 } from "../../helpers/guest.js";
 import { leakCheck, qemuPidsIn, removeLeftovers } from "../../helpers/leak-check.js";
+import { FAKENET, FakeNet } from "../../helpers/network/fake-net.js";
 import { RUN_VMM_UID_COUNT, runEnv, runPoolOptions, runVmmUidBase } from "../../helpers/run-env.js";
-import { FAKENET, FakeNet } from "../network/fake-net.js";
 
 const FAKENET_PORT = 47001;
 const HOST_PORT = 47002;

@@ -3,7 +3,7 @@ import { createServer, type IncomingHttpHeaders, request } from "node:http";
 import { type AddressInfo, connect } from "node:net";
 import { describe, it } from "node:test";
 import { TEST_ADMIN_TOKEN } from "../../helpers/auth.js";
-import { API_KEY, type TestCluster, useTestClusters } from "./harness.js";
+import { API_KEY, type TestCluster, useTestClusters } from "../../helpers/gateway-cluster.js";
 
 const asAdmin = { apiKey: null, headers: { "x-admin-token": TEST_ADMIN_TOKEN } };
 

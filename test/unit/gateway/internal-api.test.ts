@@ -3,7 +3,7 @@ import { type ClientRequest, request as httpRequest, type IncomingHttpHeaders } 
 import { request as httpsRequest } from "node:https";
 import { describe, it } from "node:test";
 import { CONTROL_ALPN, clusterClientOptions } from "../../../src/tls/index.js";
-import { API_KEY, type TestCluster, useTestClusters } from "./harness.js";
+import { API_KEY, type TestCluster, useTestClusters } from "../../helpers/gateway-cluster.js";
 
 // The cluster's internal node API is the gateway's own: no client traffic reaches it, whatever
 // the client sends, and a node answers it only on the gateway's control connections.

@@ -14,7 +14,7 @@ import {
 } from "../../../src/tls/index.js";
 import { RecordingLogger } from "../../fakes/fake-node.js";
 import { type ByteRecorder, startByteRecorder } from "../../helpers/byte-recorder.js";
-import { API_KEY, startTestCluster, type TestCluster } from "./harness.js";
+import { API_KEY, startTestCluster, type TestCluster } from "../../helpers/gateway-cluster.js";
 
 let running: TestCluster | undefined;
 const cleanups: (() => Promise<unknown>)[] = [];

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { afterEach, it } from "node:test";
 import { TeamAdmin } from "../../../src/tenancy/index.js";
-import { startTestCluster, type TestCluster } from "./harness.js";
+import { startTestCluster, type TestCluster } from "../../helpers/gateway-cluster.js";
 
 let running: TestCluster | undefined;
 afterEach(async () => {

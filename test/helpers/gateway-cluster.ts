@@ -14,25 +14,25 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { afterEach } from "node:test";
-import { createApi } from "../../../src/api/index.js";
-import type { Catalog } from "../../../src/catalog/index.js";
-import { type Gateway, type GatewayOptions, startGateway } from "../../../src/gateway/gateway.js";
-import { isProxyRequest } from "../../../src/gateway/routes.js";
-import type { SandboxInfo } from "../../../src/orchestrator/index.js";
-import { Semaphore } from "../../../src/orchestrator/semaphore.js";
-import { fromControlChannel, listenCluster } from "../../../src/server/cluster-listener.js";
-import { silentLogger } from "../../../src/shared/index.js";
+import { createApi } from "../../src/api/index.js";
+import type { Catalog } from "../../src/catalog/index.js";
+import { type Gateway, type GatewayOptions, startGateway } from "../../src/gateway/gateway.js";
+import { isProxyRequest } from "../../src/gateway/routes.js";
+import type { SandboxInfo } from "../../src/orchestrator/index.js";
+import { Semaphore } from "../../src/orchestrator/semaphore.js";
+import { fromControlChannel, listenCluster } from "../../src/server/cluster-listener.js";
+import { silentLogger } from "../../src/shared/index.js";
 import {
   type ClusterCredentials,
   type ClusterIdentity,
   createClusterCa,
   issueClusterCertificate,
   loadClusterCredentials,
-} from "../../../src/tls/index.js";
-import { sandboxRow } from "../../contracts/catalog.contract.js";
-import { InMemoryCluster } from "../../fakes/in-memory-cluster.js";
-import { InMemorySandboxService } from "../../fakes/in-memory-sandbox-service.js";
-import { testAuth } from "../../helpers/auth.js";
+} from "../../src/tls/index.js";
+import { sandboxRow } from "../contracts/catalog.contract.js";
+import { InMemoryCluster } from "../fakes/in-memory-cluster.js";
+import { InMemorySandboxService } from "../fakes/in-memory-sandbox-service.js";
+import { testAuth } from "./auth.js";
 
 export const API_KEY = "e2b_0123456789abcdef";
 

@@ -11,8 +11,8 @@ import {
   resolverAt,
   slotLimits,
 } from "../../../src/network/index.js";
-import { startFakeDns } from "../../helpers/fake-dns-server.js";
-import { runPoolOptions } from "../../helpers/run-env.js";
+import { startFakeDns } from "../fake-dns-server.js";
+import { runPoolOptions } from "../run-env.js";
 import { FakeGuest, TAP_OWNER } from "./fake-guest.js";
 import { FAKENET } from "./fake-net.js";
 

@@ -3,7 +3,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type NetworkSlot, runCommand } from "../../../src/network/index.js";
 import { GATEWAY_ADDRESS, GUEST_ADDRESS, GUEST_MAC } from "../../../src/protocol/index.js";
-import { fixtureNetns } from "../../helpers/run-env.js";
+import { fixtureNetns } from "../run-env.js";
 import { NetnsAgent } from "./netns-agent.js";
 
 const PUMP = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "tap-pump.py");

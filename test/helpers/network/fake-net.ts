@@ -1,6 +1,6 @@
 import { writeFile } from "node:fs/promises";
 import { runCommand } from "../../../src/network/index.js";
-import { fixtureLink, fixtureNetns } from "../../helpers/run-env.js";
+import { fixtureLink, fixtureNetns } from "../run-env.js";
 import { NetnsAgent } from "./netns-agent.js";
 
 /**
