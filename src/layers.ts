@@ -88,7 +88,7 @@ export const COMPONENTS: Readonly<Record<string, Component>> = {
   },
   catalog: {
     role: "SQLite (one node) / PostgreSQL (many) catalog",
-    imports: { shared: "" },
+    imports: { protocol: "`TeamLimits`, the teams API's shape, stored as is", shared: "" },
     packages: ["better-sqlite3", "pg"],
   },
   store: {

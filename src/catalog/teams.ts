@@ -4,34 +4,12 @@
  * the value is shown once, when it is made, and never again.
  */
 
+import type { TeamLimits } from "../protocol/index.js";
+
+export { TEAM_LIMIT_KEYS, type TeamLimits } from "../protocol/index.js";
+
 /** The team an install had before teams existed: its key file's keys are this team's. */
 export const DEFAULT_TEAM_ID = "default";
-
-/** Per-team ceilings; an absent one is unlimited. */
-export interface TeamLimits {
-  /** Sandboxes running at once (paused ones hold no CPU or memory and are not counted). */
-  readonly maxSandboxes?: number;
-  readonly maxVcpus?: number;
-  readonly maxMemoryMiB?: number;
-  /** Disk of the team's sandboxes, running and paused (a paused sandbox keeps its disk). */
-  readonly maxDiskGiB?: number;
-  /** Template builds building at once. */
-  readonly maxBuilds?: number;
-  /** Bytes of template build uploads kept for the team's templates. */
-  readonly maxUploadBytes?: number;
-  /** Disk bytes of all the team's volumes (whoever writes: content API or mounts). */
-  readonly maxVolumeBytes?: number;
-}
-
-export const TEAM_LIMIT_KEYS = [
-  "maxSandboxes",
-  "maxVcpus",
-  "maxMemoryMiB",
-  "maxDiskGiB",
-  "maxBuilds",
-  "maxUploadBytes",
-  "maxVolumeBytes",
-] as const satisfies readonly (keyof TeamLimits)[];
 
 export interface TeamRow {
   readonly id: string;

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { type ErrorAnswer, proxyRefusal, retryAfterSeconds } from "../relay/index.js";
-import { WarrenError } from "../shared/index.js";
+import { readBounded, WarrenError } from "../shared/index.js";
 
 /**
  * Why sandbox traffic was not relayed, as a node's proxy refuses it (E2B's client-proxy):
@@ -40,16 +40,8 @@ export function sendJson(
 
 /** A request body the gateway reads itself (a create it places, a fork it may split). */
 export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let bytes = 0;
-    req.on("data", (chunk: Buffer) => {
-      bytes += chunk.length;
-      if (bytes <= limit) chunks.push(chunk);
-      // The rest drains unread, so that the 413 still reaches the client.
-      else reject(new WarrenError("payload_too_large", "request body is too large"));
-    });
-    req.on("end", () => resolve(Buffer.concat(chunks)));
-    req.on("error", reject);
+  return readBounded(req, limit, {
+    tooLarge: () => new WarrenError("payload_too_large", "request body is too large"),
+    drain: true,
   });
 }

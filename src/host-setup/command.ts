@@ -1,6 +1,5 @@
-import { spawn } from "node:child_process";
 import { appendFileSync } from "node:fs";
-import { WarrenError } from "../shared/index.js";
+import { formatCommand, runProgram, WarrenError } from "../shared/index.js";
 
 export interface CommandOptions {
   readonly cwd?: string;
@@ -19,15 +18,6 @@ export interface CommandResult {
 }
 
 const TAIL_LINES = 25;
-
-function quote(arg: string): string {
-  return /^[\w@%+=:,./-]+$/.test(arg) ? arg : `'${arg.replaceAll("'", `'\\''`)}'`;
-}
-
-/** A shell-like rendering of a command line, for messages and the log. */
-export function formatCommand(file: string, args: readonly string[]): string {
-  return [file, ...args].map(quote).join(" ");
-}
 
 function tail(text: string): string {
   const lines = text.trimEnd().split("\n");
@@ -57,35 +47,16 @@ export class CommandRunner {
   ): Promise<CommandResult> {
     const line = formatCommand(file, args);
     this.#log(`\n$ ${line}\n`);
-    const child = spawn(file, args, {
+    const outcome = await runProgram(file, args, {
       cwd: options.cwd,
-      env: options.env ? { ...process.env, ...options.env } : process.env,
-      stdio: [options.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
+      env: options.env,
+      input: options.input,
+      onOutput: (chunk) => this.#log(chunk),
+    }).catch((err: Error) => {
+      throw new WarrenError("unavailable", `cannot run ${file}: ${err.message}`, { cause: err });
     });
-    const stdout: Buffer[] = [];
-    const stderr: Buffer[] = [];
-    child.stdout?.on("data", (chunk: Buffer) => {
-      stdout.push(chunk);
-      this.#log(chunk);
-    });
-    child.stderr?.on("data", (chunk: Buffer) => {
-      stderr.push(chunk);
-      this.#log(chunk);
-    });
-    if (options.input !== undefined) child.stdin?.end(options.input);
-    const code = await new Promise<number>((resolve, reject) => {
-      child.once("error", (err) =>
-        reject(
-          new WarrenError("unavailable", `cannot run ${file}: ${err.message}`, { cause: err }),
-        ),
-      );
-      child.once("close", (status, signal) => resolve(status ?? (signal ? 128 : 1)));
-    });
-    const result = {
-      code,
-      stdout: Buffer.concat(stdout).toString(),
-      stderr: Buffer.concat(stderr).toString(),
-    };
+    const code = outcome.code ?? 128;
+    const result = { code, stdout: outcome.stdout, stderr: outcome.stderr };
     this.#log(`[exit ${code}]\n`);
     if (code !== 0 && !options.allowFailure) {
       const output = tail(`${result.stdout}\n${result.stderr}`);

@@ -1,4 +1,4 @@
-import type { CommandRunner } from "./command-runner.js";
+import type { RunCommand } from "./command-runner.js";
 import { NetworkError } from "./errors.js";
 
 // Connection tracking a slot must not carry from one tenant to the next. A reused slot has
@@ -7,10 +7,7 @@ import { NetworkError } from "./errors.js";
 // ESTABLISHED verdicts judged for another guest. Uses `conntrack` (conntrack-tools).
 
 /** Forgets every connection tracked in a slot's namespace (its table is the slot's own). */
-export async function flushNamespaceConntrack(
-  run: CommandRunner,
-  netnsPath: string,
-): Promise<void> {
+export async function flushNamespaceConntrack(run: RunCommand, netnsPath: string): Promise<void> {
   await run("nsenter", [`--net=${netnsPath}`, "conntrack", "-F"]);
 }
 
@@ -19,14 +16,14 @@ export async function flushNamespaceConntrack(
  * masqueraded flows come from it, the host's flows to the guest go to it), or a pool's
  * whole block.
  */
-export async function flushHostConntrack(run: CommandRunner, cidr: string): Promise<void> {
+export async function flushHostConntrack(run: RunCommand, cidr: string): Promise<void> {
   // One after the other: a flow from and to the block matches both, and the second delete
   // would find it gone.
   await deleteEntries(run, "--orig-src", cidr);
   await deleteEntries(run, "--orig-dst", cidr);
 }
 
-async function deleteEntries(run: CommandRunner, match: string, cidr: string): Promise<void> {
+async function deleteEntries(run: RunCommand, match: string, cidr: string): Promise<void> {
   try {
     await run("conntrack", ["-D", match, cidr]);
   } catch (err) {

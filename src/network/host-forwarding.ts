@@ -1,5 +1,5 @@
 import { readFile, writeFile } from "node:fs/promises";
-import type { CommandRunner } from "./command-runner.js";
+import type { RunCommand } from "./command-runner.js";
 import { type HostRule, hostRuleExists, insertHostRules } from "./host-rules.js";
 
 // IPv4 forwarding on the host, interface by interface. Linux decides whether to forward a
@@ -70,7 +70,7 @@ export async function enableForwarding(iface: string): Promise<void> {
  * interface (yet).
  */
 export async function enableEgressForwarding(
-  run: CommandRunner,
+  run: RunCommand,
   egressInterface: string,
 ): Promise<"enabled" | "already" | "missing"> {
   const on = await forwardingOn(egressInterface);

@@ -1,5 +1,5 @@
 import { networkInterfaces } from "node:os";
-import type { CommandRunner } from "./command-runner.js";
+import type { RunCommand } from "./command-runner.js";
 import { cidrContains, formatCidr, type Ipv4Cidr, parseCidr, parseIpv4 } from "./ipv4.js";
 import { type EgressLimits, egressLimits } from "./netns-rules.js";
 
@@ -43,7 +43,7 @@ export function hostEgressLimits(base: Ipv4Cidr): EgressLimits {
 }
 
 /** The interface of the host's IPv4 default route; undefined when there is none. */
-export async function defaultRouteInterface(run: CommandRunner): Promise<string | undefined> {
+export async function defaultRouteInterface(run: RunCommand): Promise<string | undefined> {
   const { stdout } = await run("ip", ["-j", "-4", "route", "show", "default"]);
   const routes = JSON.parse(stdout || "[]") as { dev?: string }[];
   return routes.find((r) => r.dev)?.dev;

@@ -1,4 +1,4 @@
-import type { CommandRunner } from "./command-runner.js";
+import type { RunCommand } from "./command-runner.js";
 import { LINK_LOCAL_RANGE } from "./egress-policy.js";
 import { NetworkError } from "./errors.js";
 import type { SlotAddresses } from "./slot-addressing.js";
@@ -89,10 +89,7 @@ function rule(table: HostRule["table"], chain: string, spec: string): HostRule {
  * Inserts the rules at the top of their chains (ahead of a host firewall's own rules), in
  * the given order, in one transaction.
  */
-export async function insertHostRules(
-  run: CommandRunner,
-  rules: readonly HostRule[],
-): Promise<void> {
+export async function insertHostRules(run: RunCommand, rules: readonly HostRule[]): Promise<void> {
   // Each -I lands at position 1, so insert in reverse to keep the order.
   const lines = [...rules]
     .reverse()
@@ -101,16 +98,13 @@ export async function insertHostRules(
 }
 
 /** Deletes exactly these rules, in one transaction (fails if one of them is missing). */
-export async function deleteHostRules(
-  run: CommandRunner,
-  rules: readonly HostRule[],
-): Promise<void> {
+export async function deleteHostRules(run: RunCommand, rules: readonly HostRule[]): Promise<void> {
   const lines = rules.map((r) => ({ table: r.table, line: `-D ${r.chain} ${r.spec.join(" ")}` }));
   await withHostLock(() => restore(run, lines));
 }
 
 /** Whether exactly this rule is in the host's tables (`iptables -C`). */
-export async function hostRuleExists(run: CommandRunner, rule: HostRule): Promise<boolean> {
+export async function hostRuleExists(run: RunCommand, rule: HostRule): Promise<boolean> {
   try {
     await run("iptables", ["-w", "-t", rule.table, "-C", rule.chain, ...rule.spec]);
     return true;
@@ -129,7 +123,7 @@ export interface FoundHostRule {
 }
 
 /** Every host rule carrying a `<ruleTag>:<n>` comment. */
-export async function findHostRules(run: CommandRunner, ruleTag: string): Promise<FoundHostRule[]> {
+export async function findHostRules(run: RunCommand, ruleTag: string): Promise<FoundHostRule[]> {
   const pattern = commentPattern(ruleTag);
   const { stdout } = await run("iptables-save", []);
   const found: FoundHostRule[] = [];
@@ -144,7 +138,7 @@ export async function findHostRules(run: CommandRunner, ruleTag: string): Promis
 
 /** Deletes rules found by findHostRules, in one transaction. */
 export async function deleteFoundHostRules(
-  run: CommandRunner,
+  run: RunCommand,
   rules: readonly FoundHostRule[],
 ): Promise<void> {
   if (rules.length === 0) return;
@@ -157,7 +151,7 @@ export async function deleteFoundHostRules(
  * one transaction: never a moment with neither (the slot's guest runs meanwhile).
  */
 export async function replaceHostRules(
-  run: CommandRunner,
+  run: RunCommand,
   earlier: readonly FoundHostRule[],
   rules: readonly HostRule[],
 ): Promise<void> {
@@ -172,7 +166,7 @@ export async function replaceHostRules(
 
 /** Removes every host rule of one slot, whichever of them exist. */
 export async function purgeHostRules(
-  run: CommandRunner,
+  run: RunCommand,
   ruleTag: string,
   index: number,
 ): Promise<void> {
@@ -182,7 +176,7 @@ export async function purgeHostRules(
 
 /** Runs `iptables-restore --noflush` on lines (each tagged with its table) in one transaction. */
 async function restore(
-  run: CommandRunner,
+  run: RunCommand,
   lines: readonly { table: string; line: string }[],
 ): Promise<void> {
   const tables = new Map<string, string[]>();

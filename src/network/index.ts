@@ -1,4 +1,4 @@
-export { type CommandResult, type CommandRunner, runCommand } from "./command-runner.js";
+export { type CommandResult, type RunCommand, runCommand } from "./command-runner.js";
 export { hostResolve, type Resolve, resolverAt } from "./egress-gate/decide.js";
 export {
   EgressGate,

@@ -1,5 +1,5 @@
 import { statfs, writeFile } from "node:fs/promises";
-import type { CommandRunner } from "./command-runner.js";
+import type { RunCommand } from "./command-runner.js";
 
 /** statfs's type of a namespace file (`nsfs`), as a live `ip netns` mount shows it. */
 const NSFS_MAGIC = 0x6e736673;
@@ -17,11 +17,7 @@ export async function isNamespaceMount(path: string): Promise<boolean> {
  * keeper's descriptor (`hold`, `/proc/<keeper>/fd/<n>`). The file left behind is the mount
  * point, as `ip netns add` makes it.
  */
-export async function remountNamespace(
-  run: CommandRunner,
-  path: string,
-  hold: string,
-): Promise<void> {
+export async function remountNamespace(run: RunCommand, path: string, hold: string): Promise<void> {
   if (await isNamespaceMount(path)) return;
   await writeFile(path, "", { flag: "a", mode: 0o444 });
   // As given: canonicalizing a descriptor's link would name the mount point itself.

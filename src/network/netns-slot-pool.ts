@@ -1,5 +1,5 @@
 import { type Logger, silentLogger, WarrenError } from "../shared/index.js";
-import { type CommandRunner, runCommand } from "./command-runner.js";
+import { type RunCommand, runCommand } from "./command-runner.js";
 import { flushHostConntrack } from "./conntrack.js";
 import { hostResolve, type Resolve } from "./egress-gate/decide.js";
 import { type GateHost, inProcessGates } from "./egress-gate/gate-host.js";
@@ -72,7 +72,7 @@ export interface NetnsSlotPoolOptions {
   defaultPolicy?: EgressPolicy;
   logger?: Logger;
   /** Runs every command; tests wrap it to inject failures. Default: runCommand. */
-  runner?: CommandRunner;
+  runner?: RunCommand;
   /**
    * Resolves the names a policy's domain entries allow (the egress gate's upstream
    * resolver). Default: the host's resolver (`/etc/resolv.conf`).
@@ -99,7 +99,7 @@ export class NetnsSlotPool implements SlotPool {
   readonly #maxSlots: number;
   readonly #defaultPolicy: EgressPolicy;
   readonly #logger: Logger;
-  readonly #run: CommandRunner;
+  readonly #run: RunCommand;
   readonly #options: NetnsSlotPoolOptions;
   readonly #base: Ipv4Cidr;
   readonly #names: SlotNames;

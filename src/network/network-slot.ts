@@ -7,7 +7,7 @@ import {
   GUEST_MAC,
 } from "../protocol/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
-import type { CommandRunner } from "./command-runner.js";
+import type { RunCommand } from "./command-runner.js";
 import { flushHostConntrack, flushNamespaceConntrack } from "./conntrack.js";
 import type { GateHost, OpenGate } from "./egress-gate/gate-host.js";
 import { DEFAULT_EGRESS_POLICY, type EgressPolicy, validateEgressPolicy } from "./egress-policy.js";
@@ -42,7 +42,7 @@ export interface SlotSettings {
   readonly egressInterface: string | undefined;
   /** The only local user that may open connections to a slot (the server's). */
   readonly serverUid: number;
-  readonly run: CommandRunner;
+  readonly run: RunCommand;
   /** Where the slot's egress gate runs while its policy needs one (egress-gate/gate-host.ts). */
   readonly gates: GateHost;
   readonly logger?: Logger;
@@ -325,7 +325,7 @@ export class NetworkSlot implements Slot, SlotAddresses {
  * commented with the slot's index.
  */
 export async function removeSlotResources(
-  run: CommandRunner,
+  run: RunCommand,
   slot: SlotAddresses,
   rules?: readonly HostRule[],
 ): Promise<void> {

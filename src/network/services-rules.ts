@@ -1,4 +1,4 @@
-import type { CommandRunner } from "./command-runner.js";
+import type { RunCommand } from "./command-runner.js";
 import { LINK_LOCAL_RANGE } from "./egress-policy.js";
 import {
   deleteFoundHostRules,
@@ -54,7 +54,7 @@ export function servicesRules(ruleTag: string, uids: UidRange): HostRule[] {
  * what removes them.
  */
 export async function installServicesRules(
-  run: CommandRunner,
+  run: RunCommand,
   ruleTag: string,
   uids: UidRange,
 ): Promise<() => Promise<void>> {
@@ -67,7 +67,7 @@ export async function installServicesRules(
 }
 
 /** Removes every rule commented `<ruleTag>:services`. */
-export async function removeServicesRules(run: CommandRunner, ruleTag: string): Promise<void> {
+export async function removeServicesRules(run: RunCommand, ruleTag: string): Promise<void> {
   const comment = servicesComment(ruleTag).replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
   const { stdout } = await run("iptables-save", []);
   const found: FoundHostRule[] = [];

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { WarrenError } from "../shared/index.js";
-import type { CommandRunner } from "./command-runner.js";
+import type { RunCommand } from "./command-runner.js";
 import { findHostRules, hostRules } from "./host-rules.js";
 import { NetnsSlotPool } from "./netns-slot-pool.js";
 import { parseBaseCidr, slotAddresses } from "./slot-addressing.js";
@@ -117,7 +117,7 @@ describe("host rule discovery", () => {
     "",
   ].join("\n");
   const commands: string[] = [];
-  const runner: CommandRunner = async (file, args, options) => {
+  const runner: RunCommand = async (file, args, options) => {
     commands.push([file, ...args, options?.input ?? ""].join(" "));
     return { stdout: file === "iptables-save" ? saved : "", stderr: "" };
   };

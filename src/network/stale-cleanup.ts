@@ -1,5 +1,5 @@
 import { readdir } from "node:fs/promises";
-import type { CommandRunner } from "./command-runner.js";
+import type { RunCommand } from "./command-runner.js";
 import { deleteFoundHostRules, findHostRules } from "./host-rules.js";
 import { type SlotNames, slotIndexIn } from "./slot-names.js";
 
@@ -20,7 +20,7 @@ export interface StaleCleanupReport {
  * server may use a given set of names on a host.
  */
 export async function cleanupStaleSlots(
-  run: CommandRunner,
+  run: RunCommand,
   names: SlotNames,
   keep: ReadonlySet<number> = new Set(),
 ): Promise<StaleCleanupReport> {

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { WarrenError } from "../shared/index.js";
+import { readBounded, WarrenError } from "../shared/index.js";
 import { formatImageReference, type ImageReference } from "./image-reference.js";
 import { type Descriptor, MANIFEST_ACCEPT } from "./manifest.js";
 import {
@@ -338,14 +338,7 @@ async function readLimited(response: RegistryAnswer, max: number, url: string): 
       `${url} is ${declared} bytes, over the ${max}-byte limit`,
     );
   }
-  const parts: Buffer[] = [];
-  let total = 0;
-  for await (const chunk of response.body) {
-    total += chunk.byteLength;
-    if (total > max) {
-      throw new WarrenError("image_invalid", `${url} is over the ${max}-byte limit`);
-    }
-    parts.push(Buffer.from(chunk));
-  }
-  return Buffer.concat(parts);
+  return readBounded(response.body, max, {
+    tooLarge: () => new WarrenError("image_invalid", `${url} is over the ${max}-byte limit`),
+  });
 }

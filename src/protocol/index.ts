@@ -7,4 +7,9 @@ export * from "./keeper.js";
 export * from "./node-view.js";
 export * from "./sandbox-list.js";
 export * from "./sandbox-target.js";
-export type { TeamLimitsView, TeamUsageView, TeamView } from "./teams-view.js";
+export {
+  TEAM_LIMIT_KEYS,
+  type TeamLimits,
+  type TeamUsageView,
+  type TeamView,
+} from "./teams-view.js";

@@ -6,6 +6,7 @@ import {
   request,
 } from "node:http";
 import type { Socket } from "node:net";
+import { readBounded } from "../shared/index.js";
 
 /** Where a relayed request goes, and what it carries. */
 export interface Upstream {
@@ -139,21 +140,14 @@ export function viaFallback(
 }
 
 /** An answer's body, whole; rejects past `maxBytes` (the answer is then destroyed). */
-export function readWhole(answer: IncomingMessage, maxBytes: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let bytes = 0;
-    answer.on("data", (chunk: Buffer) => {
-      bytes += chunk.length;
-      if (bytes <= maxBytes) chunks.push(chunk);
-      else answer.destroy(new Error(`answer over ${maxBytes} bytes`));
+export async function readWhole(answer: IncomingMessage, maxBytes: number): Promise<Buffer> {
+  try {
+    return await readBounded(answer, maxBytes, {
+      tooLarge: () => new Error(`answer over ${maxBytes} bytes`),
     });
-    answer.once("end", () => resolve(Buffer.concat(chunks)));
-    answer.on("error", reject);
-    answer.once("close", () => {
-      if (!answer.complete) reject(new Error("the answer was cut short"));
-    });
-  });
+  } catch (err) {
+    throw answer.complete ? err : new Error("the answer was cut short", { cause: err });
+  }
 }
 
 /** The code of a response head Node would not send on (a status out of range, say). */

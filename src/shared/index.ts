@@ -1,4 +1,5 @@
 export { AsyncQueue } from "./async-queue.js";
+export { type ReadBoundedOptions, readBounded } from "./bounded-body.js";
 export {
   describeErrors,
   ERROR_KINDS,
@@ -18,3 +19,9 @@ export {
 } from "./guest-request.js";
 export { type Logger, silentLogger } from "./logger.js";
 export { DEFAULT_OWNER, Quota } from "./quota.js";
+export {
+  formatCommand,
+  type ProgramOutcome,
+  type RunProgramOptions,
+  runProgram,
+} from "./run-program.js";

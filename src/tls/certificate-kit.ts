@@ -121,3 +121,53 @@ export async function issueServerCertificate(
   });
   return leaf.toString("pem");
 }
+
+export interface CaOptions {
+  /** The CA's common name (`O=Warren` is added). */
+  readonly name: string;
+  readonly now: Date;
+  readonly validityDays: number;
+  /** Where the key (0600, written first) and the certificate (0644) go. */
+  readonly keyFile: string;
+  readonly certFile: string;
+  /** Also signs CRLs (the local and egress CAs say so; the cluster CA signs certificates only). */
+  readonly crlSign: boolean;
+  /** Vouches for servers only: clients that chain EKUs refuse it for S/MIME or code. */
+  readonly serverAuthOnly: boolean;
+  /** More extensions, e.g. the local CA's name constraints. */
+  readonly extensions?: (x509: X509) => InstanceType<X509["Extension"]>[];
+}
+
+/**
+ * A new self-signed CA that signs end certificates only (path length 0), its files written
+ * key first: a certificate without its key would be made again, orphaning what trusts it.
+ */
+export async function createCa(options: CaOptions): Promise<SigningCa> {
+  const x509 = await loadX509();
+  const keys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
+  const usages =
+    x509.KeyUsageFlags.keyCertSign | (options.crlSign ? x509.KeyUsageFlags.cRLSign : 0);
+  const ca = await x509.X509CertificateGenerator.createSelfSigned({
+    serialNumber: serial(),
+    name: `CN=${options.name}, O=Warren`,
+    notBefore: new Date(options.now.getTime() - 60_000),
+    notAfter: new Date(options.now.getTime() + options.validityDays * DAY_MS),
+    keys,
+    signingAlgorithm: ALGORITHM,
+    extensions: [
+      new x509.BasicConstraintsExtension(true, 0, true),
+      new x509.KeyUsagesExtension(usages, true),
+      ...(options.extensions?.(x509) ?? []),
+      ...(options.serverAuthOnly
+        ? [new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth])]
+        : []),
+      await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
+    ],
+  });
+  const pem = ca.toString("pem");
+  const keyPem = await pkcs8Pem(keys.privateKey);
+  await writeAtomically(options.keyFile, keyPem, 0o600);
+  await writeAtomically(options.certFile, `${pem}\n`, 0o644);
+  // As a CA read back from its files would be: its signing key not extractable.
+  return signingCa(pem, createPrivateKey(keyPem));
+}

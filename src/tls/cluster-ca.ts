@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { WarrenError } from "../shared/index.js";
 import {
   ALGORITHM,
+  createCa,
   DAY_MS,
   loadX509,
   pkcs8Pem,
@@ -35,7 +36,6 @@ export async function createClusterCa(
   options: { readonly name?: string; readonly now?: Date } = {},
 ): Promise<{ readonly certFile: string; readonly keyFile: string }> {
   const now = options.now ?? new Date();
-  const x509 = await loadX509();
   await mkdir(dir, { recursive: true, mode: 0o700 });
   const certFile = join(dir, CA_FILES.cert);
   const keyFile = join(dir, CA_FILES.key);
@@ -47,24 +47,16 @@ export async function createClusterCa(
       );
     }
   }
-  const keys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
-  const ca = await x509.X509CertificateGenerator.createSelfSigned({
-    serialNumber: serial(),
-    name: `CN=${options.name ?? "Warren cluster CA"}, O=Warren`,
-    notBefore: new Date(now.getTime() - 60_000),
-    notAfter: new Date(now.getTime() + CA_VALIDITY_DAYS * DAY_MS),
-    keys,
-    signingAlgorithm: ALGORITHM,
-    extensions: [
-      // Signs members' certificates only, never another CA.
-      new x509.BasicConstraintsExtension(true, 0, true),
-      new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign, true),
-      await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
-    ],
+  await createCa({
+    name: options.name ?? "Warren cluster CA",
+    now,
+    validityDays: CA_VALIDITY_DAYS,
+    keyFile,
+    certFile,
+    // Signs members' certificates only: no CRLs, no other CA; clients and servers alike.
+    crlSign: false,
+    serverAuthOnly: false,
   });
-  // The key first: a CA certificate without its key would be made again, orphaning trust.
-  await writeAtomically(keyFile, await pkcs8Pem(keys.privateKey), 0o600);
-  await writeAtomically(certFile, `${ca.toString("pem")}\n`, 0o644);
   return { certFile, keyFile };
 }
 

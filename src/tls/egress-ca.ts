@@ -6,14 +6,12 @@ import { createSecureContext, type SecureContext } from "node:tls";
 import {
   ALGORITHM,
   type CryptoKey,
+  createCa,
   DAY_MS,
   issueServerCertificate,
-  loadX509,
   pkcs8Pem,
   type SigningCa,
-  serial,
   signingCa,
-  writeAtomically,
 } from "./certificate-kit.js";
 
 const CA_VALIDITY_DAYS = 3650;
@@ -132,31 +130,14 @@ async function load(dir: string): Promise<SigningCa | undefined> {
   }
 }
 
-async function create(dir: string): Promise<SigningCa> {
-  const x509 = await loadX509();
-  const now = Date.now();
-  const keys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
-  const ca = await x509.X509CertificateGenerator.createSelfSigned({
-    serialNumber: serial(),
-    name: `CN=Warren egress CA (${hostname()}), O=Warren`,
-    notBefore: new Date(now - 60_000),
-    notAfter: new Date(now + CA_VALIDITY_DAYS * DAY_MS),
-    keys,
-    signingAlgorithm: ALGORITHM,
-    extensions: [
-      new x509.BasicConstraintsExtension(true, 0, true),
-      new x509.KeyUsagesExtension(
-        x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign,
-        true,
-      ),
-      new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
-      await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
-    ],
+function create(dir: string): Promise<SigningCa> {
+  return createCa({
+    name: `Warren egress CA (${hostname()})`,
+    now: new Date(),
+    validityDays: CA_VALIDITY_DAYS,
+    keyFile: join(dir, EGRESS_CA_FILES.key),
+    certFile: join(dir, EGRESS_CA_FILES.cert),
+    crlSign: true,
+    serverAuthOnly: true,
   });
-  const pem = ca.toString("pem");
-  const keyPem = await pkcs8Pem(keys.privateKey);
-  // The key first: a certificate without its key would be made again.
-  await writeAtomically(join(dir, EGRESS_CA_FILES.key), keyPem, 0o600);
-  await writeAtomically(join(dir, EGRESS_CA_FILES.cert), `${pem}\n`, 0o644);
-  return signingCa(pem, createPrivateKey(keyPem));
 }

@@ -4,12 +4,12 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import {
   ALGORITHM,
+  createCa,
   DAY_MS,
   issueServerCertificate,
   loadX509,
   pkcs8Pem,
   type SigningCa,
-  serial,
   signingCa,
   writeAtomically,
 } from "./certificate-kit.js";
@@ -67,7 +67,7 @@ export async function ensureLocalCertificate(options: LocalCaOptions): Promise<L
   await mkdir(dir, { recursive: true, mode: 0o755 });
   const found = await loadCa(dir);
   const unfit = found && (await caUnfitFor(found, domain));
-  const ca = found && !unfit ? found : await createCa(dir, domain, now);
+  const ca = found && !unfit ? found : await createLocalCa(dir, domain, now);
   const replaced = unfit ? { caReplaced: unfit } : {};
   const path = (name: keyof typeof FILES) => join(dir, FILES[name]);
   const current = await readPair(path("cert"), path("key"));
@@ -118,38 +118,17 @@ async function caUnfitFor(ca: SigningCa, domain: string): Promise<string | undef
   return undefined;
 }
 
-async function createCa(dir: string, domain: string, now: Date): Promise<SigningCa> {
-  const x509 = await loadX509();
-  const keys = await webcrypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
-  const ca = await x509.X509CertificateGenerator.createSelfSigned({
-    serialNumber: serial(),
-    name: `CN=Warren local CA (${hostname()}), O=Warren`,
-    notBefore: new Date(now.getTime() - 60_000),
-    notAfter: new Date(now.getTime() + CA_VALIDITY_DAYS * DAY_MS),
-    keys,
-    signingAlgorithm: ALGORITHM,
-    extensions: [
-      new x509.BasicConstraintsExtension(true, 0, true),
-      new x509.KeyUsagesExtension(
-        x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign,
-        true,
-      ),
-      new x509.Extension(NAME_CONSTRAINTS_OID, true, nameConstraints(domain)),
-      // Server certificates only (clients that chain EKUs refuse others: S/MIME, code).
-      new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
-      await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
-    ],
+function createLocalCa(dir: string, domain: string, now: Date): Promise<SigningCa> {
+  return createCa({
+    name: `Warren local CA (${hostname()})`,
+    now,
+    validityDays: CA_VALIDITY_DAYS,
+    keyFile: join(dir, FILES.caKey),
+    certFile: join(dir, FILES.caCert),
+    crlSign: true,
+    serverAuthOnly: true,
+    extensions: (x509) => [new x509.Extension(NAME_CONSTRAINTS_OID, true, nameConstraints(domain))],
   });
-  const pem = ca.toString("pem");
-  // The key first: a CA certificate without its key would be made again, orphaning trust.
-  await writeAtomically(join(dir, FILES.caKey), await pkcs8Pem(keys.privateKey), 0o600);
-  await writeAtomically(join(dir, FILES.caCert), `${pem}\n`, 0o644);
-  return {
-    pem,
-    certificate: new X509Certificate(pem),
-    publicKey: keys.publicKey,
-    signingKey: keys.privateKey,
-  };
 }
 
 const NAME_CONSTRAINTS_OID = "2.5.29.30";

@@ -4,7 +4,7 @@ import {
   ENVD_VERSION,
   type EnvdInitRequest,
 } from "../../protocol/index.js";
-import { WarrenError } from "../../shared/index.js";
+import { readBounded, WarrenError } from "../../shared/index.js";
 import { ACCESS_TOKEN_HEADER, hasValidToken } from "../auth.js";
 import { type ClockSetter, clockNeedsSetting } from "../clock.js";
 import { type EntropySeeder, parseSeed } from "../entropy.js";
@@ -16,15 +16,10 @@ import { sendEmpty } from "./respond.js";
 const MAX_INIT_BYTES = 1 << 20;
 
 async function readJson(req: IncomingMessage): Promise<unknown> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > MAX_INIT_BYTES)
-      throw new WarrenError("payload_too_large", "init body is larger than 1 MiB");
-    chunks.push(chunk as Buffer);
-  }
-  const text = Buffer.concat(chunks).toString("utf8").trim();
+  const body = await readBounded(req, MAX_INIT_BYTES, {
+    tooLarge: () => new WarrenError("payload_too_large", "init body is larger than 1 MiB"),
+  });
+  const text = body.toString("utf8").trim();
   if (!text) return {};
   try {
     return JSON.parse(text);

@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { readBounded } from "../../shared/index.js";
 import { type Context, type Contexts, InterpreterError } from "./contexts.js";
 import type { EventSink, KernelEvent } from "./kernel.js";
 import { executionLine } from "./results.js";
@@ -219,15 +220,11 @@ function json(res: ServerResponse, status: number, body: string): void {
 }
 
 async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_BODY_BYTES)
-      throw new InterpreterError(400, `request body over ${MAX_BODY_BYTES} bytes`);
-    chunks.push(chunk);
-  }
-  const text = Buffer.concat(chunks).toString("utf8");
+  const text = (
+    await readBounded(req, MAX_BODY_BYTES, {
+      tooLarge: () => new InterpreterError(400, `request body over ${MAX_BODY_BYTES} bytes`),
+    })
+  ).toString("utf8");
   if (text.trim() === "") return {};
   let body: unknown;
   try {

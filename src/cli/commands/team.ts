@@ -1,12 +1,11 @@
 import type { Command } from "commander";
-import type { TeamLimitsView, TeamView } from "../../protocol/teams-view.js";
+import type { TeamLimits, TeamView } from "../../protocol/teams-view.js";
 import { api } from "../context.js";
 import { ApiError, CliError, usage } from "../errors.js";
 import { age, printJson, printTable } from "../output.js";
 import type { Connect } from "../program.js";
 
 /** A team's quotas, and a team as `GET /admin/teams` answers (protocol's shapes). */
-export type Limits = TeamLimitsView;
 export type TeamSummary = TeamView;
 
 /** What `POST /admin/teams` answers: the team and its first key, shown this once. */
@@ -84,7 +83,7 @@ export function teamCommands(program: Command, connect: Connect): void {
 }
 
 /** The limits the options name (each a whole number ≥ 0); the rest stay unlimited. */
-export function limitsFrom(opts: Record<string, unknown>): Limits {
+export function limitsFrom(opts: Record<string, unknown>): TeamLimits {
   const count = (flag: string, value: unknown): number | undefined => {
     if (value === undefined) return undefined;
     const n = Number(value);
@@ -94,7 +93,7 @@ export function limitsFrom(opts: Record<string, unknown>): Limits {
   };
   const upload = count("max-upload-mib", opts.maxUploadMib);
   const volumes = count("max-volume-mib", opts.maxVolumeMib);
-  const limits: Limits = {
+  const limits: TeamLimits = {
     maxSandboxes: count("max-sandboxes", opts.maxSandboxes),
     maxVcpus: count("max-vcpus", opts.maxVcpus),
     maxMemoryMiB: count("max-memory-mib", opts.maxMemoryMib),
@@ -106,7 +105,7 @@ export function limitsFrom(opts: Record<string, unknown>): Limits {
   // Absent, not undefined: the body names only the limits set.
   return Object.fromEntries(
     Object.entries(limits).filter(([, value]) => value !== undefined),
-  ) as Limits;
+  ) as TeamLimits;
 }
 
 function printTeams(teams: readonly TeamSummary[]): void {

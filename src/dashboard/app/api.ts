@@ -1,4 +1,4 @@
-import type { TeamLimitsView, TeamView } from "../../protocol/teams-view.js";
+import type { TeamView } from "../../protocol/teams-view.js";
 /**
  * The node's API, same origin as the dashboard, with what the user signed in with: a team's
  * API key (sent as `X-API-Key`: that team's sandboxes and templates) or the node's admin
@@ -180,5 +180,4 @@ export interface BuildStatus {
 }
 
 /** A team's quotas, and a team as `GET /admin/teams` answers (protocol's shapes). */
-export type Limits = TeamLimitsView;
 export type TeamSummary = TeamView;

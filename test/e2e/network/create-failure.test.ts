@@ -2,9 +2,9 @@ import assert from "node:assert/strict";
 import { writeFile } from "node:fs/promises";
 import { after, before, test } from "node:test";
 import {
-  type CommandRunner,
   NetnsSlotPool,
   NetworkError,
+  type RunCommand,
   runCommand,
 } from "../../../src/network/index.js";
 import { leakCheck, removeLeftovers } from "../../helpers/leak-check.js";
@@ -50,7 +50,7 @@ function faultyRunner(failing: string, mode: Mode) {
   let armed = false;
   let failed = false;
   const commands: string[] = [];
-  const runner: CommandRunner = async (file, args, options) => {
+  const runner: RunCommand = async (file, args, options) => {
     if (!armed) return runCommand(file, args, options);
     const line = [file, ...args].join(" ");
     commands.push(line);
@@ -133,7 +133,7 @@ test("a creation that fails at any step removes what it created", async (t) => {
 
 test("a real command failure names the command and carries its stderr", async () => {
   // The last step (host rules) really fails: iptables-restore is given a flag it refuses.
-  const runner: CommandRunner = (file, args, options) =>
+  const runner: RunCommand = (file, args, options) =>
     file === "iptables-restore" && args.includes("--noflush")
       ? runCommand(file, ["--no-such-flag", ...args], options)
       : runCommand(file, args, options);
