@@ -11,7 +11,7 @@ import fastify, {
 } from "fastify";
 import type { Logger } from "pino";
 import type { TemplateBuilds } from "../builds/index.js";
-import { assertReady, type SandboxService } from "../orchestrator/index.js";
+import { assertReady, type SandboxService, type ServerStatus } from "../orchestrator/index.js";
 import type { Secrets } from "../secrets/index.js";
 import type { Caller, TeamAdmin } from "../tenancy/index.js";
 import type { Volumes } from "../volumes/index.js";
@@ -41,7 +41,10 @@ import { registerTemplateRoutes, registerUploadRoute } from "./routes/templates.
 import { registerVolumeContentRoutes, registerVolumeRoutes } from "./routes/volumes.js";
 
 export interface ApiOptions {
-  readonly service: SandboxService;
+  /** The node's sandboxes; throws the readiness gate's error (503) while the node starts. */
+  readonly service: () => SandboxService;
+  /** The node's phase, answered while it starts. Default: the service's. */
+  readonly status?: () => ServerStatus;
   /**
    * The template build API; it throws the readiness gate's error (503) while the node starts.
    * Absent: its routes answer 503.
@@ -79,6 +82,7 @@ export const DEFAULT_BODY_LIMIT_BYTES = 1024 * 1024;
 export function createApi(options: ApiOptions): FastifyInstance {
   const context: ApiContext = {
     service: options.service,
+    status: options.status ?? (() => options.service().status()),
     builds: options.builds,
     teamAdmin: options.teamAdmin,
     volumes: options.volumes,
@@ -133,12 +137,12 @@ export function createApi(options: ApiOptions): FastifyInstance {
     api.addHook("onRequest", async (request) => {
       request.caller = await options.authenticate(request.headers);
     });
-    api.addHook("onRequest", async () => checkReady(context.service));
+    api.addHook("onRequest", async () => checkReady(context.status()));
     api.addHook("preValidation", async (request) => {
       const { sandboxID } = request.params as { sandboxID?: string };
       if (sandboxID === undefined) return;
       checkSandboxId(sandboxID);
-      ownedSandbox(context.service, request.caller as Caller, sandboxID);
+      ownedSandbox(context.service(), request.caller as Caller, sandboxID);
     });
     registerSandboxRoutes(api, context);
     registerLifecycleRoutes(api, context);
@@ -173,8 +177,8 @@ function acceptJsonOnly(app: FastifyInstance): void {
 }
 
 /** 503 (with Retry-After) until the service is ready: the SDK reports ServiceBusyError. */
-function checkReady(service: SandboxService): void {
-  assertReady(service.status());
+function checkReady(status: ServerStatus): void {
+  assertReady(status);
 }
 
 /** The sandbox a request names (`:sandboxID`), for its line. */

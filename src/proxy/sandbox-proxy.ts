@@ -25,8 +25,11 @@ import { signedFileRequest, signedWith } from "./signed-file.js";
 import { mayWake, single, trafficTokenRefusal, WAKE_REFUSED } from "./traffic-access.js";
 
 export interface SandboxProxyOptions {
-  /** Where each sandbox's ports are; tells the proxy when a sandbox stops. */
-  readonly router: SandboxRouter;
+  /**
+   * Where each sandbox's ports are; undefined while the node starts (every sandbox is then
+   * not found). Whoever owns the router tells the proxy when a sandbox stops (`sandboxStopped`).
+   */
+  readonly router: () => SandboxRouter | undefined;
   /**
    * The sandbox domain (`<port>-<id>.<domain>`). Set: Host routing only accepts names under
    * it, and header routing `sandbox.<domain>`. Default: any domain.
@@ -79,7 +82,7 @@ type Admission =
  * with its open streams when the sandbox stops.
  */
 export class SandboxProxy {
-  readonly #router: SandboxRouter;
+  readonly #router: () => SandboxRouter | undefined;
   readonly #domain: string | undefined;
   readonly #logger: Logger;
   readonly #idleTimeoutMs: number;
@@ -87,7 +90,6 @@ export class SandboxProxy {
   readonly #maxResponseHeadBytes: number;
   readonly #envdPort: number;
   readonly #sandboxes = new Map<string, SandboxConnections>();
-  readonly #unsubscribe: () => void;
   #closed = false;
 
   constructor(options: SandboxProxyOptions) {
@@ -102,7 +104,6 @@ export class SandboxProxy {
     this.#router = options.router;
     this.#domain = options.domain;
     this.#logger = options.logger ?? silentLogger;
-    this.#unsubscribe = this.#router.onSandboxStopped((sandboxId) => this.#stopped(sandboxId));
   }
 
   /**
@@ -166,7 +167,6 @@ export class SandboxProxy {
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    this.#unsubscribe();
     for (const sandboxId of [...this.#sandboxes.keys()]) this.#drop(sandboxId);
   }
 
@@ -189,7 +189,10 @@ export class SandboxProxy {
     }
     let result: Awaited<ReturnType<SandboxRouter["route"]>>;
     try {
-      result = await this.#router.route(sandboxId, port, (access) => mayWake(req, port, access));
+      const router = this.#router();
+      result = router
+        ? await router.route(sandboxId, port, (access) => mayWake(req, port, access))
+        : { kind: "not_found" };
     } catch (err) {
       const known = err instanceof WarrenError;
       this.#logger.warn(
@@ -267,7 +270,7 @@ export class SandboxProxy {
     | { readonly ok: false; readonly body: ProxyErrorBody } {
     const signed = this.#routed(req) ? undefined : signedFileRequest(req);
     if (signed) {
-      const sandboxId = this.#router.sandboxWithToken((token) => signedWith(signed, token));
+      const sandboxId = this.#router()?.sandboxWithToken((token) => signedWith(signed, token));
       if (sandboxId === undefined) {
         // envd's answer to a bad signature (no sandbox's token signed it).
         return { ok: false, body: { message: "invalid signature", code: 401 } };
@@ -305,7 +308,8 @@ export class SandboxProxy {
     return connections;
   }
 
-  #stopped(sandboxId: string): void {
+  /** The sandbox stopped (killed, paused, lost): its pooled connections and streams end. */
+  sandboxStopped(sandboxId: string): void {
     const cut = this.#drop(sandboxId);
     if (cut !== undefined) this.#logger.info({ sandboxId, cut }, "proxy.sandbox_stopped");
   }

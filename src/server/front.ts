@@ -5,6 +5,7 @@ import { fileURLToPath } from "node:url";
 import type { Logger } from "pino";
 import { createApi } from "../api/index.js";
 import type { TemplateBuilds } from "../builds/index.js";
+import type { Orchestrator, ServerStatus } from "../orchestrator/index.js";
 import { SandboxProxy } from "../proxy/index.js";
 import { apiError, sendError } from "../relay/index.js";
 import type { Secrets } from "../secrets/index.js";
@@ -14,7 +15,7 @@ import type { ClusterCredentials } from "../tls/index.js";
 import type { Volumes } from "../volumes/index.js";
 import { type ClusterListener, fromControlChannel, listenCluster } from "./cluster-listener.js";
 import { dashboardFiles } from "./dashboard-files.js";
-import type { Late, LateBound } from "./late-bound.js";
+import type { Late } from "./late.js";
 import type { NodeMetrics } from "./prometheus.js";
 import { listenTls } from "./tls-listener.js";
 
@@ -32,8 +33,10 @@ export interface FrontOptions {
   readonly volumes: () => Volumes;
   /** Secrets, once the catalog is open (throws 503 until then). */
   readonly secrets: () => Secrets;
+  /** The node's phase, answered while it starts. */
+  readonly status: () => ServerStatus;
   /** The orchestrator, once the node has started. */
-  readonly orchestrator: LateBound;
+  readonly orchestrator: Late<Orchestrator>;
   readonly builds: Late<TemplateBuilds>;
   /**
    * A node in a cluster: its credentials from the cluster CA, for the cluster port (the
@@ -64,12 +67,14 @@ export interface Front {
 export async function listenFront(options: FrontOptions): Promise<Front> {
   const { config, logger, authenticator, metrics } = options;
   const proxy = new SandboxProxy({
-    router: options.orchestrator,
+    router: () => options.orchestrator.current,
     domain: config.domain,
     idleTimeoutMs: config.proxyIdleTimeoutMs,
     headTimeoutMs: config.proxyHeadTimeoutMs,
     logger: logger.child({ component: "proxy" }),
   });
+  // A stopped sandbox's streams end at once (the orchestrator stops them; the proxy holds them).
+  options.orchestrator.whenBound((o) => o.onSandboxStopped((id) => proxy.sandboxStopped(id)));
   const dashboard = config.dashboard === "on" ? dashboardFiles(DASHBOARD_DIR) : undefined;
   let handleApi: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
   const onRequest = (req: IncomingMessage, res: ServerResponse) => {
@@ -84,7 +89,8 @@ export async function listenFront(options: FrontOptions): Promise<Front> {
   };
   let http: Server | undefined;
   const api = createApi({
-    service: options.orchestrator,
+    service: () => options.orchestrator.get(),
+    status: options.status,
     builds: () => options.builds.get(),
     authenticate: (headers) => authenticator.authenticate(headers),
     teamAdmin: options.teamAdmin,
@@ -96,7 +102,7 @@ export async function listenFront(options: FrontOptions): Promise<Front> {
     logger: logger.child({ component: "api" }),
     onAnswered: (status, reason) => metrics.apiAnswered(status, reason),
     ...(options.cluster
-      ? { internal: { service: options.orchestrator, fromControl: fromControlChannel } }
+      ? { internal: { service: () => options.orchestrator.get(), fromControl: fromControlChannel } }
       : {}),
     serverFactory: (handler) => {
       handleApi = handler;

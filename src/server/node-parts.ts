@@ -48,7 +48,7 @@ import { joinCluster } from "./cluster-membership.js";
 import { egressSupplies } from "./egress-supplies.js";
 import { keeperSocketPath, launchKeeper } from "./keeper-launch.js";
 import { startKilledPurge } from "./killed-purge.js";
-import type { Late, LateBound } from "./late-bound.js";
+import type { Late } from "./late.js";
 import type { NodeMetrics } from "./prometheus.js";
 import { teamSandboxes } from "./removed-teams.js";
 
@@ -64,7 +64,7 @@ export interface NodePartsInput {
   readonly clusterUrl?: string;
   /** Told what the start is doing (the API's 503 says it). */
   readonly step: (message: string) => void;
-  readonly orchestrator: LateBound;
+  readonly orchestrator: Late<Orchestrator>;
   readonly builds: Late<TemplateBuilds>;
   /** See QemuDriverConfig: benchmarks only. */
   readonly uncontainedForBenchmarks?: boolean;

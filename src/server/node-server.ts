@@ -1,7 +1,12 @@
 import pino, { type Logger } from "pino";
 import type { TemplateBuilds } from "../builds/index.js";
 import type { TeamCatalog } from "../catalog/index.js";
-import { ensureLayout, type ServerStatus, stateLayout } from "../orchestrator/index.js";
+import {
+  ensureLayout,
+  type Orchestrator,
+  type ServerStatus,
+  stateLayout,
+} from "../orchestrator/index.js";
 import type { Secrets } from "../secrets/index.js";
 import type { Config } from "../shared/config.js";
 import { WarrenError } from "../shared/index.js";
@@ -11,7 +16,7 @@ import type { Volumes } from "../volumes/index.js";
 import { LiveApiKeys, loadApiKeys } from "./api-keys.js";
 import { CloseStack } from "./close-stack.js";
 import { listenFront } from "./front.js";
-import { Late, LateBound } from "./late-bound.js";
+import { Late } from "./late.js";
 import { startNodeParts } from "./node-parts.js";
 import { NodeMetrics } from "./prometheus.js";
 
@@ -56,7 +61,9 @@ export async function startNodeServer(
     : await loadAdminToken(layout.secretsDir);
 
   let status: ServerStatus = { phase: "starting", message: "setting the host up" };
-  const orchestrator = new LateBound(() => status);
+  const orchestrator = new Late<Orchestrator>(() => status);
+  // The orchestrator's own once it runs (ready, draining); the starting steps before.
+  const nodeStatus = () => orchestrator.current?.status() ?? status;
   const builds = new Late<TemplateBuilds>(() => status);
   const teams = new Late<TeamCatalog>(() => status);
   const teamSandboxes = new Late<TeamSandboxes>(() => status);
@@ -76,6 +83,7 @@ export async function startNodeServer(
     teamAdmin: () => new TeamAdmin(teams.get(), teamSandboxes.get()),
     volumes: () => volumes.get(),
     secrets: () => secrets.get(),
+    status: nodeStatus,
     orchestrator,
     builds,
     cluster,

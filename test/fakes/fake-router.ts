@@ -68,8 +68,4 @@ export class FakeRouter implements SandboxRouter {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
   }
-
-  get listenerCount(): number {
-    return this.#listeners.size;
-  }
 }

@@ -236,9 +236,9 @@ async function startStandInNode(
     socket.pipe(socket);
   };
   const api = createApi({
-    service,
+    service: () => service,
     authenticate: testAuth(() => new Set([API_KEY]), teams),
-    internal: { service, fromControl: fromControlChannel },
+    internal: { service: () => service, fromControl: fromControlChannel },
     serverFactory: (handler) => {
       handleApi = handler;
       server = createServer(onRequest);

@@ -12,11 +12,11 @@ import type { ApiContext } from "../api-context.js";
  */
 export function registerHealthRoutes(
   app: FastifyInstance,
-  { service }: ApiContext,
+  { status: nodeStatus }: ApiContext,
   authenticate: (headers: IncomingHttpHeaders) => Promise<Caller>,
 ): void {
   app.get("/health", async (request) => {
-    const status = service.status();
+    const status = nodeStatus();
     const caller = await authenticate(request.headers).catch(() => undefined);
     if (!caller?.admin) return { status: status.phase };
     return {

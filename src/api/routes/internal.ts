@@ -26,7 +26,8 @@ import {
 import { forkInput, forkResultJson } from "./snapshots.js";
 
 export interface InternalApiOptions {
-  readonly service: ClusterNodeService;
+  /** The node, as the cluster drives it; throws the readiness gate's error while it starts. */
+  readonly service: () => ClusterNodeService;
   /** Whether a request came on a gateway's control connection (certificate and ALPN). */
   readonly fromControl: (req: IncomingMessage) => boolean;
 }
@@ -47,7 +48,7 @@ export function registerInternalRoutes(
           );
         }
       });
-      internal.addHook("onRequest", async () => assertReady(context.service.status()));
+      internal.addHook("onRequest", async () => assertReady(context.status()));
       internal.addHook("preValidation", async (request) => {
         const { sandboxID } = request.params as { sandboxID?: string };
         if (sandboxID !== undefined) checkSandboxId(sandboxID);
@@ -58,7 +59,7 @@ export function registerInternalRoutes(
         { schema: { body: spillingForkSchema } },
         async (request, reply) => {
           const input = { ...forkInput(request.body, maxTimeoutMs), local: request.body.local };
-          const results = await service.forkSpilling(request.params.sandboxID, input);
+          const results = await service().forkSpilling(request.params.sandboxID, input);
           return reply.code(201).send(results.map((result) => forkResultJson(result, domain)));
         },
       );
@@ -69,7 +70,7 @@ export function registerInternalRoutes(
         async (request, reply) => {
           const { sandboxID, snapshotID } = request.params;
           const input = forkInput(request.body, maxTimeoutMs);
-          const results = await service.forkFromCapture(sandboxID, snapshotID, input);
+          const results = await service().forkFromCapture(sandboxID, snapshotID, input);
           return reply.code(201).send(results.map((result) => forkResultJson(result, domain)));
         },
       );
@@ -77,19 +78,21 @@ export function registerInternalRoutes(
       internal.post<{ Params: SandboxParams }>(
         "/sandboxes/:sandboxID/adopt",
         async (request, reply) => {
-          await service.adopt(request.params.sandboxID);
+          await service().adopt(request.params.sandboxID);
           return reply.code(204).send();
         },
       );
 
       // Pausing every running sandbox takes a while: answered once started.
       internal.post("/node/drain", async (request, reply) => {
-        service.drain().catch((err: unknown) => request.log.warn({ err }, "cluster.drain_failed"));
+        service()
+          .drain()
+          .catch((err: unknown) => request.log.warn({ err }, "cluster.drain_failed"));
         return reply.code(202).send();
       });
 
       internal.post("/node/undrain", async (_, reply) => {
-        await service.undrain();
+        await service().undrain();
         return reply.code(204).send();
       });
     },

@@ -10,17 +10,24 @@ import { callerOf } from "../caller.js";
  * the admin's only; `GET /lineage`, where each running or paused sandbox came from (fork
  * trees): a team sees its own sandboxes', the admin every team's.
  */
-export function registerNodeRoutes(app: FastifyInstance, { service }: ApiContext): void {
+export function registerNodeRoutes(
+  app: FastifyInstance,
+  { service, status: nodeStatus }: ApiContext,
+): void {
   app.get("/node", async (request): Promise<NodeView> => {
     requireAdmin(callerOf(request), "GET /node (the whole node)");
-    const status = service.status();
-    return { status: status.phase, accelerator: status.accelerator ?? null, ...service.stats() };
+    const status = nodeStatus();
+    return { status: status.phase, accelerator: status.accelerator ?? null, ...service().stats() };
   });
   app.get("/lineage", async (request) => {
     const { teamId } = callerOf(request);
-    const lineage = await service.lineage();
+    const lineage = await service().lineage();
     if (teamId === undefined) return lineage;
-    const own = new Set(service.list({ teamId }).map((info) => info.sandboxId));
+    const own = new Set(
+      service()
+        .list({ teamId })
+        .map((info) => info.sandboxId),
+    );
     return lineage.filter((entry) => own.has(entry.sandboxId));
   });
 }

@@ -30,7 +30,10 @@ export function registerLifecycleRoutes(app: FastifyInstance, context: ApiContex
     async (request, reply) => {
       // conflict (409) when already paused: the SDK's pause() then returns false.
       const memoryless = request.body?.memory === false;
-      await service.pause(request.params.sandboxID, memoryless ? { keepMemory: false } : undefined);
+      await service().pause(
+        request.params.sandboxID,
+        memoryless ? { keepMemory: false } : undefined,
+      );
       return reply.code(204).send();
     },
   );
@@ -41,7 +44,7 @@ export function registerLifecycleRoutes(app: FastifyInstance, context: ApiContex
     async (request, reply) => {
       const body = request.body ?? {};
       const timeoutMs = optionalSecondsToMs("body/timeout", body.timeout, maxTimeoutMs);
-      const info = await service.resume(
+      const info = await service().resume(
         request.params.sandboxID,
         timeoutMs,
         body.autoPause,
@@ -55,7 +58,7 @@ export function registerLifecycleRoutes(app: FastifyInstance, context: ApiContex
   // `memory: false` (the SDK's `onResume: 'reboot'`): a paused sandbox cold-boots from its disk.
   const connect = async (sandboxId: string, body: ConnectBody) => {
     const timeoutMs = optionalSecondsToMs("body/timeout", body.timeout, maxTimeoutMs);
-    const { sandbox, resumed } = await service.connect(
+    const { sandbox, resumed } = await service().connect(
       sandboxId,
       timeoutMs,
       ...rebootOf(body.memory),
@@ -86,7 +89,7 @@ export function registerLifecycleRoutes(app: FastifyInstance, context: ApiContex
     { schema: { body: timeoutSchema } },
     async (request, reply) => {
       const timeoutMs = secondsToMs("body/timeout", request.body.timeout, maxTimeoutMs);
-      await service.setTimeout(request.params.sandboxID, timeoutMs);
+      await service().setTimeout(request.params.sandboxID, timeoutMs);
       return reply.code(204).send();
     },
   );
@@ -98,7 +101,7 @@ export function registerLifecycleRoutes(app: FastifyInstance, context: ApiContex
       const duration = request.body?.duration;
       const durationMs =
         optionalSecondsToMs("body/duration", duration, maxTimeoutMs) ?? defaultTimeoutMs;
-      await service.refresh(request.params.sandboxID, durationMs);
+      await service().refresh(request.params.sandboxID, durationMs);
       return reply.code(204).send();
     },
   );

@@ -15,9 +15,9 @@ export function registerNetworkRoutes(app: FastifyInstance, context: ApiContext)
       const { sandboxID } = request.params;
       const update = toNetworkUpdate(request.body ?? {});
       // Whose secrets the rules name: the sandbox's team (the admin acts for any).
-      const teamId = service.get(sandboxID).teamId;
+      const teamId = service().get(sandboxID).teamId;
       await checkBoundSecrets(update.rules, teamId, context, "body/rules");
-      await service.updateNetwork(sandboxID, update);
+      await service().updateNetwork(sandboxID, update);
       return reply.code(204).send();
     },
   );

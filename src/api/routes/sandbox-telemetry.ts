@@ -45,7 +45,7 @@ export function registerTelemetryRoutes(app: FastifyInstance, { service }: ApiCo
         ...(start === undefined ? {} : { start }),
         ...(end === undefined ? {} : { end }),
       };
-      const metrics = await service.metrics(request.params.sandboxID, window);
+      const metrics = await service().metrics(request.params.sandboxID, window);
       return metrics.map(toMetricJson);
     },
   );
@@ -69,8 +69,8 @@ export function registerTelemetryRoutes(app: FastifyInstance, { service }: ApiCo
       const latest = await Promise.all(
         ids.map(async (id) => {
           try {
-            ownedSandbox(service, caller, checkSandboxId(id));
-            return (await service.metrics(id, { start: since })).at(-1);
+            ownedSandbox(service(), caller, checkSandboxId(id));
+            return (await service().metrics(id, { start: since })).at(-1);
           } catch {
             return undefined;
           }
@@ -92,7 +92,7 @@ export function registerTelemetryRoutes(app: FastifyInstance, { service }: ApiCo
     async (request) => {
       const start = queryUnixMillis("start", request.query.start);
       const limit = logLimit(request.query.limit);
-      const entries = await service.logs(request.params.sandboxID, {
+      const entries = await service().logs(request.params.sandboxID, {
         ...(start === undefined ? {} : { start }),
         limit,
       });
@@ -116,7 +116,7 @@ export function registerTelemetryRoutes(app: FastifyInstance, { service }: ApiCo
         (query.search === undefined || e.message.includes(query.search));
       const filtered = backward || minLevel > 0 || query.search !== undefined;
       // Filtering happens here, so the service is asked for a limit only when none applies.
-      const entries = await service.logs(request.params.sandboxID, {
+      const entries = await service().logs(request.params.sandboxID, {
         ...(cursor === undefined || backward ? {} : { start: cursor }),
         ...(filtered ? {} : { limit }),
       });

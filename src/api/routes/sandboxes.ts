@@ -38,7 +38,7 @@ export function registerSandboxRoutes(app: FastifyInstance, context: ApiContext)
     async (request, reply) => {
       const team = actingTeam(callerOf(request));
       const input = toCreateInput(team, request.body, "v1", context);
-      const info = await service.create(await withVolumes(input, request.body, context));
+      const info = await service().create(await withVolumes(input, request.body, context));
       return reply.code(201).send(toSandboxJson(info, domain));
     },
   );
@@ -49,7 +49,7 @@ export function registerSandboxRoutes(app: FastifyInstance, context: ApiContext)
     async (request, reply) => {
       const team = actingTeam(callerOf(request));
       const input = toCreateInput(team, request.body, "v2", context);
-      const info = await service.create(await withVolumes(input, request.body, context));
+      const info = await service().create(await withVolumes(input, request.body, context));
       return reply.code(201).send(toSandboxJson(info, domain));
     },
   );
@@ -65,7 +65,7 @@ export function registerSandboxRoutes(app: FastifyInstance, context: ApiContext)
         states: ["running"],
         ...(metadata === undefined ? {} : { metadata: parseMetadataQuery(metadata) }),
       };
-      return service.list(filter).map(toListedSandboxJson);
+      return service().list(filter).map(toListedSandboxJson);
     },
   );
 
@@ -83,20 +83,23 @@ export function registerSandboxRoutes(app: FastifyInstance, context: ApiContext)
           : decodeNextToken(query.nextToken, order);
       const { teamId } = callerOf(request);
       const filter = { ...toListFilter(query), teamId };
-      const page = paginate(service.list(filter), { order, limit, after });
+      const page = paginate(service().list(filter), { order, limit, after });
       if (page.nextToken !== undefined) reply.header("x-next-token", page.nextToken);
-      reply.header("x-total-running", String(service.list({ states: ["running"], teamId }).length));
+      reply.header(
+        "x-total-running",
+        String(service().list({ states: ["running"], teamId }).length),
+      );
       return page.items.map(toListedSandboxJson);
     },
   );
 
   app.get<{ Params: SandboxParams }>("/sandboxes/:sandboxID", async (request) => {
-    const info = service.get(request.params.sandboxID);
+    const info = service().get(request.params.sandboxID);
     return toSandboxDetailJson(info, domain);
   });
 
   app.delete<{ Params: SandboxParams }>("/sandboxes/:sandboxID", async (request, reply) => {
-    await service.kill(request.params.sandboxID);
+    await service().kill(request.params.sandboxID);
     return reply.code(204).send();
   });
 }

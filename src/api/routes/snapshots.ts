@@ -30,7 +30,7 @@ export function registerSnapshotRoutes(app: FastifyInstance, context: ApiContext
     { schema: { body: forkSchema } },
     async (request, reply) => {
       const input = forkInput(request.body, maxTimeoutMs);
-      const results = await service.fork(request.params.sandboxID, input);
+      const results = await service().fork(request.params.sandboxID, input);
       return reply.code(201).send(results.map((result) => forkResultJson(result, domain)));
     },
   );
@@ -39,7 +39,7 @@ export function registerSnapshotRoutes(app: FastifyInstance, context: ApiContext
     "/sandboxes/:sandboxID/snapshots",
     { schema: { body: snapshotSchema } },
     async (request, reply) => {
-      const info = await service.createSnapshot(request.params.sandboxID, {
+      const info = await service().createSnapshot(request.params.sandboxID, {
         name: request.body?.name,
       });
       return reply.code(201).send(toSnapshotJson(info));
@@ -55,7 +55,7 @@ export function registerSnapshotRoutes(app: FastifyInstance, context: ApiContext
         queryInteger("limit", query.limit, { min: 1, max: MAX_PAGE_LIMIT }) ?? DEFAULT_PAGE_LIMIT;
       const after =
         query.nextToken === undefined ? undefined : decodeNextToken(query.nextToken, "asc");
-      const all = await service.listSnapshots({
+      const all = await service().listSnapshots({
         sandboxId: query.sandboxID,
         name: query.name,
         teamId: callerOf(request).teamId,

@@ -49,7 +49,7 @@ export function registerTeamRoutes(app: FastifyInstance, context: ApiContext): v
         parseLimits(request.body?.limits),
       );
       return reply.code(201).send({
-        ...teamJson(team, context.service),
+        ...teamJson(team, context.service()),
         apiKey: key,
         apiKeyID: keyRow.id,
       });
@@ -59,7 +59,7 @@ export function registerTeamRoutes(app: FastifyInstance, context: ApiContext): v
   app.get("/admin/teams", async (request) => {
     adminOnly(request);
     const teams = await admin().teams.listTeams();
-    return teams.map((team) => teamJson(team, context.service));
+    return teams.map((team) => teamJson(team, context.service()));
   });
 
   app.patch<{ Params: TeamParams; Body: TeamBody | null }>(
@@ -72,7 +72,7 @@ export function registerTeamRoutes(app: FastifyInstance, context: ApiContext): v
         name: body.name,
         ...(body.limits !== undefined && { limits: parseLimits(body.limits) }),
       });
-      return teamJson(team, context.service);
+      return teamJson(team, context.service());
     },
   );
 
@@ -111,7 +111,7 @@ export function registerTeamRoutes(app: FastifyInstance, context: ApiContext): v
     "/teams/:teamID/metrics",
     async (request) => {
       const { startS, endS } = metricsWindow(request.query);
-      const spans = await context.service.teamHistory(await ownTeamId(request, admin));
+      const spans = await context.service().teamHistory(await ownTeamId(request, admin));
       return teamMetrics(spans, startS, endS);
     },
   );
@@ -128,7 +128,7 @@ export function registerTeamRoutes(app: FastifyInstance, context: ApiContext): v
       );
     }
     const { startS, endS } = metricsWindow(request.query);
-    const spans = await context.service.teamHistory(await ownTeamId(request, admin));
+    const spans = await context.service().teamHistory(await ownTeamId(request, admin));
     return maxTeamMetric(teamMetrics(spans, startS, endS), metric);
   });
 

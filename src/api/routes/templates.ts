@@ -139,7 +139,7 @@ export function registerTemplateRoutes(app: FastifyInstance, context: ApiContext
     // fastify has already decoded the segment: "my-snap%3Adefault" arrives as "my-snap:default".
     const service = context.builds?.();
     if (service) await service.delete(team(request), request.params.templateID);
-    else await context.service.deleteTemplate(request.params.templateID, team(request));
+    else await context.service().deleteTemplate(request.params.templateID, team(request));
     return reply.code(204).send();
   });
 }

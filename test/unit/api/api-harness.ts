@@ -19,11 +19,18 @@ export interface Harness {
   ): Promise<LightMyRequestResponse>;
 }
 
-export function useApi(
-  options: Partial<ApiOptions> & { service?: InMemorySandboxService } = {},
-): Harness {
-  const service = options.service ?? new InMemorySandboxService();
-  const app = createApi({ service, authenticate: testAuth(() => new Set([API_KEY])), ...options });
+export function useApi({
+  service: given,
+  ...options
+}: Omit<Partial<ApiOptions>, "service"> & {
+  service?: InMemorySandboxService;
+} = {}): Harness {
+  const service = given ?? new InMemorySandboxService();
+  const app = createApi({
+    service: () => service,
+    authenticate: testAuth(() => new Set([API_KEY])),
+    ...options,
+  });
   return {
     app,
     service,

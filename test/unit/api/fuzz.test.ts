@@ -177,7 +177,7 @@ await builds.start();
 after(() => builds.close());
 
 const app = createApi({
-  service: node.orchestrator,
+  service: () => node.orchestrator,
   builds: () => builds,
   authenticate: testAuth(() => new Set([API_KEY])),
   maxTimeoutMs: 3_600_000,

@@ -16,7 +16,10 @@ function useClusterNode() {
   const service = new InMemorySandboxService();
   return useApi({
     service,
-    internal: { service, fromControl: (req) => req.headers[STAND_IN_PEER] === "gateway" },
+    internal: {
+      service: () => service,
+      fromControl: (req) => req.headers[STAND_IN_PEER] === "gateway",
+    },
   });
 }
 

@@ -51,7 +51,7 @@ async function twoTeams(t: TestContext) {
     maxMemoryMiB: 8192,
   });
   const app = createApi({
-    service: node.orchestrator,
+    service: () => node.orchestrator,
     builds: () => builds,
     authenticate: testAuth(() => new Set(), teams),
   });

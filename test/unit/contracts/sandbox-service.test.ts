@@ -1,7 +1,7 @@
 // The SandboxService contract on the orchestrator, on fakes (no VMs, no root): as the unit
 // tier's other tests see it (no warm pools), and with demand-sized pools per template. Then
 // on InMemorySandboxService, the API tests' stand-in, which must answer as the orchestrator
-// does. (LateBound's run is test/unit/server/late-bound.test.ts.)
+// does.
 import { sandboxServiceContract } from "../../contracts/sandbox-service.contract.js";
 import { FakeNode } from "../../fakes/fake-node.js";
 import { InMemorySandboxService } from "../../fakes/in-memory-sandbox-service.js";

@@ -23,7 +23,8 @@ describe("auto-resume through the proxy", () => {
   before(async () => {
     node = await FakeNode.start();
     // The fake slots' addresses lead nowhere: an exchange that gets through idles out fast.
-    proxy = new SandboxProxy({ router: node.orchestrator, idleTimeoutMs: 300 });
+    proxy = new SandboxProxy({ router: () => node.orchestrator, idleTimeoutMs: 300 });
+    node.orchestrator.onSandboxStopped((id) => proxy.sandboxStopped(id));
     server.listen(0, "127.0.0.1");
     await once(server, "listening");
     port = (server.address() as AddressInfo).port;

@@ -59,7 +59,8 @@ export async function frontServer(
   options: Partial<SandboxProxyOptions> = {},
 ): Promise<{ port: number; proxy: SandboxProxy; router: FakeRouter }> {
   const router = new FakeRouter(await closedPort());
-  const proxy = new SandboxProxy({ router, ...options });
+  const proxy = new SandboxProxy({ router: () => router, ...options });
+  router.onSandboxStopped((id) => proxy.sandboxStopped(id));
   const server = createServer((req, res) => {
     if (proxy.matches(req)) return proxy.handleRequest(req, res);
     res.writeHead(404, { "content-type": "text/plain" });

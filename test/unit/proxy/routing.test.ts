@@ -157,8 +157,8 @@ test("the caller's API key and the admin token never reach a sandbox: X-API-Key,
 });
 
 test("matches(): sandbox requests only", { timeout: 10_000 }, async () => {
-  const proxy = new SandboxProxy({ router, domain: "sbx.example.test" });
-  const anyDomain = new SandboxProxy({ router });
+  const proxy = new SandboxProxy({ router: () => router, domain: "sbx.example.test" });
+  const anyDomain = new SandboxProxy({ router: () => router });
   const req = (headers: IncomingHttpHeaders) => ({ headers }) as IncomingMessage;
   try {
     assert.equal(proxy.matches(req({ host: "49983-abc.sbx.example.test" })), true);
@@ -315,11 +315,9 @@ test("a router that throws: its WarrenError status, the proxy survives", {
   assert.equal(bug.status, 500);
 });
 
-test("close(): unsubscribes, later requests get 503", { timeout: 10_000 }, async () => {
-  const { port, proxy, router: own } = await frontServer();
-  assert.equal(own.listenerCount, 1);
+test("close(): later requests get 503", { timeout: 10_000 }, async () => {
+  const { port, proxy } = await frontServer();
   proxy.close();
-  assert.equal(own.listenerCount, 0);
   const res = await send(port, { headers: { host: "49983-abc.example.test" } });
   assert.equal(res.status, 503);
 });

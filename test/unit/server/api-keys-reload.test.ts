@@ -20,8 +20,9 @@ async function serve(name: string, options: { watch?: boolean; checkIntervalMs?:
   const loaded = await loadApiKeys(secrets, ["extra-key"]);
   const logger = new RecordingLogger();
   const keys = new LiveApiKeys(loaded, ["extra-key"], { logger, ...options });
+  const service = new InMemorySandboxService();
   const app = createApi({
-    service: new InMemorySandboxService(),
+    service: () => service,
     authenticate: testAuth(() => keys.keys),
   });
   const status = async (key: string) =>

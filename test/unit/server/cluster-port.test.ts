@@ -11,8 +11,9 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import pino from "pino";
 import type { TemplateBuilds } from "../../../src/builds/index.js";
+import type { Orchestrator } from "../../../src/orchestrator/index.js";
 import { type Front, listenFront } from "../../../src/server/front.js";
-import { Late, LateBound } from "../../../src/server/late-bound.js";
+import { Late } from "../../../src/server/late.js";
 import { NodeMetrics } from "../../../src/server/prometheus.js";
 import { loadConfig } from "../../../src/shared/config.js";
 import { WarrenError } from "../../../src/shared/index.js";
@@ -57,7 +58,7 @@ before(async () => {
   certs.set("rogue-gateway", await issue(join(dir, "rogue-ca"), { role: "gateway", name: "gw" }));
   certs.set("node-as-client", await bothWays(certs.get("other-node") as ClusterCredentials));
   node = await FakeNode.start();
-  const orchestrator = new LateBound(() => ({ phase: "starting" }));
+  const orchestrator = new Late<Orchestrator>(() => ({ phase: "starting" }));
   orchestrator.bind(node.orchestrator);
   const config = loadConfig(
     {
@@ -88,6 +89,7 @@ before(async () => {
     secrets: () => {
       throw new WarrenError("unavailable", "no secrets in this test");
     },
+    status: () => orchestrator.get().status(),
     orchestrator,
     builds: new Late<TemplateBuilds>(() => ({ phase: "starting" })),
     cluster: certs.get("node"),
