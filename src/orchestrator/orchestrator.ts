@@ -28,6 +28,7 @@ import {
 } from "./live-sandbox.js";
 import { MetricsSampler } from "./metrics-sampler.js";
 import { egressPolicyOf, withNetworkUpdate } from "./network-config.js";
+import { NodeViews } from "./node-views.js";
 import { assertReady } from "./readiness.js";
 import { reattachRunning } from "./reattach.js";
 import { recoverLeftovers } from "./recovery.js";
@@ -149,7 +150,6 @@ export class Orchestrator
   /** Why that capture failed, for a create that asks for the template. */
   #codeInterpreterFailure: string | undefined;
   readonly #kept: KeptVmms;
-  readonly #capacity: Capacity;
   readonly #disk: DiskSpace;
   readonly #snapshots: Snapshots;
   readonly #lifecycle: Lifecycle;
@@ -158,6 +158,7 @@ export class Orchestrator
   readonly #sampler: MetricsSampler;
   /** What routing asks of the orchestrator, built once: `route` runs on every proxied request. */
   readonly #routing: RoutingOptions;
+  readonly #views: NodeViews;
   #status: ServerStatus;
   #draining = false;
 
@@ -168,7 +169,6 @@ export class Orchestrator
     const events = new LifecycleEvents({ logger, catalog });
     this.#events = events;
     const capacity = new Capacity(options.limits);
-    this.#capacity = capacity;
     const disk = new DiskSpace(
       layout.dataDir,
       options.limits.diskReserveMiB ?? 0,
@@ -252,6 +252,7 @@ export class Orchestrator
       defaultTimeoutMs: options.defaultTimeoutMs,
       events,
     });
+    this.#views = new NodeViews({ catalog, table: this.#table, pool: this.#pool, capacity });
     this.#routing = {
       table: this.#table,
       ready: () => this.#status.phase === "ready",
@@ -380,101 +381,21 @@ export class Orchestrator
 
   // ---- sandboxes ----------------------------------------------------------------------------
 
-  /**
-   * What this node holds, for a cluster's placement (its heartbeats carry it): the sandboxes'
-   * shapes (warm VMMs are not counted: a create takes their room) and the templates, by id
-   * and alias, with a warm VMM ready.
-   */
-  async load(): Promise<NodeLoad> {
-    let vcpusUsed = 0;
-    let memoryMiBUsed = 0;
-    const live = this.#table.values();
-    for (const sandbox of live) {
-      vcpusUsed += sandbox.row.vcpus;
-      memoryMiBUsed += sandbox.row.memoryMiB;
-    }
-    const ready = this.#pool.readyBySnapshot();
-    const warmTemplates = (await this.#o.catalog.listTemplates())
-      .filter((template) => (ready.get(template.snapshotId) ?? 0) > 0)
-      .flatMap((template) => [template.id, ...template.aliases]);
-    return { sandboxes: live.length, vcpusUsed, memoryMiBUsed, warmTemplates };
+  /** What this node holds, for a cluster's placement (NodeViews.load). */
+  load(): Promise<NodeLoad> {
+    return this.#views.load();
   }
 
-  /** Where each running or paused sandbox came from, found in the snapshots it stands on. */
-  async teamHistory(teamId: string): Promise<SandboxSpan[]> {
-    return (await this.#o.catalog.listSandboxes())
-      .filter((row) => row.teamId === teamId && !configOf(row).internal)
-      .map((row) => ({
-        startedAt: new Date(row.startedAt),
-        // A killed row's updatedAt is its kill (nothing changes it after).
-        ...(row.state === "killed" && { endedAt: new Date(row.updatedAt) }),
-      }));
+  teamHistory(teamId: string): Promise<SandboxSpan[]> {
+    return this.#views.teamHistory(teamId);
   }
 
-  async lineage(): Promise<SandboxLineage[]> {
-    const { catalog } = this.#o;
-    // Forks of one source share their chains: each snapshot read once per call.
-    const read = new Map<string, ReturnType<typeof catalog.getSnapshot>>();
-    const snapshotOf = (id: string) => {
-      const known = read.get(id);
-      if (known) return known;
-      const row = catalog.getSnapshot(id);
-      read.set(id, row);
-      return row;
-    };
-    const out: SandboxLineage[] = [];
-    for (const live of this.#table.values()) {
-      const { row } = live;
-      if (configOf(row).internal) continue;
-      let found: SandboxLineage = {
-        sandboxId: row.id,
-        templateId: row.templateId,
-        via: "template",
-      };
-      // Its own pauses and fork points first, then what it was started from.
-      let id = row.snapshotId;
-      for (let depth = 0; id && depth < 1_000; depth++) {
-        const snapshot = await snapshotOf(id);
-        if (!snapshot?.sandboxId) break;
-        if (snapshot.sandboxId !== row.id) {
-          const via = snapshot.kind === "fork" || snapshot.kind === "pause" ? "fork" : "snapshot";
-          found = { ...found, parentId: snapshot.sandboxId, via, snapshotId: snapshot.id };
-          break;
-        }
-        id = snapshot.parentId;
-      }
-      out.push(found);
-    }
-    return out;
+  lineage(): Promise<SandboxLineage[]> {
+    return this.#views.lineage();
   }
 
-  /** What the node holds now (NodeStats): counted, nothing asked of any guest. */
   stats(): NodeStats {
-    const sandboxesByState: Record<string, number> = {};
-    const sandboxes: NodeStats["sandboxes"][number][] = [];
-    for (const live of this.#table.values()) {
-      const { row } = live;
-      sandboxesByState[row.state] = (sandboxesByState[row.state] ?? 0) + 1;
-      if (row.state !== "running") continue;
-      const last = live.metrics.at(-1);
-      sandboxes.push({
-        sandboxId: row.id,
-        templateId: row.templateId,
-        ...(last && { cpuUsedPct: last.cpuUsedPct, memUsedBytes: last.memUsed }),
-      });
-    }
-    const { limits, usage } = this.#capacity;
-    return {
-      sandboxesByState,
-      pool: this.#pool.stats,
-      sandboxes,
-      capacity: {
-        maxSandboxes: limits.maxSandboxes,
-        maxVcpus: limits.maxVcpus,
-        maxMemoryMiB: limits.maxMemoryMiB,
-        ...usage,
-      },
-    };
+    return this.#views.stats();
   }
 
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
