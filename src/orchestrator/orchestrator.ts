@@ -3,14 +3,8 @@ import type { GuestArtifacts } from "../host-setup/index.js";
 import { type SlotPool, validateEgressPolicy } from "../network/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { DiskChains, MachineShape, VmmDriver } from "../vmm/index.js";
-import {
-  type BaseTemplateOptions,
-  bootTemplate,
-  ensureBaseTemplate,
-  ensureBuiltinTemplate,
-} from "./base-template.js";
+import { BuiltInTemplates } from "./built-in-templates.js";
 import { Capacity, type CapacityLimits } from "./capacity.js";
-import { CODE_INTERPRETER_TEMPLATE, codeInterpreterTemplate } from "./code-interpreter-template.js";
 import { DiskSpace, type StatDisk } from "./disk-space.js";
 import { Forks } from "./forks.js";
 import type { GuestAgent } from "./guest-agent.js";
@@ -145,12 +139,8 @@ export class Orchestrator
   readonly #events: LifecycleEvents;
   readonly #table = new SandboxTable();
   readonly #pool: WarmPool;
-  /** The code-interpreter-v1 template's capture in progress, when one runs. */
-  #codeInterpreter: Promise<unknown> | undefined;
-  /** Why that capture failed, for a create that asks for the template. */
-  #codeInterpreterFailure: string | undefined;
+  readonly #templates: BuiltInTemplates;
   readonly #kept: KeptVmms;
-  readonly #disk: DiskSpace;
   readonly #snapshots: Snapshots;
   readonly #lifecycle: Lifecycle;
   readonly #forks: Forks;
@@ -174,7 +164,6 @@ export class Orchestrator
       options.limits.diskReserveMiB ?? 0,
       options.statDisk,
     );
-    this.#disk = disk;
     this.#snapshots = new Snapshots({
       catalog,
       driver,
@@ -186,6 +175,24 @@ export class Orchestrator
       events,
       shared: options.shared,
       warmSnapshots: () => this.#pool.readyBySnapshot().keys(),
+    });
+    this.#templates = new BuiltInTemplates({
+      boot: {
+        catalog,
+        driver,
+        slots,
+        agent,
+        images,
+        layout,
+        snapshots: this.#snapshots,
+        settleMs: options.templateSettleMs,
+        events,
+      },
+      shape: options.templateShape,
+      disk,
+      codeInterpreter: options.codeInterpreter ?? false,
+      codeInterpreterRootfs: images.codeInterpreterRootfs,
+      logger,
     });
     const vms = new SandboxVms({
       catalog,
@@ -297,17 +304,14 @@ export class Orchestrator
       for (const row of await catalog.listSandboxes(["paused"])) {
         this.#table.add({ row, metrics: [] });
       }
-      const base = await ensureBaseTemplate({
-        ...this.#bootOptions(),
-        shape: this.#o.templateShape,
-      });
+      const base = await this.#templates.ensureBase();
       const baseSnapshot = await catalog.getSnapshot(base.snapshotId);
       if (baseSnapshot) {
         const pooled = { snapshotId: base.snapshotId, dir: baseSnapshot.dir, shape: base };
         this.#pool.keepWarm(pooled, this.#o.pool.baseFloor);
       }
       this.#status = { ...this.#status, phase: "ready" };
-      this.#startCodeInterpreter();
+      this.#templates.startCodeInterpreter();
       this.#sampler.start();
       this.#log.info(
         { paused: this.#table.values().length - reattached.size, reattached: reattached.size },
@@ -401,18 +405,10 @@ export class Orchestrator
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
     assertReady(this.#status);
     const { catalog } = this.#o;
-    // Its first capture runs after start: a create for it waits for the capture.
-    if (input.templateId === CODE_INTERPRETER_TEMPLATE) await this.#codeInterpreter;
-    const template = await findTemplate(catalog, input.templateId, {
-      layers: input.internal,
-      teamId: input.teamId,
-    }).catch((err: unknown) => {
-      if (input.templateId !== CODE_INTERPRETER_TEMPLATE) throw err;
-      throw new WarrenError(
-        "template_not_found",
-        `template '${CODE_INTERPRETER_TEMPLATE}' not found: ${this.#codeInterpreterMissing()}`,
-      );
-    });
+    // The code interpreter's first capture runs after start: a create for it waits for it.
+    const template = await this.#templates.find(input.templateId, () =>
+      findTemplate(catalog, input.templateId, { layers: input.internal, teamId: input.teamId }),
+    );
     // Checked before anything is reserved: a bad list is the caller's 400.
     validateEgressPolicy(egressPolicyOf(input, input.teamId));
     const volumeMounts = withTemplateVolumes(template, input.volumeMounts ?? []);
@@ -737,66 +733,7 @@ export class Orchestrator
 
   async bootTemplate(input: BootTemplateInput): Promise<TemplateRow> {
     assertReady(this.#status);
-    const { diskSizeMiB, memoryMiB } = input.shape;
-    // A qcow2 disk is thin: a larger one costs nothing until its guest fills the host's disk.
-    const ceiling = this.#disk.ceilingMiB();
-    if (diskSizeMiB !== undefined && diskSizeMiB > ceiling) {
-      throw new WarrenError(
-        "invalid_argument",
-        `a template disk of ${diskSizeMiB} MiB is more than this node could ever hold: at most ${ceiling} MiB (the data dir's filesystem less WARREN_DISK_RESERVE_MIB)`,
-      );
-    }
-    // Its capture writes the guest's memory.
-    this.#disk.admit("booting a template", memoryMiB * 1024 * 1024);
-    return bootTemplate(this.#bootOptions(), input);
-  }
-
-  /**
-   * Captures code-interpreter-v1 in the background (a cold boot, kernels started: a minute
-   * or more under TCG) when asked and setup built its rootfs; a failure is logged, and the
-   * template stays missing until the next start.
-   */
-  #startCodeInterpreter(): void {
-    const rootfs = this.#o.images.codeInterpreterRootfs;
-    if (!this.#o.codeInterpreter || !rootfs) return;
-    const capture = ensureBuiltinTemplate(
-      { ...this.#bootOptions(), shape: this.#o.templateShape },
-      codeInterpreterTemplate(rootfs),
-    ).then(
-      (row) => this.#log.info({ template: row.id }, "code_interpreter.ready"),
-      (err: unknown) => {
-        this.#codeInterpreterFailure = err instanceof Error ? err.message : String(err);
-        this.#log.error({ err }, "code_interpreter.capture_failed");
-      },
-    );
-    this.#codeInterpreter = capture.finally(() => {
-      this.#codeInterpreter = undefined;
-    });
-  }
-
-  /** Why code-interpreter-v1 is not here, in words that say what to do. */
-  #codeInterpreterMissing(): string {
-    if (!this.#o.codeInterpreter)
-      return "this server runs without the code interpreter: start it with WARREN_CODE_INTERPRETER=on";
-    if (!this.#o.images.codeInterpreterRootfs)
-      return "host setup has not built its rootfs (npm run setup, WARREN_CODE_INTERPRETER not off)";
-    return `its capture failed when the server started (${this.#codeInterpreterFailure ?? "see the server's log"}); a restart tries again`;
-  }
-
-  /** What booting a template (base, or a build's image) needs. */
-  #bootOptions(): Omit<BaseTemplateOptions, "shape"> {
-    const { catalog, driver, slots, agent, images, layout } = this.#o;
-    return {
-      catalog,
-      driver,
-      slots,
-      agent,
-      images,
-      layout,
-      snapshots: this.#snapshots,
-      settleMs: this.#o.templateSettleMs,
-      events: this.#events,
-    };
+    return this.#templates.boot(input);
   }
 
   async dropTemplate(template: TemplateRow): Promise<void> {
