@@ -1,15 +1,14 @@
 import { access, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
-import type { Catalog, TemplateRow } from "../catalog/index.js";
-import type { GuestArtifacts } from "../host-setup/index.js";
-import { type SlotPool, TAP_NAME } from "../network/index.js";
+import type { TemplateRow } from "../catalog/index.js";
+import { TAP_NAME } from "../network/index.js";
 import { GATEWAY_ADDRESS, GUEST_ADDRESS } from "../protocol/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import { type MachineShape, SnapshotMismatchError, type VmmDriver } from "../vmm/index.js";
-import type { GuestAgent } from "./guest-agent.js";
 import { newId } from "./ids.js";
-import { runtimeDir, type StateLayout } from "./layout.js";
+import { runtimeDir } from "./layout.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
+import type { NodeDrivers } from "./node-drivers.js";
 import type { Snapshots } from "./snapshots.js";
 import { type GuestSpecInput, guestSpec } from "./vm-spec.js";
 
@@ -26,13 +25,7 @@ const ANY_SLOT: GuestSpecInput["slot"] = {
   gateway: GATEWAY_ADDRESS,
 };
 
-export interface BaseTemplateOptions {
-  readonly catalog: Catalog;
-  readonly driver: VmmDriver;
-  readonly slots: SlotPool;
-  readonly agent: GuestAgent;
-  readonly images: GuestArtifacts;
-  readonly layout: StateLayout;
+export interface BaseTemplateOptions extends NodeDrivers {
   readonly snapshots: Snapshots;
   readonly shape: MachineShape;
   readonly events: LifecycleEvents;

@@ -1,17 +1,12 @@
-import type { Catalog, SnapshotFileRecord, TemplateRow } from "../catalog/index.js";
-import type { GuestArtifacts } from "../host-setup/index.js";
-import { type SlotPool, validateEgressPolicy } from "../network/index.js";
+import type { SnapshotFileRecord, TemplateRow } from "../catalog/index.js";
+import { validateEgressPolicy } from "../network/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
-import type { DiskChains, MachineShape, VmmDriver } from "../vmm/index.js";
-import { BuiltInTemplates } from "./built-in-templates.js";
-import { Capacity, type CapacityLimits } from "./capacity.js";
-import { DiskSpace, type StatDisk } from "./disk-space.js";
-import { Forks } from "./forks.js";
-import type { GuestAgent } from "./guest-agent.js";
-import { KeptVmms } from "./kept-vmms.js";
-import { ensureLayout, type StateLayout } from "./layout.js";
-import { Lifecycle } from "./lifecycle.js";
-import { type EventListener, type EventSource, LifecycleEvents } from "./lifecycle-events.js";
+import type { DiskChains, MachineShape } from "../vmm/index.js";
+import { assembleParts, type OrchestratorParts } from "./assembly.js";
+import type { CapacityLimits } from "./capacity.js";
+import type { StatDisk } from "./disk-space.js";
+import { ensureLayout } from "./layout.js";
+import type { EventListener, EventSource } from "./lifecycle-events.js";
 import { byStart, matchesFilter } from "./list-filter.js";
 import {
   configOf,
@@ -20,18 +15,17 @@ import {
   type SandboxConfig,
   sandboxInfo,
 } from "./live-sandbox.js";
-import { MetricsSampler } from "./metrics-sampler.js";
 import { egressPolicyOf, withNetworkUpdate } from "./network-config.js";
-import { NodeViews } from "./node-views.js";
+import type { NodeDrivers } from "./node-drivers.js";
 import { assertReady } from "./readiness.js";
 import { reattachRunning } from "./reattach.js";
 import { recoverLeftovers } from "./recovery.js";
-import { type RoutingOptions, routeSandbox } from "./routing.js";
-import { requireState, SandboxTable } from "./sandbox-table.js";
-import { SandboxVms, type VolumeServer } from "./sandbox-vms.js";
+import { routeSandbox } from "./routing.js";
+import { requireState } from "./sandbox-table.js";
+import type { VolumeServer } from "./sandbox-vms.js";
 import { templateStart } from "./snapshot-templates.js";
-import { type SharedSnapshots, Snapshots } from "./snapshots.js";
-import { type TeamLimitsLookup, TeamQuotas } from "./team-quotas.js";
+import type { SharedSnapshots } from "./snapshots.js";
+import type { TeamLimitsLookup } from "./team-quotas.js";
 import { metricsWithin, sandboxLogs, takeMetricsSample } from "./telemetry.js";
 import { findTemplate } from "./templates.js";
 import type {
@@ -62,17 +56,11 @@ import type {
   WakeCheck,
 } from "./types.js";
 import { withTemplateVolumes } from "./volume-mounts.js";
-import { type PoolSettings, WarmPool } from "./warm-pool.js";
+import type { PoolSettings } from "./warm-pool.js";
 
-export interface OrchestratorOptions {
-  readonly catalog: Catalog;
-  readonly driver: VmmDriver;
+export interface OrchestratorOptions extends NodeDrivers {
   /** Where snapshot disks are flattened (the driver's disks: QemuDriverOptions.disks). */
   readonly disks: DiskChains;
-  readonly slots: SlotPool;
-  readonly agent: GuestAgent;
-  readonly images: GuestArtifacts;
-  readonly layout: StateLayout;
   readonly limits: CapacityLimits;
   readonly templateShape: MachineShape;
   /** Captures the code-interpreter-v1 template after start, when setup built its rootfs. */
@@ -120,12 +108,6 @@ export interface OrchestratorOptions {
 }
 
 /**
- * A restore's /init answers in ~50-500 ms, seconds when many start at once on few cores; a
- * guest still silent after this long is stuck or hostile, and waits without its permit.
- */
-const START_PERMIT_LEASE_MS = 10_000;
-
-/**
  * What the API and the proxy talk to: a facade over the parts that run sandboxes. The state
  * machine is `Lifecycle` (TTL timers in `TtlTimers`), fork and persistent snapshots are
  * `Forks`, proxy routing is `routeSandbox`, readiness is `assertReady`; `SandboxTable` holds
@@ -136,136 +118,18 @@ export class Orchestrator
 {
   readonly #o: OrchestratorOptions;
   readonly #log: Logger;
-  readonly #events: LifecycleEvents;
-  readonly #table = new SandboxTable();
-  readonly #pool: WarmPool;
-  readonly #templates: BuiltInTemplates;
-  readonly #kept: KeptVmms;
-  readonly #snapshots: Snapshots;
-  readonly #lifecycle: Lifecycle;
-  readonly #forks: Forks;
-  readonly #vms: SandboxVms;
-  readonly #sampler: MetricsSampler;
-  /** What routing asks of the orchestrator, built once: `route` runs on every proxied request. */
-  readonly #routing: RoutingOptions;
-  readonly #views: NodeViews;
+  /** Its parts, wired once (assembly.ts); the methods below turn each call into theirs. */
+  readonly #p: OrchestratorParts;
   #status: ServerStatus;
   #draining = false;
 
   constructor(options: OrchestratorOptions) {
     this.#o = options;
     this.#log = options.logger;
-    const { catalog, driver, slots, agent, images, layout, logger } = options;
-    const events = new LifecycleEvents({ logger, catalog });
-    this.#events = events;
-    const capacity = new Capacity(options.limits);
-    const disk = new DiskSpace(
-      layout.dataDir,
-      options.limits.diskReserveMiB ?? 0,
-      options.statDisk,
-    );
-    this.#snapshots = new Snapshots({
-      catalog,
-      driver,
-      disks: options.disks,
-      layout,
-      imagesFingerprint: images.fingerprint,
-      flattenDepth: options.flattenDepth,
-      logger,
-      events,
-      shared: options.shared,
-      warmSnapshots: () => this.#pool.readyBySnapshot().keys(),
-    });
-    this.#templates = new BuiltInTemplates({
-      boot: {
-        catalog,
-        driver,
-        slots,
-        agent,
-        images,
-        layout,
-        snapshots: this.#snapshots,
-        settleMs: options.templateSettleMs,
-        events,
-      },
-      shape: options.templateShape,
-      disk,
-      codeInterpreter: options.codeInterpreter ?? false,
-      codeInterpreterRootfs: images.codeInterpreterRootfs,
-      logger,
-    });
-    const vms = new SandboxVms({
-      catalog,
-      driver,
-      slots,
-      agent,
-      images,
-      layout,
-      logger,
-      envdDeadlineMs: options.envdDeadlineMs ?? 30_000,
-      snapshotDir: (id) => this.#snapshots.localDir(id),
-      volumes: options.volumes,
-      guestCaCertificate: options.guestCaCertificate,
-    });
-    this.#vms = vms;
-    // Before the pool's: a reserve that does not fit takes a kept VMM's room first.
-    this.#kept = new KeptVmms({
-      keepMs: options.keptVmms?.keepMs ?? 0,
-      maxKept: options.keptVmms?.maxKept ?? 0,
-      release: (kept) => vms.releaseKept(kept),
-      logger,
-    });
-    capacity.reclaimWith(() => this.#kept.reclaimOne());
-    this.#pool = new WarmPool({
-      driver,
-      slots,
-      agent,
-      images,
-      layout,
-      capacity,
-      logger,
-      events,
-      guestCaCertificate: options.guestCaCertificate,
-      ...options.pool,
-    });
-    this.#sampler = new MetricsSampler({
-      table: this.#table,
-      agent,
-      intervalMs: options.metricsIntervalMs ?? 0,
-      logger,
-    });
-    this.#lifecycle = new Lifecycle({
-      catalog,
-      table: this.#table,
-      capacity,
-      quotas: new TeamQuotas(options.teamLimits, () => this.#table.values().map((l) => l.row)),
-      disk,
-      vms,
-      pool: this.#pool,
-      snapshots: this.#snapshots,
-      kept: this.#kept,
-      maxConcurrentStarts: options.maxConcurrentStarts,
-      startPermitLeaseMs: options.startPermitLeaseMs ?? START_PERMIT_LEASE_MS,
-      logger,
-      events,
-    });
-    this.#forks = new Forks({
-      catalog,
-      table: this.#table,
-      lifecycle: this.#lifecycle,
-      snapshots: this.#snapshots,
-      pool: this.#pool,
-      maxForkCount: options.maxForkCount,
-      defaultTimeoutMs: options.defaultTimeoutMs,
-      events,
-    });
-    this.#views = new NodeViews({ catalog, table: this.#table, pool: this.#pool, capacity });
-    this.#routing = {
-      table: this.#table,
+    this.#p = assembleParts(options, {
       ready: () => this.#status.phase === "ready",
       resume: (id) => this.connect(id, undefined),
-      logger,
-    };
+    });
     this.#status = {
       phase: "starting",
       accelerator: options.accelerator.accel,
@@ -283,38 +147,38 @@ export class Orchestrator
         catalog,
         driver,
         slots,
-        vms: this.#vms,
-        lifecycle: this.#lifecycle,
-        snapshots: this.#snapshots,
+        vms: this.#p.vms,
+        lifecycle: this.#p.lifecycle,
+        snapshots: this.#p.snapshots,
         layout,
-        events: this.#events,
+        events: this.#p.events,
         logger: this.#log,
       });
       await recoverLeftovers({
         catalog,
         driver,
         layout,
-        snapshots: this.#snapshots,
+        snapshots: this.#p.snapshots,
         logger: this.#log,
-        events: this.#events,
+        events: this.#p.events,
         reattached,
       });
       await slots.cleanupStale();
       await slots.start();
       for (const row of await catalog.listSandboxes(["paused"])) {
-        this.#table.add({ row, metrics: [] });
+        this.#p.table.add({ row, metrics: [] });
       }
-      const base = await this.#templates.ensureBase();
+      const base = await this.#p.templates.ensureBase();
       const baseSnapshot = await catalog.getSnapshot(base.snapshotId);
       if (baseSnapshot) {
         const pooled = { snapshotId: base.snapshotId, dir: baseSnapshot.dir, shape: base };
-        this.#pool.keepWarm(pooled, this.#o.pool.baseFloor);
+        this.#p.pool.keepWarm(pooled, this.#o.pool.baseFloor);
       }
       this.#status = { ...this.#status, phase: "ready" };
-      this.#templates.startCodeInterpreter();
-      this.#sampler.start();
+      this.#p.templates.startCodeInterpreter();
+      this.#p.sampler.start();
       this.#log.info(
-        { paused: this.#table.values().length - reattached.size, reattached: reattached.size },
+        { paused: this.#p.table.values().length - reattached.size, reattached: reattached.size },
         "orchestrator.ready",
       );
     } catch (err) {
@@ -332,22 +196,22 @@ export class Orchestrator
    */
   async close(): Promise<void> {
     this.#status = { ...this.#status, phase: "stopping" };
-    this.#lifecycle.ttl.close();
-    await this.#sampler.stop();
+    this.#p.lifecycle.ttl.close();
+    await this.#p.sampler.stop();
     // Pauses on the way out keep nothing: their VMMs would only be given up below.
-    await this.#kept.close();
+    await this.#p.kept.close();
     const detach = this.#o.onStop?.() === "detach";
-    for (const live of this.#table.values().filter((l) => l.row.state === "running")) {
+    for (const live of this.#p.table.values().filter((l) => l.row.state === "running")) {
       const id = live.row.id;
-      if (detach) await this.#table.serial(id, async () => this.#detach(live));
+      if (detach) await this.#p.table.serial(id, async () => this.#detach(live));
       else
         await this.pause(id).catch(async (err: unknown) => {
           this.#log.warn({ sandboxId: id, err }, "sandbox.pause_on_shutdown_failed");
           await this.kill(id).catch(() => {});
         });
     }
-    await this.#pool.close();
-    await this.#snapshots.close();
+    await this.#p.pool.close();
+    await this.#p.snapshots.close();
     await this.#o.slots.close({ keepInUse: detach });
     await this.#o.catalog.close();
   }
@@ -359,7 +223,7 @@ export class Orchestrator
     live.guestCalls?.abort();
     vm.detach();
     live.vm = undefined;
-    await this.#events.emit("sandbox.detached", { sandboxId: live.row.id });
+    await this.#p.events.emit("sandbox.detached", { sandboxId: live.row.id });
   }
 
   /**
@@ -369,44 +233,44 @@ export class Orchestrator
    * ones' only.
    */
   async settled(): Promise<void> {
-    await this.#pool.settled();
-    await this.#kept.settled();
-    await this.#vms.settled();
+    await this.#p.pool.settled();
+    await this.#p.kept.settled();
+    await this.#p.vms.settled();
   }
 
   status(): ServerStatus {
-    return { ...this.#status, pooledVmms: this.#pool.stats.ready };
+    return { ...this.#status, pooledVmms: this.#p.pool.stats.ready };
   }
 
   /** Its lifecycle events (events.ts) as they are emitted: the node's metrics follow them. */
   onEvent(listener: EventListener): () => void {
-    return this.#events.onEvent(listener);
+    return this.#p.events.onEvent(listener);
   }
 
   // ---- sandboxes ----------------------------------------------------------------------------
 
   /** What this node holds, for a cluster's placement (NodeViews.load). */
   load(): Promise<NodeLoad> {
-    return this.#views.load();
+    return this.#p.views.load();
   }
 
   teamHistory(teamId: string): Promise<SandboxSpan[]> {
-    return this.#views.teamHistory(teamId);
+    return this.#p.views.teamHistory(teamId);
   }
 
   lineage(): Promise<SandboxLineage[]> {
-    return this.#views.lineage();
+    return this.#p.views.lineage();
   }
 
   stats(): NodeStats {
-    return this.#views.stats();
+    return this.#p.views.stats();
   }
 
   async create(input: CreateSandboxInput): Promise<SandboxInfo> {
     assertReady(this.#status);
     const { catalog } = this.#o;
     // The code interpreter's first capture runs after start: a create for it waits for it.
-    const template = await this.#templates.find(input.templateId, () =>
+    const template = await this.#p.templates.find(input.templateId, () =>
       findTemplate(catalog, input.templateId, { layers: input.internal, teamId: input.teamId }),
     );
     // Checked before anything is reserved: a bad list is the caller's 400.
@@ -437,17 +301,21 @@ export class Orchestrator
       timeoutMs: input.timeoutMs,
       snapshotId: template.snapshotId,
     });
-    const start = await templateStart(catalog, template, (id) => this.#snapshots.localDir(id));
+    const start = await templateStart(catalog, template, (id) => this.#p.snapshots.localDir(id));
     // A build VM starts once from its layer: no demand to learn from, no pool to take from.
-    return this.#lifecycle.launch(row, start.presentToken, input.internal ? undefined : start.pool);
+    return this.#p.lifecycle.launch(
+      row,
+      start.presentToken,
+      input.internal ? undefined : start.pool,
+    );
   }
 
   get(sandboxId: string): SandboxInfo {
-    return sandboxInfo(this.#table.get(sandboxId).row);
+    return sandboxInfo(this.#p.table.get(sandboxId).row);
   }
 
   list(filter: ListFilter): SandboxInfo[] {
-    return this.#table
+    return this.#p.table
       .values()
       .map((live) => live.row)
       .filter((row) => matchesFilter(row, filter))
@@ -456,11 +324,11 @@ export class Orchestrator
   }
 
   async kill(sandboxId: string): Promise<void> {
-    const live = this.#table.get(sandboxId);
+    const live = this.#p.table.get(sandboxId);
     live.abort?.abort();
-    await this.#table.serial(sandboxId, async () => {
-      if (!this.#table.has(sandboxId)) return; // a create or resume the abort already undid
-      await this.#lifecycle.teardown(live, "killed");
+    await this.#p.table.serial(sandboxId, async () => {
+      if (!this.#p.table.has(sandboxId)) return; // a create or resume the abort already undid
+      await this.#p.lifecycle.teardown(live, "killed");
     });
   }
 
@@ -472,18 +340,18 @@ export class Orchestrator
    */
   async reconcile(): Promise<number> {
     let changed = 0;
-    for (const live of this.#table.values()) {
+    for (const live of this.#p.table.values()) {
       const id = live.row.id;
-      await this.#table.serial(id, async () => {
-        if (!this.#table.has(id)) return;
+      await this.#p.table.serial(id, async () => {
+        if (!this.#p.table.has(id)) return;
         const row = await this.#o.catalog.getSandbox(id);
         if (row && row.state !== "killed") return;
         changed += 1;
-        this.#events.emit("sandbox.reconciled", { sandboxId: id, state: row?.state ?? "moved" });
-        if (row) await this.#lifecycle.teardown(live, row.endedReason ?? "lost");
+        this.#p.events.emit("sandbox.reconciled", { sandboxId: id, state: row?.state ?? "moved" });
+        if (row) await this.#p.lifecycle.teardown(live, row.endedReason ?? "lost");
         else {
-          await this.#vms.release(live);
-          this.#table.remove(id);
+          await this.#p.vms.release(live);
+          this.#p.table.remove(id);
         }
       });
     }
@@ -499,15 +367,15 @@ export class Orchestrator
     const heldIds = new Set(held.map((row) => row.id));
     let moved = 0;
     for (const row of held) if (await this.#adopt(row.id)) moved += 1;
-    for (const live of this.#table.values()) {
+    for (const live of this.#p.table.values()) {
       const id = live.row.id;
       if (live.row.state !== "paused" || heldIds.has(id)) continue;
-      await this.#table.serial(id, async () => {
-        if (!this.#table.has(id) || live.row.state !== "paused") return;
+      await this.#p.table.serial(id, async () => {
+        if (!this.#p.table.has(id) || live.row.state !== "paused") return;
         if (await this.#o.catalog.getSandbox(id)) return;
-        this.#table.remove(id);
+        this.#p.table.remove(id);
         moved += 1;
-        this.#events.emit("sandbox.moved_away", { sandboxId: id });
+        this.#p.events.emit("sandbox.moved_away", { sandboxId: id });
       });
     }
     return moved;
@@ -524,15 +392,15 @@ export class Orchestrator
    */
   async drain(): Promise<void> {
     this.#draining = true;
-    for (const live of this.#table.values()) {
+    for (const live of this.#p.table.values()) {
       if (live.row.state !== "running") continue;
       await this.pause(live.row.id).catch((err: unknown) =>
         this.#log.warn({ sandboxId: live.row.id, err }, "sandbox.drain_pause_failed"),
       );
     }
-    for (const live of this.#table.values()) {
+    for (const live of this.#p.table.values()) {
       const snapshotId = live.row.state === "paused" ? live.row.snapshotId : undefined;
-      if (snapshotId) await this.#snapshots.publish(snapshotId).catch(() => {});
+      if (snapshotId) await this.#p.snapshots.publish(snapshotId).catch(() => {});
     }
   }
 
@@ -547,8 +415,8 @@ export class Orchestrator
   async adopt(sandboxId: string): Promise<void> {
     assertReady(this.#status);
     await this.#adopt(sandboxId);
-    const { snapshotId } = this.#table.get(sandboxId).row;
-    if (snapshotId) await this.#snapshots.localDir(snapshotId);
+    const { snapshotId } = this.#p.table.get(sandboxId).row;
+    if (snapshotId) await this.#p.snapshots.localDir(snapshotId);
   }
 
   /**
@@ -556,21 +424,21 @@ export class Orchestrator
    * again under its lock (a kill may have just ended it).
    */
   async #adopt(sandboxId: string): Promise<boolean> {
-    if (this.#table.has(sandboxId)) return false;
-    return this.#table.serial(sandboxId, async () => {
-      if (this.#table.has(sandboxId)) return false;
+    if (this.#p.table.has(sandboxId)) return false;
+    return this.#p.table.serial(sandboxId, async () => {
+      if (this.#p.table.has(sandboxId)) return false;
       const row = await this.#o.catalog.getSandbox(sandboxId);
       if (row?.state !== "paused") return false;
-      this.#table.add({ row, metrics: [] });
-      this.#events.emit("sandbox.moved_here", { sandboxId });
+      this.#p.table.add({ row, metrics: [] });
+      this.#p.events.emit("sandbox.moved_here", { sandboxId });
       return true;
     });
   }
 
   async pause(sandboxId: string, options: PauseOptions = {}): Promise<void> {
-    return this.#table.locked(sandboxId, async (live) => {
+    return this.#p.table.locked(sandboxId, async (live) => {
       requireState(live, "running", `sandbox ${sandboxId} is already paused`);
-      await this.#lifecycle.pause(live, options);
+      await this.#p.lifecycle.pause(live, options);
     });
   }
 
@@ -582,12 +450,12 @@ export class Orchestrator
     assertReady(this.#status);
     const ttl = timeoutMs ?? this.#o.defaultTimeoutMs;
     await this.#adopt(sandboxId);
-    return this.#table.locked(sandboxId, async (live) => {
+    return this.#p.table.locked(sandboxId, async (live) => {
       if (live.row.state === "paused") {
-        await this.#lifecycle.resume(live, ttl, options);
+        await this.#p.lifecycle.resume(live, ttl, options);
         return { sandbox: sandboxInfo(live.row), resumed: true };
       }
-      await this.#lifecycle.extendDeadline(live, ttl);
+      await this.#p.lifecycle.extendDeadline(live, ttl);
       return { sandbox: sandboxInfo(live.row), resumed: false };
     });
   }
@@ -600,34 +468,34 @@ export class Orchestrator
   ): Promise<SandboxInfo> {
     assertReady(this.#status);
     await this.#adopt(sandboxId);
-    return this.#table.locked(sandboxId, async (live) => {
+    return this.#p.table.locked(sandboxId, async (live) => {
       requireState(live, "paused");
       if (autoPause !== undefined) {
         const config = configOf(live.row);
         const lifecycle = { ...config.lifecycle, onTimeout: autoPause ? "pause" : "kill" } as const;
-        await this.#lifecycle.update(live, { config: { ...config, lifecycle } });
+        await this.#p.lifecycle.update(live, { config: { ...config, lifecycle } });
       }
-      await this.#lifecycle.resume(live, timeoutMs ?? this.#o.defaultTimeoutMs, options);
+      await this.#p.lifecycle.resume(live, timeoutMs ?? this.#o.defaultTimeoutMs, options);
       return sandboxInfo(live.row);
     });
   }
 
   async setTimeout(sandboxId: string, timeoutMs: number): Promise<void> {
-    return this.#table.locked(sandboxId, async (live) => {
+    return this.#p.table.locked(sandboxId, async (live) => {
       requireState(live, "running");
-      await this.#lifecycle.replaceDeadline(live, timeoutMs);
+      await this.#p.lifecycle.replaceDeadline(live, timeoutMs);
     });
   }
 
   async refresh(sandboxId: string, durationMs: number): Promise<void> {
-    return this.#table.locked(sandboxId, async (live) => {
+    return this.#p.table.locked(sandboxId, async (live) => {
       requireState(live, "running");
-      await this.#lifecycle.extendDeadline(live, durationMs);
+      await this.#p.lifecycle.extendDeadline(live, durationMs);
     });
   }
 
   async metrics(sandboxId: string, window: { start?: Date; end?: Date }): Promise<SandboxMetric[]> {
-    const live = this.#table.get(sandboxId);
+    const live = this.#p.table.get(sandboxId);
     // A window reaching now gets a sample of now too (the background ones may be seconds old).
     if (!window.end || window.end.getTime() >= Date.now()) {
       await takeMetricsSample(this.#o.agent, live).catch((err: unknown) => {
@@ -645,34 +513,34 @@ export class Orchestrator
     sandboxId: string,
     options: { start?: Date; limit?: number },
   ): Promise<SandboxLogEntry[]> {
-    return sandboxLogs(this.#o.catalog, this.#o.agent, this.#table.get(sandboxId), options);
+    return sandboxLogs(this.#o.catalog, this.#o.agent, this.#p.table.get(sandboxId), options);
   }
 
   async updateNetwork(sandboxId: string, update: NetworkUpdate): Promise<void> {
-    return this.#table.locked(sandboxId, async (live) => {
+    return this.#p.table.locked(sandboxId, async (live) => {
       const next = withNetworkUpdate(configOf(live.row), update);
       const policy = validateEgressPolicy(egressPolicyOf(next, live.row.teamId));
       if (live.slot) await live.slot.setPolicy(policy);
-      await this.#lifecycle.update(live, { config: next as unknown as Record<string, unknown> });
-      await this.#events.emit("sandbox.network_updated", { sandboxId, ...update });
+      await this.#p.lifecycle.update(live, { config: next as unknown as Record<string, unknown> });
+      await this.#p.events.emit("sandbox.network_updated", { sandboxId, ...update });
     });
   }
 
   /** A snapshot directory's sealed files as recorded, once checksummed (restores check them). */
   sealedFiles(dir: string): Promise<readonly SnapshotFileRecord[] | undefined> {
-    return this.#snapshots.sealedFiles(dir);
+    return this.#p.snapshots.sealedFiles(dir);
   }
 
   // ---- fork and snapshots -------------------------------------------------------------------
 
   async fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]> {
     assertReady(this.#status);
-    return this.#forks.fork(sandboxId, input);
+    return this.#p.forks.fork(sandboxId, input);
   }
 
   async forkSpilling(sandboxId: string, input: SpillingForkInput): Promise<SpillingForkResult[]> {
     assertReady(this.#status);
-    return this.#forks.forkSpilling(sandboxId, input);
+    return this.#p.forks.forkSpilling(sandboxId, input);
   }
 
   async forkFromCapture(
@@ -681,20 +549,20 @@ export class Orchestrator
     input: ForkInput,
   ): Promise<ForkResult[]> {
     assertReady(this.#status);
-    return this.#forks.forkFromCapture(sandboxId, snapshotId, input);
+    return this.#p.forks.forkFromCapture(sandboxId, snapshotId, input);
   }
 
   async createSnapshot(sandboxId: string, input: { name?: string }): Promise<SnapshotInfo> {
     assertReady(this.#status);
-    return this.#forks.createSnapshot(sandboxId, input);
+    return this.#p.forks.createSnapshot(sandboxId, input);
   }
 
   async listSnapshots(filter: { sandboxId?: string; name?: string }): Promise<SnapshotInfo[]> {
-    return this.#forks.listSnapshots(filter);
+    return this.#p.forks.listSnapshots(filter);
   }
 
   async deleteTemplate(templateId: string, teamId?: string): Promise<void> {
-    return this.#forks.deleteTemplate(templateId, teamId);
+    return this.#p.forks.deleteTemplate(templateId, teamId);
   }
 
   // ---- TemplateHost -------------------------------------------------------------------------
@@ -716,7 +584,7 @@ export class Orchestrator
   }
 
   guestEndpoint(sandboxId: string): { host: string; accessToken?: string } {
-    const live = this.#table.get(sandboxId);
+    const live = this.#p.table.get(sandboxId);
     if (live.row.state !== "running" || !live.slot) {
       throw new WarrenError("sandbox_busy", `sandbox ${sandboxId} is ${live.row.state}`);
     }
@@ -728,30 +596,30 @@ export class Orchestrator
     template: Pick<TemplateRow, "id" | "kind" | "aliases" | "config" | "teamId">,
   ): Promise<TemplateRow> {
     assertReady(this.#status);
-    return this.#forks.captureTemplate(sandboxId, template);
+    return this.#p.forks.captureTemplate(sandboxId, template);
   }
 
   async bootTemplate(input: BootTemplateInput): Promise<TemplateRow> {
     assertReady(this.#status);
-    return this.#templates.boot(input);
+    return this.#p.templates.boot(input);
   }
 
   async dropTemplate(template: TemplateRow): Promise<void> {
-    return this.#forks.dropTemplate(template);
+    return this.#p.forks.dropTemplate(template);
   }
 
   // ---- SandboxRouter ------------------------------------------------------------------------
 
   async route(sandboxId: string, port: number, mayWake: WakeCheck): Promise<RouteResult> {
-    return routeSandbox(this.#routing, sandboxId, port, mayWake);
+    return routeSandbox(this.#p.routing, sandboxId, port, mayWake);
   }
 
   onSandboxStopped(listener: (sandboxId: string) => void): () => void {
-    return this.#lifecycle.onStopped(listener);
+    return this.#p.lifecycle.onStopped(listener);
   }
 
   sandboxWithToken(matches: (envdAccessToken: string) => boolean): string | undefined {
-    for (const live of this.#table.values()) {
+    for (const live of this.#p.table.values()) {
       const token = live.row.envdAccessToken;
       if (token !== undefined && matches(token)) return live.row.id;
     }

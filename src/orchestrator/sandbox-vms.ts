@@ -1,16 +1,15 @@
 import { randomBytes } from "node:crypto";
 import { rename, rm } from "node:fs/promises";
-import type { Catalog, SandboxRow } from "../catalog/index.js";
-import type { GuestArtifacts } from "../host-setup/index.js";
-import { type EgressPolicy, type Slot, type SlotPool, sameEgressPolicy } from "../network/index.js";
+import type { SandboxRow } from "../catalog/index.js";
+import { type EgressPolicy, type Slot, sameEgressPolicy } from "../network/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import { phase } from "../shared/phases.js";
-import type { Vm, VmmDriver, VmSpec } from "../vmm/index.js";
-import type { GuestAgent } from "./guest-agent.js";
+import type { Vm, VmSpec } from "../vmm/index.js";
 import type { KeptVmm } from "./kept-vmms.js";
-import { runtimeDir, type StateLayout } from "./layout.js";
+import { runtimeDir } from "./layout.js";
 import { configOf, type LiveSandbox } from "./live-sandbox.js";
+import type { NodeDrivers } from "./node-drivers.js";
 import type { SandboxVolumeMount } from "./types.js";
 import { guestSpec } from "./vm-spec.js";
 import type { WarmVm } from "./warm-pool.js";
@@ -33,13 +32,7 @@ export interface VolumeServer {
 /** A cold boot's envd answering, from QEMU's start: ~3.5 s idle under TCG, far more under load. */
 const BOOT_DEADLINE_MS = 180_000;
 
-export interface SandboxVmsOptions {
-  readonly catalog: Catalog;
-  readonly driver: VmmDriver;
-  readonly slots: SlotPool;
-  readonly agent: GuestAgent;
-  readonly images: GuestArtifacts;
-  readonly layout: StateLayout;
+export interface SandboxVmsOptions extends NodeDrivers {
   readonly logger: Logger;
   /** How long a start or resume waits for envd to answer /init. */
   readonly envdDeadlineMs: number;

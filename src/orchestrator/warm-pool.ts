@@ -1,13 +1,12 @@
-import type { GuestArtifacts } from "../host-setup/index.js";
-import type { Slot, SlotPool } from "../network/index.js";
+import type { Slot } from "../network/index.js";
 import { crashPoint } from "../shared/crash-point.js";
 import type { Logger } from "../shared/index.js";
-import type { MachineShape, PreparedRestore, VmmDriver } from "../vmm/index.js";
+import type { MachineShape, PreparedRestore } from "../vmm/index.js";
 import { type Capacity, hostAvailableMiB } from "./capacity.js";
-import type { GuestAgent } from "./guest-agent.js";
 import { newId } from "./ids.js";
-import { runtimeDir, type StateLayout } from "./layout.js";
+import { runtimeDir } from "./layout.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
+import type { NodeDrivers } from "./node-drivers.js";
 import { allocate, TemplateDemand } from "./pool-sizing.js";
 import { guestSpec } from "./vm-spec.js";
 
@@ -53,12 +52,9 @@ export interface PoolSettings {
   readonly refillDelayMs?: number;
 }
 
-export interface WarmPoolOptions extends Omit<PoolSettings, "baseFloor"> {
-  readonly driver: VmmDriver;
-  readonly slots: SlotPool;
-  readonly agent: GuestAgent;
-  readonly images: GuestArtifacts;
-  readonly layout: StateLayout;
+export interface WarmPoolOptions
+  extends Omit<PoolSettings, "baseFloor">,
+    Omit<NodeDrivers, "catalog"> {
   readonly capacity: Capacity;
   readonly logger: Logger;
   readonly events: LifecycleEvents;
