@@ -8,7 +8,7 @@ import { LifecycleEvents } from "./lifecycle-events.js";
 import { MetricsSampler } from "./metrics-sampler.js";
 import type { NodeDrivers } from "./node-drivers.js";
 import { NodeViews } from "./node-views.js";
-import type { OrchestratorOptions } from "./orchestrator.js";
+import type { OrchestratorOptions } from "./orchestrator-options.js";
 import type { RoutingOptions } from "./routing.js";
 import { SandboxTable } from "./sandbox-table.js";
 import { SandboxVms } from "./sandbox-vms.js";

@@ -25,7 +25,8 @@ export {
   type LifecycleEventsOptions,
 } from "./lifecycle-events.js";
 export { checkNetworkRules } from "./network-config.js";
-export { Orchestrator, type OrchestratorOptions } from "./orchestrator.js";
+export { Orchestrator } from "./orchestrator.js";
+export type { OrchestratorOptions } from "./orchestrator-options.js";
 export { assertReady } from "./readiness.js";
 export type { VolumeServer } from "./sandbox-vms.js";
 export {

@@ -1,11 +1,9 @@
 import type { SnapshotFileRecord, TemplateRow } from "../catalog/index.js";
 import { validateEgressPolicy } from "../network/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
-import type { DiskChains, MachineShape } from "../vmm/index.js";
+import type { MachineShape } from "../vmm/index.js";
 import { assembleParts, type OrchestratorParts } from "./assembly.js";
-import type { CapacityLimits } from "./capacity.js";
-import type { StatDisk } from "./disk-space.js";
-import { ensureLayout } from "./layout.js";
+import { adoptPaused, reconcile, syncPaused } from "./cluster-sync.js";
 import type { EventListener, EventSource } from "./lifecycle-events.js";
 import { byStart, matchesFilter } from "./list-filter.js";
 import {
@@ -16,16 +14,12 @@ import {
   sandboxInfo,
 } from "./live-sandbox.js";
 import { egressPolicyOf, withNetworkUpdate } from "./network-config.js";
-import type { NodeDrivers } from "./node-drivers.js";
+import type { OrchestratorOptions } from "./orchestrator-options.js";
 import { assertReady } from "./readiness.js";
-import { reattachRunning } from "./reattach.js";
-import { recoverLeftovers } from "./recovery.js";
 import { routeSandbox } from "./routing.js";
 import { requireState } from "./sandbox-table.js";
-import type { VolumeServer } from "./sandbox-vms.js";
 import { templateStart } from "./snapshot-templates.js";
-import type { SharedSnapshots } from "./snapshots.js";
-import type { TeamLimitsLookup } from "./team-quotas.js";
+import { startParts } from "./startup.js";
 import { metricsWithin, sandboxLogs, takeMetricsSample } from "./telemetry.js";
 import { findTemplate } from "./templates.js";
 import type {
@@ -56,56 +50,6 @@ import type {
   WakeCheck,
 } from "./types.js";
 import { withTemplateVolumes } from "./volume-mounts.js";
-import type { PoolSettings } from "./warm-pool.js";
-
-export interface OrchestratorOptions extends NodeDrivers {
-  /** Where snapshot disks are flattened (the driver's disks: QemuDriverOptions.disks). */
-  readonly disks: DiskChains;
-  readonly limits: CapacityLimits;
-  readonly templateShape: MachineShape;
-  /** Captures the code-interpreter-v1 template after start, when setup built its rootfs. */
-  readonly codeInterpreter?: boolean;
-  /** Most children one fork call may ask for. */
-  readonly maxForkCount: number;
-  /** Disk layers above a template before a snapshot is flattened (Snapshots). */
-  readonly flattenDepth: number;
-  /** VMs brought up (restore and /init) at once; more creates, resumes and forks queue. */
-  readonly maxConcurrentStarts: number;
-  /** Warm pools: per template, sized from demand, bounded by memory (WarmPool). */
-  readonly pool: PoolSettings;
-  /** Paused sandboxes' VMMs kept stopped for a quick resume (KeptVmms); unset: none kept. */
-  readonly keptVmms?: { readonly keepMs: number; readonly maxKept: number };
-  readonly defaultTimeoutMs: number;
-  readonly accelerator: { readonly accel: "kvm" | "tcg"; readonly reason: string };
-  readonly logger: Logger;
-  /** How long a start or resume waits for envd to answer /init. Default 30 s. */
-  readonly envdDeadlineMs?: number;
-  /**
-   * How long a start keeps its start permit (maxConcurrentStarts) while its guest has not
-   * answered /init; then the next start may begin. Default 10 s (START_PERMIT_LEASE_MS).
-   */
-  readonly startPermitLeaseMs?: number;
-  /** How long the base template's guest settles after boot before its capture. Default 2 s. */
-  readonly templateSettleMs?: number;
-  /** The cluster's shared snapshot store: paused sandboxes may then resume on other nodes. */
-  readonly shared?: SharedSnapshots;
-  /** Background metrics sampling of running sandboxes (MetricsSampler); 0 or unset: off. */
-  readonly metricsIntervalMs?: number;
-  /** Each team's limits (the team catalog); unset: no team quotas. */
-  readonly teamLimits?: TeamLimitsLookup;
-  /** statfs of the data dir, for free-disk admission (tests pass their own). */
-  readonly statDisk?: StatDisk;
-  /** Serves volumes to sandboxes that mount them; unset: such creates are refused. */
-  readonly volumes?: VolumeServer;
-  /** The node's egress CA (PEM), which every guest trusts (network.rules); unset: none. */
-  readonly guestCaCertificate?: string;
-  /**
-   * What `close()` does with running sandboxes, asked at the close (WARREN_ON_STOP, or the
-   * signal that stops the server): pause them (default), or detach them, left running in
-   * the keeper for the next server to re-adopt.
-   */
-  readonly onStop?: () => "pause" | "detach";
-}
 
 /**
  * What the API and the proxy talk to: a facade over the parts that run sandboxes. The state
@@ -139,48 +83,12 @@ export class Orchestrator
 
   /** Cleans what an earlier run left, loads paused sandboxes, makes sure `base` exists. */
   async start(): Promise<void> {
-    const { catalog, driver, slots, layout } = this.#o;
     try {
-      await ensureLayout(layout);
-      // First: what runs on in the keeper is taken back before anything is cleaned.
-      const reattached = await reattachRunning({
-        catalog,
-        driver,
-        slots,
-        vms: this.#p.vms,
-        lifecycle: this.#p.lifecycle,
-        snapshots: this.#p.snapshots,
-        layout,
-        events: this.#p.events,
-        logger: this.#log,
-      });
-      await recoverLeftovers({
-        catalog,
-        driver,
-        layout,
-        snapshots: this.#p.snapshots,
-        logger: this.#log,
-        events: this.#p.events,
-        reattached,
-      });
-      await slots.cleanupStale();
-      await slots.start();
-      for (const row of await catalog.listSandboxes(["paused"])) {
-        this.#p.table.add({ row, metrics: [] });
-      }
-      const base = await this.#p.templates.ensureBase();
-      const baseSnapshot = await catalog.getSnapshot(base.snapshotId);
-      if (baseSnapshot) {
-        const pooled = { snapshotId: base.snapshotId, dir: baseSnapshot.dir, shape: base };
-        this.#p.pool.keepWarm(pooled, this.#o.pool.baseFloor);
-      }
+      const { reattached, paused } = await startParts(this.#o, this.#p);
       this.#status = { ...this.#status, phase: "ready" };
       this.#p.templates.startCodeInterpreter();
       this.#p.sampler.start();
-      this.#log.info(
-        { paused: this.#p.table.values().length - reattached.size, reattached: reattached.size },
-        "orchestrator.ready",
-      );
+      this.#log.info({ paused, reattached }, "orchestrator.ready");
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
       this.#status = { ...this.#status, phase: "failed", message };
@@ -339,23 +247,7 @@ export class Orchestrator
    * node claimed) is forgotten without touching its row or its snapshot. Returns how many.
    */
   async reconcile(): Promise<number> {
-    let changed = 0;
-    for (const live of this.#p.table.values()) {
-      const id = live.row.id;
-      await this.#p.table.serial(id, async () => {
-        if (!this.#p.table.has(id)) return;
-        const row = await this.#o.catalog.getSandbox(id);
-        if (row && row.state !== "killed") return;
-        changed += 1;
-        this.#p.events.emit("sandbox.reconciled", { sandboxId: id, state: row?.state ?? "moved" });
-        if (row) await this.#p.lifecycle.teardown(live, row.endedReason ?? "lost");
-        else {
-          await this.#p.vms.release(live);
-          this.#p.table.remove(id);
-        }
-      });
-    }
-    return changed;
+    return reconcile(this.#o.catalog, this.#p);
   }
 
   /**
@@ -363,22 +255,7 @@ export class Orchestrator
    * node (ClusterCatalog.claimSandbox) and takes in those moved here. Returns how many moved.
    */
   async syncPaused(): Promise<number> {
-    const held = await this.#o.catalog.listSandboxes(["paused"]);
-    const heldIds = new Set(held.map((row) => row.id));
-    let moved = 0;
-    for (const row of held) if (await this.#adopt(row.id)) moved += 1;
-    for (const live of this.#p.table.values()) {
-      const id = live.row.id;
-      if (live.row.state !== "paused" || heldIds.has(id)) continue;
-      await this.#p.table.serial(id, async () => {
-        if (!this.#p.table.has(id) || live.row.state !== "paused") return;
-        if (await this.#o.catalog.getSandbox(id)) return;
-        this.#p.table.remove(id);
-        moved += 1;
-        this.#p.events.emit("sandbox.moved_away", { sandboxId: id });
-      });
-    }
-    return moved;
+    return syncPaused(this.#o.catalog, this.#p);
   }
 
   /** Whether the cluster drains this node (drain, undrain): reported with its load. */
@@ -414,7 +291,7 @@ export class Orchestrator
    */
   async adopt(sandboxId: string): Promise<void> {
     assertReady(this.#status);
-    await this.#adopt(sandboxId);
+    await adoptPaused(this.#o.catalog, this.#p, sandboxId);
     const { snapshotId } = this.#p.table.get(sandboxId).row;
     if (snapshotId) await this.#p.snapshots.localDir(snapshotId);
   }
@@ -423,17 +300,6 @@ export class Orchestrator
    * A paused sandbox moved here joins the table, on its first call or the next sync; read
    * again under its lock (a kill may have just ended it).
    */
-  async #adopt(sandboxId: string): Promise<boolean> {
-    if (this.#p.table.has(sandboxId)) return false;
-    return this.#p.table.serial(sandboxId, async () => {
-      if (this.#p.table.has(sandboxId)) return false;
-      const row = await this.#o.catalog.getSandbox(sandboxId);
-      if (row?.state !== "paused") return false;
-      this.#p.table.add({ row, metrics: [] });
-      this.#p.events.emit("sandbox.moved_here", { sandboxId });
-      return true;
-    });
-  }
 
   async pause(sandboxId: string, options: PauseOptions = {}): Promise<void> {
     return this.#p.table.locked(sandboxId, async (live) => {
@@ -449,7 +315,7 @@ export class Orchestrator
   ): Promise<{ sandbox: SandboxInfo; resumed: boolean }> {
     assertReady(this.#status);
     const ttl = timeoutMs ?? this.#o.defaultTimeoutMs;
-    await this.#adopt(sandboxId);
+    await adoptPaused(this.#o.catalog, this.#p, sandboxId);
     return this.#p.table.locked(sandboxId, async (live) => {
       if (live.row.state === "paused") {
         await this.#p.lifecycle.resume(live, ttl, options);
@@ -467,7 +333,7 @@ export class Orchestrator
     options: ResumeOptions = {},
   ): Promise<SandboxInfo> {
     assertReady(this.#status);
-    await this.#adopt(sandboxId);
+    await adoptPaused(this.#o.catalog, this.#p, sandboxId);
     return this.#p.table.locked(sandboxId, async (live) => {
       requireState(live, "paused");
       if (autoPause !== undefined) {
