@@ -123,3 +123,18 @@ it("benchmarks borrow from tests only what test/helpers shares", () => {
   }
   assert.deepEqual(wrong, []);
 });
+
+it("other components reach the orchestrator through its index (the proxy: types.ts)", () => {
+  const wrong: string[] = [];
+  const surface = [join(SRC, "orchestrator", "index.ts"), join(SRC, "orchestrator", "types.ts")];
+  for (const file of sources(SRC)) {
+    if (componentOf(file) === "orchestrator") continue;
+    for (const spec of importsOf(file).filter((s) => s.startsWith("."))) {
+      const target = join(dirname(file), spec).replace(/\.js$/, ".ts");
+      if (componentOf(target) === "orchestrator" && !surface.includes(target)) {
+        wrong.push(`${relative(SRC, file)} imports ${relative(SRC, target)}`);
+      }
+    }
+  }
+  assert.deepEqual(wrong, []);
+});

@@ -1,20 +1,20 @@
-import { BuiltInTemplates } from "./built-in-templates.js";
 import { Capacity } from "./capacity.js";
 import { DiskSpace } from "./disk-space.js";
-import { Forks } from "./forks.js";
-import { KeptVmms } from "./kept-vmms.js";
-import { Lifecycle } from "./lifecycle.js";
 import { LifecycleEvents } from "./lifecycle-events.js";
-import { MetricsSampler } from "./metrics-sampler.js";
 import type { NodeDrivers } from "./node-drivers.js";
 import { NodeViews } from "./node-views.js";
 import type { OrchestratorOptions } from "./orchestrator-options.js";
-import type { RoutingOptions } from "./routing.js";
-import { SandboxTable } from "./sandbox-table.js";
-import { SandboxVms } from "./sandbox-vms.js";
-import { Snapshots } from "./snapshots.js";
-import { TeamQuotas } from "./team-quotas.js";
-import { WarmPool } from "./warm-pool.js";
+import { WarmPool } from "./pool/warm-pool.js";
+import { KeptVmms } from "./sandboxes/kept-vmms.js";
+import { Lifecycle } from "./sandboxes/lifecycle.js";
+import { MetricsSampler } from "./sandboxes/metrics-sampler.js";
+import type { RoutingOptions } from "./sandboxes/routing.js";
+import { SandboxTable } from "./sandboxes/sandbox-table.js";
+import { SandboxVms } from "./sandboxes/sandbox-vms.js";
+import { TeamQuotas } from "./sandboxes/team-quotas.js";
+import { Forks } from "./snapshots/forks.js";
+import { Snapshots } from "./snapshots/snapshots.js";
+import { BuiltInTemplates } from "./templates/built-in-templates.js";
 
 /**
  * A restore's /init answers in ~50-500 ms, seconds when many start at once on few cores; a

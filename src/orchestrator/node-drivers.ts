@@ -2,7 +2,7 @@ import type { Catalog } from "../catalog/index.js";
 import type { GuestArtifacts } from "../host-setup/index.js";
 import type { SlotPool } from "../network/index.js";
 import type { VmmDriver } from "../vmm/index.js";
-import type { GuestAgent } from "./guest-agent.js";
+import type { GuestAgent } from "./guest/guest-agent.js";
 import type { StateLayout } from "./layout.js";
 
 /**

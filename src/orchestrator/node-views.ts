@@ -1,9 +1,9 @@
 import type { Catalog } from "../catalog/index.js";
 import type { Capacity } from "./capacity.js";
-import { configOf } from "./live-sandbox.js";
-import type { SandboxTable } from "./sandbox-table.js";
+import type { WarmPool } from "./pool/warm-pool.js";
+import { configOf } from "./sandboxes/live-sandbox.js";
+import type { SandboxTable } from "./sandboxes/sandbox-table.js";
 import type { NodeLoad, NodeStats, SandboxLineage, SandboxSpan } from "./types.js";
-import type { WarmPool } from "./warm-pool.js";
 
 /**
  * What the node shows of itself, computed from what it holds, never asking a guest: its load

@@ -3,10 +3,10 @@ import type { DiskChains, MachineShape } from "../vmm/index.js";
 import type { CapacityLimits } from "./capacity.js";
 import type { StatDisk } from "./disk-space.js";
 import type { NodeDrivers } from "./node-drivers.js";
-import type { VolumeServer } from "./sandbox-vms.js";
-import type { SharedSnapshots } from "./snapshots.js";
-import type { TeamLimitsLookup } from "./team-quotas.js";
-import type { PoolSettings } from "./warm-pool.js";
+import type { PoolSettings } from "./pool/warm-pool.js";
+import type { VolumeServer } from "./sandboxes/sandbox-vms.js";
+import type { TeamLimitsLookup } from "./sandboxes/team-quotas.js";
+import type { SharedSnapshots } from "./snapshots/snapshots.js";
 
 export interface OrchestratorOptions extends NodeDrivers {
   /** Where snapshot disks are flattened (the driver's disks: QemuDriverOptions.disks). */

@@ -5,23 +5,24 @@ import type { MachineShape } from "../vmm/index.js";
 import { assembleParts, type OrchestratorParts } from "./assembly.js";
 import { adoptPaused, reconcile, syncPaused } from "./cluster-sync.js";
 import type { EventListener, EventSource } from "./lifecycle-events.js";
-import { byStart, matchesFilter } from "./list-filter.js";
+import type { OrchestratorOptions } from "./orchestrator-options.js";
+import { assertReady } from "./readiness.js";
+import { byStart, matchesFilter } from "./sandboxes/list-filter.js";
 import {
   configOf,
   type LiveSandbox,
   newRow,
   type SandboxConfig,
   sandboxInfo,
-} from "./live-sandbox.js";
-import { egressPolicyOf, withNetworkUpdate } from "./network-config.js";
-import type { OrchestratorOptions } from "./orchestrator-options.js";
-import { assertReady } from "./readiness.js";
-import { routeSandbox } from "./routing.js";
-import { requireState } from "./sandbox-table.js";
-import { templateStart } from "./snapshot-templates.js";
+} from "./sandboxes/live-sandbox.js";
+import { egressPolicyOf, withNetworkUpdate } from "./sandboxes/network-config.js";
+import { routeSandbox } from "./sandboxes/routing.js";
+import { requireState } from "./sandboxes/sandbox-table.js";
+import { metricsWithin, sandboxLogs, takeMetricsSample } from "./sandboxes/telemetry.js";
+import { withTemplateVolumes } from "./sandboxes/volume-mounts.js";
 import { startParts } from "./startup.js";
-import { metricsWithin, sandboxLogs, takeMetricsSample } from "./telemetry.js";
-import { findTemplate } from "./templates.js";
+import { templateStart } from "./templates/snapshot-templates.js";
+import { findTemplate } from "./templates/templates.js";
 import type {
   BootTemplateInput,
   ClusterNodeService,
@@ -49,7 +50,6 @@ import type {
   TemplateHost,
   WakeCheck,
 } from "./types.js";
-import { withTemplateVolumes } from "./volume-mounts.js";
 
 /**
  * What the API and the proxy talk to: a facade over the parts that run sandboxes. The state

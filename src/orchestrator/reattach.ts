@@ -4,13 +4,13 @@ import { type SlotPool, validateEgressPolicy } from "../network/index.js";
 import type { Logger } from "../shared/index.js";
 import type { LeftoverVm, VmmDriver } from "../vmm/index.js";
 import { runtimeDir, type StateLayout, snapshotDir } from "./layout.js";
-import type { Lifecycle } from "./lifecycle.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
-import { configOf, type LiveSandbox } from "./live-sandbox.js";
-import { egressPolicyOf } from "./network-config.js";
 import { markLost } from "./recovery.js";
-import type { SandboxVms } from "./sandbox-vms.js";
-import type { Snapshots } from "./snapshots.js";
+import type { Lifecycle } from "./sandboxes/lifecycle.js";
+import { configOf, type LiveSandbox } from "./sandboxes/live-sandbox.js";
+import { egressPolicyOf } from "./sandboxes/network-config.js";
+import type { SandboxVms } from "./sandboxes/sandbox-vms.js";
+import type { Snapshots } from "./snapshots/snapshots.js";
 
 export interface ReattachOptions {
   readonly catalog: Catalog;

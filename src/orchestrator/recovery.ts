@@ -4,7 +4,7 @@ import type { Logger } from "../shared/index.js";
 import type { VmmDriver } from "../vmm/index.js";
 import type { StateLayout } from "./layout.js";
 import type { LifecycleEvents } from "./lifecycle-events.js";
-import type { Snapshots } from "./snapshots.js";
+import type { Snapshots } from "./snapshots/snapshots.js";
 
 export interface RecoveryOptions {
   readonly catalog: Catalog;

@@ -15,7 +15,7 @@ import pino from "pino";
 import { PostgresCatalog, PostgresCluster } from "../../../src/catalog/index.js";
 import { type StateLayout, stateLayout } from "../../../src/orchestrator/layout.js";
 import { LifecycleEvents } from "../../../src/orchestrator/lifecycle-events.js";
-import { Snapshots } from "../../../src/orchestrator/snapshots.js";
+import { Snapshots } from "../../../src/orchestrator/snapshots/snapshots.js";
 import { FsSharedStore } from "../../../src/store/index.js";
 import { Qcow2DiskChains, QemuDriver, VmmIdentities } from "../../../src/vmm/qemu/index.js";
 import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";

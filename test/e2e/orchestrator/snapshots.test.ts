@@ -17,7 +17,7 @@ import pino from "pino";
 import { type SandboxRow, SqliteCatalog } from "../../../src/catalog/index.js";
 import { stateLayout } from "../../../src/orchestrator/layout.js";
 import { LifecycleEvents } from "../../../src/orchestrator/lifecycle-events.js";
-import { Snapshots } from "../../../src/orchestrator/snapshots.js";
+import { Snapshots } from "../../../src/orchestrator/snapshots/snapshots.js";
 import type { DiskChains } from "../../../src/vmm/index.js";
 import { Qcow2DiskChains, QemuDriver, VmmIdentities } from "../../../src/vmm/qemu/index.js";
 import { createOverlay } from "../../../src/vmm/qemu/qcow2-overlay.js";

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { GuestArtifacts } from "../../../src/host-setup/index.js";
 import { NetnsSlotPool, type NetworkSlot } from "../../../src/network/index.js";
-import { initAttempt } from "../../../src/orchestrator/envd-guest-agent.js";
+import { initAttempt } from "../../../src/orchestrator/guest/envd-guest-agent.js";
 import type { Vm } from "../../../src/vmm/index.js";
 import type { QemuDriver } from "../../../src/vmm/qemu/index.js";
 import {

@@ -6,12 +6,12 @@
 // No VM: the stand-in listens on a loopback address of its own, on envd's port.
 import assert from "node:assert/strict";
 import { describe, it, type TestContext } from "node:test";
-import { ENVD_REPLY_MAX_BYTES } from "../../../src/orchestrator/envd-client.js";
+import { ENVD_REPLY_MAX_BYTES } from "../../../src/orchestrator/guest/envd-client.js";
 import {
   EnvdGuestAgent,
   METRICS_TIMEOUT_MS,
   parseMetrics,
-} from "../../../src/orchestrator/envd-guest-agent.js";
+} from "../../../src/orchestrator/guest/envd-guest-agent.js";
 import { WarrenError } from "../../../src/shared/index.js";
 import { failsWithin, HostileEnvd, type HostileMode } from "../../helpers/hostile-envd.js";
 

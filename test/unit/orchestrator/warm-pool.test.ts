@@ -13,7 +13,7 @@ import {
   type PoolSettings,
   type PoolTemplate,
   WarmPool,
-} from "../../../src/orchestrator/warm-pool.js";
+} from "../../../src/orchestrator/pool/warm-pool.js";
 import { FakeGuestAgent } from "../../fakes/fake-guest-agent.js";
 import { RecordingLogger } from "../../fakes/fake-node.js";
 import { FakeSlotPool } from "../../fakes/fake-slot-pool.js";
