@@ -72,8 +72,8 @@ export function createInterpreter(options: InterpreterOptions): Interpreter {
     if (method === "GET" && path === "/health") return json(res, health.status, health.body);
     // Fixed code, no caller's: the capture and the warm pool call it before /init's token.
     if (method === "POST" && path === "/warm") return warm(res);
-    checkAccess(req, path === "/execute");
-    if (method === "POST" && path === "/execute") return execute(req, res);
+    checkAccess(options, req, path === "/execute");
+    if (method === "POST" && path === "/execute") return execute(options, req, res);
     if (method === "GET" && path === "/contexts")
       return json(res, 200, JSON.stringify(contexts.list()));
     if (method === "POST" && path === "/contexts") {
@@ -100,54 +100,6 @@ export function createInterpreter(options: InterpreterOptions): Interpreter {
   }
 
   /**
-   * envd's token, as the SDKs send it (docs/code-interpreter-wire.md §1.4): required to run
-   * code; on the contexts' routes only checked when sent, since the released JS SDK (2.8.0)
-   * sends none there and they run nothing of the caller's.
-   */
-  function checkAccess(req: IncomingMessage, required: boolean): void {
-    if (!options.authorize) return;
-    const presented = req.headers["x-access-token"];
-    const token = Array.isArray(presented) ? undefined : presented;
-    if (token === undefined && !required) return;
-    if (!options.authorize(token)) throw new InterpreterError(401, "Unauthorized");
-  }
-
-  async function execute(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const body = await readJson(req);
-    if (typeof body.code !== "string") throw new InterpreterError(400, "code must be a string");
-    const contextId = optionalString(body, "context_id");
-    const language = optionalString(body, "language");
-    const env = stringMap(body.env_vars, "env_vars");
-    if (contextId != null && language != null)
-      throw new InterpreterError(400, "Only one of context_id or language can be provided");
-    const context: Context =
-      contextId != null ? contexts.get(contextId) : await contexts.defaultFor(language);
-    res.writeHead(200, { "content-type": "application/x-ndjson" });
-    res.flushHeaders();
-    const stream = new ExecutionStream(res);
-    const code = body.code;
-    const run = context.serial(async (kernel) => {
-      if (stream.gone) return; // the client left while waiting its turn
-      let grace: NodeJS.Timeout | undefined;
-      stream.onGone = () => {
-        kernel.interrupt();
-        grace = setTimeout(() => kernel.close(), INTERRUPT_GRACE_MS);
-      };
-      try {
-        await kernel.execute({ code, env, globals: options.globals() }, stream);
-      } finally {
-        clearTimeout(grace);
-        stream.onGone = undefined;
-      }
-    });
-    // Headers are out: a kernel that could not be started again is the run's error line.
-    await run.catch((err: Error) =>
-      stream.emit({ type: "error", name: "KernelStartFailed", value: err.message, traceback: "" }),
-    );
-    stream.end();
-  }
-
-  /**
    * Warren's own (not E2B's): runs `1 + 1` silently in the python and javascript defaults,
    * so that a restored VM's first user run finds their paths translated (under TCG) and the
    * execution counts where a fresh kernel has them. Fixed code: nothing a caller sends runs.
@@ -167,6 +119,60 @@ export function createInterpreter(options: InterpreterOptions): Interpreter {
   }
 
   return { server, started };
+}
+
+/**
+ * envd's token, as the SDKs send it (docs/code-interpreter-wire.md §1.4): required to run
+ * code; on the contexts' routes only checked when sent, since the released JS SDK (2.8.0)
+ * sends none there and they run nothing of the caller's.
+ */
+function checkAccess(options: InterpreterOptions, req: IncomingMessage, required: boolean): void {
+  if (!options.authorize) return;
+  const presented = req.headers["x-access-token"];
+  const token = Array.isArray(presented) ? undefined : presented;
+  if (token === undefined && !required) return;
+  if (!options.authorize(token)) throw new InterpreterError(401, "Unauthorized");
+}
+
+/** `POST /execute`: runs the code in its context, streaming its events as NDJSON. */
+async function execute(
+  options: InterpreterOptions,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  const { contexts } = options;
+  const body = await readJson(req);
+  if (typeof body.code !== "string") throw new InterpreterError(400, "code must be a string");
+  const contextId = optionalString(body, "context_id");
+  const language = optionalString(body, "language");
+  const env = stringMap(body.env_vars, "env_vars");
+  if (contextId != null && language != null)
+    throw new InterpreterError(400, "Only one of context_id or language can be provided");
+  const context: Context =
+    contextId != null ? contexts.get(contextId) : await contexts.defaultFor(language);
+  res.writeHead(200, { "content-type": "application/x-ndjson" });
+  res.flushHeaders();
+  const stream = new ExecutionStream(res);
+  const code = body.code;
+  const run = context.serial(async (kernel) => {
+    if (stream.gone) return; // the client left while waiting its turn
+    let grace: NodeJS.Timeout | undefined;
+    stream.onGone = () => {
+      kernel.interrupt();
+      grace = setTimeout(() => kernel.close(), INTERRUPT_GRACE_MS);
+    };
+    try {
+      await kernel.execute({ code, env, globals: options.globals() }, stream);
+    } finally {
+      clearTimeout(grace);
+      stream.onGone = undefined;
+    }
+  });
+  // Headers are out: a kernel that could not be started again is the run's error line.
+  await run.catch((err: Error) =>
+    stream.emit({ type: "error", name: "KernelStartFailed", value: err.message, traceback: "" }),
+  );
+  stream.end();
 }
 
 const WARMED_LANGUAGES = ["python", "javascript"] as const;

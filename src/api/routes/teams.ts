@@ -31,11 +31,16 @@ interface KeyBody {
 
 const bodySchema = { type: ["object", "null"] } as const;
 
-export function registerTeamRoutes(app: FastifyInstance, context: ApiContext): void {
-  const admin = (): TeamAdmin => {
+/** The teams and keys, or 503 on a server that keeps none. */
+function teamAdminOf(context: ApiContext): () => TeamAdmin {
+  return () => {
     if (!context.teamAdmin) throw new WarrenError("unavailable", "this server keeps no teams");
     return context.teamAdmin();
   };
+}
+
+export function registerTeamRoutes(app: FastifyInstance, context: ApiContext): void {
+  const admin = teamAdminOf(context);
   const adminOnly = (request: FastifyRequest) =>
     requireAdmin(callerOf(request), `${request.method} ${request.routeOptions.url}`);
 
@@ -105,8 +110,13 @@ export function registerTeamRoutes(app: FastifyInstance, context: ApiContext): v
       return reply.code(204).send();
     },
   );
+  registerTeamMetricsRoutes(app, context);
+  registerOwnKeyRoutes(app, context);
+}
 
-  // E2B's team metrics: the caller's own team (the admin's: any team's).
+/** E2B's team metrics: the caller's own team (the admin's: any team's). */
+function registerTeamMetricsRoutes(app: FastifyInstance, context: ApiContext): void {
+  const admin = teamAdminOf(context);
   app.get<{ Params: TeamParams; Querystring: { start?: string; end?: string } }>(
     "/teams/:teamID/metrics",
     async (request) => {
@@ -131,8 +141,11 @@ export function registerTeamRoutes(app: FastifyInstance, context: ApiContext): v
     const spans = await context.service().teamHistory(await ownTeamId(request, admin));
     return maxTeamMetric(teamMetrics(spans, startS, endS), metric);
   });
+}
 
-  // A team's own keys: its key, or the admin token with X-Team-ID.
+/** A team's own keys (E2B's `/api-keys`): its key, or the admin token with X-Team-ID. */
+function registerOwnKeyRoutes(app: FastifyInstance, context: ApiContext): void {
+  const admin = teamAdminOf(context);
   app.get("/api-keys", async (request) => {
     return (await admin().listKeys(ownTeam(request))).map(keyJson);
   });
