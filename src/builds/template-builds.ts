@@ -21,7 +21,6 @@ import {
   newId,
   reservedName,
   type StatDisk,
-  splitTag,
   visibleTo,
 } from "../orchestrator/index.js";
 import { ENVD_VERSION } from "../protocol/index.js";
@@ -36,8 +35,15 @@ import {
   type BuildShape,
   MadeLayers,
 } from "./builder.js";
-import { checkTag, DEFAULT_TAG, parseName } from "./names.js";
+import { DEFAULT_TAG, parseName } from "./names.js";
 import { type BuildSpec, InvalidStep, parseBuildSpec } from "./spec.js";
+import {
+  findBuiltTemplate,
+  ownedBy,
+  pointTag,
+  TemplateTags,
+  templateRow,
+} from "./template-tags.js";
 import type { ImageSource } from "./types.js";
 import {
   type BuildInfo,
@@ -96,6 +102,8 @@ const MiB = 1024 * 1024;
 
 export class TemplateBuilds implements EventSource {
   readonly #o: TemplateBuildsOptions;
+  /** Aliases and tags (`/templates/aliases`, `/templates/tags`). */
+  readonly tags: TemplateTags;
   /** `build.ready`, `build.failed` (the orchestrator's events.ts). */
   readonly #events: LifecycleEvents;
   readonly #files: BuildFiles;
@@ -122,6 +130,7 @@ export class TemplateBuilds implements EventSource {
   readonly #uploadLimits = new Map<string, number>();
 
   constructor(options: TemplateBuildsOptions) {
+    this.tags = new TemplateTags(options.catalog);
     this.#o = options;
     this.#events = new LifecycleEvents({ logger: options.logger, catalog: options.catalog });
     this.#disk = new DiskSpace(options.dir, options.diskReserveMiB ?? 0, options.statDisk);
@@ -271,7 +280,7 @@ export class TemplateBuilds implements EventSource {
     hash: string,
     baseUrl: string,
   ): Promise<{ present: boolean; url?: string }> {
-    const { row, builds } = await this.#template(reference, team);
+    const { row, builds } = await findBuiltTemplate(this.#o.catalog, reference, team);
     const templateId = row?.id ?? builds[0]?.templateId ?? reference;
     const owner = this.#teamOf.get(templateId) ?? row?.teamId ?? DEFAULT_TEAM_ID;
     const limit = (await this.#o.teamLimits?.(owner))?.maxUploadBytes;
@@ -461,7 +470,7 @@ export class TemplateBuilds implements EventSource {
   }
 
   async get(team: string | undefined, templateId: string): Promise<TemplateDetail> {
-    const { row, builds } = await this.#template(templateId, team);
+    const { row, builds } = await findBuiltTemplate(this.#o.catalog, templateId, team);
     const first = row?.createdAt ?? builds[0]?.createdAt ?? new Date().toISOString();
     const names = row ? [...row.aliases] : builds.slice(-1).map((b) => b.name);
     return {
@@ -485,18 +494,6 @@ export class TemplateBuilds implements EventSource {
         envdVersion: ENVD_VERSION,
       })),
     };
-  }
-
-  /** `GET /templates/aliases/{alias}`. */
-  async alias(
-    team: string | undefined,
-    name: string,
-  ): Promise<{ templateID: string; public: boolean }> {
-    const row = await lookupTemplate(this.#o.catalog, name, team);
-    if (!row || row.kind === "layer" || !row.aliases.includes(name) || !visibleTo(row, team)) {
-      throw new WarrenError("template_not_found", `no template is named '${name}'`);
-    }
-    return { templateID: row.id, public: false };
   }
 
   /**
@@ -531,59 +528,6 @@ export class TemplateBuilds implements EventSource {
       await catalog.deleteBuild(build.id);
     }
     await this.#files.drop(templateId);
-  }
-
-  /** `POST /templates/tags`: the build `target` (`name:tag`) names gets `tags` too. */
-  async assignTags(
-    team: string | undefined,
-    target: string,
-    tags: readonly string[],
-  ): Promise<{ buildID: string; tags: string[] }> {
-    const { catalog } = this.#o;
-    const { name, tag } = splitTag(target);
-    const row = await lookupTemplate(catalog, name, team);
-    if (row?.kind !== "build" || !visibleTo(row, team)) {
-      throw new WarrenError("template_not_found", `no built template is named '${name}'`);
-    }
-    const source = await catalog.getTag(row.id, tag ?? DEFAULT_TAG);
-    if (!source) throw new WarrenError("template_not_found", `'${target}' is not a tag of ${name}`);
-    const checked = tags.map(checkTag);
-    const build = await catalog.getBuild(source.buildId);
-    if (!build) throw new WarrenError("build_not_found", `build ${source.buildId} is gone`);
-    const layer = await this.#layerOf(build);
-    for (const t of checked) await this.#pointTag(build, t, layer);
-    return { buildID: source.buildId, tags: checked };
-  }
-
-  /** `DELETE /templates/tags`. */
-  async removeTags(team: string | undefined, name: string, tags: readonly string[]): Promise<void> {
-    const { catalog } = this.#o;
-    const row = await lookupTemplate(catalog, name, team);
-    if (row?.kind !== "build" || !visibleTo(row, team)) {
-      throw new WarrenError("template_not_found", `no built template is named '${name}'`);
-    }
-    for (const tag of tags.map(checkTag)) {
-      if (!(await catalog.getTag(row.id, tag))) {
-        throw new WarrenError("template_not_found", `'${name}' has no tag '${tag}'`);
-      }
-      if (tag === DEFAULT_TAG) {
-        throw new WarrenError("invalid_argument", `the '${DEFAULT_TAG}' tag cannot be removed`);
-      }
-      await catalog.deleteTag(row.id, tag);
-    }
-  }
-
-  async listTags(
-    team: string | undefined,
-    templateId: string,
-  ): Promise<{ tag: string; buildID: string; createdAt: string }[]> {
-    const { row } = await this.#template(templateId, team);
-    if (!row) return [];
-    return (await this.#o.catalog.listTags(row.id)).map((t) => ({
-      tag: t.tag,
-      buildID: t.buildId,
-      createdAt: t.createdAt,
-    }));
   }
 
   // ---- internals ----------------------------------------------------------------------------
@@ -644,27 +588,9 @@ export class TemplateBuilds implements EventSource {
     if (!isDefault && !(await catalog.getTemplate(build.templateId))) {
       await catalog.putTemplate(templateRow(build, layer));
     }
-    for (const tag of build.tags) await this.#pointTag(build, tag, layer);
+    for (const tag of build.tags) await pointTag(this.#o.catalog, build, tag, layer);
     const durationMs = Date.now() - Date.parse(build.createdAt);
     this.#events.emit("build.ready", { buildId: build.id, name: build.name, durationMs });
-  }
-
-  async #pointTag(build: BuildRow, tag: string, layer: TemplateRow): Promise<void> {
-    const { catalog } = this.#o;
-    const now = new Date().toISOString();
-    await catalog.putTag({ templateId: build.templateId, tag, buildId: build.id, createdAt: now });
-    if (tag === DEFAULT_TAG) await catalog.putTemplate(templateRow(build, layer));
-  }
-
-  /** The layer a ready build's sandboxes restore. */
-  async #layerOf(build: BuildRow): Promise<TemplateRow> {
-    const { catalog } = this.#o;
-    const users = build.snapshotId ? await catalog.snapshotUsers(build.snapshotId) : undefined;
-    for (const id of users?.templates ?? []) {
-      const row = await catalog.getTemplate(id);
-      if (row?.kind === "layer") return row;
-    }
-    throw new WarrenError("build_not_found", `build ${build.id} has no result to tag`);
   }
 
   async #fail(build: BuildRow, err: unknown, made: MadeLayers, log: BuildLog): Promise<void> {
@@ -709,24 +635,6 @@ export class TemplateBuilds implements EventSource {
     return build;
   }
 
-  /** A template by id or name with its builds; template_not_found when neither is known. */
-  async #template(
-    reference: string,
-    team: string | undefined,
-  ): Promise<{ row?: TemplateRow; builds: BuildRow[] }> {
-    const { catalog } = this.#o;
-    const owned = (builds: BuildRow[]) => builds.filter((b) => ownedBy(b, team));
-    const row = await lookupTemplate(catalog, reference, team);
-    if (row && row.kind !== "layer" && visibleTo(row, team)) {
-      return { row, builds: owned(await catalog.listBuilds(row.id)) };
-    }
-    const builds = row ? [] : owned(await catalog.listBuilds(reference));
-    if (builds.length === 0) {
-      throw new WarrenError("template_not_found", `template '${reference}' not found`);
-    }
-    return { builds };
-  }
-
   /** Keeps the logs of running builds and of the newest finished ones in memory. */
   #forgetOldLogs(): void {
     let finished = [...this.#logs.keys()].filter((id) => !this.#running.has(id)).length;
@@ -752,27 +660,6 @@ export class TemplateBuilds implements EventSource {
     }
     return value;
   }
-}
-
-/** The template row a build's result makes: its name, its layer's snapshot, shape and defaults. */
-/** A build is its team's; undefined (the admin) sees every team's. */
-function ownedBy(build: BuildRow, team: string | undefined): boolean {
-  return team === undefined || build.teamId === team;
-}
-
-function templateRow(build: BuildRow, layer: TemplateRow): TemplateRow {
-  return {
-    id: build.templateId,
-    teamId: build.teamId,
-    aliases: [build.name],
-    kind: "build",
-    snapshotId: layer.snapshotId,
-    vcpus: layer.vcpus,
-    memoryMiB: layer.memoryMiB,
-    diskSizeMiB: layer.diskSizeMiB,
-    createdAt: build.createdAt,
-    ...(layer.config && { config: layer.config }),
-  };
 }
 
 function groupBy<T>(items: readonly T[], key: (item: T) => string): Map<string, T[]> {

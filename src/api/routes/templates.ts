@@ -102,7 +102,7 @@ export function registerTemplateRoutes(app: FastifyInstance, context: ApiContext
   app.get("/templates", async (request) => builds().list(team(request)));
 
   app.get<{ Params: { alias: string } }>("/templates/aliases/:alias", async (request) =>
-    builds().alias(team(request), request.params.alias),
+    builds().tags.alias(team(request), request.params.alias),
   );
 
   app.get<{ Params: TemplateParams }>("/templates/:templateID", async (request) =>
@@ -110,14 +110,14 @@ export function registerTemplateRoutes(app: FastifyInstance, context: ApiContext
   );
 
   app.get<{ Params: TemplateParams }>("/templates/:templateID/tags", async (request) =>
-    builds().listTags(team(request), request.params.templateID),
+    builds().tags.listTags(team(request), request.params.templateID),
   );
 
   app.post<{ Body: TagsBody & { target: string } }>(
     "/templates/tags",
     { schema: { body: tagsAssignSchema } },
     async (request, reply) => {
-      const assigned = await builds().assignTags(
+      const assigned = await builds().tags.assignTags(
         team(request),
         request.body.target,
         request.body.tags,
@@ -130,7 +130,7 @@ export function registerTemplateRoutes(app: FastifyInstance, context: ApiContext
     "/templates/tags",
     { schema: { body: tagsRemoveSchema } },
     async (request, reply) => {
-      await builds().removeTags(team(request), request.body.name, request.body.tags);
+      await builds().tags.removeTags(team(request), request.body.name, request.body.tags);
       return reply.code(204).send();
     },
   );
