@@ -137,7 +137,8 @@ export function createApi(options: ApiOptions): FastifyInstance {
     api.addHook("onRequest", async (request) => {
       request.caller = await options.authenticate(request.headers);
     });
-    api.addHook("onRequest", async () => checkReady(context.status()));
+    // 503 (with Retry-After) until the node is ready: the SDK reports ServiceBusyError.
+    api.addHook("onRequest", async () => assertReady(context.status()));
     api.addHook("preValidation", async (request) => {
       const { sandboxID } = request.params as { sandboxID?: string };
       if (sandboxID === undefined) return;
@@ -174,11 +175,6 @@ function acceptJsonOnly(app: FastifyInstance): void {
     }
     parseJson(request, text, done);
   });
-}
-
-/** 503 (with Retry-After) until the service is ready: the SDK reports ServiceBusyError. */
-function checkReady(status: ServerStatus): void {
-  assertReady(status);
 }
 
 /** The sandbox a request names (`:sandboxID`), for its line. */
