@@ -73,9 +73,10 @@ export function reasonOf(reply: FastifyReply): string | undefined {
   return answeredReasons.get(reply.raw);
 }
 
-export function sendError(reply: FastifyReply, body: ErrorJson): FastifyReply {
+/** `error`: what was thrown, when there was something (its own Retry-After estimate). */
+export function sendError(reply: FastifyReply, body: ErrorJson, error?: unknown): FastifyReply {
   if (body.reason) answeredReasons.set(reply.raw, body.reason);
-  const retryAfter = retryAfterSeconds(body.code);
+  const retryAfter = retryAfterSeconds(body.code, error);
   if (retryAfter !== undefined) reply.header("retry-after", retryAfter);
   return reply.code(body.code).type("application/json; charset=utf-8").send(body);
 }
@@ -122,7 +123,7 @@ export async function handleError(error: unknown, request: FastifyRequest, reply
     reply.header("connection", "close");
     await drainBody(request.raw);
   }
-  return sendError(reply, body);
+  return sendError(reply, body, error);
 }
 
 /** fastify `setNotFoundHandler`: unknown routes (and unknown methods) get a JSON 404 too. */

@@ -114,6 +114,7 @@ export function assembleParts(
     events,
     quotas: new TeamQuotas(options.teamLimits, () => table.values().map((l) => l.row)),
     maxConcurrentStarts: options.maxConcurrentStarts,
+    startQueue: options.startQueue,
     startPermitLeaseMs: options.startPermitLeaseMs ?? START_PERMIT_LEASE_MS,
   });
   const forks = new Forks({

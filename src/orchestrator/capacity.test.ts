@@ -54,6 +54,7 @@ it("admits by the host's real memory: 429 memory_pressure before MemAvailable dr
     () => available,
   );
   const first = capacity.reserve(shape); // 3700 - 256 ≥ 3000
+  capacity.starting();
   const refused = (err: unknown) =>
     err instanceof WarrenError &&
     err.status === 429 &&
@@ -61,12 +62,28 @@ it("admits by the host's real memory: 429 memory_pressure before MemAvailable dr
     /3000 MiB kept in reserve/.test(err.message);
   // The first VMM has not shown in MemAvailable yet: it is counted as starting.
   capacity.reserve(shape); // 3700 - 256 (starting) - 256 ≥ 3000
+  capacity.starting();
   assert.throws(() => capacity.reserve(shape), refused);
   first();
   available = 8_192;
   capacity.reserve(shape);
   available = 3_100;
   assert.throws(() => capacity.reserve(shape), refused);
+});
+
+it("counts a reserved VM's memory only once it starts, and checks the host again then", () => {
+  let available = 3_700;
+  const capacity = new Capacity(
+    { maxSandboxes: 100, maxVcpus: 100, maxMemoryMiB: 1_000_000, memoryReserveMiB: 3_000 },
+    () => available,
+  );
+  // A burst: all admitted while none has started (each waits its turn in the start queue).
+  for (let i = 0; i < 20; i++) capacity.reserve(shape);
+  capacity.starting(); // 3700 - 256 ≥ 3000
+  capacity.starting(); // 3700 - 256 (starting) - 256 ≥ 3000
+  assert.throws(() => capacity.starting(), /memory_pressure|kept in reserve/);
+  available = 3_100;
+  assert.throws(() => capacity.reserve(shape), /kept in reserve/);
 });
 
 it("never refuses for memory with no reserve set", () => {

@@ -35,7 +35,8 @@ export function hostAvailableMiB(): number {
 
 /**
  * Admission control for running sandboxes. A create or resume reserves its shape before
- * any work starts and gets 429 at once when the node is full, rather than a hung request.
+ * any work starts and gets 429 at once when the node is full, rather than a hung request;
+ * its memory is checked again when its VMM starts (`starting`), after its turn in the queue.
  */
 export class Capacity {
   #sandboxes = 0;
@@ -66,22 +67,32 @@ export class Capacity {
     return this.#full(shape) === undefined;
   }
 
-  /** Reserves room for one VM; the returned function gives it back (idempotent). */
+  /**
+   * Reserves room for one VM; the returned function gives it back (idempotent). The VM may
+   * wait for its start (StartQueue): `starting()` counts its memory when it begins.
+   */
   reserve(shape: MachineShape): () => void {
     let full = this.#full(shape);
     while (full && this.#reclaimers.some((reclaim) => reclaim(shape))) full = this.#full(shape);
     if (full) {
       throw new WarrenError("capacity_exhausted", `node at capacity: ${full}; retry later`);
     }
-    const pressure = this.#memoryPressure();
-    if (pressure) throw new WarrenError("memory_pressure", `${pressure}; retry later`);
-    // Counted as starting for a moment: its VMM's memory shows in MemAvailable soon after.
+    this.#checkMemory();
+    return this.hold(shape);
+  }
+
+  /**
+   * A reserved VM's VMM starts now: the host's memory is checked again (it may have gone
+   * while the VM waited its turn; 429 memory_pressure) and the VMM counts as starting for a
+   * moment, until its memory shows in MemAvailable.
+   */
+  starting(): void {
+    this.#checkMemory();
     this.#starting += 1;
     const started = setTimeout(() => {
       this.#starting -= 1;
     }, STARTING_MS);
     started.unref();
-    return this.hold(shape);
   }
 
   /**
@@ -102,14 +113,17 @@ export class Capacity {
     };
   }
 
-  /** Why the host's memory cannot take one more VMM now, or undefined if it can. */
-  #memoryPressure(): string | undefined {
+  /** Throws 429 memory_pressure when the host's memory cannot take one more VMM now. */
+  #checkMemory(): void {
     const reserve = this.limits.memoryReserveMiB ?? 0;
-    if (reserve <= 0) return undefined;
+    if (reserve <= 0) return;
     const available = this.availableMiB() - this.#starting * VMM_START_MIB;
-    return available - VMM_START_MIB < reserve
-      ? `host memory is low: ${available} MiB available, ${reserve} MiB kept in reserve`
-      : undefined;
+    if (available - VMM_START_MIB < reserve) {
+      throw new WarrenError(
+        "memory_pressure",
+        `host memory is low: ${available} MiB available, ${reserve} MiB kept in reserve; retry later`,
+      );
+    }
   }
 
   /** What stands in the way of one more VM of this shape, or undefined if it fits. */

@@ -7,6 +7,7 @@ import type { PoolSettings } from "./pool/warm-pool.js";
 import type { VolumeServer } from "./sandboxes/sandbox-vms.js";
 import type { TeamLimitsLookup } from "./sandboxes/team-quotas.js";
 import type { SharedSnapshots } from "./snapshots/snapshots.js";
+import type { StartQueueSettings } from "./start-queue.js";
 
 export interface OrchestratorOptions extends NodeDrivers {
   /** Where snapshot disks are flattened (the driver's disks: QemuDriverOptions.disks). */
@@ -21,6 +22,8 @@ export interface OrchestratorOptions extends NodeDrivers {
   readonly flattenDepth: number;
   /** VMs brought up (restore and /init) at once; more creates, resumes and forks queue. */
   readonly maxConcurrentStarts: number;
+  /** Bounds of that queue, in number and in time (StartQueue); unset: DEFAULT_START_QUEUE. */
+  readonly startQueue?: StartQueueSettings;
   /** Warm pools: per template, sized from demand, bounded by memory (WarmPool). */
   readonly pool: PoolSettings;
   /** Paused sandboxes' VMMs kept stopped for a quick resume (KeptVmms); unset: none kept. */

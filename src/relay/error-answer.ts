@@ -32,7 +32,11 @@ export interface ErrorAnswer {
 /** Seconds a client should wait before retrying, by status: busy (429), not ready (503). */
 const RETRY_AFTER_SECONDS: Readonly<Record<number, string>> = { 429: "1", 503: "5" };
 
-export function retryAfterSeconds(status: number): string | undefined {
+/** Retry-After for an answer: the refusal's own estimate (a WarrenError's), else its status's. */
+export function retryAfterSeconds(status: number, error?: unknown): string | undefined {
+  if (error instanceof WarrenError && error.retryAfterS !== undefined && status === error.status) {
+    return String(error.retryAfterS);
+  }
   return RETRY_AFTER_SECONDS[status];
 }
 
@@ -68,7 +72,7 @@ export function apiError(
   extraHeaders: Readonly<Record<string, string>> = {},
 ): ErrorAnswer {
   const body = apiErrorBody(error);
-  const retryAfter = retryAfterSeconds(body.code);
+  const retryAfter = retryAfterSeconds(body.code, error);
   return {
     status: body.code,
     headers: {

@@ -396,6 +396,7 @@ function newOrchestrator(
     maxForkCount: config.maxForkCount,
     flattenDepth: config.flattenDepth,
     maxConcurrentStarts: config.maxConcurrentStarts || parts.host.cpus * 2,
+    startQueue: { maxQueued: config.startQueueDepth, maxWaitMs: config.startQueueWaitMs },
     pool: {
       baseFloor: config.poolSize,
       maxPerTemplate: config.poolMaxPerTemplate,

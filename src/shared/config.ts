@@ -302,6 +302,20 @@ const SETTINGS = {
     parse: int(0, 1_024),
     expects: "an integer 0..1024",
   },
+  startQueueDepth: {
+    env: "WARREN_START_QUEUE_DEPTH",
+    doc: "Creates, resumes and fork children that may wait for a VM start at once (beyond WARREN_MAX_CONCURRENT_STARTS starting); one more is refused at once with 429 start_queue_full and a Retry-After. Waiting ones start in the order they arrived.",
+    default: () => 256,
+    parse: int(0, 100_000),
+    expects: "an integer 0..100000",
+  },
+  startQueueWaitMs: {
+    env: "WARREN_START_QUEUE_WAIT_MS",
+    doc: "Longest a create, resume or fork child may wait for its VM start: one whose wait, estimated from recent starts, would be longer is refused at once (429 start_queue_full), and one that waits this long anyway is refused then (429 start_queue_timeout), leaving nothing behind. Keep it below clients' request timeouts (the e2b SDK's is 60 s).",
+    default: () => 20_000,
+    parse: int(100, 600_000),
+    expects: "milliseconds 100..600000",
+  },
   maxForkCount: {
     env: "WARREN_MAX_FORK_COUNT",
     doc: "Most children one fork call may ask for.",

@@ -112,6 +112,14 @@ export const ERROR_REASONS = {
     kind: "permission_denied",
     doc: "The route is the internal node API, which only the cluster's gateways call (on a node's cluster port, with a gateway certificate from the cluster CA): API keys and anything else are refused there.",
   },
+  start_queue_full: {
+    kind: "resource_exhausted",
+    doc: "The node is busy starting VMs: as many creates, resumes and forks wait for a start as WARREN_START_QUEUE_DEPTH allows, or the one more would wait longer than WARREN_START_QUEUE_WAIT_MS. Refused at once; retry after Retry-After (when the queue is estimated to have drained by half).",
+  },
+  start_queue_timeout: {
+    kind: "resource_exhausted",
+    doc: "A create, resume or fork child waited WARREN_START_QUEUE_WAIT_MS for its VM start (the node was slower than estimated) and was given up, leaving nothing behind: retry after Retry-After.",
+  },
   memory_pressure: {
     kind: "resource_exhausted",
     doc: "The host's available memory is down to its reserve (WARREN_MEMORY_RESERVE_MIB): no VM is started until some is freed. Retry after Retry-After, or kill sandboxes.",
@@ -236,12 +244,16 @@ export function kindOf(reason: ErrorReason): ErrorKind {
 
 export class WarrenError extends Error {
   override readonly name = "WarrenError";
+  /** Seconds a client should wait before it retries, when the refusal knows better than its status's default. */
+  readonly retryAfterS: number | undefined;
+
   constructor(
     readonly reason: ErrorReason,
     message: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; retryAfterS?: number },
   ) {
     super(message, options);
+    this.retryAfterS = options?.retryAfterS;
   }
 
   get kind(): ErrorKind {

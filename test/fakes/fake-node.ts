@@ -57,6 +57,7 @@ export type FakeNodeSettings = Partial<
     | "defaultTimeoutMs"
     | "flattenDepth"
     | "maxConcurrentStarts"
+    | "startQueue"
     | "envdDeadlineMs"
     | "startPermitLeaseMs"
     | "metricsIntervalMs"
@@ -243,6 +244,7 @@ export class FakeNode {
       maxForkCount: s.maxForkCount ?? 4,
       flattenDepth: s.flattenDepth ?? 0,
       maxConcurrentStarts: s.maxConcurrentStarts ?? 4,
+      startQueue: s.startQueue,
       pool: {
         baseFloor: s.poolSize ?? 0,
         maxPerTemplate: 0,

@@ -430,6 +430,7 @@ export class WarmPool {
     let slot: Slot | undefined;
     let prepared: PreparedRestore | undefined;
     try {
+      capacity.starting();
       slot = await slots.acquire();
       crashPoint("warm-pool.make.after-slot");
       const id = newId();

@@ -9,8 +9,9 @@ import type { Capacity } from "../capacity.js";
 import type { DiskSpace } from "../disk-space.js";
 import type { LifecycleEvents } from "../lifecycle-events.js";
 import type { PoolTemplate, WarmPool, WarmVm } from "../pool/warm-pool.js";
-import { type Permit, Semaphore } from "../semaphore.js";
+import type { Permit } from "../semaphore.js";
 import type { Snapshots } from "../snapshots/snapshots.js";
+import { StartQueue, type StartQueueSettings, type StartTicket } from "../start-queue.js";
 import type { PauseOptions, ResumeOptions, SandboxInfo } from "../types.js";
 import type { KeptVmm, KeptVmms } from "./kept-vmms.js";
 import { configOf, type LiveSandbox, sandboxInfo } from "./live-sandbox.js";
@@ -34,6 +35,8 @@ export interface LifecycleOptions {
   readonly kept: KeptVmms;
   /** VMs brought up (restore and /init) at once; more creates, resumes and forks queue. */
   readonly maxConcurrentStarts: number;
+  /** Bounds of that queue (StartQueue); past them a start is refused with 429. */
+  readonly startQueue?: StartQueueSettings;
   /** How long a start keeps its permit while its guest has not answered /init. */
   readonly startPermitLeaseMs: number;
   readonly logger: Logger;
@@ -52,7 +55,7 @@ export class Lifecycle {
   readonly #o: LifecycleOptions;
   readonly #log: Logger;
   readonly #events: LifecycleEvents;
-  readonly #starts: Semaphore;
+  readonly #starts: StartQueue;
   readonly #stopped = new EventEmitter();
   readonly ttl: TtlTimers;
 
@@ -60,7 +63,7 @@ export class Lifecycle {
     this.#o = options;
     this.#log = options.logger;
     this.#events = options.events;
-    this.#starts = new Semaphore(options.maxConcurrentStarts);
+    this.#starts = new StartQueue(options.maxConcurrentStarts, options.startQueue);
     this.ttl = new TtlTimers({
       table: options.table,
       logger: options.logger,
@@ -96,10 +99,19 @@ export class Lifecycle {
     // A warmed VMM brings its id (its runtime dir is named after it) and its capacity share.
     const row = warm ? { ...fresh, id: warm.id } : fresh;
     let releaseNode: () => void;
+    let ticket: StartTicket | undefined;
     try {
       releaseNode = warm ? warm.releaseCapacity : capacity.reserve(row);
     } catch (err) {
       releaseTeam();
+      throw err;
+    }
+    try {
+      // Its place in the start queue is taken now, in the order creates arrived.
+      ticket = warm ? undefined : this.#starts.enter();
+    } catch (err) {
+      releaseTeam();
+      releaseNode();
       throw err;
     }
     const live: LiveSandbox = {
@@ -115,6 +127,7 @@ export class Lifecycle {
       crashPoint("lifecycle.launch.after-insert");
     } catch (err) {
       releaseTeam();
+      ticket?.cancel();
       if (warm) await pool.discard(warm);
       else releaseNode();
       throw err;
@@ -128,7 +141,7 @@ export class Lifecycle {
     const started = performance.now();
     await table.serial(row.id, async () => {
       try {
-        await this.#startVm(live, snapshotId, presentToken, warm);
+        await this.#startVm(live, snapshotId, { presentToken, warm, ticket });
         await this.update(live, { state: "running" });
         crashPoint("lifecycle.launch.after-running");
         this.ttl.arm(live);
@@ -248,7 +261,7 @@ export class Lifecycle {
       if (parked && !(await this.#continueKept(live, parked))) parked = undefined;
       if (!parked) {
         const from = reboot && memoryKept ? await this.#flushedDisk(live, snapshotId) : snapshotId;
-        await this.#startVm(live, from, undefined, undefined, reboot);
+        await this.#startVm(live, from, { reboot });
       }
     } catch (err) {
       const killed = live.abort.signal.aborted;
@@ -374,21 +387,35 @@ export class Lifecycle {
     return () => this.#stopped.off("stopped", listener);
   }
 
-  /** Slot, VM from the snapshot, /init: the sandbox answers once this returns. */
-  #startVm(
+  /**
+   * Slot, VM from the snapshot, /init: the sandbox answers once this returns. A start waits
+   * its turn (`ticket`: the place its create took on arrival; else one taken now), and a kill
+   * meanwhile ends the wait.
+   */
+  async #startVm(
     live: LiveSandbox,
     snapshotId: string,
-    presentToken?: string,
-    warm?: WarmVm,
-    reboot = false,
+    how: { presentToken?: string; warm?: WarmVm; ticket?: StartTicket; reboot?: boolean } = {},
   ): Promise<void> {
+    const { presentToken, warm, reboot } = how;
     // A pooled VMM only continues: it does not queue behind restores.
     if (warm) return this.#bringUp(live, snapshotId, { presentToken, warm });
     const queued = performance.now();
-    return this.#starts.use((permit) => {
-      addPhase("orchestrator.start_queue", performance.now() - queued);
-      return this.#bringUp(live, snapshotId, { presentToken, permit, reboot });
-    });
+    const ticket = how.ticket ?? this.#starts.enter();
+    let permit: Permit;
+    try {
+      permit = await untilAborted(ticket.turn(), live.abort?.signal);
+    } catch (err) {
+      ticket.cancel();
+      throw err;
+    }
+    addPhase("orchestrator.start_queue", performance.now() - queued);
+    try {
+      this.#o.capacity.starting();
+      await this.#bringUp(live, snapshotId, { presentToken, permit, reboot });
+    } finally {
+      permit.release();
+    }
   }
 
   async #bringUp(
@@ -481,4 +508,15 @@ function exitsWithin(vm: Vm, ms: number): Promise<boolean> {
 function withPausedMemory(row: SandboxRow, kept: boolean): Record<string, unknown> {
   const { pausedWithoutMemory: _, ...config } = configOf(row);
   return { ...config, ...(!kept && { pausedWithoutMemory: true }) };
+}
+
+/** `promise`, or the signal's reason once it aborts first (a kill while a start waits). */
+function untilAborted<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return promise;
+  signal.throwIfAborted();
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
 }

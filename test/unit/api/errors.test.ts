@@ -211,6 +211,15 @@ test("WarrenErrors keep their status and message, with kind and reason; 429 says
     assert.equal(res.json().reason, error.reason);
     if (status === 429) assert.equal(res.headers["retry-after"], "1");
   }
+  // A refusal that knows when room is likely (the start queue's estimate) says so.
+  service.failures.set(
+    "create",
+    new WarrenError("start_queue_full", "node busy starting VMs", { retryAfterS: 7 }),
+  );
+  const busy = await call("POST", "/v2/sandboxes", { body: {} });
+  assert.equal(busy.statusCode, 429);
+  assert.equal(busy.headers["retry-after"], "7");
+  assert.equal(busy.json().reason, "start_queue_full");
 });
 
 test("anything else is a plain 500: no message, no stack", async () => {

@@ -555,6 +555,80 @@ describe("Orchestrator (on fakes)", () => {
     });
   });
 
+  describe("a burst larger than the node (start queue)", () => {
+    it("serves the first arrivals in order and refuses the rest at once with 429s, leaving nothing", async (t) => {
+      const node = await startNode(t, {
+        maxSandboxes: 10,
+        maxConcurrentStarts: 2,
+        startQueue: { maxQueued: 4, maxWaitMs: 10_000 },
+      });
+      const gate = node.driver.holdStarts();
+      const served: number[] = [];
+      const creates = Array.from({ length: 40 }, (_, i) =>
+        node.orchestrator.create(createInput("base")).then((info) => {
+          served.push(i);
+          return info;
+        }),
+      );
+      // Refusals come while the admitted still wait: nobody waits to be told no.
+      const refused = await Promise.allSettled(creates.slice(6));
+      for (const r of refused) {
+        assert.equal(r.status, "rejected");
+        const err = (r as PromiseRejectedResult).reason as WarrenError;
+        assert.equal(err.reason, "start_queue_full");
+        assert.equal(err.status, 429);
+        assert.ok((err.retryAfterS ?? 0) >= 1);
+      }
+      gate.open();
+      const admitted = await Promise.all(creates.slice(0, 6));
+      // Two start at a time, each pair in arrival order (within a pair, either ends first).
+      const pairs = [0, 2, 4].map((i) => served.slice(i, i + 2).sort());
+      assert.deepEqual(
+        pairs,
+        [
+          [0, 1],
+          [2, 3],
+          [4, 5],
+        ],
+        "in arrival order",
+      );
+      for (const info of admitted) await node.orchestrator.kill(info.sandboxId);
+      assert.deepEqual(await node.leaks(), []);
+    });
+
+    it("past the node's room: capacity_exhausted at once; a kill while queued ends the wait", async (t) => {
+      const node = await startNode(t, {
+        maxSandboxes: 3,
+        maxConcurrentStarts: 1,
+        startQueue: { maxQueued: 10, maxWaitMs: 10_000 },
+      });
+      const gate = node.driver.holdStarts();
+      const creates = Array.from({ length: 5 }, () =>
+        node.orchestrator.create(createInput("base")),
+      );
+      for (const r of await Promise.allSettled(creates.slice(3))) {
+        assert.equal(r.status, "rejected");
+        assert.equal(
+          ((r as PromiseRejectedResult).reason as WarrenError).reason,
+          "capacity_exhausted",
+        );
+      }
+      const creating = node.logger.events("sandbox.creating").map((l) => l.fields.sandboxId);
+      assert.equal(creating.length, 3, "one starting, two waiting their turn");
+      // The last to arrive waits behind two: its kill ends the wait, the gate still closed.
+      const killed = node.orchestrator.kill(String(creating[2]));
+      await assert.rejects(creates[2] ?? assert.fail("no third create"), {
+        reason: "sandbox_killed",
+      });
+      await killed;
+      gate.open();
+      for (const info of await Promise.all(creates.slice(0, 2))) {
+        await node.orchestrator.kill(info.sandboxId);
+      }
+      assert.deepEqual(await node.leaks(), []);
+    });
+  });
+
   describe("network slots", () => {
     it("no free slot is network_exhausted, and the capacity taken is given back", async (t) => {
       const node = await startNode(t, { maxSlots: 1, maxSandboxes: 2 });

@@ -1,0 +1,200 @@
+import { WarrenError } from "../shared/index.js";
+import type { Permit } from "./semaphore.js";
+
+export interface StartQueueSettings {
+  /** Starts that may wait for a permit at once; one more is refused at once (429). */
+  readonly maxQueued: number;
+  /**
+   * Longest a start may wait for its permit: one whose estimated wait is longer is refused at
+   * once, and one that has waited this long (the estimate was wrong) is refused then (429).
+   */
+  readonly maxWaitMs: number;
+}
+
+export const DEFAULT_START_QUEUE: StartQueueSettings = { maxQueued: 256, maxWaitMs: 20_000 };
+
+/** A place in the queue, taken on arrival: its turn comes in arrival order. */
+export interface StartTicket {
+  /** Resolves with the permit once it is this ticket's turn; rejects past the wait bound. */
+  turn(): Promise<Permit>;
+  /** Gives the place (or the permit, once granted) back: the start will not happen. */
+  cancel(): void;
+}
+
+interface Waiter {
+  readonly grant: (permit: Permit) => void;
+  readonly refuse: (err: WarrenError) => void;
+  readonly timer: NodeJS.Timeout;
+}
+
+/** Weight of the newest permit's hold time in the running estimate. */
+const HOLD_WEIGHT = 0.2;
+
+/**
+ * At most `concurrency` VM starts at once (on few cores, 32 restores at once all finish later
+ * than 32 restores 4 at a time); the rest wait in arrival order, up to a bound in number and
+ * in time, so that a burst far larger than the node gets prompt 429s with a Retry-After
+ * that says when room is likely, never requests that hang until the client gives up.
+ *
+ * A start takes its place (`enter`) when it is admitted, before any await: arrival order is
+ * the order creates reached the node. The wait is estimated from how long permits have been
+ * held lately; with no estimate yet only the number bound and the time bound apply.
+ */
+export class StartQueue {
+  #free: number;
+  readonly #waiting: Waiter[] = [];
+  /** Running estimate of how long a start holds its permit, ms; undefined until one ends. */
+  #holdMs: number | undefined;
+
+  constructor(
+    readonly concurrency: number,
+    readonly settings: StartQueueSettings = DEFAULT_START_QUEUE,
+  ) {
+    this.concurrency = Math.max(1, concurrency);
+    this.#free = this.concurrency;
+  }
+
+  /** Starts waiting for a permit now. */
+  get queued(): number {
+    return this.#waiting.length;
+  }
+
+  /** The estimated wait of a start arriving now, ms (0 with a permit free or no estimate yet). */
+  get estimatedWaitMs(): number {
+    return this.#waitAt(this.#waiting.length + 1);
+  }
+
+  /** Takes a place, or throws 429 start_queue_full when the queue is full or too slow. */
+  enter(): StartTicket {
+    if (this.#free > 0 && this.#waiting.length === 0) {
+      this.#free -= 1;
+      return this.#granted(this.#permit());
+    }
+    this.#admit();
+    let grant: (permit: Permit) => void = () => {};
+    let refuse: (err: WarrenError) => void = () => {};
+    const turn = new Promise<Permit>((resolve, reject) => {
+      grant = resolve;
+      refuse = reject;
+    });
+    turn.catch(() => {}); // refused before anyone asked for its turn: not unhandled
+    let permit: Permit | undefined;
+    let refused = false;
+    const waiter: Waiter = {
+      grant: (granted) => {
+        clearTimeout(waiter.timer);
+        permit = granted;
+        grant(granted);
+      },
+      refuse: (err) => {
+        clearTimeout(waiter.timer);
+        refused = true;
+        refuse(err);
+      },
+      timer: setTimeout(() => {
+        this.#remove(waiter);
+        waiter.refuse(this.#timedOut());
+      }, this.settings.maxWaitMs),
+    };
+    this.#waiting.push(waiter);
+    return {
+      turn: () => turn,
+      cancel: () => {
+        if (permit) permit.release();
+        else if (!refused && this.#remove(waiter)) waiter.refuse(cancelled());
+      },
+    };
+  }
+
+  #granted(permit: Permit): StartTicket {
+    return { turn: async () => permit, cancel: () => permit.release() };
+  }
+
+  /** Throws when one more waiter would pass either bound. */
+  #admit(): void {
+    const { maxQueued, maxWaitMs } = this.settings;
+    const position = this.#waiting.length + 1;
+    if (position > maxQueued) {
+      throw refusal(
+        `${maxQueued} starts are already waiting (WARREN_START_QUEUE_DEPTH)`,
+        this.#retryAfterS(),
+      );
+    }
+    const waitMs = this.#waitAt(position);
+    if (waitMs > maxWaitMs) {
+      throw refusal(
+        `${this.#waiting.length} starts are waiting, about ${seconds(waitMs)} s for one more, over the ${seconds(maxWaitMs)} s bound (WARREN_START_QUEUE_WAIT_MS)`,
+        this.#retryAfterS(),
+      );
+    }
+  }
+
+  #timedOut(): WarrenError {
+    return new WarrenError(
+      "start_queue_timeout",
+      `waited ${seconds(this.settings.maxWaitMs)} s (WARREN_START_QUEUE_WAIT_MS) for a VM start: the node is busier than estimated; retry later`,
+      { retryAfterS: this.#retryAfterS() },
+    );
+  }
+
+  /** Estimated wait of the waiter at `position` (1 = next), ms. */
+  #waitAt(position: number): number {
+    if (this.#holdMs === undefined || (this.#free > 0 && this.#waiting.length === 0)) return 0;
+    return Math.ceil(position / this.concurrency) * this.#holdMs;
+  }
+
+  /**
+   * When a refused start should come back: once the queue has drained to half of what it
+   * admits, so that a burst's refused clients, all told the same, find room when they return.
+   */
+  #retryAfterS(): number {
+    const hold = this.#holdMs;
+    if (hold === undefined) return 1;
+    const admits = Math.min(
+      this.settings.maxQueued,
+      Math.floor(this.settings.maxWaitMs / hold) * this.concurrency,
+    );
+    const drainMs = ((this.#waiting.length - admits / 2) * hold) / this.concurrency;
+    return Math.max(1, Math.ceil(drainMs / 1000));
+  }
+
+  #permit(): Permit {
+    const granted = performance.now();
+    let held = true;
+    return {
+      release: () => {
+        if (!held) return;
+        held = false;
+        const holdMs = performance.now() - granted;
+        this.#holdMs =
+          this.#holdMs === undefined
+            ? holdMs
+            : this.#holdMs + HOLD_WEIGHT * (holdMs - this.#holdMs);
+        const next = this.#waiting.shift();
+        if (next) next.grant(this.#permit());
+        else this.#free += 1;
+      },
+    };
+  }
+
+  #remove(waiter: Waiter): boolean {
+    const index = this.#waiting.indexOf(waiter);
+    if (index < 0) return false;
+    this.#waiting.splice(index, 1);
+    return true;
+  }
+}
+
+function refusal(why: string, retryAfterS: number): WarrenError {
+  return new WarrenError("start_queue_full", `node busy starting VMs: ${why}; retry later`, {
+    retryAfterS,
+  });
+}
+
+function cancelled(): WarrenError {
+  return new WarrenError("sandbox_killed", "the start was given up while it waited its turn");
+}
+
+function seconds(ms: number): string {
+  return (ms / 1000).toFixed(ms < 10_000 ? 1 : 0);
+}
