@@ -1,6 +1,6 @@
 // Load through the real SDK: N clients each run M cycles of create → command → pause →
 // resume → fork → kill (child and parent), all at once against one server. Every error but
-// a clear 429 (capacity_exhausted, memory_pressure, network_exhausted: the node said "not
+// a clear 429 (capacity_exhausted, memory_pressure, network_exhausted, start_queue_*: the node said "not
 // now") counts as a failure; a 429 ends that cycle and the client goes on after the
 // server's Retry-After. Shared by test/e2e/load.test.ts and bench/load.ts.
 import { Sandbox } from "e2b";
@@ -31,7 +31,11 @@ type Step = (typeof STEPS)[number];
 function refusal(err: unknown): string | undefined {
   const text = err instanceof Error ? `${err.name} ${err.message}` : String(err);
   if (!/429|RateLimit|rate limit/i.test(text)) return undefined;
-  return /memory_pressure|capacity_exhausted|network_exhausted/.exec(text)?.[0] ?? "429";
+  return (
+    /memory_pressure|capacity_exhausted|network_exhausted|start_queue_full|start_queue_timeout/.exec(
+      text,
+    )?.[0] ?? "429"
+  );
 }
 
 /** Warren's own API with the SDK's settings (E2B_API_URL, E2B_API_KEY). */
