@@ -27,10 +27,18 @@ const ASSUMED_SHAPE = { vcpus: 1, memoryMiB: 256 } as const;
 const TRY_ANOTHER = new Set([429, 503, 507]);
 
 /**
+ * A node's refusals for being busy starting VMs: its own start queue is full or too slow. Its
+ * queue bounds the wait already; a gateway queue on top would compound it (and its retries
+ * would add to the node's load), so when every node says this the create is refused at once.
+ */
+const BUSY = new Set(["start_queue_full", "start_queue_timeout"]);
+
+/**
  * Places creates (`POST /sandboxes`, `POST /v2/sandboxes`). Nodes are tried best first
  * (placement.ts); one that refuses for room or is unreachable is skipped. When none takes the
  * create, it waits in a bounded queue for room (a refresh or a release) until `maxWaitMs`;
- * a full queue or the end of the wait is a 429 with Retry-After, never a pile of timeouts.
+ * a full queue or the end of the wait is a 429 with Retry-After (the soonest a node gave),
+ * never a pile of timeouts. Nodes all busy starting VMs refuse it at once (BUSY).
  */
 export class Creates {
   readonly #o: CreatesOptions;
@@ -49,6 +57,8 @@ export class Creates {
     const request: PlacementRequest = { templateId: templateOf(body), ...ASSUMED_SHAPE };
     const deadline = Date.now() + this.#o.maxWaitMs;
     const refusals = new Map<string, string>();
+    /** The soonest a refusing node said it may have room (its Retry-After), seconds. */
+    let soonestS: number | undefined;
     for (;;) {
       const nodes = await directory.nodes();
       if (!nodes.some((node) => node.state === "up")) {
@@ -58,6 +68,8 @@ export class Creates {
         heartbeatTimeoutMs: this.#o.heartbeatTimeoutMs,
         sinceReadMs: directory.sinceReadMs,
       });
+      // Whether every node tried this round was busy starting VMs (see BUSY).
+      let allBusy = ranked.length > 0;
       for (const node of ranked) {
         const release = directory.reserve(node, request);
         const outcome = await forwardRequest(
@@ -82,17 +94,20 @@ export class Creates {
         release();
         // The client left before the node answered: nobody is waiting for another try.
         if (outcome.kind === "ended") return;
-        refusals.set(
-          node.id,
-          outcome.kind === "unreachable" ? "unreachable" : reasonOf(outcome.body, outcome.status),
-        );
+        const why =
+          outcome.kind === "unreachable" ? "unreachable" : reasonOf(outcome.body, outcome.status);
+        refusals.set(node.id, why);
+        if (!BUSY.has(why)) allBusy = false;
+        const retryAfterS = outcome.kind === "intercepted" ? Number(outcome.retryAfter) : NaN;
+        if (retryAfterS >= 1) soonestS = Math.min(soonestS ?? retryAfterS, retryAfterS);
       }
       const remaining = deadline - Date.now();
-      if (remaining <= 0 || this.#queued >= this.#o.maxQueued) {
+      if (allBusy || remaining <= 0 || this.#queued >= this.#o.maxQueued) {
         const tried = [...refusals].map(([id, why]) => `${id}: ${why}`).join(", ");
         throw new WarrenError(
           "cluster_full",
           `no node has room for a sandbox of template '${request.templateId}'${tried ? ` (${tried})` : ""}: retry later`,
+          { retryAfterS: soonestS },
         );
       }
       this.#queued += 1;

@@ -51,7 +51,13 @@ export type RelayOutcome =
   /** The upstream answered and its answer is on its way to the client. */
   | { readonly kind: "relayed"; readonly status: number }
   /** The upstream answered with a status the caller takes over (`intercept`); nothing was sent. */
-  | { readonly kind: "intercepted"; readonly status: number; readonly body: Buffer }
+  | {
+      readonly kind: "intercepted";
+      readonly status: number;
+      readonly body: Buffer;
+      /** The upstream's Retry-After, when it sent one. */
+      readonly retryAfter?: string;
+    }
   /** No answer came and there is no `refuse`: nothing was sent, the caller answers. */
   | { readonly kind: "unreachable"; readonly error: Error; readonly connected: boolean }
   /**

@@ -156,7 +156,8 @@ class RequestRelay {
         .catch(() => Buffer.alloc(0))
         .then((body) => {
           if (this.#settle("intercepted", status)) {
-            this.#resolve({ kind: "intercepted", status, body });
+            const retryAfter = answer.headers["retry-after"];
+            this.#resolve({ kind: "intercepted", status, body, retryAfter });
           }
         });
       return;

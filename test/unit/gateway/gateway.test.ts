@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { createServer, type IncomingHttpHeaders, request } from "node:http";
 import { type AddressInfo, connect } from "node:net";
 import { describe, it } from "node:test";
+import { WarrenError } from "../../../src/shared/index.js";
 import { TEST_ADMIN_TOKEN } from "../../helpers/auth.js";
 import { API_KEY, type TestCluster, useTestClusters } from "../../helpers/gateway-cluster.js";
 
@@ -67,6 +68,25 @@ describe("gateway: placement", () => {
     assert.equal(body.reason, "cluster_full");
     assert.match(body.message, /no node has room/);
     assert.ok(Date.now() - started >= 250, "it waited in the queue for room first");
+  });
+
+  it("nodes all busy starting VMs: 429 at once, with the soonest Retry-After they gave", async () => {
+    const c = await cluster({ nodes: 2, gateway: { queueWaitMs: 5000 } });
+    for (const [node, seconds] of c.nodes.map((n, i) => [n, 7 + i] as const)) {
+      node.service.failures.set(
+        "create",
+        new WarrenError("start_queue_full", "node busy starting VMs", { retryAfterS: seconds }),
+      );
+    }
+    const started = Date.now();
+    const res = await create(c);
+    assert.equal(res.status, 429);
+    assert.ok(Date.now() - started < 2000, "not held in the gateway's queue for room");
+    assert.equal(res.headers.get("retry-after"), "7");
+    const body = (await res.json()) as { reason: string; message: string };
+    assert.equal(body.reason, "cluster_full");
+    assert.match(body.message, /node0: start_queue_full/);
+    assert.match(body.message, /node1: start_queue_full/);
   });
 
   it("a queued create takes the room a kill frees", async () => {
