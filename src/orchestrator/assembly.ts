@@ -14,6 +14,7 @@ import { SandboxVms } from "./sandboxes/sandbox-vms.js";
 import { TeamQuotas } from "./sandboxes/team-quotas.js";
 import { Forks } from "./snapshots/forks.js";
 import { Snapshots } from "./snapshots/snapshots.js";
+import { StartQueue } from "./start-queue.js";
 import { BuiltInTemplates } from "./templates/built-in-templates.js";
 
 /**
@@ -50,6 +51,7 @@ export function assembleParts(
   const events = new LifecycleEvents({ logger, catalog });
   const table = new SandboxTable();
   const capacity = new Capacity(options.limits);
+  const starts = new StartQueue(options.maxConcurrentStarts, options.startQueue);
   const disk = new DiskSpace(layout.dataDir, options.limits.diskReserveMiB ?? 0, options.statDisk);
   const snapshots: Snapshots = new Snapshots({
     catalog,
@@ -93,6 +95,9 @@ export function assembleParts(
     logger,
     events,
     guestCaCertificate: options.guestCaCertificate,
+    // A refill would take CPU from creates waiting their turn, and a later create could take
+    // what it warms ahead of them: none while any waits.
+    busy: () => starts.queued > 0,
     ...options.pool,
   });
   const sampler = new MetricsSampler({
@@ -113,8 +118,7 @@ export function assembleParts(
     logger,
     events,
     quotas: new TeamQuotas(options.teamLimits, () => table.values().map((l) => l.row)),
-    maxConcurrentStarts: options.maxConcurrentStarts,
-    startQueue: options.startQueue,
+    starts,
     startPermitLeaseMs: options.startPermitLeaseMs ?? START_PERMIT_LEASE_MS,
   });
   const forks = new Forks({
@@ -127,7 +131,7 @@ export function assembleParts(
     maxForkCount: options.maxForkCount,
     defaultTimeoutMs: options.defaultTimeoutMs,
   });
-  const views = new NodeViews({ catalog, table, pool, capacity });
+  const views = new NodeViews({ catalog, table, pool, capacity, starts });
   return {
     events,
     table,

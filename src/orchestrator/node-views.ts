@@ -3,6 +3,7 @@ import type { Capacity } from "./capacity.js";
 import type { WarmPool } from "./pool/warm-pool.js";
 import { configOf } from "./sandboxes/live-sandbox.js";
 import type { SandboxTable } from "./sandboxes/sandbox-table.js";
+import type { StartQueue } from "./start-queue.js";
 import type { NodeLoad, NodeStats, SandboxLineage, SandboxSpan } from "./types.js";
 
 /**
@@ -15,17 +16,20 @@ export class NodeViews {
   readonly #table: SandboxTable;
   readonly #pool: WarmPool;
   readonly #capacity: Capacity;
+  readonly #starts: StartQueue;
 
   constructor(parts: {
     catalog: Catalog;
     table: SandboxTable;
     pool: WarmPool;
     capacity: Capacity;
+    starts: StartQueue;
   }) {
     this.#catalog = parts.catalog;
     this.#table = parts.table;
     this.#pool = parts.pool;
     this.#capacity = parts.capacity;
+    this.#starts = parts.starts;
   }
 
   /**
@@ -112,10 +116,17 @@ export class NodeViews {
       });
     }
     const { limits, usage } = this.#capacity;
+    const starts = this.#starts;
     return {
       sandboxesByState,
       pool: this.#pool.stats,
       sandboxes,
+      starts: {
+        starting: starts.starting,
+        queued: starts.queued,
+        concurrency: starts.concurrency,
+        maxQueued: starts.settings.maxQueued,
+      },
       capacity: {
         maxSandboxes: limits.maxSandboxes,
         maxVcpus: limits.maxVcpus,

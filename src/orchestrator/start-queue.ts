@@ -59,6 +59,11 @@ export class StartQueue {
     return this.#waiting.length;
   }
 
+  /** Starts holding a permit now. */
+  get starting(): number {
+    return this.concurrency - this.#free;
+  }
+
   /** The estimated wait of a start arriving now, ms (0 with a permit free or no estimate yet). */
   get estimatedWaitMs(): number {
     return this.#waitAt(this.#waiting.length + 1);

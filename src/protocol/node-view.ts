@@ -16,6 +16,16 @@ export interface NodeView {
     readonly cpuUsedPct?: number;
     readonly memUsedBytes?: number;
   }[];
+  /**
+   * VM starts under way and waiting their turn, and the queue's bounds (absent from a node
+   * that starts no VMs).
+   */
+  readonly starts?: {
+    readonly starting: number;
+    readonly queued: number;
+    readonly concurrency: number;
+    readonly maxQueued: number;
+  };
   /** Admission limits and what is reserved of them (warm VMMs included). */
   readonly capacity: {
     readonly maxSandboxes: number;

@@ -25,6 +25,7 @@ const STATS: NodeStats = {
     { sandboxId: "abc", templateId: "base", cpuUsedPct: 12.5, memUsedBytes: 64 * 1024 * 1024 },
     { sandboxId: "def", templateId: "base" },
   ],
+  starts: { starting: 4, queued: 17, concurrency: 4, maxQueued: 256 },
   capacity: {
     maxSandboxes: 100,
     maxVcpus: 32,
@@ -99,6 +100,8 @@ it("counts the operations the orchestrator and builds emit, and reads gauges at 
     'warren_sandboxes{state="running"}': 2,
     'warren_sandboxes{state="paused"}': 1,
     warren_pool_vms_ready: 3,
+    'warren_start_queue{kind="queued"}': 17,
+    'warren_start_queue{kind="max_queued"}': 256,
     'warren_capacity{resource="vcpus",kind="limit"}': 32,
     'warren_sandbox_cpu_used_percent{sandbox_id="abc",template_id="base"}': 12.5,
     'warren_sandbox_memory_used_bytes{sandbox_id="abc",template_id="base"}': 64 * 1024 * 1024,

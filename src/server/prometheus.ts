@@ -108,6 +108,18 @@ export class NodeMetrics {
       g.set(now.pool.memoryMiB);
     });
     gauge(
+      "warren_start_queue",
+      "VM starts under way and waiting their turn, and the queue's bounds",
+      ["kind"],
+      (g, now) => {
+        if (!now.starts) return;
+        g.set({ kind: "starting" }, now.starts.starting);
+        g.set({ kind: "queued" }, now.starts.queued);
+        g.set({ kind: "concurrency" }, now.starts.concurrency);
+        g.set({ kind: "max_queued" }, now.starts.maxQueued);
+      },
+    );
+    gauge(
       "warren_capacity",
       "Admission limits and what is reserved of them",
       ["resource", "kind"],

@@ -63,6 +63,8 @@ export interface WarmPoolOptions
    * it alone), so that a create's /init finds it trusted already.
    */
   readonly guestCaCertificate?: string;
+  /** Whether creates wait for a VM start now: no VMM is warmed meanwhile (the next check tries). */
+  readonly busy?: () => boolean;
 }
 
 interface Target extends PoolTemplate {
@@ -368,7 +370,7 @@ export class WarmPool {
       const [target] = next;
       if ((await this.#availableMiB()) < this.#o.minAvailableMiB) return;
       // A full node keeps its room for creates; the next check tries again.
-      if (!this.#o.capacity.fits(target.shape)) return;
+      if (!this.#o.capacity.fits(target.shape) || this.#o.busy?.()) return;
       let warm: WarmVm;
       const making: Making = { target, reclaimed: false };
       this.#making = making;

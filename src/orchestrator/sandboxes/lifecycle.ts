@@ -11,7 +11,7 @@ import type { LifecycleEvents } from "../lifecycle-events.js";
 import type { PoolTemplate, WarmPool, WarmVm } from "../pool/warm-pool.js";
 import type { Permit } from "../semaphore.js";
 import type { Snapshots } from "../snapshots/snapshots.js";
-import { StartQueue, type StartQueueSettings, type StartTicket } from "../start-queue.js";
+import type { StartQueue, StartTicket } from "../start-queue.js";
 import type { PauseOptions, ResumeOptions, SandboxInfo } from "../types.js";
 import type { KeptVmm, KeptVmms } from "./kept-vmms.js";
 import { configOf, type LiveSandbox, sandboxInfo } from "./live-sandbox.js";
@@ -33,10 +33,8 @@ export interface LifecycleOptions {
   readonly snapshots: Snapshots;
   /** Paused sandboxes' VMMs kept stopped for a quick resume. */
   readonly kept: KeptVmms;
-  /** VMs brought up (restore and /init) at once; more creates, resumes and forks queue. */
-  readonly maxConcurrentStarts: number;
-  /** Bounds of that queue (StartQueue); past them a start is refused with 429. */
-  readonly startQueue?: StartQueueSettings;
+  /** Where VM starts wait their turn (creates, resumes, fork children); bounded, 429 past it. */
+  readonly starts: StartQueue;
   /** How long a start keeps its permit while its guest has not answered /init. */
   readonly startPermitLeaseMs: number;
   readonly logger: Logger;
@@ -63,7 +61,7 @@ export class Lifecycle {
     this.#o = options;
     this.#log = options.logger;
     this.#events = options.events;
-    this.#starts = new StartQueue(options.maxConcurrentStarts, options.startQueue);
+    this.#starts = options.starts;
     this.ttl = new TtlTimers({
       table: options.table,
       logger: options.logger,

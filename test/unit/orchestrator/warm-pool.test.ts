@@ -48,7 +48,7 @@ interface Rig {
 
 async function rig(
   t: TestContext,
-  settings: Partial<PoolSettings> & { guestCaCertificate?: string } = {},
+  settings: Partial<PoolSettings> & { guestCaCertificate?: string; busy?: () => boolean } = {},
   limits: Partial<CapacityLimits> = {},
 ): Promise<Rig> {
   const dataDir = await mkdtemp(join(tmpdir(), "warren-pool-"));
@@ -261,6 +261,19 @@ describe("WarmPool (on fakes)", () => {
     await pool.settled();
     assert.equal(ready(pool, base), 2, "idle: back to the floor, not to zero");
     assert.equal(pool.stats.templates, 1);
+  });
+
+  it("warms nothing while creates wait their turn to start (busy), and refills after", async (t) => {
+    let busy = true;
+    const { pool, template } = await rig(t, { busy: () => busy });
+    const base = await template("base");
+    pool.keepWarm(base, 2);
+    await pool.settled();
+    assert.equal(ready(pool, base), 0, "its refills would take the waiting creates' CPU");
+    busy = false;
+    await pool.tick();
+    await pool.settled();
+    assert.equal(ready(pool, base), 2);
   });
 
   it("with no demand-sized pools (max 0) only the floor is kept", async (t) => {
