@@ -30,6 +30,7 @@ const BENCHES = {
   "guest-services": ["guest-services.ts", true],
   reattach: ["reattach.ts", true],
   burst: ["burst.ts", true],
+  "old-vs-head": ["old-vs-head.ts", true],
 };
 
 const name = process.argv[2];

@@ -109,6 +109,11 @@ export interface ProbeOptions {
   readonly poolSize: number;
   /** Commands, pauses and resumes alone (a server whose pauses keep no VMM). */
   readonly resumesOnly?: boolean;
+  /**
+   * No 100 MB working set and no Python: the operations every tree of Warren has (an old
+   * commit's base image may lack Python), as bench/old-vs-head.ts compares them.
+   */
+  readonly coreOnly?: boolean;
 }
 
 /** Runs every operation once per count against `server`; rows are named with `label`. */
@@ -116,7 +121,7 @@ export async function probe(
   server: TestServer,
   label: string,
   counts: ProbeCounts,
-  { poolSize, resumesOnly = false }: ProbeOptions,
+  { poolSize, resumesOnly = false, coreOnly = false }: ProbeOptions,
 ): Promise<ProbeResult> {
   const rows: Summary[] = [];
   const mark = server.logs.length;
@@ -184,7 +189,7 @@ export async function probe(
   await sandbox.kill();
 
   // ---- a read-heavy sandbox resumed: 100 MB working set in its memory ---------------------
-  {
+  if (!coreOnly) {
     const heavy = await Sandbox.create({ timeoutMs: 600_000 });
     await heavy.commands.run("head -c 100M /dev/urandom > /dev/shm/working-set");
     const firstCommand: number[] = [];
@@ -221,7 +226,7 @@ export async function probe(
   }
 
   // ---- Python in the guest ---------------------------------------------------------------
-  {
+  if (!coreOnly) {
     const firstPython: number[] = [];
     const httpServer: number[] = [];
     for (let i = 0; i < 3; i++) {
