@@ -1,10 +1,14 @@
-import type { Catalog } from "../catalog/index.js";
+import type { Catalog, TemplateRow } from "../catalog/index.js";
 import type { Capacity } from "./capacity.js";
 import type { WarmPool } from "./pool/warm-pool.js";
 import { configOf } from "./sandboxes/live-sandbox.js";
 import type { SandboxTable } from "./sandboxes/sandbox-table.js";
 import type { StartQueue } from "./start-queue.js";
 import type { NodeLoad, NodeStats, SandboxLineage, SandboxSpan } from "./types.js";
+
+/** How long the load's template list is reused, and how long a heartbeat waits for a new one. */
+const TEMPLATES_FRESH_MS = 2_000;
+const TEMPLATES_WAIT_MS = 250;
 
 /**
  * What the node shows of itself, computed from what it holds, never asking a guest: its load
@@ -17,6 +21,8 @@ export class NodeViews {
   readonly #pool: WarmPool;
   readonly #capacity: Capacity;
   readonly #starts: StartQueue;
+  #knownTemplates: { readonly rows: readonly TemplateRow[]; readonly at: number } | undefined;
+  #reading: Promise<readonly TemplateRow[]> | undefined;
 
   constructor(parts: {
     catalog: Catalog;
@@ -46,10 +52,35 @@ export class NodeViews {
       memoryMiBUsed += sandbox.row.memoryMiB;
     }
     const ready = this.#pool.readyBySnapshot();
-    const warmTemplates = (await this.#catalog.listTemplates())
+    const warmTemplates = (await this.#templates())
       .filter((template) => (ready.get(template.snapshotId) ?? 0) > 0)
       .flatMap((template) => [template.id, ...template.aliases]);
     return { sandboxes: live.length, vcpusUsed, memoryMiBUsed, warmTemplates };
+  }
+
+  /**
+   * The templates, for the load's warm names: read again when the last read is older than
+   * TEMPLATES_FRESH_MS, but never waited on longer than TEMPLATES_WAIT_MS — heartbeats carry
+   * the load, and a burst of creates holding every catalog connection must not make the
+   * node look silent (a gateway would mark it down); the last list stands in meanwhile.
+   */
+  async #templates(): Promise<readonly TemplateRow[]> {
+    const known = this.#knownTemplates;
+    if (known && performance.now() - known.at < TEMPLATES_FRESH_MS) return known.rows;
+    this.#reading ??= this.#catalog
+      .listTemplates()
+      .then((rows) => {
+        this.#knownTemplates = { rows, at: performance.now() };
+        return rows;
+      })
+      .finally(() => {
+        this.#reading = undefined;
+      });
+    if (!known) return this.#reading;
+    const late = new Promise<readonly TemplateRow[]>((resolve) =>
+      setTimeout(() => resolve(known.rows), TEMPLATES_WAIT_MS).unref(),
+    );
+    return Promise.race([this.#reading.catch(() => known.rows), late]);
   }
 
   /** Where each running or paused sandbox came from, found in the snapshots it stands on. */
