@@ -78,6 +78,12 @@ export class NodeMetrics {
       registers: [registry],
     });
     this.eventMetrics = this.#eventMetrics();
+    this.#gauges(stats);
+  }
+
+  /** Gauges read from the node's stats at each scrape. */
+  #gauges(stats: () => NodeStats | undefined): void {
+    const registry = this.registry;
     const gauge = <L extends string>(
       name: string,
       help: string,
