@@ -20,6 +20,7 @@ const BENCHES = {
   templates: ["templates.ts", true],
   load: ["load.ts", true],
   gateway: ["gateway.ts", false],
+  "gateway-scale": ["gateway-scale.ts", false],
   "cross-node": ["cross-node.ts", true],
   "resume-split": ["resume-split.ts", true],
   "guest-latency": ["guest-latency.ts", true],

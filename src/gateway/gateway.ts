@@ -92,7 +92,9 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     idleTimeoutMs,
     logger,
   });
-  const server: Server = createServer(handler.onRequest);
+  // TCP_NODELAY on every client connection (Node's default for http, said here): the relay
+  // sets it again on each socket it relays, whatever made it.
+  const server: Server = createServer({ noDelay: true }, handler.onRequest);
   server.on("upgrade", handler.onUpgrade);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);

@@ -74,6 +74,9 @@ class RequestRelay {
 
   start(): void {
     const res = this.#res;
+    // Small writes (a head, then a short body) go out at once: Nagle's algorithm would hold
+    // the second one for the peer's delayed ACK, tens of ms per exchange.
+    this.#req.socket.setNoDelay(true);
     this.#untrack = this.#options.track?.((why) => this.#cut(why)) ?? (() => {});
     this.#req.on("error", () => this.#upstream?.destroy());
     res.on("error", () => this.#upstream?.destroy());

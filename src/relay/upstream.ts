@@ -72,6 +72,10 @@ export function upstreamRequest(
     ...(tunnel ? { createConnection: () => tunnel } : { agent: upstream.agent ?? false }),
     maxHeaderSize: limits.maxResponseHeadBytes ?? DEFAULT_MAX_RESPONSE_HEAD_BYTES,
   });
+  // Every connection to an upstream without Nagle's delay (TCP_NODELAY): a pool's sockets
+  // have it only for plain HTTP (Node's Agent leaves TLS connections without it), and a
+  // tunnel is whatever socket the caller made.
+  sent.once("socket", (socket: Socket) => socket.setNoDelay(true));
   const connected = trackConnected(sent);
   sent.setTimeout(limits.idleTimeoutMs, () => sent.destroy(idleTimeoutError()));
   limitHeadTime(sent, limits.headTimeoutMs ?? limits.idleTimeoutMs);

@@ -47,7 +47,9 @@ export interface ClusterListener {
  */
 export async function listenCluster(options: ClusterListenerOptions): Promise<ClusterListener> {
   const { credentials, logger } = options;
-  const server: Server = createServer(clusterServerOptions(credentials), (req, res) => {
+  // TCP_NODELAY on every gateway connection: API answers are written head, then body.
+  const serverOptions = { ...clusterServerOptions(credentials), noDelay: true };
+  const server: Server = createServer(serverOptions, (req, res) => {
     if (!fromControlChannel(req)) options.onRequest(req, res);
     else if (isInternalPath(req.url)) options.onInternal(req, res);
     else sendError(res, apiError(new WarrenError("route_not_found", CONTROL_ONLY)));

@@ -18,14 +18,17 @@ import {
   listenInNamespace,
   NetnsSlotPool,
   runCommand,
+  type SlotPool,
   slotNamesFor,
 } from "../network/index.js";
 import {
   type CapacityLimits,
   EnvdGuestAgent,
+  type GuestAgent,
   mountedVolumeIds,
   Orchestrator,
   type StateLayout,
+  type VolumeServer,
 } from "../orchestrator/index.js";
 import { VOLUME_NFS_PORT } from "../protocol/index.js";
 import { SecretBox, Secrets } from "../secrets/index.js";
@@ -34,6 +37,7 @@ import { WarrenError } from "../shared/index.js";
 import { openSharedStore } from "../store/index.js";
 import type { TeamSandboxes } from "../tenancy/index.js";
 import { EgressCa } from "../tls/index.js";
+import type { DiskChains, VmmDriver } from "../vmm/index.js";
 import {
   createQemuDriver,
   KeeperClient,
@@ -52,6 +56,28 @@ import type { Late } from "./late.js";
 import type { NodeMetrics } from "./prometheus.js";
 import { teamSandboxes } from "./removed-teams.js";
 
+/**
+ * Benchmarks only (bench/lib/simulated-nodes.ts), set from code, never from a setting: what
+ * a node drives, handed in instead of made, so that one machine hosts many nodes whose
+ * server (API, orchestrator, catalog, cluster membership, cluster port) is the real one.
+ * No host setup, QEMU, keeper, network namespaces, guest services or envd; volumes are not
+ * served (creates that mount one are refused).
+ */
+export interface SimulatedMachine {
+  readonly images: GuestArtifacts;
+  readonly driver: VmmDriver;
+  readonly disks: DiskChains;
+  readonly slots: SlotPool;
+  readonly agent: GuestAgent;
+}
+
+/** The VMM side the orchestrator takes: QEMU's (QemuDriverSetup), or a simulated machine's. */
+interface NodeVmm {
+  readonly driver: VmmDriver;
+  readonly disks: DiskChains;
+  readonly accelerator: { readonly accel: "kvm" | "tcg"; readonly reason: string };
+}
+
 /** What starting the node's parts needs, and where it hands them over. */
 export interface NodePartsInput {
   readonly config: Readonly<Config>;
@@ -68,6 +94,8 @@ export interface NodePartsInput {
   readonly builds: Late<TemplateBuilds>;
   /** See QemuDriverConfig: benchmarks only. */
   readonly uncontainedForBenchmarks?: boolean;
+  /** Benchmarks only: the machine handed in (SimulatedMachine), none made. */
+  readonly simulatedForBenchmarks?: SimulatedMachine;
   /** Teams and their keys, bound as soon as the catalog is open. */
   readonly teams: Late<TeamCatalog>;
   /** A team's sandboxes for removing it, bound once the orchestrator runs. */
@@ -96,22 +124,20 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
       "WARREN_SHARED_STORE is a cluster setting: set WARREN_DATABASE_URL too, or unset it",
     );
   }
-  const images = await ensureHostSetup({
-    dataDir: config.dataDir,
-    imagesDir: config.imagesDir,
-    only: [
-      ...GUEST_ARTIFACTS,
-      ...(config.codeInterpreter === "on" ? (["code-interpreter-rootfs"] as const) : []),
-    ],
-  });
+  const simulated = input.simulatedForBenchmarks;
+  const images = simulated?.images ?? (await hostImages(config));
   input.step("choosing the accelerator");
   let orchestrator: Orchestrator | undefined;
   // Restores happen only once the orchestrator runs (it checksums captures).
-  const vmm = await startVmm(input, images, async (dir) => orchestrator?.sealedFiles(dir));
+  const vmm: NodeVmm = simulated
+    ? { ...simulated, accelerator: { accel: "tcg", reason: "simulated for benchmarks" } }
+    : await startVmm(input, images, async (dir) => orchestrator?.sealedFiles(dir));
   // The OOM killer takes a VM (VMM_OOM_SCORE_ADJ) long before the server supervising them.
-  await writeFile("/proc/self/oom_score_adj", "-500").catch((err: unknown) =>
-    log.warn({ err }, "server.oom_score_unchanged"),
-  );
+  if (!simulated) {
+    await writeFile("/proc/self/oom_score_adj", "-500").catch((err: unknown) =>
+      log.warn({ err }, "server.oom_score_unchanged"),
+    );
+  }
   const { catalog, cluster, teams, volumes: volumeRows, secrets } = await openCatalogs(input);
   const teamSecrets = new Secrets({
     catalog: secrets,
@@ -123,7 +149,7 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   const egress = await egressSupplies(egressCa, teamSecrets, config);
   input.teams.bind(teams);
   // Root's server: guests' files and the guest services process live in a range of its own.
-  const ids = process.getuid?.() === 0 ? new GuestIds(config.guestIdBase) : undefined;
+  const ids = process.getuid?.() === 0 && !simulated ? new GuestIds(config.guestIdBase) : undefined;
   const volumes = new Volumes({
     catalog: volumeRows,
     dir: input.config.volumesDir ?? join(input.layout.dataDir, "volumes"),
@@ -140,7 +166,7 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   await volumes.prepare();
   input.volumes.bind(volumes);
   input.step("starting the guest services");
-  const services = await startGuestServices(input, ids);
+  const services = simulated ? undefined : await startGuestServices(input, ids);
   const host = hostResources();
   const limits = capacityLimits(config, host);
   const started = newOrchestrator(input, {
@@ -199,6 +225,18 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
     closers.add("cluster membership", () => membership.stop());
   }
   log.info({ url: input.url }, "server.ready");
+}
+
+/** The guest kernel, initramfs, agent drive and rootfs host setup makes (or finds made). */
+function hostImages(config: Readonly<Config>): Promise<GuestArtifacts> {
+  return ensureHostSetup({
+    dataDir: config.dataDir,
+    imagesDir: config.imagesDir,
+    only: [
+      ...GUEST_ARTIFACTS,
+      ...(config.codeInterpreter === "on" ? (["code-interpreter-rootfs"] as const) : []),
+    ],
+  });
 }
 
 async function startVmm(
@@ -361,14 +399,15 @@ function newOrchestrator(
   input: NodePartsInput,
   parts: {
     images: GuestArtifacts;
-    vmm: QemuDriverSetup;
+    vmm: NodeVmm;
     catalog: Catalog;
     cluster?: PostgresCluster;
     limits: CapacityLimits;
     host: HostResources;
     teams: TeamCatalog;
     volumes: Volumes;
-    services: GuestServices;
+    /** None on a simulated machine. */
+    services?: GuestServices;
     egress: { ca: EgressCa; supplies: GateSupplies };
   },
 ): Orchestrator {
@@ -377,15 +416,7 @@ function newOrchestrator(
     catalog: parts.catalog,
     driver: parts.vmm.driver,
     disks: parts.vmm.disks,
-    slots: new NetnsSlotPool({
-      size: config.slotPoolSize,
-      baseCidr: config.networkCidr,
-      ...slotNamesFor(config.networkPrefix),
-      logger: logger.child({ component: "network" }),
-      // Each slot's egress gate runs in the guest services process, not here.
-      gates: parts.services.gates(parts.egress.supplies),
-    }),
-    agent: new EnvdGuestAgent(),
+    ...guestSide(input, parts),
     images: parts.images,
     layout: input.layout,
     limits: parts.limits,
@@ -409,18 +440,46 @@ function newOrchestrator(
     logger: logger.child({ component: "orchestrator" }),
     shared: parts.cluster && sharedSnapshots(input, parts.cluster),
     metricsIntervalMs: config.metricsIntervalMs,
-    // Each sandbox's volumes on a socket in its slot's namespace, for its guest alone.
+    guestCaCertificate: parts.egress.ca.certificate,
+    onStop: input.onStop,
+  });
+}
+
+/**
+ * What the orchestrator reaches guests through: network slots (each with its egress gate in
+ * the guest services process), envd, and each sandbox's volumes on a socket in its slot's
+ * namespace, for its guest alone; or a simulated machine's slots and agent, with no volumes.
+ */
+function guestSide(
+  input: NodePartsInput,
+  parts: { volumes: Volumes; services?: GuestServices; egress: { supplies: GateSupplies } },
+): { slots: SlotPool; agent: GuestAgent; volumes?: VolumeServer } {
+  const { config, logger } = input;
+  const { services } = parts;
+  const simulated = input.simulatedForBenchmarks;
+  if (simulated || !services) {
+    if (!simulated) throw new WarrenError("internal", "a node with no guest services");
+    return { slots: simulated.slots, agent: simulated.agent };
+  }
+  return {
+    slots: new NetnsSlotPool({
+      size: config.slotPoolSize,
+      baseCidr: config.networkCidr,
+      ...slotNamesFor(config.networkPrefix),
+      logger: logger.child({ component: "network" }),
+      // Each slot's egress gate runs in the guest services process, not here.
+      gates: services.gates(parts.egress.supplies),
+    }),
+    agent: new EnvdGuestAgent(),
     volumes: {
       serve: async (slot, ids, teamId) =>
-        parts.services.serveNfs(
+        services.serveNfs(
           slot.netns,
           () => ({ fd: listenInNamespace(slot.netns, slot.gateway, VOLUME_NFS_PORT) }),
           await parts.volumes.exportFor(ids, teamId),
         ),
     },
-    guestCaCertificate: parts.egress.ca.certificate,
-    onStop: input.onStop,
-  });
+  };
 }
 
 /** WARREN_SHARED_STORE, as snapshots publish to and fetch from it; none without it. */

@@ -17,8 +17,10 @@ import { LiveApiKeys, loadApiKeys } from "./api-keys.js";
 import { CloseStack } from "./close-stack.js";
 import { listenFront } from "./front.js";
 import { Late } from "./late.js";
-import { startNodeParts } from "./node-parts.js";
+import { type SimulatedMachine, startNodeParts } from "./node-parts.js";
 import { NodeMetrics } from "./prometheus.js";
+
+export type { SimulatedMachine } from "./node-parts.js";
 
 export interface NodeServer {
   /** Where it listens, e.g. http://127.0.0.1:3000. */
@@ -44,8 +46,12 @@ export interface NodeServer {
 export async function startNodeServer(
   config: Readonly<Config>,
   logger?: Logger,
-  /** Benchmarks only (bench/lib/uncontained-server.ts): QemuDriverConfig's. */
-  options: { uncontainedForBenchmarks?: boolean } = {},
+  options: {
+    /** Benchmarks only (bench/lib/uncontained-server.ts): QemuDriverConfig's. */
+    uncontainedForBenchmarks?: boolean;
+    /** Benchmarks only (bench/lib/simulated-nodes.ts): see SimulatedMachine. */
+    simulatedForBenchmarks?: SimulatedMachine;
+  } = {},
 ): Promise<NodeServer> {
   const root = logger ?? pino({ level: config.logLevel, base: undefined });
   const log = root.child({ component: "server" });
@@ -115,6 +121,7 @@ export async function startNodeServer(
     metrics,
     closers,
     uncontainedForBenchmarks: options.uncontainedForBenchmarks,
+    simulatedForBenchmarks: options.simulatedForBenchmarks,
   }).catch((err: unknown) => {
     const message = err instanceof Error ? err.message : String(err);
     status = { phase: "failed", message };

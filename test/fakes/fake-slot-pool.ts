@@ -95,7 +95,8 @@ export class FakeSlotPool implements SlotPool {
 
   /** The slot in use at a host address (how the fake agent reaches a guest). */
   byHost(host: string): FakeSlot | undefined {
-    return [...this.inUse].find((slot) => slot.hostAddress === host);
+    for (const slot of this.inUse) if (slot.hostAddress === host) return slot;
+    return undefined;
   }
 
   async close(options: { keepInUse?: boolean } = {}): Promise<void> {

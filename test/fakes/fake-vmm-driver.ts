@@ -211,9 +211,11 @@ export class FakeVmmDriver implements VmmDriver {
 
   /** The live VM attached to a slot's namespace (how the fake agent finds its guest). */
   vmIn(netns: string): FakeVm | undefined {
-    return [...this.alive].find(
-      (vm) => vm.spec.network.kind === "tap" && vm.spec.network.netns === netns,
-    );
+    // A loop, not a copy of the set: simulated nodes (bench/lib/simulated-nodes.ts) hold thousands.
+    for (const vm of this.alive) {
+      if (vm.spec.network.kind === "tap" && vm.spec.network.netns === netns) return vm;
+    }
+    return undefined;
   }
 
   async boot(spec: VmSpec): Promise<Vm> {

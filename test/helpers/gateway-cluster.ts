@@ -196,7 +196,7 @@ export async function startTestCluster(options: {
 }
 
 /** A cluster CA in a temporary directory, and certificates from it on demand. */
-async function startPki(): Promise<TestPki & { remove(): Promise<void> }> {
+export async function startPki(): Promise<TestPki & { remove(): Promise<void> }> {
   const dir = await mkdtemp(join(tmpdir(), "warren-cluster-pki-"));
   const caDir = join(dir, "ca");
   await createClusterCa(caDir);

@@ -57,6 +57,8 @@ export interface PostgresOptions {
   readonly listen?: readonly string[];
   /** Client blocks (CIDR) let in without a password besides loopback, e.g. other namespaces. */
   readonly trust?: readonly string[];
+  /** Server settings over the small defaults below (e.g. max_connections for many nodes). */
+  readonly settings?: Readonly<Record<string, string>>;
 }
 
 /** Starts a fresh PostgreSQL server; register `after(() => pg.stop())` on the next line. */
@@ -115,14 +117,15 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Test
     const port = await freePort();
     const [file, prefix] = command("postgres");
     // Durability is not wanted here; a small server costs the host little.
-    const settings = [
-      "fsync=off",
-      "synchronous_commit=off",
-      "full_page_writes=off",
-      "autovacuum=off",
-      "shared_buffers=16MB",
-      "max_connections=60",
-    ].flatMap((s) => ["-c", s]);
+    const settings = Object.entries({
+      fsync: "off",
+      synchronous_commit: "off",
+      full_page_writes: "off",
+      autovacuum: "off",
+      shared_buffers: "16MB",
+      max_connections: "60",
+      ...options.settings,
+    }).flatMap(([name, value]) => ["-c", `${name}=${value}`]);
     child = spawn(
       file,
       [
