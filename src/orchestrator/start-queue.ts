@@ -44,7 +44,9 @@ export class StartQueue {
   #free: number;
   readonly #waiting: Waiter[] = [];
   /** Running estimate of how long a start holds its permit, ms; undefined until one ends. */
-  #holdMs: number | undefined;
+  #heldMs: number | undefined;
+  /** When each permit held now was granted (performance.now()). */
+  readonly #grantedAt = new Set<{ readonly at: number }>();
 
   constructor(
     readonly concurrency: number,
@@ -142,10 +144,25 @@ export class StartQueue {
     );
   }
 
+  /**
+   * How long a start holds its permit, ms: the running average of those that ended, but no
+   * less than the starts under way have held theirs so far — at a burst's start none has
+   * ended yet, and when the node slows down the average lags.
+   */
+  #holdMs(): number | undefined {
+    let sum = 0;
+    const now = performance.now();
+    for (const held of this.#grantedAt) sum += now - held.at;
+    const underWay = this.#grantedAt.size > 0 ? sum / this.#grantedAt.size : 0;
+    if (this.#heldMs === undefined && underWay === 0) return undefined;
+    return Math.max(this.#heldMs ?? 0, underWay);
+  }
+
   /** Estimated wait of the waiter at `position` (1 = next), ms. */
   #waitAt(position: number): number {
-    if (this.#holdMs === undefined || (this.#free > 0 && this.#waiting.length === 0)) return 0;
-    return Math.ceil(position / this.concurrency) * this.#holdMs;
+    const hold = this.#holdMs();
+    if (hold === undefined || (this.#free > 0 && this.#waiting.length === 0)) return 0;
+    return Math.ceil(position / this.concurrency) * hold;
   }
 
   /**
@@ -153,8 +170,8 @@ export class StartQueue {
    * admits, so that a burst's refused clients, all told the same, find room when they return.
    */
   #retryAfterS(): number {
-    const hold = this.#holdMs;
-    if (hold === undefined) return 1;
+    const hold = this.#holdMs();
+    if (!hold) return 1;
     const admits = Math.min(
       this.settings.maxQueued,
       Math.floor(this.settings.maxWaitMs / hold) * this.concurrency,
@@ -164,17 +181,19 @@ export class StartQueue {
   }
 
   #permit(): Permit {
-    const granted = performance.now();
+    const granted = { at: performance.now() };
+    this.#grantedAt.add(granted);
     let held = true;
     return {
       release: () => {
         if (!held) return;
         held = false;
-        const holdMs = performance.now() - granted;
-        this.#holdMs =
-          this.#holdMs === undefined
-            ? holdMs
-            : this.#holdMs + HOLD_WEIGHT * (holdMs - this.#holdMs);
+        this.#grantedAt.delete(granted);
+        const heldMs = performance.now() - granted.at;
+        this.#heldMs =
+          this.#heldMs === undefined
+            ? heldMs
+            : this.#heldMs + HOLD_WEIGHT * (heldMs - this.#heldMs);
         const next = this.#waiting.shift();
         if (next) next.grant(this.#permit());
         else this.#free += 1;
