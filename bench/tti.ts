@@ -62,7 +62,9 @@ interface Attempt {
 function reason(err: unknown): string {
   if (!(err instanceof Error)) return String(err);
   const status = (err as Error & { statusCode?: number }).statusCode;
-  return `${status ?? "no status"} ${err.name}: ${err.message.slice(0, 160)}`;
+  // Addresses differ per sandbox: without them, one cause is one count.
+  const message = err.message.replace(/\d+\.\d+\.\d+\.\d+(:\d+)?/g, "<guest>").slice(0, 160);
+  return `${status ?? "no status"} ${err.name}: ${message}`;
 }
 
 /** One iteration: create → first command, timed; a sandbox whose command failed is killed. */
@@ -122,6 +124,19 @@ async function burst(n: number): Promise<Attempt[]> {
   return done;
 }
 
+/**
+ * Kills what a mode left running: a create the bench gave up on (past CREATE_TIMEOUT_MS)
+ * still finishes on the server, and would hold its VM until its TTL beside the next mode.
+ * Every sandbox on this server is the bench's. Gives how many there were.
+ */
+async function killLeftovers(): Promise<number> {
+  const ids: string[] = [];
+  const pages = Sandbox.list({ query: { state: ["running"] } });
+  while (pages.hasNext) for (const s of await pages.nextItems()) ids.push(s.sandboxId);
+  await Promise.all(ids.map((id) => Sandbox.kill(id).catch(() => false)));
+  return ids.length;
+}
+
 /** The server's answers to creates in its log lines [from, now): status → count. */
 function createStatuses(server: TestServer, from: number): Record<string, number> {
   const counts: Record<string, number> = {};
@@ -151,6 +166,7 @@ async function mode(
   const t = performance.now();
   const attempts = await run();
   const wallClockMs = Math.round(since(t));
+  const leftovers = await killLeftovers();
   const ok = attempts.flatMap((a) => (a.ttiMs === undefined ? [] : [a.ttiMs]));
   rows.push(summarizeTrimmed(`TTI ${name} (${COMMAND})`, "ms", ok));
   const failures: Record<string, number> = {};
@@ -176,6 +192,7 @@ async function mode(
       ).p50,
     },
     poolAtStart,
+    leftoversKilled: leftovers,
     pooledCreates: pooledCreates(server, mark),
     createStatuses: createStatuses(server, mark),
     createSplitP50: apiSplit(server.logs, mark).split.create,
