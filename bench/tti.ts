@@ -203,6 +203,28 @@ async function mode(
   };
 }
 
+/**
+ * What the command itself costs on a sandbox already up: `COMMAND` again (its binary now in
+ * the guest's page cache, its code translated once) and `true`, to split TTI into the
+ * create and the command the field happens to run.
+ */
+async function commandAlone(): Promise<void> {
+  const sandbox = await Sandbox.create();
+  try {
+    for (const cmd of [COMMAND, "true"]) {
+      const samples: number[] = [];
+      for (let i = 0; i < 10; i++) {
+        const t = performance.now();
+        await sandbox.commands.run(cmd, { timeoutMs: COMMAND_TIMEOUT_MS });
+        samples.push(since(t));
+      }
+      rows.push(summarizeTrimmed(`command alone on a running sandbox: ${cmd}`, "ms", samples));
+    }
+  } finally {
+    await sandbox.kill();
+  }
+}
+
 // ---- idle VMMs: do they stay ready? --------------------------------------------------------
 
 interface Timed {
@@ -364,6 +386,8 @@ try {
     await mode(server, "sequential", () => sequential(ITERATIONS));
     await mode(server, "staggered", () => staggered(ITERATIONS, STAGGER_MS));
     await mode(server, "burst", () => burst(BURST));
+    await poolSettled(server);
+    await commandAlone();
   }
   if (ONLY !== "modes") await idleReadiness(server);
 } finally {
