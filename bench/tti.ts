@@ -73,16 +73,43 @@ async function attempt(modeStart: number): Promise<Attempt> {
   const t = performance.now();
   let sandbox: Sandbox | undefined;
   try {
-    sandbox = await Sandbox.create({ requestTimeoutMs: CREATE_TIMEOUT_MS });
+    // The SDK's requestTimeoutMs bounds each request, not the create (its retries of a 429
+    // wait beyond it): ComputeSDK's withTimeout bounds the whole call, and so does this.
+    sandbox = await within(
+      Sandbox.create({ requestTimeoutMs: CREATE_TIMEOUT_MS }),
+      CREATE_TIMEOUT_MS,
+      "create",
+    );
     const createMs = since(t);
-    await sandbox.commands.run(COMMAND, {
-      requestTimeoutMs: COMMAND_TIMEOUT_MS,
-      timeoutMs: COMMAND_TIMEOUT_MS,
-    });
+    await within(
+      sandbox.commands.run(COMMAND, {
+        requestTimeoutMs: COMMAND_TIMEOUT_MS,
+        timeoutMs: COMMAND_TIMEOUT_MS,
+      }),
+      COMMAND_TIMEOUT_MS,
+      "first command",
+    );
     return { launchedAtMs, ttiMs: since(t), createMs, sandbox };
   } catch (err) {
     await sandbox?.kill().catch(() => {});
     return { launchedAtMs, error: reason(err) };
+  }
+}
+
+/**
+ * `call`, or a failure once `ms` have passed (the call goes on: a create that answers later
+ * leaves a sandbox that killLeftovers ends).
+ */
+async function within<T>(call: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} past ${ms} ms (the bench's bound)`)), ms);
+  });
+  try {
+    return await Promise.race([call, late]);
+  } finally {
+    clearTimeout(timer);
+    call.catch(() => {}); // a call given up on may still fail: nobody waits for it
   }
 }
 
@@ -130,11 +157,18 @@ async function burst(n: number): Promise<Attempt[]> {
  * Every sandbox on this server is the bench's. Gives how many there were.
  */
 async function killLeftovers(): Promise<number> {
-  const ids: string[] = [];
-  const pages = Sandbox.list({ query: { state: ["running"] } });
-  while (pages.hasNext) for (const s of await pages.nextItems()) ids.push(s.sandboxId);
-  await Promise.all(ids.map((id) => Sandbox.kill(id).catch(() => false)));
-  return ids.length;
+  let killed = 0;
+  // Creates the bench gave up on may still be starting: sweep until two sweeps find none.
+  for (let quiet = 0, i = 0; quiet < 2 && i < 36; i++) {
+    const ids: string[] = [];
+    const pages = Sandbox.list({ query: { state: ["running"] } });
+    while (pages.hasNext) for (const s of await pages.nextItems()) ids.push(s.sandboxId);
+    await Promise.all(ids.map((id) => Sandbox.kill(id).catch(() => false)));
+    killed += ids.length;
+    quiet = ids.length === 0 ? quiet + 1 : 0;
+    if (quiet < 2) await sleep(5_000);
+  }
+  return killed;
 }
 
 /** The server's answers to creates in its log lines [from, now): status → count. */
