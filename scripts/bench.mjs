@@ -32,6 +32,7 @@ const BENCHES = {
   reattach: ["reattach.ts", true],
   burst: ["burst.ts", true],
   "old-vs-head": ["old-vs-head.ts", true],
+  tti: ["tti.ts", true],
 };
 
 const name = process.argv[2];

@@ -9,6 +9,8 @@ export interface Summary {
   readonly n: number;
   readonly p50: number;
   readonly p90: number;
+  /** Set by summarizeTrimmed (the field's TTI tables give p95, not p90). */
+  readonly p95?: number;
   readonly p99: number;
   readonly min: number;
   readonly max: number;
@@ -30,6 +32,40 @@ export function summarize(name: string, unit: string, samples: number[]): Summar
     p50: round(percentile(sorted, 50)),
     p90: round(percentile(sorted, 90)),
     p99: round(percentile(sorted, 99)),
+    min: round(sorted[0] ?? Number.NaN),
+    max: round(sorted.at(-1) ?? Number.NaN),
+  };
+}
+
+/**
+ * ComputeSDK's statistics (their src/util/stats.ts, the figures of the TTI tables Warren's
+ * are set beside): `trim` of the samples (floor of n × trim) cut from each end, then the
+ * median (the mean of the middle two for an even count) and nearest-rank p90/p95/p99 of what
+ * is left; min and max from every sample, as theirs are.
+ */
+export function summarizeTrimmed(
+  name: string,
+  unit: string,
+  samples: number[],
+  trim = 0.05,
+): Summary {
+  const sorted = [...samples].sort((a, b) => a - b);
+  const cut = Math.floor(sorted.length * trim);
+  const kept = cut > 0 && sorted.length > 2 * cut ? sorted.slice(cut, sorted.length - cut) : sorted;
+  const mid = Math.floor(kept.length / 2);
+  const median =
+    kept.length % 2 === 0
+      ? ((kept[mid - 1] ?? Number.NaN) + (kept[mid] ?? Number.NaN)) / 2
+      : (kept[mid] ?? Number.NaN);
+  const round = (x: number) => Math.round(x * 100) / 100;
+  return {
+    name,
+    unit,
+    n: samples.length,
+    p50: round(median),
+    p90: round(percentile(kept, 90)),
+    p95: round(percentile(kept, 95)),
+    p99: round(percentile(kept, 99)),
     min: round(sorted[0] ?? Number.NaN),
     max: round(sorted.at(-1) ?? Number.NaN),
   };
@@ -66,9 +102,23 @@ export function report(
   rows: Summary[],
   extra: Record<string, unknown> = {},
 ): void {
-  const header = ["measure", "unit", "n", "p50", "p90", "p99", "min", "max"];
+  // A p95 column only when a row has one (summarizeTrimmed's): other benches' tables stay as they were.
+  const p95 = rows.some((r) => r.p95 !== undefined);
+  const header = [
+    "measure",
+    "unit",
+    "n",
+    "p50",
+    "p90",
+    ...(p95 ? ["p95"] : []),
+    "p99",
+    "min",
+    "max",
+  ];
   const lines = rows.map((r) =>
-    [r.name, r.unit, r.n, r.p50, r.p90, r.p99, r.min, r.max].map(String),
+    [r.name, r.unit, r.n, r.p50, r.p90, ...(p95 ? [r.p95 ?? ""] : []), r.p99, r.min, r.max].map(
+      String,
+    ),
   );
   const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => (l[i] ?? "").length)));
   const fmt = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join("  ");

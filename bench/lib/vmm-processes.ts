@@ -20,3 +20,30 @@ export function vmmProcesses(runDir: string): { pid: number; pssKiB: number; tic
   }
   return found;
 }
+
+/** Page faults of one QEMU so far (its /proc stat): minor, and major (read from disk). */
+export interface VmmFaults {
+  readonly pid: number;
+  /** Its command line (names its runtime dir, `<runDir>/<VM id>`). */
+  readonly cmdline: string;
+  readonly minor: number;
+  readonly major: number;
+}
+
+/** Page faults of every QEMU whose command line names the server's run dir. */
+export function vmmFaults(runDir: string): VmmFaults[] {
+  const found: VmmFaults[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8");
+      if (!cmdline.startsWith("qemu-system") || !cmdline.includes(runDir)) continue;
+      // Fields after the command name: minflt is the 10th of stat, majflt the 12th.
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+      found.push({ pid: Number(entry), cmdline, minor: Number(stat[7]), major: Number(stat[9]) });
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  return found;
+}
