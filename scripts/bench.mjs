@@ -29,6 +29,7 @@ const BENCHES = {
   egress: ["egress.ts", false],
   "guest-services": ["guest-services.ts", true],
   reattach: ["reattach.ts", true],
+  density: ["density.ts", true],
 };
 
 const name = process.argv[2];
