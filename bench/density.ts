@@ -7,7 +7,7 @@
 // BENCH_DENSITY (default 400) sandboxes are created through the e2b SDK, BENCH_DENSITY_CREATORS
 // at a time (default 2); BENCH_DENSITY_SETTLE_S (default 60) seconds later PSS and CPU of
 // every VMM are read; then every sandbox runs a command (BENCH_DENSITY_EXERCISE at a time,
-// default 8). BENCH_DENSITY_FORK=0 skips the fork part. The run sandbox drops WARREN_*
+// default 8). BENCH_DENSITY_FORK=0 skips the fork part, BENCH_DENSITY_FORK_COUNT sizes it (16). The run sandbox drops WARREN_*
 // variables, so server settings for a lever come as BENCH_DENSITY_SERVER_ENV="K=V,K=V".
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -23,6 +23,7 @@ const CREATORS = Number(process.env.BENCH_DENSITY_CREATORS ?? 2);
 const SETTLE_MS = Number(process.env.BENCH_DENSITY_SETTLE_S ?? 60) * 1000;
 const EXERCISE = Number(process.env.BENCH_DENSITY_EXERCISE ?? 8);
 const FORK = process.env.BENCH_DENSITY_FORK !== "0";
+const FORK_COUNT = Number(process.env.BENCH_DENSITY_FORK_COUNT ?? 16);
 const REQUEST_TIMEOUT_MS = 300_000;
 
 const since = (t: number) => performance.now() - t;
@@ -146,14 +147,14 @@ async function exercise(server: TestServer, held: readonly Sandbox[]): Promise<v
 
 // A pip-style install: pip's own package (a few MB of Python) copied into the user's
 // site-packages under another name, byte-compiled and imported, as `pip install` leaves it.
-const INSTALL = String.raw`set -e
+const INSTALL = `set -e
 site=$(python3 -m site --user-site); mkdir -p "$site"
 cp -r /usr/lib/python3/dist-packages/pip "$site/warren_pkg"
 python3 -m compileall -q "$site/warren_pkg" >/dev/null
 python3 -c 'import warren_pkg, warren_pkg._internal.cli.main'
 du -sk "$site" | cut -f1`;
 
-/** Fork ×16 after the parent's install: each child's PSS once all answered and settled. */
+/** Fork ×FORK_COUNT (default 16) after the parent's install: each child's PSS once all answered and settled. */
 async function forkAfterWorkload(server: TestServer): Promise<void> {
   const runDir = join(server.dataDir, "run");
   const parent = await Sandbox.create({ timeoutMs: 600_000 });
@@ -161,9 +162,12 @@ async function forkAfterWorkload(server: TestServer): Promise<void> {
   extra.forkParentInstalledKiB = Number(installed.stdout.trim());
   const existing = new Set(vmmProcesses(runDir).map((p) => p.pid));
   const t = performance.now();
-  const children = (await parent.fork({ count: 16 })).filter(
+  const children = (await parent.fork({ count: FORK_COUNT })).filter(
     (r): r is Sandbox => r instanceof Sandbox,
   );
+  // T=0: restored and /init done, nothing run yet.
+  const atFork = vmmProcesses(runDir).filter((p) => !existing.has(p.pid));
+  extra.forkChildPssAtForkMedianMiB = medianBreakdownMiB(atFork.map((p) => pssBreakdown(p.pid)));
   await Promise.all(children.map((c) => c.commands.run("python3 -c 'import warren_pkg'")));
   extra.forkAllAnsweringMs = Math.round(since(t));
   await sleep(SETTLE_MS / 2);
