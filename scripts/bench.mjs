@@ -33,6 +33,7 @@ const BENCHES = {
   burst: ["burst.ts", true],
   "old-vs-head": ["old-vs-head.ts", true],
   tti: ["tti.ts", true],
+  density: ["density.ts", true],
 };
 
 const name = process.argv[2];

@@ -71,6 +71,8 @@ describe("qemuArgs", () => {
     assert.match(value(args, "-object")[0] ?? "", /share=off,readonly=on,rom=off$/);
     assert.deepEqual(value(args, "-incoming"), ["defer"]);
     assert.ok(args.includes("migration.announce-rounds=0"));
+    // Nothing to boot: QEMU would hold the kernel image in its heap for nothing.
+    for (const flag of ["-kernel", "-initrd", "-append"]) assert.ok(!args.includes(flag), flag);
   });
 
   it("passes the root disk's whole backing chain explicitly, read-only below the overlay", () => {
