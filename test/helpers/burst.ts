@@ -18,6 +18,7 @@ export interface BurstAnswer {
   readonly index: number;
   readonly status: number;
   readonly reason?: string;
+  readonly message?: string;
   readonly retryAfter?: string;
   /** From the burst's start to the create's answer, ms. */
   readonly answeredMs: number;
@@ -58,11 +59,16 @@ async function oneCreate(
   } catch (err) {
     return { index, status: 0, answeredMs: since(), failure: `create: ${String(err)}` };
   }
-  const body = (await res.json().catch(() => ({}))) as { sandboxID?: string; reason?: string };
+  const body = (await res.json().catch(() => ({}))) as {
+    sandboxID?: string;
+    reason?: string;
+    message?: string;
+  };
   const answer: BurstAnswer = {
     index,
     status: res.status,
     reason: body.reason,
+    message: body.message,
     retryAfter: res.headers.get("retry-after") ?? undefined,
     answeredMs: since(),
     sandboxId: body.sandboxID,
@@ -101,7 +107,7 @@ export interface BurstSummary {
   readonly creates: number;
   readonly admitted: number;
   readonly answered: number;
-  /** 429s by reason. */
+  /** 429s by reason; a gateway's by what each node it tried said (`cluster_full: a+b`). */
   readonly refused: Readonly<Record<string, number>>;
   /** Anything neither a 201 that answered nor a 429 with a Retry-After: must be none. */
   readonly errors: readonly string[];
@@ -131,7 +137,7 @@ export function summarizeBurst(result: BurstResult): BurstSummary {
         : [`#${a.index}: ${a.status} ${a.reason ?? ""} retry-after ${a.retryAfter ?? "none"}`],
   );
   const byReason: Record<string, number> = {};
-  for (const a of refused) byReason[a.reason ?? "429"] = (byReason[a.reason ?? "429"] ?? 0) + 1;
+  for (const a of refused) byReason[refusalKey(a)] = (byReason[refusalKey(a)] ?? 0) + 1;
   const firsts = answered.map((a) => a.firstCommandMs as number);
   const lastMs = Math.max(0, ...firsts);
   const p50 = percentile(firsts, 50);
@@ -151,6 +157,15 @@ export function summarizeBurst(result: BurstResult): BurstSummary {
     answeringPerSecond: lastMs > 0 ? Math.round((answered.length / lastMs) * 10_000) / 10 : 0,
     orderedPairs: orderedShare(answered),
   };
+}
+
+/** A refusal's reason, with what the nodes said when a gateway refused ("node1: x, node2: y"). */
+function refusalKey(answer: BurstAnswer): string {
+  const reason = answer.reason ?? "429";
+  const tried = /\(([^)]*)\)/.exec(answer.message ?? "")?.[1];
+  if (!tried) return reason;
+  const said = tried.split(", ").map((part) => part.split(": ")[1] ?? part);
+  return `${reason}: ${[...new Set(said)].sort().join("+")}`;
 }
 
 /** Of admitted creates, the share of pairs (by arrival) whose answers came in that order. */
