@@ -86,3 +86,17 @@ it("skips a cancelled place, and a cancel after the grant gives the permit back"
   assert.equal(queue.queued, 0, "a free permit, no wait");
   (await after.turn()).release();
 });
+
+it("a permit released early lets the next start in while the first still works, once", async () => {
+  const queue = new StartQueue(1, { maxQueued: 10, maxWaitMs: 5_000 });
+  const first = await queue.enter().turn();
+  const second = queue.enter();
+  const third = queue.enter();
+  first.release();
+  first.release(); // idempotent: frees one permit, not two
+  const secondPermit = await second.turn();
+  assert.equal(queue.queued, 1, "the third still waits: a limit of one");
+  secondPermit.release();
+  (await third.turn()).release();
+  assert.equal(queue.starting, 0);
+});

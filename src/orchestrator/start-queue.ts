@@ -1,5 +1,4 @@
 import { WarrenError } from "../shared/index.js";
-import type { Permit } from "./semaphore.js";
 
 export interface StartQueueSettings {
   /** Starts that may wait for a permit at once; one more is refused at once (429). */
@@ -9,6 +8,15 @@ export interface StartQueueSettings {
    * once, and one that has waited this long (the estimate was wrong) is refused then (429).
    */
   readonly maxWaitMs: number;
+}
+
+/**
+ * A start's permit: `release()` gives it back (idempotent), possibly before the start ends —
+ * e.g. once it only waits on a guest that may never answer: the permit bounds CPU contention,
+ * and a guest that does not answer holds no CPU, so it must not hold up the starts behind it.
+ */
+export interface Permit {
+  release(): void;
 }
 
 export const DEFAULT_START_QUEUE: StartQueueSettings = { maxQueued: 256, maxWaitMs: 20_000 };

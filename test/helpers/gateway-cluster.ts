@@ -19,7 +19,7 @@ import type { Catalog } from "../../src/catalog/index.js";
 import { type Gateway, type GatewayOptions, startGateway } from "../../src/gateway/gateway.js";
 import { isProxyRequest } from "../../src/gateway/routes.js";
 import type { SandboxInfo } from "../../src/orchestrator/index.js";
-import { Semaphore } from "../../src/orchestrator/semaphore.js";
+import { StartQueue } from "../../src/orchestrator/start-queue.js";
 import { fromControlChannel, listenCluster } from "../../src/server/cluster-listener.js";
 import { silentLogger } from "../../src/shared/index.js";
 import {
@@ -328,12 +328,17 @@ function recordSandboxes(service: InMemorySandboxService, catalog: Catalog): voi
 /** Makes each create wait for one of `concurrent` permits, then `ms`, as VM starts would. */
 function chargeCreates(service: InMemorySandboxService, cost: CreateCost): void {
   const create = service.create.bind(service);
-  const cores = new Semaphore(cost.concurrent);
-  service.create = (input) =>
-    cores.use(async () => {
+  // Unbounded as a test's needs: the node's own bounds are not what these tests measure.
+  const cores = new StartQueue(cost.concurrent, { maxQueued: 1_000_000, maxWaitMs: 600_000 });
+  service.create = async (input) => {
+    const permit = await cores.enter().turn();
+    try {
       await new Promise((resolve) => setTimeout(resolve, cost.ms));
-      return create(input);
-    });
+      return await create(input);
+    } finally {
+      permit.release();
+    }
+  };
 }
 
 function standInProxy(node: string, req: IncomingMessage, res: ServerResponse, seen: string[]) {
