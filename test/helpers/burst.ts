@@ -162,6 +162,7 @@ export function summarizeBurst(result: BurstResult): BurstSummary {
 /** A refusal's reason, with what the nodes said when a gateway refused ("node1: x, node2: y"). */
 function refusalKey(answer: BurstAnswer): string {
   const reason = answer.reason ?? "429";
+  if (reason !== "cluster_full") return reason;
   const tried = /\(([^)]*)\)/.exec(answer.message ?? "")?.[1];
   if (!tried) return reason;
   const said = tried.split(", ").map((part) => part.split(": ")[1] ?? part);
