@@ -1,4 +1,3 @@
-import { availableParallelism } from "node:os";
 import { Capacity } from "./capacity.js";
 import { DiskSpace } from "./disk-space.js";
 import { LifecycleEvents } from "./lifecycle-events.js";
@@ -52,15 +51,7 @@ export function assembleParts(
   const events = new LifecycleEvents({ logger, catalog });
   const table = new SandboxTable();
   const capacity = new Capacity(options.limits);
-  // Until a start has ended, its hold is guessed from the pool's warmings (a restore each, one
-  // at a time), stretched by as many starts as share each core: a burst's first refusals
-  // are then prompt, not 429s after the whole wait.
-  const contention = Math.max(1, options.maxConcurrentStarts / availableParallelism());
-  const starts = new StartQueue(
-    options.maxConcurrentStarts,
-    options.startQueue,
-    () => pool.warmMs * contention,
-  );
+  const starts = new StartQueue(options.maxConcurrentStarts, options.startQueue);
   const disk = new DiskSpace(layout.dataDir, options.limits.diskReserveMiB ?? 0, options.statDisk);
   const snapshots: Snapshots = new Snapshots({
     catalog,

@@ -100,14 +100,3 @@ it("a permit released early lets the next start in while the first still works, 
   (await third.turn()).release();
   assert.equal(queue.starting, 0);
 });
-
-it("until a start has ended, a prior guess bounds the queue (a burst's first refusals are prompt)", () => {
-  const queue = new StartQueue(1, { maxQueued: 100, maxWaitMs: 1_000 }, () => 400);
-  queue.enter(); // starting
-  queue.enter(); // ~400 ms away
-  queue.enter(); // ~800 ms away
-  assert.throws(() => queue.enter(), refusedWith("start_queue_full"), "~1 200 ms: past the bound");
-  const unguessed = new StartQueue(1, { maxQueued: 100, maxWaitMs: 1_000 });
-  for (let i = 0; i < 10; i++) unguessed.enter();
-  assert.equal(unguessed.queued, 9, "without a guess only the depth bounds it");
-});

@@ -59,8 +59,6 @@ export class StartQueue {
   constructor(
     readonly concurrency: number,
     readonly settings: StartQueueSettings = DEFAULT_START_QUEUE,
-    /** A guess at a start's hold (ms) until one has ended; unset: none. */
-    readonly priorHoldMs?: () => number,
   ) {
     this.concurrency = Math.max(1, concurrency);
     this.#free = this.concurrency;
@@ -155,18 +153,17 @@ export class StartQueue {
   }
 
   /**
-   * How long a start holds its permit, ms: the running average of those that ended (the
-   * prior until one has), but no less than the starts under way have held theirs so far —
-   * when the node slows down the average lags.
+   * How long a start holds its permit, ms: the running average of those that ended, but no
+   * less than the starts under way have held theirs so far — at a burst's start none has
+   * ended yet, and when the node slows down the average lags.
    */
   #holdMs(): number | undefined {
     let sum = 0;
     const now = performance.now();
     for (const held of this.#grantedAt) sum += now - held.at;
     const underWay = this.#grantedAt.size > 0 ? sum / this.#grantedAt.size : 0;
-    const learned = this.#heldMs ?? this.priorHoldMs?.();
-    if (learned === undefined && underWay === 0) return undefined;
-    return Math.max(learned ?? 0, underWay);
+    if (this.#heldMs === undefined && underWay === 0) return undefined;
+    return Math.max(this.#heldMs ?? 0, underWay);
   }
 
   /** Estimated wait of the waiter at `position` (1 = next), ms. */

@@ -342,11 +342,6 @@ export class WarmPool {
   }
 
   /** A refill after a take waits a little (REFILL_DELAY_MS) so as not to slow that create. */
-  /** How long warming one VMM has taken lately (a restore and its warm-up, one at a time), ms. */
-  get warmMs(): number {
-    return this.#warmMs;
-  }
-
   #refillSoon(): void {
     const delayMs = this.#o.refillDelayMs ?? REFILL_DELAY_MS;
     this.#delayed ??= setTimeout(() => this.#refillNow(), delayMs).unref();
