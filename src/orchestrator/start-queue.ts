@@ -46,7 +46,8 @@ const HOLD_WEIGHT = 0.2;
  *
  * A start takes its place (`enter`) when it is admitted, before any await: arrival order is
  * the order creates reached the node. The wait is estimated from how long permits have been
- * held lately; with no estimate yet only the number bound and the time bound apply.
+ * held lately (no less than the starts under way have held theirs so far); before any start
+ * has run, only the number bound and the time bound apply.
  */
 export class StartQueue {
   #free: number;
