@@ -7,13 +7,13 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { PostgresCluster } from "../../src/catalog/index.js";
 import { newApiKey } from "../../src/tenancy/index.js";
 import { createClusterCa, issueClusterCertificate } from "../../src/tls/index.js";
+import { freeLoopbackPort } from "../../test/helpers/free-port.js";
 import { startPostgres, type TestPostgres } from "../../test/helpers/postgres.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
@@ -38,15 +38,6 @@ export interface SimulatedClusterOptions {
   readonly teams: number;
   /** Sandboxes each node admits (WARREN_MAX_SANDBOXES). */
   readonly maxSandboxesPerNode: number;
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (!address || typeof address === "string") throw new Error("no port");
-  return address.port;
 }
 
 /** Settings of every simulated node: room for everything the bench creates, nothing slow. */
@@ -206,7 +197,7 @@ export async function startSimulatedCluster(
       children.push(child);
       for (const [id, url] of urls) nodes.set(id, url);
     }
-    const port = await freePort();
+    const port = await freeLoopbackPort();
     const gateway = startGatewayProcess({
       WARREN_DATABASE_URL: databaseUrl,
       WARREN_ADMIN_TOKEN: adminToken,

@@ -15,6 +15,7 @@ import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { runCommand } from "../../src/network/index.js";
+import { freeLoopbackPort } from "./free-port.js";
 import {
   addNetnsHost,
   type NetnsHost,
@@ -233,16 +234,6 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
     await cleanup();
     throw err;
   }
-}
-
-async function freeLoopbackPort(): Promise<number> {
-  const { createServer } = await import("node:net");
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (!address || typeof address === "string") throw new Error("no port");
-  return address.port;
 }
 
 /** The gateway bundle (`npm run gateway`), ready once it logs where it listens. */

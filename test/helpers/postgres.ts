@@ -1,10 +1,10 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { appendFile, chown, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import pg from "pg";
+import { freeLoopbackPort } from "./free-port.js";
 
 const run = promisify(execFile);
 
@@ -27,15 +27,6 @@ const SUPERUSER = "warren";
 const START_TIMEOUT_MS = 30_000;
 /** The server runs as this user when the tests run as root (PostgreSQL refuses root). */
 const SERVER_USER = "postgres";
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (!address || typeof address === "string") throw new Error("no port");
-  return address.port;
-}
 
 /** The newest installed major version's bin directory, e.g. /usr/lib/postgresql/15/bin. */
 async function binDir(): Promise<string> {
@@ -114,7 +105,7 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Test
       const lines = options.trust.map((cidr) => `host all all ${cidr} trust\n`).join("");
       await appendFile(join(data, "pg_hba.conf"), lines);
     }
-    const port = await freePort();
+    const port = await freeLoopbackPort();
     const [file, prefix] = command("postgres");
     // Durability is not wanted here; a small server costs the host little.
     const settings = Object.entries({

@@ -1,10 +1,10 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { freeLoopbackPort } from "./free-port.js";
 
 const run = promisify(execFile);
 
@@ -19,15 +19,6 @@ export interface TestRegistry {
   /** Pushes an OCI layout (`dir`, tag `tag`) as `<repository>:<tag>` with skopeo. */
   push(layout: string, tag: string, repository: string, creds?: string): Promise<void>;
   stop(): Promise<void>;
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (!address || typeof address === "string") throw new Error("no port");
-  return address.port;
 }
 
 /** Debian packages of the host tools these tests run (not needed by Warren itself). */
@@ -59,7 +50,7 @@ export async function requireRegistryTools(): Promise<void> {
 /** Starts docker-registry; with `htpasswd` ("user:bcrypt-hash" lines) it wants Basic auth. */
 export async function startRegistry(options: { htpasswd?: string } = {}): Promise<TestRegistry> {
   const dir = await mkdtemp(join(tmpdir(), "warren-registry-"));
-  const port = await freePort();
+  const port = await freeLoopbackPort();
   const host = `127.0.0.1:${port}`;
   const auth = options.htpasswd
     ? `auth:\n  htpasswd:\n    realm: warren-test\n    path: ${join(dir, "htpasswd")}\n`

@@ -29,11 +29,10 @@ import {
 } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { Agent, request as httpRequest } from "node:http";
-import type { AddressInfo } from "node:net";
-import { createServer } from "node:net";
 import { join, normalize, posix } from "node:path";
 import { after, type TestContext, test } from "node:test";
 import { gunzipSync, gzipSync } from "node:zlib";
+import { freeLoopbackPort } from "../../helpers/free-port.js";
 import {
   fc,
   fuzzParameters,
@@ -542,14 +541,6 @@ const restRequest: fc.Arbitrary<FuzzRequest> = fc
 
 // ---- envd, the client and the checks ----
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
 interface Answer {
   readonly status: number;
   readonly headers: Record<string, string | string[] | undefined>;
@@ -795,7 +786,7 @@ const INIT: FuzzRequest = {
 async function startNobodyEnvd(t: TestContext): Promise<NobodyEnvd> {
   assert.ok(existsSync(ENVD_BUNDLE), `${ENVD_BUNDLE} is missing: run npm run build`);
   makeWork();
-  const port = await freePort();
+  const port = await freeLoopbackPort();
   let output = "";
   const envd: ChildProcess = spawn(
     process.execPath,
