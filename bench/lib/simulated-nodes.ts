@@ -1,21 +1,9 @@
-// Simulated node servers for the gateway's scale bench (bench/gateway-scale.ts): in this one
-// process, several real node servers (API, orchestrator, PostgreSQL catalog, cluster
-// membership and cluster port: startNodeServer) each drive an in-memory machine (the test
-// fakes' VMM driver, disk chains, network slots and envd) instead of QEMU, network
-// namespaces and guests. For measuring only: never a way to run Warren, and entered from
-// this code alone (`simulatedForBenchmarks`), never from a setting.
-//
-// Input (environment): WARREN_BENCH_SIM_NODES, a JSON list of {id, dataDir, tlsDir}; every
-// other WARREN_* setting applies to each node (the database, limits, intervals). Output: one
-// JSON line per node on stdout once it serves, `{"id", "url"}` (its plain port); logs on stderr.
-import { writeFile } from "node:fs/promises";
-import { join } from "node:path";
 import pino from "pino";
-import type { GuestArtifacts } from "../../src/host-setup/index.js";
 import { type NodeServer, startNodeServer } from "../../src/server/node-server.js";
 import { loadConfig } from "../../src/shared/config.js";
 import { FakeDiskChains } from "../../test/fakes/fake-disk-chains.js";
 import { FakeGuestAgent } from "../../test/fakes/fake-guest-agent.js";
+import { fakeGuestImages } from "../../test/fakes/fake-images.js";
 import { FakeSlotPool } from "../../test/fakes/fake-slot-pool.js";
 import { FakeVmmDriver } from "../../test/fakes/fake-vmm-driver.js";
 
@@ -42,19 +30,7 @@ async function startSimulatedNode(node: SimulatedNode): Promise<NodeServer> {
       WARREN_CLUSTER_TLS_DIR: node.tlsDir,
     },
   );
-  // The base template's rootfs is read (its size, a copy for builds); the rest are names.
-  const baseRootfs = join(node.dataDir, "base-rootfs.img");
-  await writeFile(baseRootfs, Buffer.alloc(4096));
-  const images: GuestArtifacts = {
-    kernel: "/simulated/vmlinuz",
-    initramfs: "/simulated/initramfs",
-    agentDrive: "/simulated/agent-drive",
-    baseRootfs,
-    kernelVersion: "6.1.0-simulated",
-    kernelArgs: "",
-    fingerprint: "simulated-images-1",
-    manifest: "/simulated/manifest.json",
-  };
+  const images = await fakeGuestImages(node.dataDir, "simulated");
   const driver = new FakeVmmDriver();
   const slots = new FakeSlotPool(MAX_SLOTS);
   const logger = pino({ level: config.logLevel, base: { node: node.id } }, pino.destination(2));

@@ -4,7 +4,7 @@
  * directories). No root, no VMs, no network namespaces. Restarts keep the catalog, the data
  * dir and the driver (VMMs outlive a crashed server, as QEMU processes do).
  */
-import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { GuestArtifacts } from "../../src/host-setup/index.js";
@@ -18,6 +18,7 @@ import type { Logger } from "../../src/shared/index.js";
 import type { SandboxServiceHarness } from "../contracts/sandbox-service.contract.js";
 import { FakeDiskChains } from "./fake-disk-chains.js";
 import { FakeGuestAgent } from "./fake-guest-agent.js";
+import { fakeGuestImages } from "./fake-images.js";
 import { FakeSlotPool } from "./fake-slot-pool.js";
 import { FakeVmmDriver } from "./fake-vmm-driver.js";
 import { FakeVolumeServer } from "./fake-volume-server.js";
@@ -112,19 +113,7 @@ export class FakeNode {
 
   static async start(settings: FakeNodeSettings = {}): Promise<FakeNode> {
     const dataDir = await mkdtemp(join(tmpdir(), "warren-fake-node-"));
-    const baseRootfs = join(dataDir, "base-rootfs.img");
-    await writeFile(baseRootfs, Buffer.alloc(4096));
-    const images: GuestArtifacts = {
-      kernel: "/fake/vmlinuz",
-      initramfs: "/fake/initramfs",
-      agentDrive: "/fake/agent-drive",
-      baseRootfs,
-      kernelVersion: "6.1.0-fake",
-      kernelArgs: "",
-      fingerprint: "fake-images-1",
-      manifest: "/fake/manifest.json",
-    };
-    const node = new FakeNode(dataDir, images, settings);
+    const node = new FakeNode(dataDir, await fakeGuestImages(dataDir), settings);
     await node.#startOrchestrator();
     return node;
   }
