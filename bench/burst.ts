@@ -11,7 +11,13 @@
 // WARREN_TEST_BURST_GATEWAY=0 skips the cluster part; WARREN_TEST_BURST_NODE_ROOM sizes each
 // cluster node (WARREN_MAX_SANDBOXES, default 40: three nodes on one 2-core machine).
 import { Sandbox } from "e2b";
-import { type BurstOptions, killBurst, runBurst, summarizeBurst } from "../test/helpers/burst.js";
+import {
+  type BurstOptions,
+  killBurst,
+  runBurst,
+  summarizeBurst,
+  watchHealth,
+} from "../test/helpers/burst.js";
 import { startCluster } from "../test/helpers/cluster.js";
 import { leakCheck, vmLeftovers } from "../test/helpers/leak-check.js";
 import { listedSandboxes } from "../test/helpers/load.js";
@@ -42,31 +48,15 @@ async function kill(api: BurstOptions, ids: readonly string[]): Promise<void> {
   for (const id of ids) await Sandbox.kill(id, { apiKey: api.apiKey });
 }
 
-/** The worst /health latency seen every 250 ms until `done` settles, ms (-1: one failed). */
-async function worstHealth(url: string, done: Promise<unknown>): Promise<number> {
-  let worst = 0;
-  let finished = false;
-  void done.finally(() => {
-    finished = true;
-  });
-  while (!finished) {
-    const t0 = performance.now();
-    const res = await fetch(`${url}/health`).catch(() => undefined);
-    await res?.arrayBuffer();
-    worst = res?.status === 200 ? Math.max(worst, performance.now() - t0) : -1;
-    if (worst < 0) return worst;
-    await new Promise((resolve) => setTimeout(resolve, 250));
-  }
-  return Math.round(worst);
-}
-
 /** Sequential rate, then the burst, then kills: one API's figures. */
 async function measure(label: string, api: BurstOptions, healthUrl: string) {
   const sequential = await sequentialRate(api);
   await kill(api, sequential.ids);
   process.stderr.write(`burst: ${label}: sequential ${sequential.perSecond}/s; bursting\n`);
   const burst = runBurst(api);
-  const [result, healthWorstMs] = await Promise.all([burst, worstHealth(healthUrl, burst)]);
+  const [result, health] = await Promise.all([burst, watchHealth(healthUrl, burst)]);
+  // -1: a health check failed during the burst.
+  const healthWorstMs = health.failed > 0 ? -1 : health.worstMs;
   const summary = summarizeBurst(result);
   await killBurst(api, result);
   const ratio = Math.round((summary.answeringPerSecond / sequential.perSecond) * 100) / 100;

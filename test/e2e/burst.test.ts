@@ -5,7 +5,7 @@
 // bench:burst` runs 1 000 and reports figures.
 import assert from "node:assert/strict";
 import { it } from "node:test";
-import { killBurst, runBurst, summarizeBurst } from "../helpers/burst.js";
+import { killBurst, runBurst, summarizeBurst, watchHealth } from "../helpers/burst.js";
 import { listedSandboxes } from "../helpers/load.js";
 import { useServer } from "../helpers/server.js";
 
@@ -15,21 +15,8 @@ const server = useServer({ WARREN_MAX_SANDBOXES: String(ROOM) });
 it(`40 creates at once against a node sized for ${ROOM}: 201s that answer, 429s with Retry-After, nothing else`, async () => {
   const { url, apiKey } = server;
   const options = { creates: 40, apiUrl: url, apiKey };
-  let healthChecks = 0;
-  let healthy = true;
   const burst = runBurst(options);
-  const watching = (async () => {
-    const deadline = Date.now() + 120_000;
-    for (let done = false; !done && Date.now() < deadline; ) {
-      const res = await fetch(`${url}/health`).catch(() => undefined);
-      healthChecks += 1;
-      if (res?.status !== 200) healthy = false;
-      await res?.arrayBuffer();
-      done = await Promise.race([burst.then(() => true), sleep(250).then(() => false)]);
-    }
-  })();
-  const result = await burst;
-  await watching;
+  const [result, health] = await Promise.all([burst, watchHealth(url, burst)]);
   const summary = summarizeBurst(result);
   console.log(`# burst: ${JSON.stringify(summary)}`);
   try {
@@ -46,13 +33,12 @@ it(`40 creates at once against a node sized for ${ROOM}: 201s that answer, 429s 
     for (const a of result.answers.filter((x) => x.status === 429)) {
       assert.ok(Number(a.retryAfter) >= 1, `#${a.index} Retry-After ${a.retryAfter}`);
     }
-    assert.ok(healthy && healthChecks > 0, "the server answered its health checks throughout");
+    assert.ok(
+      health.failed === 0 && health.checks > 0,
+      "the server answered its health checks throughout",
+    );
   } finally {
     await killBurst(options, result);
   }
   assert.deepEqual(await listedSandboxes(), [], "every sandbox killed");
 });
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}

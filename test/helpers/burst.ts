@@ -182,3 +182,31 @@ function orderedShare(answered: readonly BurstAnswer[]): number {
   }
   return pairs === 0 ? 1 : Math.round((ordered / pairs) * 1000) / 1000;
 }
+
+/** The server's `/health` while a burst runs: how many checks, how many failed, the slowest. */
+export interface HealthWatch {
+  readonly checks: number;
+  readonly failed: number;
+  readonly worstMs: number;
+}
+
+/** Asks `url`/health every 250 ms until `done` settles (the burst), and says how it went. */
+export async function watchHealth(url: string, done: Promise<unknown>): Promise<HealthWatch> {
+  let finished = false;
+  void done.finally(() => {
+    finished = true;
+  });
+  let checks = 0;
+  let failed = 0;
+  let worstMs = 0;
+  while (!finished) {
+    const t0 = performance.now();
+    const res = await fetch(`${url}/health`).catch(() => undefined);
+    await res?.arrayBuffer();
+    checks += 1;
+    if (res?.status === 200) worstMs = Math.max(worstMs, performance.now() - t0);
+    else failed += 1;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  return { checks, failed, worstMs: Math.round(worstMs) };
+}
