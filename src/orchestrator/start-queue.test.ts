@@ -59,6 +59,30 @@ it("refuses at once a start whose estimated wait passes the bound", async () => 
   for (const ticket of admitted) (await ticket.turn()).release();
 });
 
+it("refuses waiters the growing estimate no longer gets through, before their bound", async () => {
+  // A burst's first arrivals: no start has ended, so all are admitted on the number bound.
+  const queue = new StartQueue(1, { maxQueued: 100, maxWaitMs: 1_500 });
+  const holder = await queue.enter().turn();
+  const t = performance.now();
+  const waiting = Array.from({ length: 6 }, () => queue.enter());
+  assert.equal(queue.queued, 6);
+  // As the first start's hold grows, fewer waiters can be served within 1.5 s at that pace:
+  // the others are told so as the queue sees it (every 0.5 s), not when 1.5 s have passed.
+  const refusedAt: number[] = [];
+  const outcomes = waiting.slice(1).map((ticket) =>
+    assert.rejects(ticket.turn(), (err: unknown) => {
+      refusedAt.push(performance.now() - t);
+      return refusedWith("start_queue_timeout")(err) && /busier than estimated/.test(String(err));
+    }),
+  );
+  await Promise.all(outcomes);
+  assert.ok(Math.max(...refusedAt) < 1_500, `refused after ${Math.max(...refusedAt)} ms`);
+  assert.equal(queue.queued, 1);
+  holder.release();
+  (await (waiting[0] as ReturnType<StartQueue["enter"]>).turn()).release();
+  assert.equal(queue.queued, 0);
+});
+
 it("refuses a start that waited its whole bound, and forgets it", async () => {
   const queue = new StartQueue(1, { maxQueued: 10, maxWaitMs: 50 });
   const holder = await queue.enter().turn();

@@ -33,10 +33,14 @@ interface Waiter {
   readonly grant: (permit: Permit) => void;
   readonly refuse: (err: WarrenError) => void;
   readonly timer: NodeJS.Timeout;
+  /** When it took its place (performance.now()). */
+  readonly since: number;
 }
 
 /** Weight of the newest permit's hold time in the running estimate. */
 const HOLD_WEIGHT = 0.2;
+/** How often the waiters are checked against a newer estimate while any wait. */
+const RECHECK_MS = 500;
 
 /**
  * At most `concurrency` VM starts at once (on few cores, 32 restores at once all finish later
@@ -47,7 +51,9 @@ const HOLD_WEIGHT = 0.2;
  * A start takes its place (`enter`) when it is admitted, before any await: arrival order is
  * the order creates reached the node. The wait is estimated from how long permits have been
  * held lately (no less than the starts under way have held theirs so far); before any start
- * has run, only the number bound and the time bound apply.
+ * has run, only the number bound applies. As the estimate grows (a burst's first starts take
+ * longer than anything seen before), waiters it no longer gets through within their bound are
+ * refused then, not when the bound runs out: a burst's first arrivals learn within seconds.
  */
 export class StartQueue {
   #free: number;
@@ -56,6 +62,8 @@ export class StartQueue {
   #heldMs: number | undefined;
   /** When each permit held now was granted (performance.now()). */
   readonly #grantedAt = new Set<{ readonly at: number }>();
+  /** Rechecks the waiters while any wait (unref'd: never keeps the process up). */
+  #recheck: NodeJS.Timeout | undefined;
 
   constructor(
     readonly concurrency: number,
@@ -111,8 +119,10 @@ export class StartQueue {
         this.#remove(waiter);
         waiter.refuse(this.#timedOut());
       }, this.settings.maxWaitMs),
+      since: performance.now(),
     };
     this.#waiting.push(waiter);
+    this.#recheck ??= setInterval(() => this.#shed(), RECHECK_MS).unref();
     return {
       turn: () => turn,
       cancel: () => {
@@ -145,6 +155,38 @@ export class StartQueue {
     }
   }
 
+  /**
+   * Refuses the waiters that the current estimate no longer gets through before their bound,
+   * in arrival order: each one refused moves those behind it up.
+   */
+  #shed(): void {
+    const now = performance.now();
+    let position = 0;
+    for (const waiter of [...this.#waiting]) {
+      const left = this.settings.maxWaitMs - (now - waiter.since);
+      const waitMs = this.#waitAt(position + 1);
+      if (waitMs <= left) {
+        position += 1;
+        continue;
+      }
+      this.#remove(waiter);
+      waiter.refuse(
+        new WarrenError(
+          "start_queue_timeout",
+          `the node is busier than estimated when this start was queued: about ${seconds(waitMs)} s more to wait, past the ${seconds(this.settings.maxWaitMs)} s bound (WARREN_START_QUEUE_WAIT_MS); retry later`,
+          { retryAfterS: this.#retryAfterS() },
+        ),
+      );
+    }
+    this.#stopRecheckWhenIdle();
+  }
+
+  #stopRecheckWhenIdle(): void {
+    if (this.#waiting.length > 0 || !this.#recheck) return;
+    clearInterval(this.#recheck);
+    this.#recheck = undefined;
+  }
+
   #timedOut(): WarrenError {
     return new WarrenError(
       "start_queue_timeout",
@@ -153,25 +195,35 @@ export class StartQueue {
     );
   }
 
+  /** How long the permits held now have been held so far, on average, ms (0: none held). */
+  #heldSoFarMs(): number {
+    if (this.#grantedAt.size === 0) return 0;
+    const now = performance.now();
+    let sum = 0;
+    for (const held of this.#grantedAt) sum += now - held.at;
+    return sum / this.#grantedAt.size;
+  }
+
   /**
    * How long a start holds its permit, ms: the running average of those that ended, but no
    * less than the starts under way have held theirs so far — at a burst's start none has
    * ended yet, and when the node slows down the average lags.
    */
   #holdMs(): number | undefined {
-    let sum = 0;
-    const now = performance.now();
-    for (const held of this.#grantedAt) sum += now - held.at;
-    const underWay = this.#grantedAt.size > 0 ? sum / this.#grantedAt.size : 0;
-    if (this.#heldMs === undefined && underWay === 0) return undefined;
-    return Math.max(this.#heldMs ?? 0, underWay);
+    const soFar = this.#heldSoFarMs();
+    if (this.#heldMs === undefined && soFar === 0) return undefined;
+    return Math.max(this.#heldMs ?? 0, soFar);
   }
 
-  /** Estimated wait of the waiter at `position` (1 = next), ms. */
+  /**
+   * Estimated wait of the waiter at `position` (1 = next), ms: what the starts under way have
+   * left of their hold, then a whole hold per `concurrency` waiters ahead.
+   */
   #waitAt(position: number): number {
     const hold = this.#holdMs();
     if (hold === undefined || (this.#free > 0 && this.#waiting.length === 0)) return 0;
-    return Math.ceil(position / this.concurrency) * hold;
+    const wavesAhead = Math.ceil(position / this.concurrency) - 1;
+    return hold - this.#heldSoFarMs() + wavesAhead * hold;
   }
 
   /**
@@ -206,6 +258,7 @@ export class StartQueue {
         const next = this.#waiting.shift();
         if (next) next.grant(this.#permit());
         else this.#free += 1;
+        this.#shed();
       },
     };
   }
@@ -214,6 +267,7 @@ export class StartQueue {
     const index = this.#waiting.indexOf(waiter);
     if (index < 0) return false;
     this.#waiting.splice(index, 1);
+    this.#stopRecheckWhenIdle();
     return true;
   }
 }

@@ -118,7 +118,7 @@ export const ERROR_REASONS = {
   },
   start_queue_timeout: {
     kind: "resource_exhausted",
-    doc: "A create, resume or fork child waited WARREN_START_QUEUE_WAIT_MS for its VM start (the node was slower than estimated) and was given up, leaving nothing behind: retry after Retry-After.",
+    doc: "A create, resume or fork child waiting for its VM start was given up, leaving nothing behind: the node is slower than estimated when it was queued, so it would not (or did not) start within WARREN_START_QUEUE_WAIT_MS. Retry after Retry-After.",
   },
   memory_pressure: {
     kind: "resource_exhausted",
