@@ -1,7 +1,13 @@
 import { createPrivateKey, X509Certificate } from "node:crypto";
 import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
-import type { ConnectionOptions, SecureContextOptions, TlsOptions } from "node:tls";
+import {
+  type ConnectionOptions,
+  createSecureContext,
+  type SecureContext,
+  type SecureContextOptions,
+  type TlsOptions,
+} from "node:tls";
 import { WarrenError } from "../shared/index.js";
 import { CA_FILES, MEMBER_FILES } from "./cluster-ca.js";
 import {
@@ -146,7 +152,7 @@ export function clusterClientOptions(
   channel: ClusterChannel = "relay",
 ): ConnectionOptions {
   return {
-    ...secureContext(credentials),
+    secureContext: clientContext(credentials),
     minVersion: MIN_VERSION,
     ALPNProtocols: channelAlpn(channel),
     rejectUnauthorized: true,
@@ -158,4 +164,21 @@ export function clusterClientOptions(
 
 function secureContext({ ca, cert, key }: ClusterCredentials): SecureContextOptions {
   return { ca, cert, key };
+}
+
+const clientContexts = new WeakMap<ClusterCredentials, SecureContext>();
+
+/**
+ * One client context per credentials, shared by every connection made with them: Node builds
+ * one per connection from `ca`/`cert`/`key` (parsing them each time), a third of a gateway's
+ * CPU per relayed create (bench:gateway-scale). What differs per connection (ALPN, the name
+ * check, no SNI) stays in the connection's options.
+ */
+function clientContext(credentials: ClusterCredentials): SecureContext {
+  let context = clientContexts.get(credentials);
+  if (!context) {
+    context = createSecureContext({ ...secureContext(credentials), minVersion: MIN_VERSION });
+    clientContexts.set(credentials, context);
+  }
+  return context;
 }

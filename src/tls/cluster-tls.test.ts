@@ -169,3 +169,29 @@ it("a gateway reaches only the node its row names; the node knows the gateway by
   assert.notEqual(await handshake(node1, stranger, "node-1"), undefined);
   assert.equal(peers.length, 1);
 });
+
+it("a gateway's connections share one TLS context per credentials, and speak TLS 1.3 only", async (t) => {
+  const dir = await tempDir(t);
+  await createClusterCa(join(dir, "ca"));
+  const gateway = await member(dir, "gateway", "gw");
+  const toOne = clusterClientOptions(gateway, "node-1");
+  assert.ok(toOne.secureContext, "a context built once, not ca/cert/key per connection");
+  assert.equal(
+    clusterClientOptions(gateway, "node-2", undefined, "control").secureContext,
+    toOne.secureContext,
+  );
+  const other = await member(dir, "gateway", "gw-2");
+  assert.notEqual(clusterClientOptions(other, "node-1").secureContext, toOne.secureContext);
+  // The shared context keeps the floor: a node that offers at most TLS 1.2 gets no handshake.
+  const node = await member(dir, "node", "node-1");
+  const old = createServer({
+    ...clusterServerOptions(node),
+    minVersion: "TLSv1.2",
+    maxVersion: "TLSv1.2",
+  });
+  await new Promise<void>((resolve) => old.listen(0, "127.0.0.1", resolve));
+  t.after(() => new Promise((resolve) => old.close(resolve)));
+  assert.notEqual(await handshake(old, gateway, "node-1"), undefined);
+  const current = await clusterServer(t, node, []);
+  assert.equal(await handshake(current, gateway, "node-1"), undefined);
+});
