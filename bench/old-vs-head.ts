@@ -20,6 +20,7 @@ import type { LogLine, TestServer } from "../test/helpers/server.js";
 import { type ProbeCounts, type ProbeResult, probe } from "./lib/api-probe.js";
 import { oldImages, prepareOldTree, startOldServer } from "./lib/old-tree.js";
 import { poolRefilled } from "./lib/pool.js";
+import { PSS_KINDS } from "./lib/pss-breakdown.js";
 import { report, type Summary, summarize } from "./lib/report.js";
 
 const REPO = join(import.meta.dirname, "..");
@@ -131,6 +132,7 @@ const METRICS = [
   "resume → command",
   `fork ×${COUNTS.fork}, every child answering`,
   `idle PSS per VMM, ${COUNTS.idle} held`,
+  ...PSS_KINDS.filter((k) => k !== "total").map((kind) => `idle PSS per VMM: ${kind}`),
 ];
 
 interface Comparison {
@@ -250,7 +252,17 @@ function apiTotals(rounds: readonly Round[], side: Side): Record<string, number>
 
 const TIMING = ["pausedMs", "deviceStateMs", "memoryMs", "diskMs", "dirtyPages"];
 
+/** Sandboxes paused in any round: a VM brought up for one of them later is a resume's restore. */
+function pausedIds(rounds: readonly Round[]): Set<unknown> {
+  return new Set(
+    rounds
+      .flatMap((r) => r.lines)
+      .flatMap((l) => (l.msg === "sandbox.paused" ? [l.sandboxId] : [])),
+  );
+}
+
 function serverSplit(rounds: readonly Round[], side: Side) {
+  const paused = pausedIds(rounds);
   return {
     api: apiTotals(rounds, side),
     "vm_up pooled": fieldP50s(
@@ -265,7 +277,14 @@ function serverSplit(rounds: readonly Round[], side: Side) {
       side,
       "sandbox.vm_up",
       ["vmMs", "initMs"],
-      (l) => l.pooled !== true,
+      (l) => l.pooled !== true && !paused.has(l.sandboxId),
+    ),
+    "vm_up resume": fieldP50s(
+      rounds,
+      side,
+      "sandbox.vm_up",
+      ["vmMs", "initMs"],
+      (l) => l.pooled !== true && paused.has(l.sandboxId),
     ),
     paused: fieldP50s(rounds, side, "sandbox.paused", TIMING),
     resumed: fieldP50s(rounds, side, "sandbox.resumed", ["durationMs"]),

@@ -5,7 +5,8 @@ import { Sandbox } from "e2b";
 import { startServer } from "../test/helpers/server.js";
 
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 10);
-const server = await startServer({ WARREN_LOG_LEVEL: "info" });
+// A pause lets its VMM go (no kept VMMs): every resume is a restore, as in bench:old-vs-head.
+const server = await startServer({ WARREN_LOG_LEVEL: "info", WARREN_PAUSE_KEEP_MS: "0" });
 try {
   const sandbox = await Sandbox.create({ timeoutMs: 600_000 });
   await sandbox.commands.run("true");

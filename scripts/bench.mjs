@@ -34,6 +34,7 @@ const BENCHES = {
   "old-vs-head": ["old-vs-head.ts", true],
   tti: ["tti.ts", true],
   density: ["density.ts", true],
+  "idle-guest": ["idle-guest.ts", true],
 };
 
 const name = process.argv[2];

@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { Sandbox } from "e2b";
 import type { LogLine, TestServer } from "../../test/helpers/server.js";
 import { poolRefilled } from "./pool.js";
+import { PSS_KINDS, pssBreakdown } from "./pss-breakdown.js";
 import { type Summary, summarize } from "./report.js";
 import { vmmProcesses } from "./vmm-processes.js";
 
@@ -250,11 +251,22 @@ export async function probe(
     const idle: Sandbox[] = [];
     for (let i = 0; i < counts.idle; i++) idle.push(await Sandbox.create({ timeoutMs: 600_000 }));
     await sleep(30_000); // guests settle after a restore (envd's GC, deferred kernel work)
+    const vmms = vmmProcesses(join(server.dataDir, "run"));
     row(
       `idle PSS per VMM, ${counts.idle} held`,
-      vmmProcesses(join(server.dataDir, "run")).map((p) => p.pssKiB / 1024),
+      vmms.map((p) => p.pssKiB / 1024),
       "MiB",
     );
+    // Where it goes, by kind of mapping (pss-breakdown.ts): what a difference between two
+    // trees or two settings is made of.
+    const kinds = vmms.map((p) => pssBreakdown(p.pid));
+    for (const kind of PSS_KINDS) {
+      row(
+        `idle PSS per VMM: ${kind}`,
+        kinds.map((b) => b[kind] / 1024),
+        "MiB",
+      );
+    }
     await Promise.all(idle.map((s) => s.kill()));
   }
 

@@ -65,11 +65,20 @@ export function pssBreakdown(pid: number, memoryFileName = "memory"): PssBreakdo
   return { guestPrivate, guestShared, codeCache, otherAnon, files, total };
 }
 
+/** The kinds of a breakdown, in the order tables show them. */
+export const PSS_KINDS = [
+  "guestPrivate",
+  "guestShared",
+  "codeCache",
+  "otherAnon",
+  "files",
+  "total",
+] as const satisfies readonly (keyof PssBreakdown)[];
+
 /** The median of each kind over many VMMs, in MiB (one decimal). */
 export function medianBreakdownMiB(all: readonly PssBreakdown[]): Record<string, number> {
-  const keys = ["guestPrivate", "guestShared", "codeCache", "otherAnon", "files", "total"] as const;
   const out: Record<string, number> = {};
-  for (const key of keys) {
+  for (const key of PSS_KINDS) {
     const sorted = all.map((b) => b[key]).sort((a, b) => a - b);
     const mid = sorted[Math.floor((sorted.length - 1) / 2)] ?? Number.NaN;
     out[key] = Math.round((mid / 1024) * 10) / 10;

@@ -164,7 +164,7 @@ const SETTINGS = {
   },
   metricsIntervalMs: {
     env: "WARREN_METRICS_INTERVAL_MS",
-    doc: "How often every running sandbox's metrics are sampled in the background (kept per sandbox, the last 1000), so getMetrics over a past window has data; 0: only when asked. Each sample is one envd request: under TCG it wakes an idle guest that often.",
+    doc: "How often every running sandbox's metrics are sampled in the background (kept per sandbox, the last 1000), so getMetrics over a past window has data; 0: only when asked. Each sample is one envd request, except for a guest whose VMM used under 1% of a CPU since its last sample: it is not woken (under TCG answering costs more than idling), its last memory and disk figures are repeated with the VMM's own CPU use, and it is asked again at least every sixth interval.",
     default: () => 10_000,
     parse: int(0),
     expects: "milliseconds ≥ 0",
@@ -311,7 +311,7 @@ const SETTINGS = {
   },
   startQueueWaitMs: {
     env: "WARREN_START_QUEUE_WAIT_MS",
-    doc: "Longest a create, resume or fork child may wait for its VM start: one whose wait, estimated from recent starts, would be longer is refused at once (429 start_queue_full), and one that waits this long anyway is refused then (429 start_queue_timeout), leaving nothing behind. Keep it below clients' request timeouts (the e2b SDK's is 60 s).",
+    doc: "Longest a create, resume or fork child may wait for its VM start: one whose wait, estimated from recent starts, would be longer is refused at once (429 start_queue_full), and one that the estimate, revised as starts progress, no longer gets through in time, or that waits this long anyway, is refused then (429 start_queue_timeout), leaving nothing behind. Keep it below clients' request timeouts (the e2b SDK's is 60 s).",
     default: () => 20_000,
     parse: int(100, 600_000),
     expects: "milliseconds 100..600000",

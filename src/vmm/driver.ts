@@ -90,6 +90,11 @@ export interface Vm {
    * what the guest printed up to now.
    */
   consoleTail(): Promise<string>;
+  /**
+   * CPU time its VMM process has used so far (all threads), ms; undefined when it cannot be
+   * told. Read on the host, so asking never wakes the guest.
+   */
+  cpuTimeMs(): Promise<number | undefined>;
   /** Settles when the VMM process exits, for whatever reason. */
   readonly exited: Promise<ExitInfo>;
   /**

@@ -120,6 +120,13 @@ export class FakeVm implements Vm {
     return `fake guest ${this.id} booted\n`;
   }
 
+  /** What `cpuTimeMs()` answers: a test sets it (undefined: not known). */
+  cpuMs: number | undefined;
+
+  async cpuTimeMs(): Promise<number | undefined> {
+    return this.cpuMs;
+  }
+
   get gone(): boolean {
     return this.#gone;
   }

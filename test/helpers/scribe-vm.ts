@@ -64,6 +64,7 @@ export class ScribeVm {
       pid: 0,
       spec: {} as VmSpec,
       consoleTail: async () => "",
+      cpuTimeMs: async () => undefined,
       exited: new Promise<ExitInfo>(() => {}),
       snapshot: (dir) => this.snapshot(dir),
       continue: async () => {},

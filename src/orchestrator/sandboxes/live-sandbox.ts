@@ -46,8 +46,20 @@ export interface LiveSandbox {
   /** The NFS server of its volumes in its current slot (SandboxVms), while it has one. */
   volumes?: { close(): Promise<void> };
   readonly metrics: SandboxMetric[];
+  /** Its VMM's CPU time at its last metrics sample (telemetry.ts: idle guests are not woken). */
+  metricsMark?: MetricsMark;
   /** envd's log lines fetched so far (the last 1 000) and the newest one's seq. */
   envdLog?: { seq: number; readonly entries: SandboxLogEntry[] };
+}
+
+/** When a sandbox's last metrics sample was taken, and its VMM's CPU time then. */
+export interface MetricsMark {
+  /** The VM it was taken of: a resumed sandbox's new VMM starts its CPU time from 0. */
+  readonly vm: Vm | undefined;
+  readonly atMs: number;
+  readonly cpuMs: number | undefined;
+  /** Samples in a row repeated from the guest's last answer rather than asked of it. */
+  readonly carried: number;
 }
 
 export function configOf(row: SandboxRow): SandboxConfig {

@@ -1,7 +1,7 @@
 import type { Logger } from "../../shared/index.js";
 import type { GuestAgent } from "../guest/guest-agent.js";
 import type { SandboxTable } from "./sandbox-table.js";
-import { takeMetricsSample } from "./telemetry.js";
+import { carryIdleSample, takeMetricsSample } from "./telemetry.js";
 
 export interface MetricsSamplerOptions {
   readonly table: SandboxTable;
@@ -16,9 +16,10 @@ const CONCURRENCY = 4;
 
 /**
  * Samples every running sandbox's metrics in the background, so `getMetrics` over a past
- * window has data (E2B keeps them too). Each round asks each guest once; a round still
- * running when the next is due makes that one skip. The cost is one envd request per
- * sandbox per interval: under TCG an idle guest then wakes that often.
+ * window has data (E2B keeps them too). Each round asks each guest once — unless its VMM
+ * has hardly run since the last sample: an idle guest is not woken, its last figures are
+ * repeated (telemetry.ts carryIdleSample), and it is asked again at least every sixth
+ * round. A round still running when the next is due makes that one skip.
  */
 export class MetricsSampler {
   readonly #o: MetricsSamplerOptions;
@@ -45,6 +46,7 @@ export class MetricsSampler {
     let next = 0;
     const worker = async () => {
       for (let live = running[next++]; live; live = running[next++]) {
+        if (await carryIdleSample(live)) continue;
         await takeMetricsSample(this.#o.agent, live).catch((err: unknown) =>
           this.#o.logger.debug({ sandboxId: live.row.id, err }, "sandbox.metrics_sample_failed"),
         );

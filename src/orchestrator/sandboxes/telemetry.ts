@@ -7,6 +7,11 @@ const MAX_METRIC_SAMPLES = 1_000;
 const CONSOLE_TAIL_LINES = 200;
 const MAX_ENVD_LINES = 1_000;
 
+/** Most background samples in a row repeated from a guest's last answer: then it is asked. */
+export const MAX_CARRIED_SAMPLES = 5;
+/** A guest whose VMM used less than this share of one CPU since its last sample was idle. */
+const IDLE_CPU_SHARE = 0.01;
+
 /**
  * One sample of a running sandbox's envd /metrics, kept with the sandbox (the last 1 000):
  * taken in the background every WARREN_METRICS_INTERVAL_MS (MetricsSampler) and when asked.
@@ -18,7 +23,10 @@ export async function takeMetricsSample(agent: GuestAgent, live: LiveSandbox): P
     live.row.envdAccessToken,
     live.guestCalls?.signal,
   );
-  live.metrics.push({
+  // After the answer: what the guest spent answering is not counted as its own work next time.
+  const { vm } = live;
+  live.metricsMark = { vm, atMs: Date.now(), cpuMs: await vm?.cpuTimeMs(), carried: 0 };
+  keep(live, {
     timestamp: new Date(),
     cpuCount: sample.cpu_count,
     cpuUsedPct: sample.cpu_used_pct,
@@ -28,6 +36,36 @@ export async function takeMetricsSample(agent: GuestAgent, live: LiveSandbox): P
     diskUsed: sample.disk_used,
     diskTotal: sample.disk_total,
   });
+}
+
+/**
+ * A background sample of a guest that has (nearly) not run since its last one, without
+ * waking it: under TCG, answering costs an idle guest more than it spent idling, and a node
+ * of hundreds of idle sandboxes would spend a core on it. Its memory and disk figures are
+ * the last answer's (a guest that does not run changes neither), its CPU use the VMM's own
+ * time over the interval. At most MAX_CARRIED_SAMPLES in a row; false when the guest must be
+ * asked (it ran, it was never asked, or its VMM's CPU time cannot be told).
+ */
+export async function carryIdleSample(live: LiveSandbox): Promise<boolean> {
+  const mark = live.metricsMark;
+  const last = live.metrics.at(-1);
+  const { vm } = live;
+  if (!mark || mark.vm !== vm || mark.cpuMs === undefined || !last) return false;
+  if (mark.carried >= MAX_CARRIED_SAMPLES) return false;
+  const cpuMs = await vm?.cpuTimeMs();
+  const now = Date.now();
+  const elapsedMs = now - mark.atMs;
+  if (cpuMs === undefined || elapsedMs <= 0) return false;
+  const usedMs = Math.max(0, cpuMs - mark.cpuMs);
+  if (usedMs >= IDLE_CPU_SHARE * elapsedMs) return false;
+  const share = usedMs / (elapsedMs * Math.max(1, last.cpuCount));
+  keep(live, { ...last, timestamp: new Date(now), cpuUsedPct: Math.round(share * 10_000) / 100 });
+  live.metricsMark = { vm, atMs: now, cpuMs, carried: mark.carried + 1 };
+  return true;
+}
+
+function keep(live: LiveSandbox, sample: SandboxMetric): void {
+  live.metrics.push(sample);
   if (live.metrics.length > MAX_METRIC_SAMPLES) live.metrics.shift();
 }
 

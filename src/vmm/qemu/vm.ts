@@ -22,7 +22,7 @@ import {
 } from "./snapshot-meta.js";
 import { captureOverlay, VM_RECORD_VERSION, type VmRecord } from "./vm-record.js";
 import type { VmmIdentity } from "./vmm-ids.js";
-import type { VmmProcess } from "./vmm-process.js";
+import { processCpuMs, type VmmProcess } from "./vmm-process.js";
 
 /**
  * The file QEMU maps as guest RAM. Shared: the file is the RAM (boot VMs). Private: a
@@ -145,6 +145,10 @@ export class QemuVm implements Vm {
 
   get pid(): number {
     return this.proc.pid;
+  }
+
+  cpuTimeMs(): Promise<number | undefined> {
+    return processCpuMs(this.pid);
   }
 
   consoleTail(): Promise<string> {

@@ -68,6 +68,18 @@ export async function processStartTime(pid: number): Promise<number | undefined>
   return Number.isSafeInteger(ticks) ? ticks : undefined;
 }
 
+/** Clock ticks per second of /proc's CPU times (USER_HZ: 100 on every Linux Warren runs on). */
+const USER_HZ = 100;
+
+/** CPU time `pid` has used so far, all its threads, user and system, ms; undefined when gone. */
+export async function processCpuMs(pid: number): Promise<number | undefined> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
+  if (stat === undefined) return undefined;
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  const ticks = Number(fields[11]) + Number(fields[12]); // utime, stime: fields 14 and 15
+  return Number.isSafeInteger(ticks) ? (ticks * 1000) / USER_HZ : undefined;
+}
+
 /** The real, effective, saved and filesystem uids of `pid`; undefined when it is gone. */
 export async function processUids(pid: number): Promise<number[] | undefined> {
   const status = await readFile(`/proc/${pid}/status`, "utf8").catch(() => undefined);
