@@ -32,17 +32,34 @@ const TRY_ANOTHER = new Set([429, 503, 507]);
  * would add to the node's load), so when every node says this the create is refused at once.
  */
 const BUSY = new Set(["start_queue_full", "start_queue_timeout"]);
+/**
+ * How long a node that refused for being busy is not asked again (at most: less if its
+ * Retry-After says so). In a burst, asking it would only add to what its event loop answers
+ * while its cores start VMs, and the refusal would be the same.
+ */
+const BUSY_HOLD_MS = 1_000;
+
+/** A node's last busy refusal, kept for BUSY_HOLD_MS. */
+interface Busy {
+  readonly untilMs: number;
+  readonly why: string;
+  readonly retryAfterS: number | undefined;
+}
 
 /**
  * Places creates (`POST /sandboxes`, `POST /v2/sandboxes`). Nodes are tried best first
  * (placement.ts); one that refuses for room or is unreachable is skipped. When none takes the
  * create, it waits in a bounded queue for room (a refresh or a release) until `maxWaitMs`;
  * a full queue or the end of the wait is a 429 with Retry-After (the soonest a node gave),
- * never a pile of timeouts. Nodes all busy starting VMs refuse it at once (BUSY).
+ * never a pile of timeouts. Nodes all busy starting VMs refuse it at once (BUSY), and a node
+ * that said so is taken at its word for a second rather than asked again: a burst's creates
+ * are then refused by the gateway itself, promptly, including those for which no node has
+ * room by the gateway's count only because the burst's earlier creates are still in flight.
  */
 export class Creates {
   readonly #o: CreatesOptions;
   #queued = 0;
+  readonly #busy = new Map<string, Busy>();
 
   constructor(options: CreatesOptions) {
     this.#o = options;
@@ -68,9 +85,30 @@ export class Creates {
         heartbeatTimeoutMs: this.#o.heartbeatTimeoutMs,
         sinceReadMs: directory.sinceReadMs,
       });
-      // Whether every node tried this round was busy starting VMs (see BUSY).
-      let allBusy = ranked.length > 0;
+      const up = nodes.filter((node) => node.state === "up");
+      // Whether every node tried this round was busy starting VMs (see BUSY); with none to
+      // try, whether every node up said so a moment ago.
+      let allBusy = ranked.length > 0 || up.every((node) => this.#busyNow(node.id));
+      const noteBusy = (busy: Busy) => {
+        if (busy.retryAfterS !== undefined)
+          soonestS = Math.min(soonestS ?? busy.retryAfterS, busy.retryAfterS);
+      };
+      if (ranked.length === 0) {
+        for (const node of up) {
+          const busy = this.#busyNow(node.id);
+          if (busy) {
+            refusals.set(node.id, busy.why);
+            noteBusy(busy);
+          }
+        }
+      }
       for (const node of ranked) {
+        const busy = this.#busyNow(node.id);
+        if (busy) {
+          refusals.set(node.id, busy.why);
+          noteBusy(busy);
+          continue;
+        }
         const release = directory.reserve(node, request);
         const outcome = await forwardRequest(
           req,
@@ -97,9 +135,15 @@ export class Creates {
         const why =
           outcome.kind === "unreachable" ? "unreachable" : reasonOf(outcome.body, outcome.status);
         refusals.set(node.id, why);
-        if (!BUSY.has(why)) allBusy = false;
         const retryAfterS = outcome.kind === "intercepted" ? Number(outcome.retryAfter) : NaN;
-        if (retryAfterS >= 1) soonestS = Math.min(soonestS ?? retryAfterS, retryAfterS);
+        const given = retryAfterS >= 1 ? retryAfterS : undefined;
+        if (given !== undefined) soonestS = Math.min(soonestS ?? given, given);
+        if (!BUSY.has(why)) {
+          allBusy = false;
+          continue;
+        }
+        const holdMs = Math.min(BUSY_HOLD_MS, (given ?? 1) * 1000);
+        this.#busy.set(node.id, { untilMs: Date.now() + holdMs, why, retryAfterS: given });
       }
       const remaining = deadline - Date.now();
       if (allBusy || remaining <= 0 || this.#queued >= this.#o.maxQueued) {
@@ -117,6 +161,14 @@ export class Creates {
         this.#queued -= 1;
       }
     }
+  }
+
+  /** The node's busy refusal if it is still to be taken at its word, else undefined. */
+  #busyNow(nodeId: string): Busy | undefined {
+    const busy = this.#busy.get(nodeId);
+    if (busy && busy.untilMs > Date.now()) return busy;
+    this.#busy.delete(nodeId);
+    return undefined;
   }
 }
 

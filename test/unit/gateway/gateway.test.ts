@@ -89,6 +89,29 @@ describe("gateway: placement", () => {
     assert.match(body.message, /node1: start_queue_full/);
   });
 
+  it("a node that said it is busy starting VMs is taken at its word for a second, not asked again", async () => {
+    const c = await cluster({ nodes: 2, gateway: { queueWaitMs: 5000 } });
+    for (const [node, seconds] of c.nodes.map((n, i) => [n, 7 + i] as const)) {
+      node.service.failures.set(
+        "create",
+        new WarrenError("start_queue_full", "node busy starting VMs", { retryAfterS: seconds }),
+      );
+    }
+    const asked = () => c.nodes.reduce((n, node) => n + node.service.callsOf("create").length, 0);
+    assert.equal((await create(c)).status, 429);
+    assert.equal(asked(), 2);
+    const started = Date.now();
+    const again = await create(c);
+    assert.equal(again.status, 429);
+    assert.ok(Date.now() - started < 500, "refused by the gateway itself");
+    assert.equal(again.headers.get("retry-after"), "7");
+    assert.match(((await again.json()) as { message: string }).message, /node1: start_queue_full/);
+    assert.equal(asked(), 2, "no node was asked again");
+    for (const node of c.nodes) node.service.failures.delete("create");
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    assert.equal((await create(c)).status, 201, "a second later, nodes are asked again");
+  });
+
   it("a queued create takes the room a kill frees", async () => {
     const c = await cluster({ nodes: 1, maxSandboxes: 1, gateway: { queueWaitMs: 5000 } });
     const first = await createdId(c);
