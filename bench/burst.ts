@@ -8,7 +8,8 @@
 // second during the burst vs sequentially (≥ 0.9×), the health check's worst latency during
 // the burst, and what was left after the kills (nothing).
 //
-// WARREN_TEST_BURST_GATEWAY=0 skips the cluster part; WARREN_TEST_BURST_NODE_ROOM sizes each
+// WARREN_TEST_BURST_GATEWAY=0 skips the cluster part, WARREN_TEST_BURST_ONE_NODE=0 the one-node
+// part; WARREN_TEST_BURST_NODE_ROOM sizes each
 // cluster node (WARREN_MAX_SANDBOXES, default 40: three nodes on one 2-core machine).
 import { Sandbox } from "e2b";
 import {
@@ -28,6 +29,7 @@ import { machine, report, summarize } from "./lib/report.js";
 const BURST = Number(process.env.WARREN_TEST_BURST ?? 1000);
 const SEQUENTIAL = Number(process.env.WARREN_TEST_BURST_SEQUENTIAL ?? 20);
 const GATEWAY = process.env.WARREN_TEST_BURST_GATEWAY !== "0";
+const ONE_NODE = process.env.WARREN_TEST_BURST_ONE_NODE !== "0";
 const NODE_ROOM = process.env.WARREN_TEST_BURST_NODE_ROOM ?? "40";
 
 /** Creates one after another, each until its first command; the sandboxes are kept. */
@@ -96,14 +98,18 @@ async function throughGateway() {
   }
 }
 
-const node = await oneNode();
+const node = ONE_NODE ? await oneNode() : undefined;
 const gateway = GATEWAY ? await throughGateway() : undefined;
-report("burst", [node.row, ...(gateway ? [gateway.row] : [])], {
-  machine: machine(),
-  creates: BURST,
-  sequentialCreates: SEQUENTIAL,
-  oneNode: { ...node.figures, listedAfter: node.listedAfter },
-  ...(gateway && { gateway: { ...gateway.figures, nodeRoom: Number(NODE_ROOM) } }),
-});
-const failed = [node.figures, gateway?.figures].some((f) => f && f.errors.length > 0);
-if (failed || node.listedAfter > 0) process.exit(1);
+report(
+  "burst",
+  [node?.row, gateway?.row].filter((row) => row !== undefined),
+  {
+    machine: machine(),
+    creates: BURST,
+    sequentialCreates: SEQUENTIAL,
+    ...(node && { oneNode: { ...node.figures, listedAfter: node.listedAfter } }),
+    ...(gateway && { gateway: { ...gateway.figures, nodeRoom: Number(NODE_ROOM) } }),
+  },
+);
+const failed = [node?.figures, gateway?.figures].some((f) => f && f.errors.length > 0);
+if (failed || (node?.listedAfter ?? 0) > 0) process.exit(1);

@@ -210,6 +210,8 @@ try {
   held = await fill();
   await sleep(SETTLE_MS);
   await measureIdle(server);
+  // Printed now too: on a node held at its limit the exercise can take long.
+  console.log(`idle: ${JSON.stringify({ rows, ...extra })}`);
   await exercise(server, held);
   await Promise.allSettled(held.map((s) => s.kill()));
   held = [];
