@@ -169,10 +169,9 @@ function secureContext({ ca, cert, key }: ClusterCredentials): SecureContextOpti
 const clientContexts = new WeakMap<ClusterCredentials, SecureContext>();
 
 /**
- * One client context per credentials, shared by every connection made with them: Node builds
- * one per connection from `ca`/`cert`/`key` (parsing them each time), a third of a gateway's
- * CPU per relayed create (bench:gateway-scale). What differs per connection (ALPN, the name
- * check, no SNI) stays in the connection's options.
+ * One client context per credentials, shared by every connection made with them: given
+ * `ca`/`cert`/`key`, Node builds one per connection, parsing them each time. What differs per
+ * connection (ALPN, the name check, no SNI) stays in the connection's options.
  */
 function clientContext(credentials: ClusterCredentials): SecureContext {
   let context = clientContexts.get(credentials);
