@@ -57,11 +57,16 @@ export async function loadClusterCredentials(
           `with \`warren cluster issue\` and put it in WARREN_CLUSTER_TLS_DIR (docs/cluster.md#certificates)`,
       );
     });
-  const [ca, cert, key] = await Promise.all([
+  // Read together, reported in order: with several missing, the first of them, every time.
+  const reads = await Promise.allSettled([
     read(CA_FILES.cert),
     read(files.cert),
     read(files.key),
   ]);
+  const [ca, cert, key] = reads.map((r) => {
+    if (r.status === "rejected") throw r.reason;
+    return r.value;
+  }) as [string, string, string];
   const caCert = parse(ca, join(dir, CA_FILES.cert));
   const certificate = parse(cert, join(dir, files.cert));
   let matches: boolean;
