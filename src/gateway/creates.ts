@@ -85,30 +85,22 @@ export class Creates {
         heartbeatTimeoutMs: this.#o.heartbeatTimeoutMs,
         sinceReadMs: directory.sinceReadMs,
       });
-      const up = nodes.filter((node) => node.state === "up");
-      // Whether every node tried this round was busy starting VMs (see BUSY); with none to
-      // try, whether every node up said so a moment ago.
-      let allBusy = ranked.length > 0 || up.every((node) => this.#busyNow(node.id));
-      const noteBusy = (busy: Busy) => {
+      /** A node's busy refusal of a moment ago, counted as its answer now: true if it had one. */
+      const takenAtItsWord = (nodeId: string): boolean => {
+        const busy = this.#busyNow(nodeId);
+        if (!busy) return false;
+        refusals.set(nodeId, busy.why);
         if (busy.retryAfterS !== undefined)
           soonestS = Math.min(soonestS ?? busy.retryAfterS, busy.retryAfterS);
+        return true;
       };
-      if (ranked.length === 0) {
-        for (const node of up) {
-          const busy = this.#busyNow(node.id);
-          if (busy) {
-            refusals.set(node.id, busy.why);
-            noteBusy(busy);
-          }
-        }
-      }
+      // Whether every node tried this round was busy starting VMs (see BUSY); with none to
+      // try, whether every node up said so a moment ago.
+      let allBusy =
+        ranked.length > 0 ||
+        nodes.filter((node) => node.state === "up").every((node) => takenAtItsWord(node.id));
       for (const node of ranked) {
-        const busy = this.#busyNow(node.id);
-        if (busy) {
-          refusals.set(node.id, busy.why);
-          noteBusy(busy);
-          continue;
-        }
+        if (takenAtItsWord(node.id)) continue;
         const release = directory.reserve(node, request);
         const outcome = await forwardRequest(
           req,
