@@ -58,11 +58,7 @@ export async function loadClusterCredentials(
       );
     });
   // Read together, reported in order: with several missing, the first of them, every time.
-  const reads = await Promise.allSettled([
-    read(CA_FILES.cert),
-    read(files.cert),
-    read(files.key),
-  ]);
+  const reads = await Promise.allSettled([read(CA_FILES.cert), read(files.cert), read(files.key)]);
   const [ca, cert, key] = reads.map((r) => {
     if (r.status === "rejected") throw r.reason;
     return r.value;
