@@ -1,6 +1,6 @@
 // Exploratory: what an idle sandbox costs over time and what its guest runs meanwhile.
 // One sandbox from the default template: its VMM's PSS by kind (pss-breakdown.ts) right after
-// the create, then every 15 s for a minute untouched; then, inside the guest over 20 s of
+// the create, then every 15 s for a minute untouched; then, inside the guest over 30 s of
 // idle, which interrupts fired and which threads (kernel threads too) used CPU; then the
 // same VMM after one command. Under TCG every guest wake-up costs host CPU, and every guest
 // code path run for the first time since the restore costs translated code (codeCache).
@@ -64,7 +64,7 @@ try {
   }
   const sample = await sandbox.commands.run(GUEST_SAMPLE(30), { timeoutMs: 60_000 });
   console.log(sample.stdout, sample.stderr);
-  show("after the 20 s sample command");
+  show("after the 30 s sample command");
   await sandbox.commands.run("true");
   show("after `true`");
   await sleep(15_000);

@@ -8,7 +8,7 @@ const CONSOLE_TAIL_LINES = 200;
 const MAX_ENVD_LINES = 1_000;
 
 /** Most background samples in a row repeated from a guest's last answer: then it is asked. */
-export const MAX_CARRIED_SAMPLES = 5;
+const MAX_CARRIED_SAMPLES = 5;
 /** A guest whose VMM used less than this share of one CPU since its last sample was idle. */
 const IDLE_CPU_SHARE = 0.01;
 

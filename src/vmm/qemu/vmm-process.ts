@@ -55,16 +55,22 @@ export function setNice(pid: number, nice: number): void {
 }
 
 /**
+ * The fields of /proc/<pid>/stat after the command name (field 3 first), or undefined when
+ * there is no such process. The name (field 2) may hold spaces and parentheses: the fields
+ * are counted from its last ")".
+ */
+async function statFields(pid: number): Promise<string[] | undefined> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
+  return stat?.slice(stat.lastIndexOf(")") + 2).split(" ");
+}
+
+/**
  * When `pid` started (clock ticks after boot, /proc/<pid>/stat field 22): with the pid, it
  * names one process for good, since a pid is reused only by a process started later.
  * Undefined when there is no such process.
  */
 export async function processStartTime(pid: number): Promise<number | undefined> {
-  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
-  if (stat === undefined) return undefined;
-  // The command name (field 2) may hold spaces and parentheses: count from its last ")".
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  const ticks = Number(fields[19]);
+  const ticks = Number((await statFields(pid))?.[19]);
   return Number.isSafeInteger(ticks) ? ticks : undefined;
 }
 
@@ -73,10 +79,8 @@ const USER_HZ = 100;
 
 /** CPU time `pid` has used so far, all its threads, user and system, ms; undefined when gone. */
 export async function processCpuMs(pid: number): Promise<number | undefined> {
-  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
-  if (stat === undefined) return undefined;
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  const ticks = Number(fields[11]) + Number(fields[12]); // utime, stime: fields 14 and 15
+  const fields = await statFields(pid);
+  const ticks = Number(fields?.[11]) + Number(fields?.[12]); // utime, stime: fields 14 and 15
   return Number.isSafeInteger(ticks) ? (ticks * 1000) / USER_HZ : undefined;
 }
 

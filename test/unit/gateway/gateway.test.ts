@@ -27,6 +27,16 @@ function holder(c: TestCluster, sandboxId: string): string | undefined {
   return c.nodes.find((node) => node.service.sandboxes.has(sandboxId))?.id;
 }
 
+/** Every node of `c` refuses creates as busy starting VMs, node i with a Retry-After of 7 + i s. */
+function allBusyStarting(c: TestCluster): void {
+  for (const [node, seconds] of c.nodes.map((n, i) => [n, 7 + i] as const)) {
+    node.service.failures.set(
+      "create",
+      new WarrenError("start_queue_full", "node busy starting VMs", { retryAfterS: seconds }),
+    );
+  }
+}
+
 describe("gateway: placement", () => {
   it("spreads creates over the nodes with room", async () => {
     const c = await cluster({ nodes: 3 });
@@ -72,12 +82,7 @@ describe("gateway: placement", () => {
 
   it("nodes all busy starting VMs: 429 at once, with the soonest Retry-After they gave", async () => {
     const c = await cluster({ nodes: 2, gateway: { queueWaitMs: 5000 } });
-    for (const [node, seconds] of c.nodes.map((n, i) => [n, 7 + i] as const)) {
-      node.service.failures.set(
-        "create",
-        new WarrenError("start_queue_full", "node busy starting VMs", { retryAfterS: seconds }),
-      );
-    }
+    allBusyStarting(c);
     const started = Date.now();
     const res = await create(c);
     assert.equal(res.status, 429);
@@ -91,12 +96,7 @@ describe("gateway: placement", () => {
 
   it("a node that said it is busy starting VMs is taken at its word for a second, not asked again", async () => {
     const c = await cluster({ nodes: 2, gateway: { queueWaitMs: 5000 } });
-    for (const [node, seconds] of c.nodes.map((n, i) => [n, 7 + i] as const)) {
-      node.service.failures.set(
-        "create",
-        new WarrenError("start_queue_full", "node busy starting VMs", { retryAfterS: seconds }),
-      );
-    }
+    allBusyStarting(c);
     const asked = () => c.nodes.reduce((n, node) => n + node.service.callsOf("create").length, 0);
     assert.equal((await create(c)).status, 429);
     assert.equal(asked(), 2);
