@@ -1,6 +1,11 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { type EgressPolicy, sameEgressPolicy, validateEgressPolicy } from "./egress-policy.js";
+import {
+  DEFAULT_EGRESS_POLICY,
+  type EgressPolicy,
+  sameEgressPolicy,
+  validateEgressPolicy,
+} from "./egress-policy.js";
 import { EgressPolicyError } from "./errors.js";
 
 test("validateEgressPolicy normalizes entries", () => {
@@ -18,6 +23,19 @@ test("validateEgressPolicy normalizes entries", () => {
   });
   assert.ok(Object.isFrozen(policy) && Object.isFrozen(policy.allowOut));
   assert.ok(sameEgressPolicy(policy, validateEgressPolicy(policy)));
+});
+
+test("a team's policy without header rules is the default one: its slot needs no rewrite", () => {
+  const plain = validateEgressPolicy({ ...DEFAULT_EGRESS_POLICY, secretsOf: "team-a" });
+  assert.equal(plain.secretsOf, undefined);
+  assert.ok(sameEgressPolicy(plain, DEFAULT_EGRESS_POLICY));
+  const ruled = validateEgressPolicy({
+    ...DEFAULT_EGRESS_POLICY,
+    headerRules: [{ domain: "api.example.com", headers: [["x-key", "${e2b.secrets.KEY}"]] }],
+    secretsOf: "team-a",
+  });
+  assert.equal(ruled.secretsOf, "team-a");
+  assert.ok(!sameEgressPolicy(ruled, validateEgressPolicy({ ...ruled, secretsOf: "team-b" })));
 });
 
 test("validateEgressPolicy names the bad entry", () => {

@@ -21,6 +21,8 @@ export class FakeSlot implements Slot {
   readonly netns: string;
   readonly hostAddress: string;
   policy: EgressPolicy;
+  /** How often its rules were rewritten (setPolicy): each is ~20 ms of commands on a node. */
+  policyChanges = 0;
 
   constructor(
     readonly index: number,
@@ -32,6 +34,7 @@ export class FakeSlot implements Slot {
   }
 
   async setPolicy(policy: EgressPolicy): Promise<void> {
+    this.policyChanges += 1;
     this.policy = validateEgressPolicy(policy);
   }
 }

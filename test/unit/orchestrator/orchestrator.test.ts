@@ -398,6 +398,22 @@ describe("Orchestrator (on fakes)", () => {
       await node.orchestrator.kill(info.sandboxId);
       assert.deepEqual(await node.leaks(), [], "only the pooled VMM is left");
     });
+
+    it("a warmed VMM's slot keeps its rules for a team's plain create, and changes them for its own", async (t) => {
+      const node = await startNode(t, { poolSize: 1 });
+      const policyChanges = () => [...node.slots.inUse].map((slot) => slot.policyChanges);
+      await eventually(() => node.orchestrator.status().pooledVmms === 1, "the pool filled");
+      const plain = await node.orchestrator.create(createInput("base", { teamId: "team-a" }));
+      assert.equal(node.logger.events("sandbox.creating")[0]?.fields.pooled, true);
+      assert.deepEqual(policyChanges(), [0], "no rewrite of a slot kept ready");
+      await node.orchestrator.kill(plain.sandboxId);
+      await eventually(() => node.orchestrator.status().pooledVmms === 1, "the pool refilled");
+      const network = { allowOut: [], denyOut: ["203.0.113.0/24"], allowPublicTraffic: true };
+      const own = await node.orchestrator.create(createInput("base", { network }));
+      assert.equal(node.logger.events("sandbox.creating")[1]?.fields.pooled, true);
+      assert.deepEqual(policyChanges(), [1], "its own rules, once");
+      await node.orchestrator.kill(own.sandboxId);
+    });
   });
 
   describe("warm pools per template", () => {
