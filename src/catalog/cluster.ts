@@ -1,4 +1,4 @@
-import type { SandboxRow, SandboxState } from "./catalog.js";
+import type { SandboxRow, SandboxState, TeamUsage } from "./catalog.js";
 
 /**
  * The cluster seam: what gateways and node servers share about each other through one
@@ -132,6 +132,12 @@ export interface ClusterCatalog {
     states?: readonly SandboxState[];
     nodeId?: string;
   }): Promise<ClusterSandboxRow[]>;
+  /**
+   * What `teamId`'s sandboxes hold on every node, counted as a node's own admission counts
+   * it (HOLDING_STATES; Warren's internal VMs aside): one aggregate row, however many
+   * sandboxes the cluster runs.
+   */
+  teamUsage(teamId: string): Promise<TeamUsage>;
   /**
    * Moves a paused sandbox to `toNodeId`, so that node's catalog sees it and can resume it
    * there (fetching its snapshot from the shared store); its snapshot row stays with the

@@ -9,12 +9,7 @@ export type { NodeRow, NodeState, SandboxLocation } from "../catalog/index.js";
  */
 export type GatewayCluster = Pick<
   ClusterCatalog,
-  | "listNodes"
-  | "setNodeState"
-  | "markDownStale"
-  | "locateSandbox"
-  | "claimSandbox"
-  | "listSandboxes"
+  "listNodes" | "setNodeState" | "markDownStale" | "locateSandbox" | "claimSandbox" | "teamUsage"
 > & {
   /** Teams and their limits (team quotas across nodes). */
   readonly teams: Pick<TeamCatalog, "getTeam">;

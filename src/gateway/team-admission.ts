@@ -1,8 +1,6 @@
-import type { ClusterCatalog, SandboxState, TeamCatalog } from "../catalog/index.js";
+import type { ClusterCatalog, TeamCatalog } from "../catalog/index.js";
 import { checkQuota } from "../tenancy/index.js";
 
-/** Sandbox states that hold CPU and memory (a team's running sandboxes). */
-const RUNNING: readonly SandboxState[] = ["creating", "running", "resuming"];
 /** The least a sandbox takes (E2B's smallest shape): the gateway does not know the template's. */
 const LEAST = { vcpus: 1, memoryMiB: 128 } as const;
 
@@ -17,7 +15,7 @@ export class TeamAdmission {
   readonly #placing = new Map<string, number>();
 
   constructor(
-    readonly cluster: Pick<ClusterCatalog, "listSandboxes">,
+    readonly cluster: Pick<ClusterCatalog, "teamUsage">,
     readonly teams: Pick<TeamCatalog, "getTeam">,
   ) {}
 
@@ -29,17 +27,17 @@ export class TeamAdmission {
       limits.maxVcpus !== undefined ||
       limits.maxMemoryMiB !== undefined;
     if (!bounded) return () => {};
-    const rows = (await this.cluster.listSandboxes({ states: RUNNING })).filter(
-      (row) => row.teamId === teamId,
-    );
+    // One aggregate of the team's rows: a list of the cluster's would grow with every team's.
+    const usage = await this.cluster.teamUsage(teamId);
     const placing = this.#placing.get(teamId) ?? 0;
     checkQuota(
       teamId,
       limits,
       {
-        sandboxes: rows.length + placing,
-        vcpus: rows.reduce((sum, row) => sum + row.vcpus, placing * LEAST.vcpus),
-        memoryMiB: rows.reduce((sum, row) => sum + row.memoryMiB, placing * LEAST.memoryMiB),
+        sandboxes: usage.sandboxes + placing,
+        vcpus: usage.vcpus + placing * LEAST.vcpus,
+        memoryMiB: usage.memoryMiB + placing * LEAST.memoryMiB,
+        // Disk is the nodes' to check: the gateway asks none of it.
         diskMiB: 0,
       },
       { sandboxes: count, vcpus: count * LEAST.vcpus, memoryMiB: count * LEAST.memoryMiB },

@@ -229,6 +229,33 @@ export function clusterContract(name: string, open: () => Promise<ClusterHarness
       assert.deepEqual(await cluster.listSandboxes({ states: [] }), []);
     });
 
+    it("sums a team's holding sandboxes over every node, its internal VMs and other teams aside", async (t) => {
+      const { cluster, catalog } = await use(t);
+      const [a, b] = [await catalog("a"), await catalog("b")];
+      await cluster.registerNode(node("a"));
+      await cluster.registerNode(node("b"));
+      await a.insertSandbox(sandboxRow({ id: "sb-1" }));
+      await b.insertSandbox(
+        sandboxRow({ id: "sb-2", state: "resuming", vcpus: 1, memoryMiB: 256 }),
+      );
+      await b.insertSandbox(sandboxRow({ id: "sb-3", state: "paused" }));
+      await b.insertSandbox(sandboxRow({ id: "sb-4", state: "killed" }));
+      await a.insertSandbox(sandboxRow({ id: "sb-5", config: { internal: true } }));
+      await a.insertSandbox(sandboxRow({ id: "sb-6", teamId: "team-b" }));
+      assert.deepEqual(await cluster.teamUsage("team-a"), {
+        sandboxes: 2,
+        vcpus: 3,
+        memoryMiB: 768,
+        diskMiB: 3 * 2048,
+      });
+      assert.deepEqual(await cluster.teamUsage("team-none"), {
+        sandboxes: 0,
+        vcpus: 0,
+        memoryMiB: 0,
+        diskMiB: 0,
+      });
+    });
+
     it("claims a paused sandbox whose snapshot is published for another node, and nothing else", async (t) => {
       const { cluster, catalog } = await use(t);
       const [a, b] = [await catalog("a"), await catalog("b")];

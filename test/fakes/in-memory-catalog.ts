@@ -145,19 +145,8 @@ export class InMemoryCatalog implements Catalog {
     return copy(next);
   }
 
-  /** What the team's other sandboxes hold on every node of the store (as the databases count). */
   #teamUsage(teamId: string, except: string): TeamUsage {
-    const usage = { sandboxes: 0, vcpus: 0, memoryMiB: 0, diskMiB: 0 };
-    for (const row of this.#data().sandboxes.values()) {
-      if (row.teamId !== teamId || row.id === except || row.config.internal === true) continue;
-      if ((HOLDING_STATES as readonly string[]).includes(row.state)) {
-        usage.sandboxes += 1;
-        usage.vcpus += row.vcpus;
-        usage.memoryMiB += row.memoryMiB;
-      }
-      if (row.state !== "killed") usage.diskMiB += row.diskSizeMiB;
-    }
-    return usage;
+    return teamUsageIn(this.#data().sandboxes.values(), teamId, except);
   }
 
   async getSandbox(id: string): Promise<SandboxRow | undefined> {
@@ -406,4 +395,19 @@ export class InMemoryCatalog implements Catalog {
     if (!this.#open) throw new WarrenError("unavailable", "the catalog is closed");
     return this.#store;
   }
+}
+
+/** What a team's sandboxes other than `except` hold among `rows` (as the databases count). */
+export function teamUsageIn(rows: Iterable<SandboxRow>, teamId: string, except = ""): TeamUsage {
+  const usage = { sandboxes: 0, vcpus: 0, memoryMiB: 0, diskMiB: 0 };
+  for (const row of rows) {
+    if (row.teamId !== teamId || row.id === except || row.config.internal === true) continue;
+    if ((HOLDING_STATES as readonly string[]).includes(row.state)) {
+      usage.sandboxes += 1;
+      usage.vcpus += row.vcpus;
+      usage.memoryMiB += row.memoryMiB;
+    }
+    if (row.state !== "killed") usage.diskMiB += row.diskSizeMiB;
+  }
+  return usage;
 }

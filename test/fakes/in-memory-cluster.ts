@@ -15,9 +15,15 @@ import type {
   NodeState,
   SandboxLocation,
   SandboxState,
+  TeamUsage,
 } from "../../src/catalog/index.js";
 import { WarrenError } from "../../src/shared/index.js";
-import { type CatalogStore, emptyCatalogStore, InMemoryCatalog } from "./in-memory-catalog.js";
+import {
+  type CatalogStore,
+  emptyCatalogStore,
+  InMemoryCatalog,
+  teamUsageIn,
+} from "./in-memory-catalog.js";
 import { InMemoryTeams } from "./in-memory-teams.js";
 
 /** A node's row as kept: heartbeatAgeMs is computed when read. */
@@ -116,6 +122,11 @@ export class InMemoryCluster implements ClusterCatalog {
       memoryMiB: row.memoryMiB,
       ...(row.endedReason !== undefined && { endedReason: row.endedReason }),
     };
+  }
+
+  async teamUsage(teamId: string): Promise<TeamUsage> {
+    this.#check();
+    return teamUsageIn(this.#store.sandboxes.values(), teamId);
   }
 
   async listSandboxes(

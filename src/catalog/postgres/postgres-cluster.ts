@@ -1,5 +1,5 @@
 import { WarrenError } from "../../shared/index.js";
-import type { SandboxState } from "../catalog.js";
+import type { SandboxState, TeamUsage } from "../catalog.js";
 import type {
   ClusterCatalog,
   ClusterSandboxRow,
@@ -11,10 +11,12 @@ import type {
   NodeState,
   SandboxLocation,
 } from "../cluster.js";
+import { toTeamUsage, type UsageRecord } from "../team-admission.js";
 import type { TeamCatalog } from "../teams.js";
 import { CatalogPool, type PoolOptions, rowsOf } from "./pool.js";
 import { PostgresTeams } from "./postgres-teams.js";
 import { type SandboxRecord, toSandboxRow } from "./rows.js";
+import { SQL as CATALOG_SQL } from "./statements.js";
 
 interface NodeRecord {
   id: string;
@@ -193,6 +195,16 @@ export class PostgresCluster implements ClusterCatalog {
       [filter.states ?? null, filter.nodeId ?? null],
     );
     return records.map((r) => ({ ...toSandboxRow(r), nodeId: r.node_id }));
+  }
+
+  async teamUsage(teamId: string): Promise<TeamUsage> {
+    // The node's own admission query, no sandbox of the team's set aside ("" is no id).
+    const [usage] = await this.#db.query<UsageRecord>(
+      `usage of team ${teamId}`,
+      CATALOG_SQL.teamUsage,
+      [teamId, ""],
+    );
+    return toTeamUsage(usage);
   }
 
   async claimSandbox(id: string, toNodeId: string, fromNodeId?: string): Promise<boolean> {
