@@ -33,6 +33,13 @@ const TRY_ANOTHER = new Set([429, 503, 507]);
  */
 const BUSY = new Set(["start_queue_full", "start_queue_timeout"]);
 /**
+ * A node's refusal after holding the create in its start queue (it no longer expected to get
+ * to it in time): the create has waited already, and in a burst the next node's queue would
+ * hold it as long again, so no other node is tried — the client's wait is one node's bound,
+ * not the sum of them all.
+ */
+const SHED = "start_queue_timeout";
+/**
  * How long a node that refused for being busy is not asked again (at most: less if its
  * Retry-After says so). In a burst, asking it would only add to what its event loop answers
  * while its cores start VMs, and the refusal would be the same.
@@ -51,7 +58,8 @@ interface Busy {
  * (placement.ts); one that refuses for room or is unreachable is skipped. When none takes the
  * create, it waits in a bounded queue for room (a refresh or a release) until `maxWaitMs`;
  * a full queue or the end of the wait is a 429 with Retry-After (the soonest a node gave),
- * never a pile of timeouts. Nodes all busy starting VMs refuse it at once (BUSY), and a node
+ * never a pile of timeouts. Nodes all busy starting VMs refuse it at once (BUSY), one that
+ * held it and then shed it ends its placement (SHED), and a node
  * that said so is taken at its word for a second rather than asked again: a burst's creates
  * are then refused by the gateway itself, promptly, including those for which no node has
  * room by the gateway's count only because the burst's earlier creates are still in flight.
@@ -136,6 +144,10 @@ export class Creates {
         }
         const holdMs = Math.min(BUSY_HOLD_MS, (given ?? 1) * 1000);
         this.#busy.set(node.id, { untilMs: Date.now() + holdMs, why, retryAfterS: given });
+        if (why === SHED) {
+          allBusy = true;
+          break;
+        }
       }
       const remaining = deadline - Date.now();
       if (allBusy || remaining <= 0 || this.#queued >= this.#o.maxQueued) {

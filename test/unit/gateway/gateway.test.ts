@@ -27,14 +27,25 @@ function holder(c: TestCluster, sandboxId: string): string | undefined {
   return c.nodes.find((node) => node.service.sandboxes.has(sandboxId))?.id;
 }
 
-/** Every node of `c` refuses creates as busy starting VMs, node i with a Retry-After of 7 + i s. */
-function allBusyStarting(c: TestCluster): void {
+/**
+ * Every node of `c` refuses creates as busy starting VMs (`reason`: at once, or after holding
+ * them), node i with a Retry-After of 7 + i s.
+ */
+function allBusyStarting(
+  c: TestCluster,
+  reason: "start_queue_full" | "start_queue_timeout" = "start_queue_full",
+): void {
   for (const [node, seconds] of c.nodes.map((n, i) => [n, 7 + i] as const)) {
     node.service.failures.set(
       "create",
-      new WarrenError("start_queue_full", "node busy starting VMs", { retryAfterS: seconds }),
+      new WarrenError(reason, "node busy starting VMs", { retryAfterS: seconds }),
     );
   }
+}
+
+/** How many creates the nodes of `c` were asked for. */
+function createsAsked(c: TestCluster): number {
+  return c.nodes.reduce((n, node) => n + node.service.callsOf("create").length, 0);
 }
 
 describe("gateway: placement", () => {
@@ -97,7 +108,7 @@ describe("gateway: placement", () => {
   it("a node that said it is busy starting VMs is taken at its word for a second, not asked again", async () => {
     const c = await cluster({ nodes: 2, gateway: { queueWaitMs: 5000 } });
     allBusyStarting(c);
-    const asked = () => c.nodes.reduce((n, node) => n + node.service.callsOf("create").length, 0);
+    const asked = () => createsAsked(c);
     assert.equal((await create(c)).status, 429);
     assert.equal(asked(), 2);
     const started = Date.now();
@@ -110,6 +121,19 @@ describe("gateway: placement", () => {
     for (const node of c.nodes) node.service.failures.delete("create");
     await new Promise((resolve) => setTimeout(resolve, 1_100));
     assert.equal((await create(c)).status, 201, "a second later, nodes are asked again");
+  });
+
+  it("a create a node held and then shed is refused, not tried on the next node", async () => {
+    const c = await cluster({ nodes: 3, gateway: { queueWaitMs: 5000 } });
+    allBusyStarting(c, "start_queue_timeout");
+    const started = Date.now();
+    const res = await create(c);
+    assert.equal(res.status, 429);
+    assert.ok(Date.now() - started < 2000, "not held in the gateway's queue for room");
+    const body = (await res.json()) as { reason: string; message: string };
+    assert.equal(body.reason, "cluster_full");
+    assert.match(body.message, /node\d: start_queue_timeout/);
+    assert.equal(createsAsked(c), 1, "one node's wait, not every node's");
   });
 
   it("a queued create takes the room a kill frees", async () => {
