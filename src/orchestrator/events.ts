@@ -58,7 +58,6 @@ export interface EventFields {
     count: number;
     from: string | undefined;
   };
-  /** A template made from the sandbox (a persistent snapshot, a build's layer). */
   /** A template captured from the sandbox: a persistent snapshot (`kind` "snapshot") or a build's. */
   "sandbox.snapshotted": {
     sandboxId: string;
