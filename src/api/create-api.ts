@@ -27,6 +27,7 @@ import {
 } from "./errors.js";
 import { checkSandboxId } from "./input.js";
 import { requestSplit, timeHandlers } from "./request-phases.js";
+import { registerEventRoutes } from "./routes/events.js";
 import { registerHealthRoutes } from "./routes/health.js";
 import { type InternalApiOptions, registerInternalRoutes } from "./routes/internal.js";
 import { registerNodeRoutes } from "./routes/node.js";
@@ -149,6 +150,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
     registerLifecycleRoutes(api, context);
     registerTelemetryRoutes(api, context);
     registerSnapshotRoutes(api, context);
+    registerEventRoutes(api, context);
     registerNetworkRoutes(api, context);
     registerTemplateRoutes(api, context);
     registerNodeRoutes(api, context);

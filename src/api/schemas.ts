@@ -237,6 +237,21 @@ export const sandboxesMetricsQuerySchema = {
 
 export type LogsV1Query = Query<"start" | "limit">;
 
+export type EventsQuery = Query<"offset" | "limit" | "orderAsc"> & {
+  /** Repeated in the query string: an array. */
+  types?: string | string[];
+};
+
+export const eventsQuerySchema = {
+  type: "object",
+  properties: {
+    offset: queryString,
+    limit: queryString,
+    orderAsc: queryString,
+    types: { anyOf: [queryString, { type: "array", items: queryString, maxItems: 16 }] },
+  },
+} as const;
+
 export const logsV1QuerySchema = {
   type: "object",
   properties: { start: queryString, limit: queryString },

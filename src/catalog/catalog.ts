@@ -147,6 +147,38 @@ export interface EventRow {
   /** Event name, e.g. "sandbox.created", "sandbox.paused". */
   readonly kind: string;
   readonly detail?: Readonly<Record<string, unknown>>;
+  /**
+   * E2B's lifecycle event type when the event is one (`sandbox.lifecycle.paused`, ...): such
+   * events are listed by team (listLifecycleEvents), each under an id of its own.
+   */
+  readonly lifecycle?: string;
+}
+
+/** A lifecycle event as a team lists it: its history entry, its id, the sandbox it is about. */
+export interface LifecycleEventRow {
+  /** A UUID, given when it was recorded. */
+  readonly id: string;
+  readonly at: string;
+  readonly lifecycle: string;
+  readonly kind: string;
+  readonly detail?: Readonly<Record<string, unknown>>;
+  readonly sandbox: Pick<
+    SandboxRow,
+    "id" | "teamId" | "templateId" | "metadata" | "startedAt" | "vcpus" | "memoryMiB"
+  > & { readonly snapshotId?: string };
+}
+
+/** Which lifecycle events a team lists, newest first unless `ascending`. */
+export interface LifecycleEventQuery {
+  /** Absent: every team's (the admin's view). */
+  readonly teamId?: string;
+  /** One sandbox's only. */
+  readonly sandboxId?: string;
+  /** Of these lifecycle types only (absent or empty: every type). */
+  readonly types?: readonly string[];
+  readonly offset: number;
+  readonly limit: number;
+  readonly ascending: boolean;
 }
 
 export type SandboxPatch = Partial<Omit<SandboxRow, "id">>;
@@ -265,9 +297,17 @@ export interface Catalog {
     id: string,
   ): Promise<{ snapshots: string[]; templates: string[]; sandboxes: string[] }>;
 
+  /** Records `event`; a lifecycle one gets its id and the team of the sandbox it is about. */
   recordEvent(event: EventRow): Promise<void>;
   /** Most recent last; `since` inclusive; at most `limit` (newest kept). */
   listEvents(sandboxId: string, options?: { since?: string; limit?: number }): Promise<EventRow[]>;
+  /**
+   * A team's lifecycle events (on every node, where the catalog is shared), ordered by time
+   * then recording order; Warren's internal VMs' are never listed.
+   */
+  listLifecycleEvents(query: LifecycleEventQuery): Promise<LifecycleEventRow[]>;
+  /** Deletes the events recorded before `before` (ISO time); returns how many. */
+  purgeEvents(before: string): Promise<number>;
 
   close(): Promise<void>;
 }

@@ -3,6 +3,8 @@ export type {
   BuildStatus,
   Catalog,
   EventRow,
+  LifecycleEventQuery,
+  LifecycleEventRow,
   SandboxPatch,
   SandboxRow,
   SandboxState,

@@ -112,7 +112,7 @@ export class GatewayHandler {
         // The content API's key is the volume's own token, which the node checks.
         if (!route.content) await this.p.authenticate(req.headers);
         return this.#relay(req, res, await locator.templateNode());
-      case "secrets":
+      case "team_catalog":
         await this.p.authenticate(req.headers);
         return this.#relay(req, res, await locator.templateNode());
       default: {

@@ -22,7 +22,7 @@ export type GatewayRoute =
   | { readonly kind: "sandbox"; readonly sandboxId: string; readonly action: string }
   | { readonly kind: "templates"; readonly signedUpload: boolean }
   | { readonly kind: "volumes"; readonly content: boolean }
-  | { readonly kind: "secrets" }
+  | { readonly kind: "team_catalog" }
   | { readonly kind: "nodes" }
   | { readonly kind: "node_action"; readonly nodeId: string; readonly action: string }
   | { readonly kind: "internal" }
@@ -33,7 +33,8 @@ const NODE_ACTION = /^\/nodes\/([^/]+)\/([a-z]+)$/;
 const TEMPLATE_PATH = /^\/(?:v[23]\/)?templates(?:\/|$)/;
 const SIGNED_UPLOAD = /^\/templates\/[^/]+\/files\/[^/]+$/;
 const VOLUME_PATH = /^\/(volumes|volumecontent)(?:\/|$)/;
-const SECRET_PATH = /^\/secrets(?:\/|$)/;
+/** A team's secrets and lifecycle events: rows of the shared catalog, not of one node. */
+const TEAM_CATALOG_PATH = /^\/(?:secrets|events)(?:\/|$)/;
 
 export function isProxyRequest(req: IncomingMessage, domain: string | undefined): boolean {
   return req.headers["e2b-sandbox-id"] !== undefined || isSandboxHost(req.headers.host, domain);
@@ -81,8 +82,8 @@ export function classify(req: IncomingMessage, domain: string | undefined): Gate
   const volume = VOLUME_PATH.exec(path);
   // Any node serves any volume (shared catalog, shared storage): they go where templates go.
   if (volume) return { kind: "volumes", content: volume[1] === "volumecontent" };
-  // Shared catalog: any node answers for any team's secrets.
-  if (SECRET_PATH.test(path)) return { kind: "secrets" };
+  // Shared catalog: any node answers for any team's secrets and events (every node's).
+  if (TEAM_CATALOG_PATH.test(path)) return { kind: "team_catalog" };
   if (path === "/nodes" && method === "GET") return { kind: "nodes" };
   const node = NODE_ACTION.exec(path);
   if (node && method === "POST") {

@@ -66,6 +66,8 @@ export interface EventFields {
     snapshotId: string;
   };
   "sandbox.network_updated": { sandboxId: string } & NetworkUpdate;
+  /** Its deadline moved (setTimeout, refresh, a connect while it runs): now `endAt`. */
+  "sandbox.timeout_set": { sandboxId: string; endAt: string };
   /** Found killed (or gone) in a cluster's catalog: stopped here. */
   "sandbox.reconciled": { sandboxId: string; state: SandboxState | "moved" };
   "sandbox.moved_away": { sandboxId: string };
@@ -124,11 +126,27 @@ export type LifecycleEvent = {
 
 export type EventLevel = "info" | "warn" | "error";
 
+/**
+ * E2B's lifecycle event types (`GET /events/sandboxes`, webhooks): what a team is told of its
+ * sandboxes' lives. Each history entry that is one of them says which (`HistorySpec.lifecycle`).
+ */
+export const LIFECYCLE_TYPES = [
+  "sandbox.lifecycle.created",
+  "sandbox.lifecycle.updated",
+  "sandbox.lifecycle.paused",
+  "sandbox.lifecycle.resumed",
+  "sandbox.lifecycle.checkpointed",
+  "sandbox.lifecycle.killed",
+] as const;
+export type LifecycleType = (typeof LIFECYCLE_TYPES)[number];
+
 /** A sandbox's history entry for an event (`GET /sandboxes/{id}/logs`). */
 export interface HistorySpec<F> {
   /** The entry's name, when not the event's. */
   readonly kind?: string;
   readonly detail: (fields: F) => Readonly<Record<string, unknown>>;
+  /** The E2B lifecycle event it is, if any (`false` from the fields: this one is not). */
+  readonly lifecycle?: LifecycleType | ((fields: F) => LifecycleType | false);
 }
 
 /** How one event is written. */
@@ -148,7 +166,10 @@ export const LIFECYCLE_EVENTS = {
   "sandbox.vm_up": { level: "info" },
   "sandbox.created": {
     level: "info",
-    history: { detail: ({ durationMs, snapshotId }) => ({ durationMs, snapshotId }) },
+    history: {
+      detail: ({ durationMs, snapshotId }) => ({ durationMs, snapshotId }),
+      lifecycle: "sandbox.lifecycle.created",
+    },
   },
   "sandbox.paused": {
     level: "info",
@@ -158,6 +179,7 @@ export const LIFECYCLE_EVENTS = {
         ...(!keepMemory && { keepMemory }),
         ...(keptStopped && { keptStopped }),
       }),
+      lifecycle: "sandbox.lifecycle.paused",
     },
   },
   "sandbox.resumed": {
@@ -168,9 +190,13 @@ export const LIFECYCLE_EVENTS = {
         ...(reboot && { reboot }),
         ...(kept && { kept }),
       }),
+      lifecycle: "sandbox.lifecycle.resumed",
     },
   },
-  "sandbox.killed": { level: "info", history: { detail: ({ reason }) => ({ reason }) } },
+  "sandbox.killed": {
+    level: "info",
+    history: { detail: ({ reason }) => ({ reason }), lifecycle: "sandbox.lifecycle.killed" },
+  },
   "sandbox.vmm_died": { level: "error" },
   "sandbox.captured": { level: "info" },
   "sandbox.forked": {
@@ -182,13 +208,27 @@ export const LIFECYCLE_EVENTS = {
         started,
         ...(spilled > 0 && { spilled }),
       }),
+      // E2B's fork checkpoints the source; its children are each created.
+      lifecycle: "sandbox.lifecycle.checkpointed",
     },
   },
   "sandbox.fork_spill_started": { level: "info" },
   "sandbox.snapshotted": {
-    history: { detail: ({ template, snapshotId }) => ({ template, snapshotId }) },
+    history: {
+      detail: ({ template, snapshotId }) => ({ template, snapshotId }),
+      // A persistent snapshot; a build's layers are Warren's own.
+      lifecycle: ({ kind }) => kind === "snapshot" && "sandbox.lifecycle.checkpointed",
+    },
   },
-  "sandbox.network_updated": { history: { detail: ({ sandboxId: _, ...update }) => update } },
+  "sandbox.network_updated": {
+    history: {
+      detail: ({ sandboxId: _, ...update }) => update,
+      lifecycle: "sandbox.lifecycle.updated",
+    },
+  },
+  "sandbox.timeout_set": {
+    history: { detail: ({ endAt }) => ({ endAt }), lifecycle: "sandbox.lifecycle.updated" },
+  },
   "sandbox.reconciled": { level: "warn" },
   "sandbox.moved_away": { level: "info" },
   "sandbox.moved_here": { level: "info" },
@@ -197,11 +237,15 @@ export const LIFECYCLE_EVENTS = {
     history: {
       kind: "sandbox.recovered",
       detail: ({ state, snapshotId }) => ({ state, now: "paused", snapshotId }),
+      lifecycle: "sandbox.lifecycle.paused",
     },
   },
   "sandbox.lost": {
     level: "warn",
-    history: { detail: ({ state, reason }) => ({ state, ...(reason && { reason }) }) },
+    history: {
+      detail: ({ state, reason }) => ({ state, ...(reason && { reason }) }),
+      lifecycle: "sandbox.lifecycle.killed",
+    },
   },
   "sandbox.reattached": {
     level: "info",

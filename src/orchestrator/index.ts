@@ -5,7 +5,9 @@ export {
   type EventLevel,
   type EventName,
   LIFECYCLE_EVENTS,
+  LIFECYCLE_TYPES,
   type LifecycleEvent,
+  type LifecycleType,
 } from "./events.js";
 export {
   EnvdClient,

@@ -164,3 +164,34 @@ export function typeChecks(events: LifecycleEvents): Promise<void>[] {
   const notRecorded: Promise<void> = events.emit("pool.forgotten", { snapshotId: "s" });
   return [recorded, notRecorded];
 }
+
+it("marks the entries that are E2B lifecycle events with their type, and only those", async () => {
+  const { events, history } = setup();
+  const timing = { pausedMs: 4, deviceStateMs: 1, memoryMs: 2, diskMs: 1, dirtyPages: 9 };
+  await events.emit("sandbox.created", {
+    sandboxId: "sb",
+    snapshotId: "s0",
+    from: "template",
+    durationMs: 5,
+  });
+  await events.emit("sandbox.timeout_set", { sandboxId: "sb", endAt: "2030-01-01T00:00:00.000Z" });
+  await events.emit("sandbox.paused", { sandboxId: "sb", keepMemory: true, ...timing });
+  const snapshotted = { sandboxId: "sb", template: "t", snapshotId: "s1" };
+  await events.emit("sandbox.snapshotted", { ...snapshotted, kind: "snapshot" });
+  await events.emit("sandbox.snapshotted", { ...snapshotted, kind: "layer" });
+  await events.emit("sandbox.reattached", { sandboxId: "sb", pid: 7, durationMs: 3 });
+  await events.emit("sandbox.lost", { sandboxId: "sb", state: "running" });
+  assert.deepEqual(
+    history.map(({ kind, lifecycle }) => [kind, lifecycle]),
+    [
+      ["sandbox.created", "sandbox.lifecycle.created"],
+      ["sandbox.timeout_set", "sandbox.lifecycle.updated"],
+      ["sandbox.paused", "sandbox.lifecycle.paused"],
+      ["sandbox.snapshotted", "sandbox.lifecycle.checkpointed"],
+      ["sandbox.snapshotted", undefined],
+      ["sandbox.reattached", undefined],
+      ["sandbox.lost", "sandbox.lifecycle.killed"],
+    ],
+  );
+  assert.ok(!("lifecycle" in (history[4] as object)), "no key at all when it is none");
+});

@@ -1,4 +1,4 @@
-import type { Catalog } from "../catalog/index.js";
+import type { Catalog, EventRow } from "../catalog/index.js";
 import type { Logger } from "../shared/index.js";
 import { phase } from "../shared/phases.js";
 import {
@@ -7,6 +7,7 @@ import {
   type EventSpec,
   LIFECYCLE_EVENTS,
   type LifecycleEvent,
+  type LifecycleType,
 } from "./events.js";
 
 export interface LifecycleEventsOptions {
@@ -61,8 +62,16 @@ export class LifecycleEvents implements EventSource {
     const history = spec.history as HistoryOf | undefined;
     if (!history) return undefined as Emitted<N>;
     const { sandboxId } = fields as { sandboxId: string };
+    const lifecycle =
+      typeof history.lifecycle === "function" ? history.lifecycle(fields) : history.lifecycle;
     return phase("orchestrator.history", () =>
-      this.#record(sandboxId, history.kind ?? name, history.detail(fields)),
+      this.#record({
+        at: new Date().toISOString(),
+        sandboxId,
+        kind: history.kind ?? name,
+        detail: history.detail(fields),
+        ...(lifecycle && { lifecycle }),
+      }),
     ) as Emitted<N>;
   }
 
@@ -71,10 +80,11 @@ export class LifecycleEvents implements EventSource {
     return () => this.#listeners.delete(listener);
   }
 
-  async #record(sandboxId: string, kind: string, detail: Record<string, unknown>): Promise<void> {
+  async #record(event: EventRow): Promise<void> {
     try {
-      await this.#o.catalog.recordEvent({ at: new Date().toISOString(), sandboxId, kind, detail });
+      await this.#o.catalog.recordEvent(event);
     } catch (err) {
+      const { sandboxId, kind } = event;
       this.#o.logger.warn({ err, sandboxId, kind }, "catalog.event_failed");
     }
   }
@@ -83,4 +93,5 @@ export class LifecycleEvents implements EventSource {
 type HistoryOf = {
   readonly kind?: string;
   readonly detail: (fields: unknown) => Record<string, unknown>;
+  readonly lifecycle?: LifecycleType | ((fields: unknown) => LifecycleType | false);
 };

@@ -1,4 +1,9 @@
-import type { SnapshotFileRecord, TemplateRow } from "../catalog/index.js";
+import type {
+  LifecycleEventQuery,
+  LifecycleEventRow,
+  SnapshotFileRecord,
+  TemplateRow,
+} from "../catalog/index.js";
 import { validateEgressPolicy } from "../network/index.js";
 import { type Logger, WarrenError } from "../shared/index.js";
 import type { MachineShape } from "../vmm/index.js";
@@ -380,6 +385,10 @@ export class Orchestrator
     options: { start?: Date; limit?: number },
   ): Promise<SandboxLogEntry[]> {
     return sandboxLogs(this.#o.catalog, this.#o.agent, this.#p.table.get(sandboxId), options);
+  }
+
+  lifecycleEvents(query: LifecycleEventQuery): Promise<LifecycleEventRow[]> {
+    return this.#o.catalog.listLifecycleEvents(query);
   }
 
   async updateNetwork(sandboxId: string, update: NetworkUpdate): Promise<void> {

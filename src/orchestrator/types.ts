@@ -5,7 +5,7 @@
  * sandbox_not_found, sandbox_paused, capacity_exhausted, not_ready.
  */
 
-import type { TemplateRow } from "../catalog/index.js";
+import type { LifecycleEventQuery, LifecycleEventRow, TemplateRow } from "../catalog/index.js";
 import type { NodeView } from "../protocol/index.js";
 import type { ErrorReason } from "../shared/index.js";
 
@@ -280,6 +280,11 @@ export interface SandboxService {
   refresh(sandboxId: string, durationMs: number): Promise<void>;
   metrics(sandboxId: string, window: { start?: Date; end?: Date }): Promise<SandboxMetric[]>;
   logs(sandboxId: string, options: { start?: Date; limit?: number }): Promise<SandboxLogEntry[]>;
+  /**
+   * A team's lifecycle events (E2B's `GET /events/sandboxes`), of sandboxes live or long
+   * gone, for as long as they are kept; on every node where the catalog is shared.
+   */
+  lifecycleEvents(query: LifecycleEventQuery): Promise<LifecycleEventRow[]>;
   updateNetwork(sandboxId: string, update: NetworkUpdate): Promise<void>;
   /**
    * Captures the sandbox once (a running source is stopped only for the capture and keeps

@@ -47,11 +47,11 @@ import {
 } from "../vmm/qemu/index.js";
 import { GuestIds, Volumes } from "../volumes/index.js";
 import { bundleEntry } from "./bundle-entry.js";
+import { startEventsPurge, startKilledPurge } from "./catalog-purge.js";
 import type { CloseStack } from "./close-stack.js";
 import { joinCluster } from "./cluster-membership.js";
 import { egressSupplies } from "./egress-supplies.js";
 import { keeperSocketPath, launchKeeper } from "./keeper-launch.js";
-import { startKilledPurge } from "./killed-purge.js";
 import type { Late } from "./late.js";
 import type { NodeMetrics } from "./prometheus.js";
 import { teamSandboxes } from "./removed-teams.js";
@@ -191,6 +191,11 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
     logger: logger.child({ component: "catalog" }),
   });
   closers.add("killed purge", () => purge.stop()); // before the orchestrator closes the catalog
+  const eventsPurge = startEventsPurge(catalog, {
+    retentionMs: config.eventsRetentionMs,
+    logger: logger.child({ component: "catalog" }),
+  });
+  closers.add("events purge", () => eventsPurge.stop());
   const builds = newTemplateBuilds(input, {
     catalog,
     orchestrator: started,

@@ -213,6 +213,7 @@ export class NodeMetrics {
         if (kind === "snapshot") this.#operations.inc({ op: "snapshot" });
       },
       "sandbox.network_updated": NO_METRIC,
+      "sandbox.timeout_set": NO_METRIC,
       "sandbox.reconciled": NO_METRIC,
       "sandbox.moved_away": NO_METRIC,
       "sandbox.moved_here": NO_METRIC,

@@ -295,6 +295,13 @@ const SETTINGS = {
     parse: int(0),
     expects: "milliseconds ≥ 0",
   },
+  eventsRetentionMs: {
+    env: "WARREN_EVENTS_RETENTION_MS",
+    doc: "How long sandboxes' lifecycle events (GET /events/sandboxes, webhooks) and their history (GET /sandboxes/{id}/logs' lifecycle entries) are kept. E2B keeps 7 days. Swept at start and every retention (1 min to 1 h apart).",
+    default: () => 7 * 86_400_000,
+    parse: int(60_000),
+    expects: "milliseconds ≥ 60000",
+  },
   maxConcurrentStarts: {
     env: "WARREN_MAX_CONCURRENT_STARTS",
     doc: "VMs brought up (restore and /init) at once; more creates, resumes and fork children queue. 0: twice the host's CPUs.",

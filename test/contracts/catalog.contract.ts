@@ -4,6 +4,7 @@ import type {
   BuildRow,
   Catalog,
   EventRow,
+  LifecycleEventRow,
   SandboxRow,
   SnapshotRow,
   TeamAdmit,
@@ -672,6 +673,96 @@ export function catalogContract(name: string, open: () => Promise<CatalogHarness
           "k5",
         ]);
         assert.deepEqual(await catalog.listEvents("sb-1", { limit: 0 }), []);
+      });
+
+      it("lists a team's lifecycle events by time, paged and filtered, with their sandbox", async (t) => {
+        const { catalog } = await use(t);
+        await catalog.insertSandbox(sandboxRow({ id: "sb-1", metadata: { run: "r1" } }));
+        await catalog.insertSandbox(sandboxRow({ id: "sb-2", snapshotId: "snap-2" }));
+        await catalog.insertSandbox(sandboxRow({ id: "sb-b", teamId: "team-b" }));
+        await catalog.insertSandbox(sandboxRow({ id: "sb-int", config: { internal: true } }));
+        const created = "sandbox.lifecycle.created";
+        const paused = "sandbox.lifecycle.paused";
+        await record(catalog, [
+          { at: at(1), sandboxId: "sb-1", kind: "sandbox.created", lifecycle: created },
+          { at: at(2), sandboxId: "sb-2", kind: "sandbox.created", lifecycle: created },
+          { at: at(2), sandboxId: "sb-1", kind: "sandbox.paused", lifecycle: paused, detail: {} },
+          { at: at(3), sandboxId: "sb-1", kind: "sandbox.note" },
+          { at: at(3), sandboxId: "sb-b", kind: "sandbox.created", lifecycle: created },
+          { at: at(3), sandboxId: "sb-int", kind: "sandbox.created", lifecycle: created },
+        ]);
+        const page = { teamId: "team-a", offset: 0, limit: 10, ascending: false };
+        const listed = await catalog.listLifecycleEvents(page);
+        assert.deepEqual(
+          listed.map((e) => [e.at, e.sandbox.id, e.lifecycle]),
+          [
+            [at(2), "sb-1", paused],
+            [at(2), "sb-2", created],
+            [at(1), "sb-1", created],
+          ],
+          "newest first, a tie newest recorded first; no other team's, internal VM's or plain entry",
+        );
+        const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+        assert.ok(listed.every((e) => uuid.test(e.id)));
+        assert.equal(new Set(listed.map((e) => e.id)).size, 3);
+        assert.deepEqual(listed[2], {
+          id: listed[2]?.id,
+          at: at(1),
+          lifecycle: created,
+          kind: "sandbox.created",
+          sandbox: {
+            id: "sb-1",
+            teamId: "team-a",
+            templateId: "tpl-base",
+            metadata: { run: "r1" },
+            startedAt: T0,
+            vcpus: 2,
+            memoryMiB: 512,
+          },
+        });
+        assert.equal(listed[1]?.sandbox.snapshotId, "snap-2");
+        const ids = (events: LifecycleEventRow[]) => events.map((e) => e.id);
+        const oldest = await catalog.listLifecycleEvents({ ...page, ascending: true });
+        assert.deepEqual(ids(oldest), ids(listed).reverse());
+        assert.deepEqual(ids(await catalog.listLifecycleEvents({ ...page, offset: 1, limit: 1 })), [
+          listed[1]?.id,
+        ]);
+        const only = { ...page, types: [paused] };
+        assert.deepEqual(ids(await catalog.listLifecycleEvents(only)), [listed[0]?.id]);
+        const one = { ...page, sandboxId: "sb-2" };
+        assert.deepEqual(ids(await catalog.listLifecycleEvents(one)), [listed[1]?.id]);
+        assert.deepEqual(await catalog.listLifecycleEvents({ ...page, teamId: "team-c" }), []);
+        assert.equal(
+          (await catalog.listLifecycleEvents({ ...page, teamId: "team-b" }))[0]?.sandbox.id,
+          "sb-b",
+        );
+        await assert.rejects(catalog.listLifecycleEvents({ ...page, limit: -1 }), {
+          reason: "invalid_argument",
+        });
+        // The history keeps the type too.
+        assert.equal((await catalog.listEvents("sb-1"))[1]?.lifecycle, paused);
+      });
+
+      it("purges the events recorded before a time, and only those", async (t) => {
+        const { catalog } = await use(t);
+        await catalog.insertSandbox(sandboxRow({ id: "sb-1" }));
+        await record(
+          catalog,
+          [1, 2, 3].map((s) => ({
+            at: at(s),
+            sandboxId: "sb-1",
+            kind: "sandbox.created",
+            lifecycle: "sandbox.lifecycle.created",
+          })),
+        );
+        assert.equal(await catalog.purgeEvents(at(3)), 2);
+        assert.deepEqual(
+          (await catalog.listEvents("sb-1")).map((e) => e.at),
+          [at(3)],
+        );
+        const page = { teamId: "team-a", offset: 0, limit: 10, ascending: true };
+        assert.equal((await catalog.listLifecycleEvents(page)).length, 1);
+        assert.equal(await catalog.purgeEvents(at(1)), 0);
       });
     });
 

@@ -7,11 +7,14 @@
  * across them): a node sees its own sandboxes and lists its own snapshots, and reads any
  * node's snapshot (with that node's id) and any sandbox by `findSandbox`.
  */
+import { randomUUID } from "node:crypto";
 import {
   type BuildRow,
   type Catalog,
   type EventRow,
   HOLDING_STATES,
+  type LifecycleEventQuery,
+  type LifecycleEventRow,
   REQUIRED_SANDBOX_KEYS,
   type SandboxPatch,
   type SandboxRow,
@@ -23,6 +26,7 @@ import {
   type TemplateKind,
   type TemplateRow,
 } from "../../src/catalog/index.js";
+import { checkLifecycleQuery, typesFilter } from "../../src/catalog/lifecycle-query.js";
 import { WarrenError } from "../../src/shared/index.js";
 
 /** What a catalog remembers; shared by every catalog reopened on it (and a cluster's nodes). */
@@ -40,7 +44,14 @@ export interface CatalogStore {
   readonly builds: Map<string, BuildRow>;
   /** Keyed by `<template id> <tag>`. */
   readonly tags: Map<string, TagRow>;
-  readonly events: EventRow[];
+  /** In recording order; a lifecycle one with its id and its sandbox's team. */
+  readonly events: StoredEvent[];
+}
+
+interface StoredEvent {
+  readonly row: EventRow;
+  readonly id?: string;
+  readonly teamId?: string;
 }
 
 /** Kinds each node makes for itself (as PostgresCatalog's); the others have one row. */
@@ -367,7 +378,60 @@ export class InMemoryCatalog implements Catalog {
   }
 
   async recordEvent(event: EventRow): Promise<void> {
-    this.#data().events.push(copy(event));
+    const { events, sandboxes } = this.#data();
+    if (event.lifecycle === undefined) {
+      events.push({ row: copy(event) });
+      return;
+    }
+    const teamId = sandboxes.get(event.sandboxId)?.teamId;
+    events.push({ row: copy(event), id: randomUUID(), ...(teamId !== undefined && { teamId }) });
+  }
+
+  async listLifecycleEvents(query: LifecycleEventQuery): Promise<LifecycleEventRow[]> {
+    checkLifecycleQuery(query);
+    const { events, sandboxes } = this.#data();
+    const types = typesFilter(query);
+    const listed: LifecycleEventRow[] = [];
+    for (const { row, id, teamId } of events) {
+      const sandbox = sandboxes.get(row.sandboxId);
+      if (id === undefined || row.lifecycle === undefined || teamId === undefined) continue;
+      if (query.teamId !== undefined && teamId !== query.teamId) continue;
+      if (!sandbox || sandbox.config.internal === true) continue;
+      if (query.sandboxId !== undefined && row.sandboxId !== query.sandboxId) continue;
+      if (types && !types.includes(row.lifecycle)) continue;
+      const { id: sandboxId, templateId, metadata, startedAt, vcpus, memoryMiB } = sandbox;
+      listed.push(
+        copy({
+          id,
+          at: row.at,
+          lifecycle: row.lifecycle,
+          kind: row.kind,
+          detail: row.detail,
+          sandbox: {
+            id: sandboxId,
+            teamId,
+            templateId,
+            metadata,
+            startedAt,
+            vcpus,
+            memoryMiB,
+            ...(sandbox.snapshotId !== undefined && { snapshotId: sandbox.snapshotId }),
+          },
+        }),
+      );
+    }
+    // Stable sort: ties keep recording order (reversed, newest first).
+    listed.sort((a, b) => (a.at === b.at ? 0 : a.at < b.at ? -1 : 1));
+    if (!query.ascending) listed.reverse();
+    return listed.slice(query.offset, query.offset + query.limit);
+  }
+
+  async purgeEvents(before: string): Promise<number> {
+    const { events } = this.#data();
+    const kept = events.filter((event) => event.row.at >= before);
+    const purged = events.length - kept.length;
+    events.splice(0, events.length, ...kept);
+    return purged;
   }
 
   async listEvents(
@@ -380,7 +444,8 @@ export class InMemoryCatalog implements Catalog {
     }
     // Stable sort: ties keep recording order.
     const events = this.#data()
-      .events.filter((e) => e.sandboxId === sandboxId && (since === undefined || e.at >= since))
+      .events.map((e) => e.row)
+      .filter((e) => e.sandboxId === sandboxId && (since === undefined || e.at >= since))
       .sort((a, b) => (a.at === b.at ? 0 : a.at < b.at ? -1 : 1));
     return (limit === undefined ? events : events.slice(Math.max(0, events.length - limit))).map(
       copy,

@@ -8,7 +8,11 @@
  * demand (`failures`). The real orchestrator runs the same contract on fakes and e2e on VMs.
  */
 
-import { DEFAULT_TEAM_ID } from "../../src/catalog/index.js";
+import {
+  DEFAULT_TEAM_ID,
+  type LifecycleEventQuery,
+  type LifecycleEventRow,
+} from "../../src/catalog/index.js";
 import { validateEgressPolicy } from "../../src/network/index.js";
 import type {
   ClusterNodeService,
@@ -63,6 +67,8 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
   serverStatus: ServerStatus = { phase: "ready", accelerator: "kvm" };
   metricSamples: SandboxMetric[] = [];
   logEntries: SandboxLogEntry[] = [];
+  /** What lifecycleEvents lists from (a test's rows: this fake records none itself). */
+  lifecycleEventRows: LifecycleEventRow[] = [];
   /** Thrown by the next call of that method (then cleared). */
   readonly failures = new Map<Method, Error>();
   readonly maxSandboxes: number;
@@ -300,6 +306,19 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
       (e) => options.start === undefined || e.timestamp >= options.start,
     );
     return after.slice(0, options.limit ?? after.length);
+  }
+
+  async lifecycleEvents(query: LifecycleEventQuery): Promise<LifecycleEventRow[]> {
+    this.record("lifecycleEvents", query);
+    const listed = this.lifecycleEventRows.filter(
+      (row) =>
+        (query.teamId === undefined || row.sandbox.teamId === query.teamId) &&
+        (query.sandboxId === undefined || row.sandbox.id === query.sandboxId) &&
+        (!query.types?.length || query.types.includes(row.lifecycle)),
+    );
+    const ordered = [...listed].sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : 0));
+    if (!query.ascending) ordered.reverse();
+    return ordered.slice(query.offset, query.offset + query.limit);
   }
 
   async updateNetwork(sandboxId: string, update: NetworkUpdate): Promise<void> {

@@ -206,6 +206,12 @@ export const MIGRATIONS: readonly string[] = [
   ALTER TABLE template_aliases DROP CONSTRAINT template_aliases_pkey;
   ALTER TABLE template_aliases ADD PRIMARY KEY (scope, namespace, alias);
   `,
+  // E2B's lifecycle events are history entries with a type, an id and their sandbox's team
+  // (GET /events/sandboxes lists a team's); earlier entries have none and are not listed.
+  `
+  ALTER TABLE events ADD COLUMN lifecycle TEXT, ADD COLUMN event_id TEXT, ADD COLUMN team_id TEXT;
+  CREATE INDEX events_by_team ON events (team_id, at, id) WHERE lifecycle IS NOT NULL;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -1,9 +1,12 @@
+import { randomUUID } from "node:crypto";
 import type { PoolClient } from "pg";
 import { WarrenError } from "../../shared/index.js";
 import {
   type BuildRow,
   type Catalog,
   type EventRow,
+  type LifecycleEventQuery,
+  type LifecycleEventRow,
   REQUIRED_SANDBOX_KEYS,
   type SandboxPatch,
   type SandboxRow,
@@ -14,6 +17,7 @@ import {
   type TemplateKind,
   type TemplateRow,
 } from "../catalog.js";
+import { checkLifecycleQuery, typesFilter } from "../lifecycle-query.js";
 import type { SecretCatalog } from "../secrets.js";
 import { admitOrRefuse, toTeamUsage, type UsageRecord } from "../team-admission.js";
 import type { TeamCatalog } from "../teams.js";
@@ -25,6 +29,7 @@ import { PostgresVolumes } from "./postgres-volumes.js";
 import {
   type BuildRecord,
   type EventRecord,
+  type LifecycleEventRecord,
   type SandboxRecord,
   type SnapshotRecord,
   sandboxParams,
@@ -32,6 +37,7 @@ import {
   type TemplateRecord,
   toBuildRow,
   toEventRow,
+  toLifecycleEventRow,
   toSandboxRow,
   toSnapshotRow,
   toTagRow,
@@ -342,7 +348,35 @@ export class PostgresCatalog implements Catalog {
       event.at,
       event.kind,
       event.detail === undefined ? null : JSON.stringify(event.detail),
+      event.lifecycle ?? null,
+      event.lifecycle === undefined ? null : randomUUID(),
     ]);
+  }
+
+  async listLifecycleEvents(query: LifecycleEventQuery): Promise<LifecycleEventRow[]> {
+    const context = `list lifecycle events of team ${query.teamId ?? "(any)"}`;
+    try {
+      checkLifecycleQuery(query);
+    } catch (err) {
+      throw new WarrenError("invalid_argument", `${context}: ${(err as Error).message}`);
+    }
+    const records = await this.#db.query<LifecycleEventRecord>(
+      context,
+      query.ascending ? SQL.listLifecycleEventsOldestFirst : SQL.listLifecycleEventsNewestFirst,
+      [
+        query.teamId ?? null,
+        query.sandboxId ?? null,
+        typesFilter(query),
+        query.limit,
+        query.offset,
+      ],
+    );
+    return records.map(toLifecycleEventRow);
+  }
+
+  async purgeEvents(before: string): Promise<number> {
+    const [purged] = await this.#db.query<{ n: string }>("purge events", SQL.purgeEvents, [before]);
+    return Number(purged?.n ?? 0);
   }
 
   async listEvents(

@@ -1,6 +1,7 @@
 import type {
   BuildRow,
   EventRow,
+  LifecycleEventRow,
   SandboxRow,
   SnapshotRow,
   TagRow,
@@ -92,6 +93,20 @@ export interface EventRecord {
   at: Date;
   kind: string;
   detail: Record<string, unknown> | null;
+  lifecycle: string | null;
+}
+
+/** A lifecycle event joined with its sandbox's columns (statements' lifecycleListing). */
+export interface LifecycleEventRecord extends EventRecord {
+  event_id: string;
+  lifecycle: string;
+  team_id: string;
+  template_id: string;
+  metadata: Record<string, string>;
+  started_at: Date;
+  vcpus: number;
+  memory_mib: number;
+  snapshot_id: string | null;
 }
 
 /** Sandbox columns after id and node_id, in the order of sandboxParams. */
@@ -231,6 +246,27 @@ export function toEventRow(r: EventRecord): EventRow {
     sandboxId: r.sandbox_id,
     kind: r.kind,
     ...(r.detail !== null && { detail: r.detail }),
+    ...optional("lifecycle", r.lifecycle),
+  };
+}
+
+export function toLifecycleEventRow(r: LifecycleEventRecord): LifecycleEventRow {
+  return {
+    id: r.event_id,
+    at: r.at.toISOString(),
+    lifecycle: r.lifecycle,
+    kind: r.kind,
+    ...(r.detail !== null && { detail: r.detail }),
+    sandbox: {
+      id: r.sandbox_id,
+      teamId: r.team_id,
+      templateId: r.template_id,
+      metadata: r.metadata,
+      startedAt: r.started_at.toISOString(),
+      vcpus: r.vcpus,
+      memoryMiB: r.memory_mib,
+      ...optional("snapshotId", r.snapshot_id),
+    },
   };
 }
 

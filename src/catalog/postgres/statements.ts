@@ -23,6 +23,22 @@ const SNAPSHOTTED = "EXISTS (SELECT 1 FROM snapshots s WHERE s.sandbox_id = sand
 /** A sandbox holds CPU and memory (catalog's HOLDING_STATES). */
 const HOLDING = `state IN (${HOLDING_STATES.map((state) => `'${state}'`).join(", ")})`;
 
+/**
+ * A team's lifecycle events on every node with what E2B's body needs of their sandbox, in
+ * `order`: $1 team (NULL: all), $2 sandbox (NULL: all), $3 types (NULL: all), $4 limit, $5 offset.
+ */
+function lifecycleListing(order: "ASC" | "DESC"): string {
+  return `
+    SELECT e.event_id, e.at, e.kind, e.detail, e.lifecycle, e.sandbox_id, e.team_id,
+      s.template_id, s.metadata, s.started_at, s.vcpus, s.memory_mib, s.snapshot_id
+    FROM events e JOIN sandboxes s ON s.id = e.sandbox_id
+    WHERE ($1::text IS NULL OR e.team_id = $1) AND e.lifecycle IS NOT NULL
+      AND ($2::text IS NULL OR e.sandbox_id = $2)
+      AND ($3::text[] IS NULL OR e.lifecycle = ANY ($3))
+      AND COALESCE((s.config->>'internal')::boolean, false) = false
+    ORDER BY e.at ${order}, e.id ${order} LIMIT $4 OFFSET $5`;
+}
+
 export const SQL = {
   // Team admission, across every node: one team's admissions wait for each other here.
   lockTeam: "SELECT pg_advisory_xact_lock(hashtextextended('warren-team-admission:' || $1, 0))",
@@ -134,13 +150,20 @@ export const SQL = {
   snapshotSandboxes: `
     SELECT id FROM sandboxes WHERE snapshot_id = $1 AND state <> 'killed' ORDER BY id`,
 
+  // A lifecycle event takes its sandbox's team now: the team lists it by that column.
   insertEvent: `
-    INSERT INTO events (sandbox_id, at, kind, detail) VALUES ($1, $2, $3, $4::jsonb)`,
+    INSERT INTO events (sandbox_id, at, kind, detail, lifecycle, event_id, team_id)
+    VALUES ($1, $2, $3, $4::jsonb, $5::text, $6,
+      CASE WHEN $5::text IS NOT NULL THEN (SELECT team_id FROM sandboxes WHERE id = $1) END)`,
   // The inner query keeps the newest `limit` (NULL: all); the outer one puts them oldest first.
   listEvents: `
-    SELECT sandbox_id, at, kind, detail FROM (
-      SELECT id, sandbox_id, at, kind, detail FROM events
+    SELECT sandbox_id, at, kind, detail, lifecycle FROM (
+      SELECT id, sandbox_id, at, kind, detail, lifecycle FROM events
       WHERE sandbox_id = $1 AND ($2::timestamptz IS NULL OR at >= $2)
       ORDER BY at DESC, id DESC LIMIT $3
     ) newest ORDER BY at, id`,
+  listLifecycleEventsNewestFirst: lifecycleListing("DESC"),
+  listLifecycleEventsOldestFirst: lifecycleListing("ASC"),
+  purgeEvents: `
+    WITH gone AS (DELETE FROM events WHERE at < $1 RETURNING 1) SELECT count(*) AS n FROM gone`,
 } as const;

@@ -180,6 +180,14 @@ export const MIGRATIONS: readonly string[] = [
   ALTER TABLE template_aliases_v7 RENAME TO template_aliases;
   CREATE INDEX template_aliases_by_template ON template_aliases (template_id);
   `,
+  // v8: E2B's lifecycle events are history entries with a type, an id and their sandbox's
+  // team (GET /events/sandboxes lists a team's); earlier entries have none and are not listed.
+  `
+  ALTER TABLE events ADD COLUMN lifecycle TEXT;
+  ALTER TABLE events ADD COLUMN event_id TEXT;
+  ALTER TABLE events ADD COLUMN team_id TEXT;
+  CREATE INDEX events_by_team ON events (team_id, at, id) WHERE lifecycle IS NOT NULL;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

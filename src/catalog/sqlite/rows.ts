@@ -1,6 +1,7 @@
 import type {
   BuildRow,
   EventRow,
+  LifecycleEventRow,
   SandboxRow,
   SnapshotRow,
   TagRow,
@@ -86,6 +87,20 @@ export interface EventRecord {
   at: string;
   kind: string;
   detail: string | null;
+  lifecycle: string | null;
+}
+
+/** A lifecycle event joined with its sandbox's columns (statements' lifecycleListing). */
+export interface LifecycleEventRecord extends EventRecord {
+  event_id: string;
+  lifecycle: string;
+  team_id: string;
+  template_id: string;
+  metadata: string;
+  started_at: string;
+  vcpus: number;
+  memory_mib: number;
+  snapshot_id: string | null;
 }
 
 /** Named parameters for a sandbox write; `?? null` because SQLite has no "absent". */
@@ -235,6 +250,27 @@ export function toEventRow(r: EventRecord): EventRow {
     sandboxId: r.sandbox_id,
     kind: r.kind,
     ...(r.detail !== null && { detail: JSON.parse(r.detail) }),
+    ...optional("lifecycle", r.lifecycle),
+  };
+}
+
+export function toLifecycleEventRow(r: LifecycleEventRecord): LifecycleEventRow {
+  return {
+    id: r.event_id,
+    at: r.at,
+    lifecycle: r.lifecycle,
+    kind: r.kind,
+    ...(r.detail !== null && { detail: JSON.parse(r.detail) }),
+    sandbox: {
+      id: r.sandbox_id,
+      teamId: r.team_id,
+      templateId: r.template_id,
+      metadata: JSON.parse(r.metadata),
+      startedAt: r.started_at,
+      vcpus: r.vcpus,
+      memoryMiB: r.memory_mib,
+      ...optional("snapshotId", r.snapshot_id),
+    },
   };
 }
 

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { closeSync, mkdirSync, openSync } from "node:fs";
 import { dirname } from "node:path";
 import Database from "better-sqlite3";
@@ -6,6 +7,8 @@ import {
   type BuildRow,
   type Catalog,
   type EventRow,
+  type LifecycleEventQuery,
+  type LifecycleEventRow,
   REQUIRED_SANDBOX_KEYS,
   type SandboxPatch,
   type SandboxRow,
@@ -15,6 +18,7 @@ import {
   type TeamAdmit,
   type TemplateRow,
 } from "../catalog.js";
+import { checkLifecycleQuery, typesFilter } from "../lifecycle-query.js";
 import type { SecretCatalog } from "../secrets.js";
 import { AdmissionRefused, admitOrRefuse, toTeamUsage } from "../team-admission.js";
 import type { TeamCatalog } from "../teams.js";
@@ -28,6 +32,7 @@ import {
   templateParams,
   toBuildRow,
   toEventRow,
+  toLifecycleEventRow,
   toSandboxRow,
   toSnapshotRow,
   toTagRow,
@@ -287,9 +292,36 @@ export class SqliteCatalog implements Catalog {
 
   recordEvent(event: EventRow): Promise<void> {
     return this.#run(`record event ${event.kind} of ${event.sandboxId}`, () => {
-      const detail = event.detail === undefined ? null : JSON.stringify(event.detail);
-      this.#sql.insertEvent.run({ ...event, detail });
+      this.#sql.insertEvent.run({
+        sandboxId: event.sandboxId,
+        at: event.at,
+        kind: event.kind,
+        detail: event.detail === undefined ? null : JSON.stringify(event.detail),
+        lifecycle: event.lifecycle ?? null,
+        eventId: event.lifecycle === undefined ? null : randomUUID(),
+      });
     });
+  }
+
+  listLifecycleEvents(query: LifecycleEventQuery): Promise<LifecycleEventRow[]> {
+    return this.#run(`list lifecycle events of team ${query.teamId ?? "(any)"}`, () => {
+      checkLifecycleQuery(query);
+      const { newestFirst, oldestFirst } = this.#sql.listLifecycleEvents;
+      const types = typesFilter(query);
+      return (query.ascending ? oldestFirst : newestFirst)
+        .all({
+          teamId: query.teamId ?? null,
+          sandboxId: query.sandboxId ?? null,
+          types: types && JSON.stringify(types),
+          limit: query.limit,
+          offset: query.offset,
+        })
+        .map(toLifecycleEventRow);
+    });
+  }
+
+  purgeEvents(before: string): Promise<number> {
+    return this.#run("purge events", () => this.#sql.purgeEvents.run(before).changes);
   }
 
   listEvents(

@@ -4,6 +4,7 @@ import type { UsageRecord } from "../team-admission.js";
 import type {
   BuildRecord,
   EventRecord,
+  LifecycleEventRecord,
   SandboxRecord,
   SnapshotRecord,
   TagRecord,
@@ -48,6 +49,23 @@ const SNAPSHOTTED = "EXISTS (SELECT 1 FROM snapshots s WHERE s.sandbox_id = sand
 type Params = Record<string, unknown>;
 
 /** Every statement, prepared once per connection. */
+/**
+ * A team's lifecycle events with what E2B's body needs of their sandbox, in `order`; `types`
+ * a JSON array (NULL: every type). Walks events_by_team: a page costs its offset, not the
+ * team's whole history.
+ */
+function lifecycleListing(order: "ASC" | "DESC"): string {
+  return `
+    SELECT e.event_id, e.at, e.kind, e.detail, e.lifecycle, e.sandbox_id, e.team_id,
+      s.template_id, s.metadata, s.started_at, s.vcpus, s.memory_mib, s.snapshot_id
+    FROM events e JOIN sandboxes s ON s.id = e.sandbox_id
+    WHERE (@teamId IS NULL OR e.team_id = @teamId) AND e.lifecycle IS NOT NULL
+      AND (@sandboxId IS NULL OR e.sandbox_id = @sandboxId)
+      AND (@types IS NULL OR e.lifecycle IN (SELECT value FROM json_each(@types)))
+      AND COALESCE(json_extract(s.config, '$.internal'), 0) = 0
+    ORDER BY e.at ${order}, e.id ${order} LIMIT @limit OFFSET @offset`;
+}
+
 export function prepareStatements(db: Database.Database) {
   const cols = SANDBOX_COLUMNS.map(([c]) => c).join(", ");
   const params = SANDBOX_COLUMNS.map(([, p]) => `@${p}`).join(", ");
@@ -143,16 +161,24 @@ export function prepareStatements(db: Database.Database) {
     snapshotSandboxes: q<string>(
       "SELECT id FROM sandboxes WHERE snapshot_id = ? AND state <> 'killed' ORDER BY id",
     ).pluck(),
-    insertEvent: q(
-      "INSERT INTO events (sandbox_id, at, kind, detail) VALUES (@sandboxId, @at, @kind, @detail)",
-    ),
+    // A lifecycle event takes its sandbox's team now: the team lists it by that column.
+    insertEvent: q(`
+        INSERT INTO events (sandbox_id, at, kind, detail, lifecycle, event_id, team_id)
+        VALUES (@sandboxId, @at, @kind, @detail, @lifecycle, @eventId,
+          CASE WHEN @lifecycle IS NOT NULL
+            THEN (SELECT team_id FROM sandboxes WHERE id = @sandboxId) END)`),
     // The inner query keeps the newest `limit`; the outer one puts them oldest first.
     listEvents: q<EventRecord>(`
-        SELECT sandbox_id, at, kind, detail FROM (
-          SELECT id, sandbox_id, at, kind, detail FROM events
+        SELECT sandbox_id, at, kind, detail, lifecycle FROM (
+          SELECT id, sandbox_id, at, kind, detail, lifecycle FROM events
           WHERE sandbox_id = @sandboxId AND (@since IS NULL OR at >= @since)
           ORDER BY at DESC, id DESC LIMIT @limit
         ) ORDER BY at, id`),
+    listLifecycleEvents: {
+      newestFirst: q<LifecycleEventRecord>(lifecycleListing("DESC")),
+      oldestFirst: q<LifecycleEventRecord>(lifecycleListing("ASC")),
+    },
+    purgeEvents: q("DELETE FROM events WHERE at < ?"),
   };
 }
 

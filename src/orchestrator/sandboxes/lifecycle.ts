@@ -335,8 +335,10 @@ export class Lifecycle {
 
   /** Under the lock, running: the deadline becomes now + `ttlMs` (setTimeout: may shorten). */
   async replaceDeadline(live: LiveSandbox, ttlMs: number): Promise<void> {
-    await this.update(live, { endAt: new Date(Date.now() + ttlMs).toISOString() });
+    const endAt = new Date(Date.now() + ttlMs).toISOString();
+    await this.update(live, { endAt });
     this.ttl.arm(live);
+    await this.#events.emit("sandbox.timeout_set", { sandboxId: live.row.id, endAt });
   }
 
   /** Under the lock, running: the deadline moves to now + `ttlMs` if that is later (connect, refresh). */

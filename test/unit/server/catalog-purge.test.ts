@@ -1,8 +1,8 @@
-// The periodic purge of killed sandboxes' secrets, on the in-memory catalog: one sweep at
-// start, then one every interval, each forgetting what was killed longer than the retention ago.
+// The catalog's periodic purges, on the in-memory catalog: one sweep at start, then one every
+// interval, each forgetting killed sandboxes' secrets, or events, older than the retention.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { startKilledPurge } from "../../../src/server/killed-purge.js";
+import { startEventsPurge, startKilledPurge } from "../../../src/server/catalog-purge.js";
 import { sandboxRow } from "../../contracts/catalog.contract.js";
 import { RecordingLogger } from "../../fakes/fake-node.js";
 import { InMemoryCatalog } from "../../fakes/in-memory-catalog.js";
@@ -62,5 +62,30 @@ test("killed purge: a failing sweep is logged and the next one runs", async () =
   );
   await until(async () => calls >= 2, "a second sweep");
   await purge.stop();
-  assert.equal(logger.events("catalog.killed_purge_failed")[0]?.fields.err, "disk I/O error");
+  assert.equal(
+    logger.events("catalog.killed_secrets_purge_failed")[0]?.fields.err,
+    "disk I/O error",
+  );
+});
+
+test("events purge: history and lifecycle events older than the retention go, newer ones stay", async (t) => {
+  const catalog = new InMemoryCatalog();
+  await catalog.insertSandbox(sandboxRow({ id: "sb" }));
+  const ago = (ms: number) => new Date(Date.now() - ms).toISOString();
+  const lifecycle = "sandbox.lifecycle.created";
+  await catalog.recordEvent({
+    at: ago(3_600_000),
+    sandboxId: "sb",
+    kind: "sandbox.created",
+    lifecycle,
+  });
+  await catalog.recordEvent({ at: ago(0), sandboxId: "sb", kind: "sandbox.paused" });
+  const logger = new RecordingLogger();
+  const purge = startEventsPurge(catalog, { retentionMs: 60_000, intervalMs: 25, logger });
+  t.after(() => purge.stop());
+  await until(async () => (await catalog.listEvents("sb")).length === 1, "the sweep at start");
+  assert.equal((await catalog.listEvents("sb"))[0]?.kind, "sandbox.paused");
+  assert.equal(logger.events("catalog.events_purged")[0]?.fields.purged, 1);
+  const page = { teamId: "team-a", offset: 0, limit: 10, ascending: true };
+  assert.deepEqual(await catalog.listLifecycleEvents(page), []);
 });
