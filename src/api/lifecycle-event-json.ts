@@ -62,7 +62,9 @@ function eventData(row: LifecycleEventRow): Record<string, unknown> {
       else data.network = detail;
       break;
     case "sandbox.lifecycle.killed":
-      data.kill_reason = stringOf(detail.reason) ?? "unknown";
+      // A sandbox a node found lost at its restart may carry no reason: lost says it.
+      data.kill_reason =
+        stringOf(detail.reason) ?? (row.kind === "sandbox.lost" ? "lost" : "unknown");
       data.execution = execution(row);
       break;
     case "sandbox.lifecycle.paused":

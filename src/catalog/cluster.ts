@@ -95,6 +95,17 @@ export interface DownNode extends NodeRow {
   readonly lost: readonly { readonly sandboxId: string; readonly was: SandboxState }[];
 }
 
+/**
+ * The event each sandbox markDownStale loses gets in its history: what a node records of a
+ * sandbox it finds lost at a restart (orchestrator/events.ts `sandbox.lost`), a `killed`
+ * lifecycle event to its team (GET /events/sandboxes), in the same transaction.
+ */
+export const LOST_EVENT = {
+  kind: "sandbox.lost",
+  lifecycle: "sandbox.lifecycle.killed",
+  reason: "lost: its node stopped answering",
+} as const;
+
 export interface ClusterCatalog {
   /**
    * Adds the node or updates it (url, capacity, labels): state becomes "up", registeredAt

@@ -28,6 +28,7 @@ export type {
   NodeState,
   SandboxLocation,
 } from "./cluster.js";
+export { LOST_EVENT } from "./cluster.js";
 export type { PoolOptions as PostgresOptions } from "./postgres/pool.js";
 export { PostgresCatalog, type PostgresCatalogOptions } from "./postgres/postgres-catalog.js";
 export { PostgresCluster } from "./postgres/postgres-cluster.js";

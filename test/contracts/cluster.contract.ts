@@ -161,6 +161,22 @@ export function clusterContract(name: string, open: () => Promise<ClusterHarness
         memoryMiB: 512,
         endedReason: "lost",
       });
+      // Each lost one's team is told it was killed, as a node tells of what it finds lost.
+      const killed = await b.listLifecycleEvents({
+        teamId: "team-a",
+        types: ["sandbox.lifecycle.killed"],
+        offset: 0,
+        limit: 100,
+        ascending: true,
+      });
+      assert.deepEqual(
+        killed.map((e) => [e.sandbox.id, e.kind, e.detail]).sort(),
+        lost.map(({ sandboxId, was }) => [
+          sandboxId,
+          "sandbox.lost",
+          { state: was, reason: "lost: its node stopped answering" },
+        ]),
+      );
       assert.equal((await a.getSandbox("a-paused-published"))?.state, "paused");
       assert.equal((await a.getSandbox("a-killed"))?.endedReason, undefined, "history untouched");
       assert.equal((await b.getSandbox("b-running"))?.state, "running");

@@ -5,17 +5,19 @@
  * that node on the cluster's store, as each node's PostgresCatalog writes the shared
  * database. Times are this process's clock; `age()` makes a node look silent.
  */
-import type {
-  ClusterCatalog,
-  ClusterSandboxRow,
-  DownNode,
-  NodeLoad,
-  NodeRegistration,
-  NodeRow,
-  NodeState,
-  SandboxLocation,
-  SandboxState,
-  TeamUsage,
+import { randomUUID } from "node:crypto";
+import {
+  type ClusterCatalog,
+  type ClusterSandboxRow,
+  type DownNode,
+  LOST_EVENT,
+  type NodeLoad,
+  type NodeRegistration,
+  type NodeRow,
+  type NodeState,
+  type SandboxLocation,
+  type SandboxState,
+  type TeamUsage,
 } from "../../src/catalog/index.js";
 import { WarrenError } from "../../src/shared/index.js";
 import {
@@ -183,6 +185,12 @@ export class InMemoryCluster implements ClusterCatalog {
         updatedAt: now,
       });
       lost.push({ sandboxId: id, was: row.state });
+      const { kind, lifecycle, reason } = LOST_EVENT;
+      this.#store.events.push({
+        row: { at: now, sandboxId: id, kind, detail: { state: row.state, reason }, lifecycle },
+        id: randomUUID(),
+        teamId: row.teamId,
+      });
     }
     return lost;
   }

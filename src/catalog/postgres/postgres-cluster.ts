@@ -1,15 +1,16 @@
 import { WarrenError } from "../../shared/index.js";
 import type { SandboxState, TeamUsage } from "../catalog.js";
-import type {
-  ClusterCatalog,
-  ClusterSandboxRow,
-  DownNode,
-  NodeCapacity,
-  NodeLoad,
-  NodeRegistration,
-  NodeRow,
-  NodeState,
-  SandboxLocation,
+import {
+  type ClusterCatalog,
+  type ClusterSandboxRow,
+  type DownNode,
+  LOST_EVENT,
+  type NodeCapacity,
+  type NodeLoad,
+  type NodeRegistration,
+  type NodeRow,
+  type NodeState,
+  type SandboxLocation,
 } from "../cluster.js";
 import { toTeamUsage, type UsageRecord } from "../team-admission.js";
 import type { TeamCatalog } from "../teams.js";
@@ -65,6 +66,13 @@ const SQL = {
     UPDATE sandboxes s SET state = 'killed', ended_reason = 'lost', updated_at = now()
     FROM lost WHERE s.id = lost.id
     RETURNING s.id, s.node_id, lost.state AS was`,
+  // Each lost sandbox's history entry and its team's `killed` event (LOST_EVENT):
+  // $1 ids, $2 the states they had, $3 kind, $4 lifecycle type, $5 reason.
+  recordLost: `
+    INSERT INTO events (sandbox_id, at, kind, detail, lifecycle, event_id, team_id)
+    SELECT l.id, now(), $3, jsonb_build_object('state', l.was, 'reason', $5::text), $4,
+      gen_random_uuid()::text, s.team_id
+    FROM unnest($1::text[], $2::text[]) AS l(id, was) JOIN sandboxes s ON s.id = l.id`,
   locateSandbox: `
     SELECT s.node_id, n.url AS node_url, s.state, n.state AS node_state, s.ended_reason,
       s.vcpus, s.memory_mib, s.team_id
@@ -151,6 +159,14 @@ export class PostgresCluster implements ClusterCatalog {
         [nodes.map((n) => n.id)],
       );
       lost.sort((x, y) => (x.id < y.id ? -1 : 1));
+      const { kind, lifecycle, reason } = LOST_EVENT;
+      await client.query(SQL.recordLost, [
+        lost.map((l) => l.id),
+        lost.map((l) => l.was),
+        kind,
+        lifecycle,
+        reason,
+      ]);
       return nodes
         .sort((x, y) => (x.id < y.id ? -1 : 1))
         .map((n) => ({

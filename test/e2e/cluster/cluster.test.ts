@@ -95,6 +95,17 @@ async function gatewayJson(path: string): Promise<unknown> {
   return res.json();
 }
 
+/** A sandbox's lifecycle events through the gateway, oldest first: type and eventData. */
+async function eventsOf(sandboxId: string): Promise<[string, Record<string, unknown>][]> {
+  const res = await fetch(
+    `${cluster.gateway.url}/events/sandboxes/${sandboxId}?orderAsc=true&limit=100`,
+    { headers: { "x-api-key": cluster.apiKey } },
+  );
+  assert.equal(res.status, 200);
+  const events = (await res.json()) as { type: string; eventData: Record<string, unknown> }[];
+  return events.map((e) => [e.type.replace("sandbox.lifecycle.", ""), e.eventData]);
+}
+
 describe("a cluster of three nodes behind a gateway", () => {
   it("every node registers (its cluster port, mutual TLS) and heartbeats; the database holds no key to it", async () => {
     await waitFor("three nodes up with a load", async () => {
@@ -182,6 +193,11 @@ describe("a cluster of three nodes behind a gateway", () => {
     }
     for (const sandbox of traced) await assertTraces(sandbox);
     assert.deepEqual(await catalog.listSandboxes({ nodeId: drained.id }), [], "none left on it");
+    // Its life on two nodes, told as one through the gateway.
+    assert.deepEqual(
+      (await eventsOf(traced[0]?.sandboxId ?? "")).map(([type]) => type),
+      ["created", "paused", "resumed"],
+    );
 
     const undrain = await fetch(`${cluster.gateway.url}/nodes/${drained.id}/undrain`, {
       method: "POST",
@@ -261,6 +277,10 @@ describe("a cluster of three nodes behind a gateway", () => {
       assert.equal(location?.state, "killed");
       assert.match(location?.endedReason ?? "", /^lost/);
       await assert.rejects(Sandbox.getInfo(sandbox.sandboxId), SandboxNotFoundError);
+      // Its team is told it was killed, though its node never said so.
+      const [type, data] = (await eventsOf(sandbox.sandboxId)).at(-1) ?? [];
+      assert.equal(type, "killed");
+      assert.match(String(data?.kill_reason), /^lost: its node stopped answering/);
     }
     const fresh = await Promise.all(Array.from({ length: 4 }, () => Sandbox.create()));
     sandboxes.push(...fresh);
