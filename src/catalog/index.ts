@@ -44,3 +44,10 @@ export {
   type TeamRow,
 } from "./teams.js";
 export type { VolumeCatalog, VolumeRow } from "./volumes.js";
+export type {
+  DeliveryOutcome,
+  WebhookCatalog,
+  WebhookDelivery,
+  WebhookPatch,
+  WebhookRow,
+} from "./webhooks.js";

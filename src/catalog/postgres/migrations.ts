@@ -212,6 +212,35 @@ export const MIGRATIONS: readonly string[] = [
   ALTER TABLE events ADD COLUMN lifecycle TEXT, ADD COLUMN event_id TEXT, ADD COLUMN team_id TEXT;
   CREATE INDEX events_by_team ON events (team_id, at, id) WHERE lifecycle IS NOT NULL;
   `,
+  // A team's webhooks, and the deliveries owed to them (queued with their events).
+  `
+  CREATE TABLE webhooks (
+    id TEXT PRIMARY KEY,
+    team_id TEXT NOT NULL REFERENCES teams (id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    url TEXT NOT NULL,
+    enabled BOOLEAN NOT NULL,
+    events JSONB NOT NULL,
+    sealed_secret TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL,
+    last_delivery JSONB,
+    failures INTEGER NOT NULL DEFAULT 0
+  );
+  CREATE INDEX webhooks_by_team ON webhooks (team_id, created_at, id);
+  CREATE TABLE webhook_deliveries (
+    id BIGSERIAL PRIMARY KEY,
+    webhook_id TEXT NOT NULL REFERENCES webhooks (id) ON DELETE CASCADE,
+    event_id TEXT NOT NULL,
+    sandbox_id TEXT NOT NULL,
+    queued_at TIMESTAMPTZ NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    due_at TIMESTAMPTZ NOT NULL,
+    leased_until TIMESTAMPTZ
+  );
+  CREATE INDEX webhook_deliveries_due ON webhook_deliveries (due_at);
+  CREATE INDEX webhook_deliveries_in_order ON webhook_deliveries (webhook_id, sandbox_id, id);
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -22,10 +22,12 @@ import type { SecretCatalog } from "../secrets.js";
 import { admitOrRefuse, toTeamUsage, type UsageRecord } from "../team-admission.js";
 import type { TeamCatalog } from "../teams.js";
 import type { VolumeCatalog } from "../volumes.js";
+import type { WebhookCatalog } from "../webhooks.js";
 import { CatalogPool, type PoolOptions, rowsOf } from "./pool.js";
 import { PostgresSecrets } from "./postgres-secrets.js";
 import { PostgresTeams } from "./postgres-teams.js";
 import { PostgresVolumes } from "./postgres-volumes.js";
+import { PostgresWebhooks } from "./postgres-webhooks.js";
 import {
   type BuildRecord,
   type EventRecord,
@@ -83,6 +85,7 @@ export class PostgresCatalog implements Catalog {
   readonly teams: TeamCatalog;
   readonly volumes: VolumeCatalog;
   readonly secrets: SecretCatalog;
+  readonly webhooks: WebhookCatalog;
 
   private constructor(db: CatalogPool, nodeId: string) {
     this.#db = db;
@@ -90,6 +93,7 @@ export class PostgresCatalog implements Catalog {
     this.teams = new PostgresTeams(db);
     this.volumes = new PostgresVolumes(db);
     this.secrets = new PostgresSecrets(db);
+    this.webhooks = new PostgresWebhooks(db);
   }
 
   /** Connects (a bounded pool) and migrates the database, once across nodes opening at once. */

@@ -16,6 +16,7 @@ import { toTeamUsage, type UsageRecord } from "../team-admission.js";
 import type { TeamCatalog } from "../teams.js";
 import { CatalogPool, type PoolOptions, rowsOf } from "./pool.js";
 import { PostgresTeams } from "./postgres-teams.js";
+import { ENQUEUE_DELIVERIES } from "./postgres-webhooks.js";
 import { type SandboxRecord, toSandboxRow } from "./rows.js";
 import { SQL as CATALOG_SQL } from "./statements.js";
 
@@ -72,7 +73,8 @@ const SQL = {
     INSERT INTO events (sandbox_id, at, kind, detail, lifecycle, event_id, team_id)
     SELECT l.id, now(), $3, jsonb_build_object('state', l.was, 'reason', $5::text), $4,
       gen_random_uuid()::text, s.team_id
-    FROM unnest($1::text[], $2::text[]) AS l(id, was) JOIN sandboxes s ON s.id = l.id`,
+    FROM unnest($1::text[], $2::text[]) AS l(id, was) JOIN sandboxes s ON s.id = l.id
+    RETURNING event_id`,
   locateSandbox: `
     SELECT s.node_id, n.url AS node_url, s.state, n.state AS node_state, s.ended_reason,
       s.vcpus, s.memory_mib, s.team_id
@@ -160,13 +162,14 @@ export class PostgresCluster implements ClusterCatalog {
       );
       lost.sort((x, y) => (x.id < y.id ? -1 : 1));
       const { kind, lifecycle, reason } = LOST_EVENT;
-      await client.query(SQL.recordLost, [
+      const recorded = await rowsOf<{ event_id: string }>(client, SQL.recordLost, [
         lost.map((l) => l.id),
         lost.map((l) => l.was),
         kind,
         lifecycle,
         reason,
       ]);
+      await client.query(ENQUEUE_DELIVERIES, [recorded.map((r) => r.event_id)]);
       return nodes
         .sort((x, y) => (x.id < y.id ? -1 : 1))
         .map((n) => ({

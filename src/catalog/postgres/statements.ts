@@ -150,11 +150,19 @@ export const SQL = {
   snapshotSandboxes: `
     SELECT id FROM sandboxes WHERE snapshot_id = $1 AND state <> 'killed' ORDER BY id`,
 
-  // A lifecycle event takes its sandbox's team now: the team lists it by that column.
+  // A lifecycle event takes its sandbox's team now: the team lists it by that column. Its
+  // webhook deliveries are queued in the same statement (postgres-webhooks.ts).
   insertEvent: `
-    INSERT INTO events (sandbox_id, at, kind, detail, lifecycle, event_id, team_id)
-    VALUES ($1, $2, $3, $4::jsonb, $5::text, $6,
-      CASE WHEN $5::text IS NOT NULL THEN (SELECT team_id FROM sandboxes WHERE id = $1) END)`,
+    WITH e AS (
+      INSERT INTO events (sandbox_id, at, kind, detail, lifecycle, event_id, team_id)
+      VALUES ($1, $2, $3, $4::jsonb, $5::text, $6,
+        CASE WHEN $5::text IS NOT NULL THEN (SELECT team_id FROM sandboxes WHERE id = $1) END)
+      RETURNING event_id, sandbox_id, at, lifecycle, team_id
+    )
+    INSERT INTO webhook_deliveries (webhook_id, event_id, sandbox_id, queued_at, due_at)
+    SELECT w.id, e.event_id, e.sandbox_id, e.at, e.at
+    FROM e JOIN webhooks w ON w.team_id = e.team_id
+    WHERE e.lifecycle IS NOT NULL AND w.enabled AND w.events ? e.lifecycle`,
   // The inner query keeps the newest `limit` (NULL: all); the outer one puts them oldest first.
   listEvents: `
     SELECT sandbox_id, at, kind, detail, lifecycle FROM (

@@ -188,6 +188,35 @@ export const MIGRATIONS: readonly string[] = [
   ALTER TABLE events ADD COLUMN team_id TEXT;
   CREATE INDEX events_by_team ON events (team_id, at, id) WHERE lifecycle IS NOT NULL;
   `,
+  // v9: a team's webhooks, and the deliveries owed to them (queued with their events).
+  `
+  CREATE TABLE webhooks (
+    id TEXT PRIMARY KEY,
+    team_id TEXT NOT NULL REFERENCES teams (id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    url TEXT NOT NULL,
+    enabled INTEGER NOT NULL,
+    events TEXT NOT NULL,
+    sealed_secret TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    last_delivery TEXT,
+    failures INTEGER NOT NULL DEFAULT 0
+  ) STRICT;
+  CREATE INDEX webhooks_by_team ON webhooks (team_id, created_at, id);
+  CREATE TABLE webhook_deliveries (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    webhook_id TEXT NOT NULL REFERENCES webhooks (id) ON DELETE CASCADE,
+    event_id TEXT NOT NULL,
+    sandbox_id TEXT NOT NULL,
+    queued_at TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    due_at TEXT NOT NULL,
+    leased_until TEXT
+  ) STRICT;
+  CREATE INDEX webhook_deliveries_due ON webhook_deliveries (due_at);
+  CREATE INDEX webhook_deliveries_in_order ON webhook_deliveries (webhook_id, sandbox_id, id);
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

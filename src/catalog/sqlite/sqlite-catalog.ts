@@ -23,6 +23,7 @@ import type { SecretCatalog } from "../secrets.js";
 import { AdmissionRefused, admitOrRefuse, toTeamUsage } from "../team-admission.js";
 import type { TeamCatalog } from "../teams.js";
 import type { VolumeCatalog } from "../volumes.js";
+import type { WebhookCatalog } from "../webhooks.js";
 import { checkVersion, migrate } from "./migrations.js";
 import {
   buildParams,
@@ -41,6 +42,7 @@ import {
 import { SqliteSecrets } from "./sqlite-secrets.js";
 import { SqliteTeams } from "./sqlite-teams.js";
 import { SqliteVolumes } from "./sqlite-volumes.js";
+import { SqliteWebhooks } from "./sqlite-webhooks.js";
 import { prepareStatements, type Statements } from "./statements.js";
 
 const BUSY_TIMEOUT_MS = 5_000;
@@ -56,6 +58,7 @@ export class SqliteCatalog implements Catalog {
   readonly teams: TeamCatalog;
   readonly volumes: VolumeCatalog;
   readonly secrets: SecretCatalog;
+  readonly webhooks: WebhookCatalog;
 
   private constructor(db: Database.Database) {
     this.#db = db;
@@ -63,6 +66,7 @@ export class SqliteCatalog implements Catalog {
     this.teams = new SqliteTeams(db, (context, work) => this.#run(context, work));
     this.volumes = new SqliteVolumes(db, (context, work) => this.#run(context, work));
     this.secrets = new SqliteSecrets(db, (context, work) => this.#run(context, work));
+    this.webhooks = new SqliteWebhooks(db, (context, work) => this.#run(context, work));
   }
 
   /** Opens (creating if needed, with its directory) and migrates the catalog file at `path`. */
@@ -292,14 +296,18 @@ export class SqliteCatalog implements Catalog {
 
   recordEvent(event: EventRow): Promise<void> {
     return this.#run(`record event ${event.kind} of ${event.sandboxId}`, () => {
-      this.#sql.insertEvent.run({
-        sandboxId: event.sandboxId,
-        at: event.at,
-        kind: event.kind,
-        detail: event.detail === undefined ? null : JSON.stringify(event.detail),
-        lifecycle: event.lifecycle ?? null,
-        eventId: event.lifecycle === undefined ? null : randomUUID(),
-      });
+      const eventId = event.lifecycle === undefined ? null : randomUUID();
+      this.#db.transaction(() => {
+        this.#sql.insertEvent.run({
+          sandboxId: event.sandboxId,
+          at: event.at,
+          kind: event.kind,
+          detail: event.detail === undefined ? null : JSON.stringify(event.detail),
+          lifecycle: event.lifecycle ?? null,
+          eventId,
+        });
+        if (eventId !== null) this.#sql.enqueueDeliveries.run(eventId);
+      })();
     });
   }
 

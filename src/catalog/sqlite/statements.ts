@@ -179,6 +179,14 @@ export function prepareStatements(db: Database.Database) {
       oldestFirst: q<LifecycleEventRecord>(lifecycleListing("ASC")),
     },
     purgeEvents: q("DELETE FROM events WHERE at < ?"),
+    // A delivery of the event just recorded for every enabled webhook of its team that
+    // lists its type: in the event's own transaction, so neither is kept without the other.
+    enqueueDeliveries: q(`
+        INSERT INTO webhook_deliveries (webhook_id, event_id, sandbox_id, queued_at, due_at)
+        SELECT w.id, e.event_id, e.sandbox_id, e.at, e.at
+        FROM events e JOIN webhooks w ON w.team_id = e.team_id
+        WHERE e.event_id = ? AND w.enabled = 1
+          AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value = e.lifecycle)`),
   };
 }
 

@@ -8,6 +8,7 @@ import { type Catalog, PostgresCatalog, type TemplateKind } from "../../../src/c
 import { MIGRATIONS, SCHEMA_VERSION } from "../../../src/catalog/postgres/migrations.js";
 import { catalogContract, sandboxRow } from "../../contracts/catalog.contract.js";
 import { secretsContract } from "../../contracts/secrets.contract.js";
+import { webhooksContract } from "../../contracts/webhooks.contract.js";
 import { teamsContract } from "../../contracts/teams.contract.js";
 import { volumesContract } from "../../contracts/volumes.contract.js";
 import { startPostgres, type TestPostgres } from "../../helpers/postgres.js";
@@ -425,6 +426,23 @@ secretsContract("postgres", async () => {
   });
   return {
     secrets: catalog.secrets,
+    teams: catalog.teams,
+    cleanup: async () => {
+      await catalog.close();
+      await server.dropDatabase(name);
+    },
+  };
+});
+
+webhooksContract("postgres", async () => {
+  const name = `webhooks_${++databases}`;
+  const catalog = await PostgresCatalog.open({
+    connectionString: await server.createDatabase(name),
+    nodeId: "node-a",
+  });
+  return {
+    catalog,
+    webhooks: catalog.webhooks,
     teams: catalog.teams,
     cleanup: async () => {
       await catalog.close();
