@@ -66,6 +66,8 @@ describe("SqliteCatalog", () => {
       "template_tags",
       "templates",
       "volumes",
+      "webhook_deliveries",
+      "webhooks",
     ]);
   });
 
