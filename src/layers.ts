@@ -128,6 +128,16 @@ export const COMPONENTS: Readonly<Record<string, Component>> = {
     },
     packages: ["@connectrpc/connect", "tar"],
   },
+  events: {
+    role: "E2B's lifecycle events outward: their body, webhooks and their signed deliveries",
+    imports: {
+      catalog: "the event, webhook and delivery rows",
+      secrets: "`SecretBox`: signature secrets sealed",
+      protocol: "",
+      shared: "",
+    },
+    packages: [],
+  },
   relay: {
     role: "one reverse-proxy exchange and the error answers, for proxy, gateway, egress gate",
     imports: { shared: "`WarrenError`" },
@@ -142,6 +152,7 @@ export const COMPONENTS: Readonly<Record<string, Component>> = {
       tenancy: "teams, keys and quotas behind the routes' auth",
       volumes: "`Volumes`: rows and safe file access",
       secrets: "`Secrets`",
+      events: "the event body, `Webhooks`",
       catalog: "the catalog's row types",
       relay: "the error body: `apiErrorBody`, `retryAfterSeconds`",
       protocol: "",
@@ -161,10 +172,11 @@ export const COMPONENTS: Readonly<Record<string, Component>> = {
     packages: [],
   },
   "guest-services": {
-    role: "the process that parses what guests and upstreams send (volumes' NFS, the egress gate: DNS, SNI/Host, TLS for header rules), out of the root server",
+    role: "the process that parses what guests and upstreams send (volumes' NFS, the egress gate: DNS, SNI/Host, TLS for header rules; webhook receivers' answers), out of the root server",
     imports: {
       volumes: "the NFS service",
       network: "the egress gate",
+      events: "`postWebhook` (by path): deliveries leave from here",
       protocol: "",
       shared: "",
     },
@@ -198,6 +210,7 @@ export const COMPONENTS: Readonly<Record<string, Component>> = {
       tenancy: "",
       volumes: "",
       secrets: "",
+      events: "",
       protocol: "",
       shared: "",
     },

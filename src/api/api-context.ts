@@ -1,4 +1,5 @@
 import type { TemplateBuilds } from "../builds/index.js";
+import type { Webhooks } from "../events/index.js";
 import type { SandboxService, ServerStatus } from "../orchestrator/index.js";
 import type { Secrets } from "../secrets/index.js";
 import type { TeamAdmin } from "../tenancy/index.js";
@@ -18,6 +19,7 @@ export interface ApiContext {
   readonly volumes?: () => Volumes;
   /** Secrets (values write-only); throws (503) while the node starts. Absent: their routes answer 503. */
   readonly secrets?: () => Secrets;
+  readonly webhooks?: () => Webhooks;
   /** Returned as `domain` in Sandbox responses; null: the SDK uses its E2B_DOMAIN. */
   readonly domain: string | null;
   /** TTL when a create (or refresh) does not name one. */

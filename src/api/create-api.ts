@@ -11,6 +11,7 @@ import fastify, {
 } from "fastify";
 import type { Logger } from "pino";
 import type { TemplateBuilds } from "../builds/index.js";
+import type { Webhooks } from "../events/index.js";
 import { assertReady, type SandboxService, type ServerStatus } from "../orchestrator/index.js";
 import type { Secrets } from "../secrets/index.js";
 import type { Caller, TeamAdmin } from "../tenancy/index.js";
@@ -40,6 +41,7 @@ import { registerSnapshotRoutes } from "./routes/snapshots.js";
 import { registerTeamRoutes } from "./routes/teams.js";
 import { registerTemplateRoutes, registerUploadRoute } from "./routes/templates.js";
 import { registerVolumeContentRoutes, registerVolumeRoutes } from "./routes/volumes.js";
+import { registerWebhookRoutes } from "./routes/webhooks.js";
 
 export interface ApiOptions {
   /** The node's sandboxes; throws the readiness gate's error (503) while the node starts. */
@@ -58,6 +60,8 @@ export interface ApiOptions {
   /** Volumes and their content API; throws 503 while the node starts. Absent: 503. */
   readonly volumes?: () => Volumes;
   readonly secrets?: () => Secrets;
+  /** A team's webhooks (`/events/webhooks`); absent: 503. */
+  readonly webhooks?: () => Webhooks;
   /** `domain` of Sandbox responses. Default null: the SDK uses its own E2B_DOMAIN. */
   readonly domain?: string | null;
   /** TTL of a sandbox created without `timeout`. Default 300 000 (E2B's 300 s). */
@@ -88,6 +92,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
     teamAdmin: options.teamAdmin,
     volumes: options.volumes,
     secrets: options.secrets,
+    webhooks: options.webhooks,
     domain: options.domain ?? null,
     defaultTimeoutMs: options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS,
     maxTimeoutMs: options.maxTimeoutMs ?? MAX_TIMEOUT_MS,
@@ -151,6 +156,7 @@ export function createApi(options: ApiOptions): FastifyInstance {
     registerTelemetryRoutes(api, context);
     registerSnapshotRoutes(api, context);
     registerEventRoutes(api, context);
+    registerWebhookRoutes(api, context);
     registerNetworkRoutes(api, context);
     registerTemplateRoutes(api, context);
     registerNodeRoutes(api, context);

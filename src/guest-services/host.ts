@@ -3,6 +3,7 @@ import { createSocket, type Socket as UdpSocket } from "node:dgram";
 import { closeSync } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
+import type { PostRequest, PostResult } from "../events/post.js";
 import {
   bindUdpInNamespace,
   type EgressPolicy,
@@ -75,6 +76,8 @@ interface Registration {
 const HEALTHY_MS = 10_000;
 /** Asks answered at once; more are refused (a process gone wrong cannot queue the server up). */
 const MAX_ASKS = 64;
+/** Requests (opens, deliveries) awaiting an answer at once; a delivery past it is retried. */
+const MAX_CALLS = 1024;
 
 class ServicesStopped extends WarrenError {
   constructor() {
@@ -96,9 +99,10 @@ class ServicesStopped extends WarrenError {
 export class GuestServices {
   readonly #o: GuestServicesOptions;
   readonly #registrations = new Map<string, Registration>();
+  /** Requests awaiting their answer: `done` (no value), `posted` (a status), `failed`. */
   readonly #calls = new Map<
     number,
-    { readonly what: string; resolve(): void; reject(err: Error): void }
+    { readonly what: string; resolve(status?: number): void; reject(err: Error): void }
   >();
   #nextId = 0;
   #asks = 0;
@@ -175,6 +179,30 @@ export class GuestServices {
         return this.#openGate(registration);
       },
     };
+  }
+
+  /**
+   * One webhook delivery attempt, made by the process: the receiver's answer is parsed there.
+   * Never throws; a process that is down or silent is the attempt's error (it is retried).
+   */
+  async post(request: PostRequest): Promise<PostResult> {
+    if (this.#calls.size >= MAX_CALLS) return { error: "too many deliveries under way" };
+    const id = this.#id();
+    const answered = new Promise<number | undefined>((resolve, reject) => {
+      this.#calls.set(id, { what: "webhook delivery", resolve, reject });
+    });
+    const timer = setTimeout(
+      () => this.#settle(id, new Error("the guest services process did not answer")),
+      request.timeoutMs + 5_000,
+    );
+    this.#send({ type: "post", id, request });
+    try {
+      return { status: (await answered) ?? 0 };
+    } catch (err) {
+      return { error: err instanceof Error ? err.message : String(err) };
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async close(): Promise<void> {
@@ -319,7 +347,7 @@ export class GuestServices {
   ): Promise<void> {
     const what = request.type === "nfs.open" ? "volumes" : "egress gate";
     const answered = new Promise<void>((resolve, reject) => {
-      this.#calls.set(request.id, { what, resolve, reject });
+      this.#calls.set(request.id, { what, resolve: () => resolve(), reject });
     });
     const timer = setTimeout(
       () =>
@@ -340,11 +368,11 @@ export class GuestServices {
     }
   }
 
-  #settle(id: number, err?: Error): void {
+  #settle(id: number, err?: Error, status?: number): void {
     const call = this.#calls.get(id);
     this.#calls.delete(id);
     if (err) call?.reject(err);
-    else call?.resolve();
+    else call?.resolve(status);
   }
 
   #id(): number {
@@ -384,6 +412,7 @@ export class GuestServices {
 
   #onEvent(event: ServicesEvent): void {
     if (event.type === "done") this.#settle(event.id);
+    else if (event.type === "posted") this.#settle(event.id, undefined, event.status);
     else if (event.type === "failed") {
       const what = this.#calls.get(event.id)?.what ?? "guest services";
       this.#settle(event.id, new WarrenError("unavailable", `${what}: ${event.message}`));

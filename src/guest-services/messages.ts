@@ -1,3 +1,4 @@
+import type { PostRequest } from "../events/post.js";
 import type { EgressPolicy } from "../network/index.js";
 import type { NfsExport } from "../volumes/index.js";
 
@@ -87,6 +88,8 @@ export type ServicesRequest =
       readonly policy: EgressPolicy;
     }
   | { readonly type: "close"; readonly slot: string; readonly service: ServiceKind }
+  /** A webhook delivery attempt: answered `posted` (the receiver's status) or `failed`. */
+  | { readonly type: "post"; readonly id: number; readonly request: PostRequest }
   | { readonly type: "answer"; readonly id: number; readonly value: LeafPem | string | null }
   | {
       readonly type: "refusal";
@@ -99,6 +102,7 @@ export type ServicesEvent =
   | { readonly type: "ready" }
   | { readonly type: "done"; readonly id: number }
   | { readonly type: "failed"; readonly id: number; readonly message: string }
+  | { readonly type: "posted"; readonly id: number; readonly status: number }
   | { readonly type: "ask"; readonly id: number; readonly ask: Ask };
 
 const SLOT = /^[A-Za-z0-9._-]{1,64}$/;
@@ -134,6 +138,8 @@ export function isServicesRequest(message: unknown): message is ServicesRequest 
       return isId(m.id) && isSlot(m.slot) && isObject(m.policy);
     case "close":
       return isSlot(m.slot) && SERVICES.includes(m.service);
+    case "post":
+      return isId(m.id) && isObject(m.request) && typeof m.request.url === "string";
     case "answer":
       return isId(m.id);
     case "refusal":
@@ -154,6 +160,8 @@ export function isServicesEvent(message: unknown): message is ServicesEvent {
       return isId(m.id);
     case "failed":
       return isId(m.id) && typeof m.message === "string" && m.message.length <= MAX_MESSAGE;
+    case "posted":
+      return isId(m.id) && Number.isInteger(m.status) && (m.status as number) >= 0;
     case "ask":
       return isId(m.id) && isAsk(m.ask);
     default:

@@ -1,5 +1,6 @@
 import type { Socket as UdpSocket } from "node:dgram";
 import type { Server, Socket } from "node:net";
+import { postWebhook } from "../events/post.js";
 import type { EgressGate, GateListener } from "../network/index.js";
 import { validateEgressPolicy } from "../network/index.js";
 import type { Logger } from "../shared/index.js";
@@ -21,7 +22,8 @@ type Handles = Partial<Record<ListenerName, Server | UdpSocket>>;
 /**
  * The guest-facing services of one node, in their own process: each slot's NFS (its
  * sandbox's volumes) and egress gate (DNS, SNI/Host, TLS for header rules), on the listeners
- * the server made in the slot's namespace and handed over. What a guest or an upstream sends
+ * the server made in the slot's namespace and handed over; and webhook deliveries' POSTs,
+ * whose receivers are a tenant's choice. What a guest or an upstream sends
  * is parsed here and nowhere else; a connection the server accepted before a handover comes
  * in as a socket it never read.
  */
@@ -62,6 +64,15 @@ export class GuestServiceTable {
         break;
       case "close":
         this.#close(request.service, request.slot);
+        break;
+      case "post":
+        void postWebhook(request.request).then((result) =>
+          this.send(
+            "status" in result
+              ? { type: "posted", id: request.id, status: result.status }
+              : { type: "failed", id: request.id, message: result.error.slice(0, 1024) },
+          ),
+        );
         break;
       case "answer":
       case "refusal":

@@ -5,8 +5,8 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
+import { nonPublicAddress } from "../shared/public-address.js";
 import { pullImage } from "./pull-image.js";
-import { nonPublicAddress } from "./registry-http.js";
 
 /**
  * Where a pull may go. A registry named by a caller, its token realm and every redirect must

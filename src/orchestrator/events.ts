@@ -1,4 +1,5 @@
 import type { SandboxState, TemplateRow } from "../catalog/index.js";
+import type { LifecycleType } from "../protocol/index.js";
 import type { ExitInfo, MachineShape, SnapshotTiming } from "../vmm/index.js";
 import type { NetworkUpdate } from "./types.js";
 
@@ -125,20 +126,6 @@ export type LifecycleEvent = {
 }[EventName];
 
 export type EventLevel = "info" | "warn" | "error";
-
-/**
- * E2B's lifecycle event types (`GET /events/sandboxes`, webhooks): what a team is told of its
- * sandboxes' lives. Each history entry that is one of them says which (`HistorySpec.lifecycle`).
- */
-export const LIFECYCLE_TYPES = [
-  "sandbox.lifecycle.created",
-  "sandbox.lifecycle.updated",
-  "sandbox.lifecycle.paused",
-  "sandbox.lifecycle.resumed",
-  "sandbox.lifecycle.checkpointed",
-  "sandbox.lifecycle.killed",
-] as const;
-export type LifecycleType = (typeof LIFECYCLE_TYPES)[number];
 
 /** A sandbox's history entry for an event (`GET /sandboxes/{id}/logs`). */
 export interface HistorySpec<F> {

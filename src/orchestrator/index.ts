@@ -5,9 +5,7 @@ export {
   type EventLevel,
   type EventName,
   LIFECYCLE_EVENTS,
-  LIFECYCLE_TYPES,
   type LifecycleEvent,
-  type LifecycleType,
 } from "./events.js";
 export {
   EnvdClient,

@@ -1,4 +1,5 @@
 import type { Catalog, EventRow } from "../catalog/index.js";
+import type { LifecycleType } from "../protocol/index.js";
 import type { Logger } from "../shared/index.js";
 import { phase } from "../shared/phases.js";
 import {
@@ -7,7 +8,6 @@ import {
   type EventSpec,
   LIFECYCLE_EVENTS,
   type LifecycleEvent,
-  type LifecycleType,
 } from "./events.js";
 
 export interface LifecycleEventsOptions {

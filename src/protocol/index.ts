@@ -4,6 +4,7 @@ export * as processPb from "./gen/process/process_pb.js";
 export * from "./guest-network.js";
 export * from "./internal-api.js";
 export * from "./keeper.js";
+export * from "./lifecycle-events.js";
 export * from "./node-view.js";
 export * from "./sandbox-list.js";
 export * from "./sandbox-target.js";

@@ -5,6 +5,7 @@ import { fileURLToPath } from "node:url";
 import type { Logger } from "pino";
 import { createApi } from "../api/index.js";
 import type { TemplateBuilds } from "../builds/index.js";
+import type { Webhooks } from "../events/index.js";
 import type { Orchestrator, ServerStatus } from "../orchestrator/index.js";
 import { SandboxProxy } from "../proxy/index.js";
 import { apiError, sendError } from "../relay/index.js";
@@ -33,6 +34,7 @@ export interface FrontOptions {
   readonly volumes: () => Volumes;
   /** Secrets, once the catalog is open (throws 503 until then). */
   readonly secrets: () => Secrets;
+  readonly webhooks: () => Webhooks;
   /** The node's phase, answered while it starts. */
   readonly status: () => ServerStatus;
   /** The orchestrator, once the node has started. */
@@ -96,6 +98,7 @@ export async function listenFront(options: FrontOptions): Promise<Front> {
     teamAdmin: options.teamAdmin,
     volumes: options.volumes,
     secrets: options.secrets,
+    webhooks: options.webhooks,
     domain: config.domain ?? null,
     defaultTimeoutMs: config.defaultTimeoutMs,
     maxTimeoutMs: config.maxTimeoutMs,

@@ -10,7 +10,9 @@ import {
   SqliteCatalog,
   type TeamCatalog,
   type VolumeCatalog,
+  type WebhookCatalog,
 } from "../catalog/index.js";
+import { Deliverer, Webhooks } from "../events/index.js";
 import { type GateSupplies, GuestServices, MAPPED_IDS } from "../guest-services/index.js";
 import { ensureHostSetup, GUEST_ARTIFACTS, type GuestArtifacts } from "../host-setup/index.js";
 import {
@@ -103,6 +105,7 @@ export interface NodePartsInput {
   /** Volumes, bound as soon as the catalog is open. */
   readonly volumes: Late<Volumes>;
   readonly secrets: Late<Secrets>;
+  readonly webhooks: Late<Webhooks>;
   readonly metrics: NodeMetrics;
   /** Each part started is added, to be stopped with the server. */
   readonly closers: CloseStack;
@@ -138,12 +141,17 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
       log.warn({ err }, "server.oom_score_unchanged"),
     );
   }
-  const { catalog, cluster, teams, volumes: volumeRows, secrets } = await openCatalogs(input);
-  const teamSecrets = new Secrets({
-    catalog: secrets,
-    box: await SecretBox.open(input.layout.secretsDir),
-  });
+  const catalogs = await openCatalogs(input);
+  const { catalog, cluster, teams, volumes: volumeRows, secrets } = catalogs;
+  const box = await SecretBox.open(input.layout.secretsDir);
+  const teamSecrets = new Secrets({ catalog: secrets, box });
   input.secrets.bind(teamSecrets);
+  const webhooks = new Webhooks({
+    catalog: catalogs.webhooks,
+    box,
+    privateHosts: new Set(config.webhookPrivateHosts),
+  });
+  input.webhooks.bind(webhooks);
   // The CA every guest trusts for the domains of its network.rules (egress-gate/intercept.ts).
   const egressCa = await EgressCa.open(join(input.layout.secretsDir, "egress-ca"));
   const egress = await egressSupplies(egressCa, teamSecrets, config);
@@ -167,6 +175,17 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   input.volumes.bind(volumes);
   input.step("starting the guest services");
   const services = simulated ? undefined : await startGuestServices(input, ids);
+  if (services) {
+    const deliverer = new Deliverer({
+      catalog: catalogs.webhooks,
+      secretOf: (webhook) => webhooks.secretOf(webhook),
+      post: (request) => services.post(request),
+      privateHosts: config.webhookPrivateHosts,
+      logger: logger.child({ component: "webhooks" }),
+    });
+    deliverer.start();
+    closers.add("webhook deliveries", () => deliverer.stop());
+  }
   const host = hostResources();
   const limits = capacityLimits(config, host);
   const started = newOrchestrator(input, {
@@ -304,6 +323,7 @@ async function openCatalogs(input: NodePartsInput): Promise<{
   teams: TeamCatalog;
   volumes: VolumeCatalog;
   secrets: SecretCatalog;
+  webhooks: WebhookCatalog;
 }> {
   const { config, layout } = input;
   if (!config.databaseUrl) {
@@ -313,6 +333,7 @@ async function openCatalogs(input: NodePartsInput): Promise<{
       teams: catalog.teams,
       volumes: catalog.volumes,
       secrets: catalog.secrets,
+      webhooks: catalog.webhooks,
     };
   }
   const connectionString = config.databaseUrl;
@@ -332,6 +353,7 @@ async function openCatalogs(input: NodePartsInput): Promise<{
     teams: catalog.teams,
     volumes: catalog.volumes,
     secrets: catalog.secrets,
+    webhooks: catalog.webhooks,
   };
 }
 

@@ -1,6 +1,7 @@
 import pino, { type Logger } from "pino";
 import type { TemplateBuilds } from "../builds/index.js";
 import type { TeamCatalog } from "../catalog/index.js";
+import type { Webhooks } from "../events/index.js";
 import {
   ensureLayout,
   type Orchestrator,
@@ -75,6 +76,7 @@ export async function startNodeServer(
   const teamSandboxes = new Late<TeamSandboxes>(() => status);
   const volumes = new Late<Volumes>(() => status);
   const secrets = new Late<Secrets>(() => status);
+  const webhooks = new Late<Webhooks>(() => status);
   const metrics = new NodeMetrics(() => orchestrator.current?.stats());
   const authenticator = new Authenticator({
     adminToken: admin.token,
@@ -89,6 +91,7 @@ export async function startNodeServer(
     teamAdmin: () => new TeamAdmin(teams.get(), teamSandboxes.get()),
     volumes: () => volumes.get(),
     secrets: () => secrets.get(),
+    webhooks: () => webhooks.get(),
     status: nodeStatus,
     orchestrator,
     builds,
@@ -118,6 +121,7 @@ export async function startNodeServer(
     teamSandboxes,
     volumes,
     secrets,
+    webhooks,
     metrics,
     closers,
     uncontainedForBenchmarks: options.uncontainedForBenchmarks,

@@ -507,6 +507,13 @@ const SETTINGS = {
     parse: hostList,
     expects: "comma-separated host[:port] entries",
   },
+  webhookPrivateHosts: {
+    env: "WARREN_WEBHOOK_PRIVATE_HOSTS",
+    doc: "Webhook receivers (comma-separated host[:port]) that deliveries may reach on loopback, private or link-local addresses, e.g. a receiver on the LAN. Any other webhook URL must resolve to public addresses; no redirect is followed.",
+    default: (): string[] => [],
+    parse: hostList,
+    expects: "comma-separated host[:port] entries",
+  },
   databaseUrl: {
     env: "WARREN_DATABASE_URL",
     doc: "Cluster: the PostgreSQL catalog every node and gateway shares (postgres://user:password@host:5432/warren). Unset: this node keeps its own SQLite catalog and is no cluster's member.",

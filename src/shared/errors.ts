@@ -216,6 +216,10 @@ export const ERROR_REASONS = {
     kind: "not_found",
     doc: "The team has no API key with this id: list them with `GET /api-keys` or `warren key ls`.",
   },
+  webhook_not_found: {
+    kind: "not_found",
+    doc: "The team has no webhook with this id: list them with `GET /events/webhooks`.",
+  },
   volume_not_found: {
     kind: "not_found",
     doc: "No volume of the caller's team has this id: list them with `GET /volumes` (`Volume.list()`).",

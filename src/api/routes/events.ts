@@ -1,10 +1,10 @@
 /** A team's sandbox lifecycle events: `GET /events/sandboxes`, `GET /events/sandboxes/:id`. */
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import { LIFECYCLE_TYPES } from "../../orchestrator/index.js";
+import { toSandboxEventJson } from "../../events/index.js";
+import { LIFECYCLE_TYPES } from "../../protocol/index.js";
 import type { ApiContext } from "../api-context.js";
 import { callerOf } from "../caller.js";
 import { checkSandboxId, invalid, queryInteger } from "../input.js";
-import { toSandboxEventJson } from "../lifecycle-event-json.js";
 import { type EventsQuery, eventsQuerySchema } from "../schemas.js";
 
 /** E2B's page: 10 by default, at most 100. */

@@ -8,9 +8,9 @@ import { type Catalog, PostgresCatalog, type TemplateKind } from "../../../src/c
 import { MIGRATIONS, SCHEMA_VERSION } from "../../../src/catalog/postgres/migrations.js";
 import { catalogContract, sandboxRow } from "../../contracts/catalog.contract.js";
 import { secretsContract } from "../../contracts/secrets.contract.js";
-import { webhooksContract } from "../../contracts/webhooks.contract.js";
 import { teamsContract } from "../../contracts/teams.contract.js";
 import { volumesContract } from "../../contracts/volumes.contract.js";
+import { webhooksContract } from "../../contracts/webhooks.contract.js";
 import { startPostgres, type TestPostgres } from "../../helpers/postgres.js";
 
 let server: TestPostgres;

@@ -89,6 +89,9 @@ before(async () => {
     secrets: () => {
       throw new WarrenError("unavailable", "no secrets in this test");
     },
+    webhooks: () => {
+      throw new WarrenError("unavailable", "no webhooks in this test");
+    },
     status: () => orchestrator.get().status(),
     orchestrator,
     builds: new Late<TemplateBuilds>(() => ({ phase: "starting" })),

@@ -1,6 +1,7 @@
 /**
- * E2B's `SandboxEvent` (`GET /events/sandboxes`): Warren's lifecycle history rows in E2B's
- * shape. `eventData` keys are snake_case as E2B's are, inside a camelCase body.
+ * A lifecycle event as E2B sends it: `SandboxEvent` of `GET /events/sandboxes` (camelCase,
+ * `eventData`'s keys snake_case as E2B's are) and a webhook delivery's body (all snake_case,
+ * as E2B's deliveries really are), from Warren's lifecycle history rows.
  */
 import type { LifecycleEventRow } from "../catalog/index.js";
 
@@ -82,6 +83,40 @@ function execution(row: LifecycleEventRow): Record<string, unknown> {
     vcpu_count: sandbox.vcpus,
     memory_mb: sandbox.memoryMiB,
     execution_time: Math.max(0, Date.parse(row.at) - Date.parse(sandbox.startedAt)),
+  };
+}
+
+/** A webhook delivery's body: the same event, snake_case throughout. */
+export interface WebhookPayload {
+  readonly id: string;
+  readonly version: "v2";
+  readonly type: string;
+  readonly timestamp: string;
+  readonly event_category: "lifecycle";
+  readonly event_label: string;
+  readonly event_data: Readonly<Record<string, unknown>>;
+  readonly sandbox_id: string;
+  readonly sandbox_execution_id: string;
+  readonly sandbox_template_id: string;
+  readonly sandbox_build_id: string;
+  readonly sandbox_team_id: string;
+}
+
+export function toWebhookPayload(row: LifecycleEventRow): WebhookPayload {
+  const json = toSandboxEventJson(row);
+  return {
+    id: json.id,
+    version: json.version,
+    type: json.type,
+    timestamp: json.timestamp,
+    event_category: json.eventCategory,
+    event_label: json.eventLabel,
+    event_data: json.eventData,
+    sandbox_id: json.sandboxId,
+    sandbox_execution_id: json.sandboxExecutionId,
+    sandbox_template_id: json.sandboxTemplateId,
+    sandbox_build_id: json.sandboxBuildId,
+    sandbox_team_id: json.sandboxTeamId,
   };
 }
 
