@@ -13,6 +13,8 @@ import {
   rmSync,
   writeFileSync,
 } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
@@ -193,5 +195,34 @@ it("opens a slot's gate again after a kill -9, with the policy it had last", asy
     assert.equal(await lookUpName(udp, "api.allowed.test"), "NXDOMAIN");
   } finally {
     await gate.close();
+  }
+});
+
+it("makes a webhook delivery's POST in its own process, and answers its status", async () => {
+  let seenBy: number | undefined;
+  const receiver = createServer((req, res) => {
+    seenBy = req.socket.remotePort;
+    req.resume();
+    req.on("end", () => res.writeHead(202).end());
+  });
+  await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+  const { port } = receiver.address() as AddressInfo;
+  try {
+    const request = {
+      url: `http://127.0.0.1:${port}/hook`,
+      headers: { "e2b-signature": "s" },
+      body: "{}",
+      timeoutMs: 2_000,
+      privateHosts: [`127.0.0.1:${port}`],
+    };
+    assert.deepEqual(await services.post(request), { status: 202 });
+    assert.ok(seenBy !== undefined);
+    // What the process refuses comes back as the attempt's error, nothing sent.
+    seenBy = undefined;
+    const refused = await services.post({ ...request, privateHosts: [] });
+    assert.match("error" in refused ? refused.error : "", /loopback address/);
+    assert.equal(seenBy, undefined);
+  } finally {
+    receiver.close();
   }
 });
