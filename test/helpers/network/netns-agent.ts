@@ -108,9 +108,15 @@ export class NetnsAgent {
     return this.#request({ op: "listenHttps", port, bulkBytes, ...tls });
   }
 
-  /** What listenHttps servers were sent since the last call. */
+  /** What listenHttps servers (and listenHttp's POSTs, with their body) were sent since the last call. */
   async seen(): Promise<
-    { method: string; url: string; headers: Record<string, string>; local: string }[]
+    {
+      method: string;
+      url: string;
+      headers: Record<string, string>;
+      local: string;
+      body?: string;
+    }[]
   > {
     const reply = await this.#request({ op: "seen" });
     if (!reply.ok) throw new Error(reply.error);
