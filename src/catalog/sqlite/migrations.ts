@@ -216,6 +216,8 @@ export const MIGRATIONS: readonly string[] = [
   ) STRICT;
   CREATE INDEX webhook_deliveries_due ON webhook_deliveries (due_at);
   CREATE INDEX webhook_deliveries_in_order ON webhook_deliveries (webhook_id, sandbox_id, id);
+  -- Deliveries find their event by its id (queueing, claiming, dropping a purged one's).
+  CREATE UNIQUE INDEX events_by_event_id ON events (event_id) WHERE event_id IS NOT NULL;
   `,
 ];
 

@@ -314,12 +314,17 @@ export class SqliteCatalog implements Catalog {
   listLifecycleEvents(query: LifecycleEventQuery): Promise<LifecycleEventRow[]> {
     return this.#run(`list lifecycle events of team ${query.teamId ?? "(any)"}`, () => {
       checkLifecycleQuery(query);
-      const { newestFirst, oldestFirst } = this.#sql.listLifecycleEvents;
       const types = typesFilter(query);
-      return (query.ascending ? oldestFirst : newestFirst)
+      const { teamId, sandboxId, ascending } = query;
+      return this.#sql
+        .listLifecycleEvents({
+          ascending,
+          team: teamId !== undefined,
+          sandbox: sandboxId !== undefined,
+        })
         .all({
-          teamId: query.teamId ?? null,
-          sandboxId: query.sandboxId ?? null,
+          ...(teamId !== undefined && { teamId }),
+          ...(sandboxId !== undefined && { sandboxId }),
           types: types && JSON.stringify(types),
           limit: query.limit,
           offset: query.offset,

@@ -49,18 +49,28 @@ const SNAPSHOTTED = "EXISTS (SELECT 1 FROM snapshots s WHERE s.sandbox_id = sand
 type Params = Record<string, unknown>;
 
 /** Every statement, prepared once per connection. */
+/** Which lifecycle listing: its order, and whether it names a team and a sandbox. */
+export interface LifecycleListing {
+  readonly ascending: boolean;
+  readonly team: boolean;
+  readonly sandbox: boolean;
+}
+
 /**
- * A team's lifecycle events with what E2B's body needs of their sandbox, in `order`; `types`
- * a JSON array (NULL: every type). Walks events_by_team: a page costs its offset, not the
- * team's whole history.
+ * Lifecycle events with what E2B's body needs of their sandbox; `@types` a JSON array (NULL:
+ * every type). One statement per shape, each filter written only when given, so that SQLite
+ * walks an index: a sandbox's (events_by_sandbox) or a team's (events_by_team) — a page costs
+ * its offset, not the team's whole history.
  */
-function lifecycleListing(order: "ASC" | "DESC"): string {
+function lifecycleListing({ ascending, team, sandbox }: LifecycleListing): string {
+  const order = ascending ? "ASC" : "DESC";
   return `
     SELECT e.event_id, e.at, e.kind, e.detail, e.lifecycle, e.sandbox_id, e.team_id,
       s.template_id, s.metadata, s.started_at, s.vcpus, s.memory_mib, s.snapshot_id
     FROM events e JOIN sandboxes s ON s.id = e.sandbox_id
-    WHERE (@teamId IS NULL OR e.team_id = @teamId) AND e.lifecycle IS NOT NULL
-      AND (@sandboxId IS NULL OR e.sandbox_id = @sandboxId)
+    WHERE e.lifecycle IS NOT NULL
+      ${team ? "AND e.team_id = @teamId" : ""}
+      ${sandbox ? "AND e.sandbox_id = @sandboxId" : ""}
       AND (@types IS NULL OR e.lifecycle IN (SELECT value FROM json_each(@types)))
       AND COALESCE(json_extract(s.config, '$.internal'), 0) = 0
     ORDER BY e.at ${order}, e.id ${order} LIMIT @limit OFFSET @offset`;
@@ -174,10 +184,18 @@ export function prepareStatements(db: Database.Database) {
           WHERE sandbox_id = @sandboxId AND (@since IS NULL OR at >= @since)
           ORDER BY at DESC, id DESC LIMIT @limit
         ) ORDER BY at, id`),
-    listLifecycleEvents: {
-      newestFirst: q<LifecycleEventRecord>(lifecycleListing("DESC")),
-      oldestFirst: q<LifecycleEventRecord>(lifecycleListing("ASC")),
-    },
+    listLifecycleEvents: (() => {
+      const prepared = new Map<string, ReturnType<typeof q<LifecycleEventRecord>>>();
+      return (shape: LifecycleListing) => {
+        const key = JSON.stringify(shape);
+        let statement = prepared.get(key);
+        if (!statement) {
+          statement = q<LifecycleEventRecord>(lifecycleListing(shape));
+          prepared.set(key, statement);
+        }
+        return statement;
+      };
+    })(),
     purgeEvents: q("DELETE FROM events WHERE at < ?"),
     // A delivery of the event just recorded for every enabled webhook of its team that
     // lists its type: in the event's own transaction, so neither is kept without the other.
