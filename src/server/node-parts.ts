@@ -146,12 +146,7 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   const box = await SecretBox.open(input.layout.secretsDir);
   const teamSecrets = new Secrets({ catalog: secrets, box });
   input.secrets.bind(teamSecrets);
-  const webhooks = new Webhooks({
-    catalog: catalogs.webhooks,
-    box,
-    privateHosts: new Set(config.webhookPrivateHosts),
-  });
-  input.webhooks.bind(webhooks);
+  const webhooks = bindWebhooks(input, catalogs.webhooks, box);
   // The CA every guest trusts for the domains of its network.rules (egress-gate/intercept.ts).
   const egressCa = await EgressCa.open(join(input.layout.secretsDir, "egress-ca"));
   const egress = await egressSupplies(egressCa, teamSecrets, config);
@@ -175,17 +170,7 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   input.volumes.bind(volumes);
   input.step("starting the guest services");
   const services = simulated ? undefined : await startGuestServices(input, ids);
-  if (services) {
-    const deliverer = new Deliverer({
-      catalog: catalogs.webhooks,
-      secretOf: (webhook) => webhooks.secretOf(webhook),
-      post: (request) => services.post(request),
-      privateHosts: config.webhookPrivateHosts,
-      logger: logger.child({ component: "webhooks" }),
-    });
-    deliverer.start();
-    closers.add("webhook deliveries", () => deliverer.stop());
-  }
+  if (services) startDeliveries(input, catalogs.webhooks, webhooks, services);
   const host = hostResources();
   const limits = capacityLimits(config, host);
   const started = newOrchestrator(input, {
@@ -314,6 +299,32 @@ async function connectKeeper(input: NodePartsInput): Promise<KeeperClient> {
     ...(config.keeper === "auto" && { launch: () => launchKeeper(place, log) }),
     logger: log,
   });
+}
+
+/** A team's webhooks for the API, bound as soon as the catalog is open. */
+function bindWebhooks(input: NodePartsInput, catalog: WebhookCatalog, box: SecretBox): Webhooks {
+  const privateHosts = new Set(input.config.webhookPrivateHosts);
+  const webhooks = new Webhooks({ catalog, box, privateHosts });
+  input.webhooks.bind(webhooks);
+  return webhooks;
+}
+
+/** Sends the team's webhook deliveries, each POST made by the guest services process. */
+function startDeliveries(
+  input: NodePartsInput,
+  catalog: WebhookCatalog,
+  webhooks: Webhooks,
+  services: GuestServices,
+): void {
+  const deliverer = new Deliverer({
+    catalog,
+    secretOf: (webhook) => webhooks.secretOf(webhook),
+    post: (request) => services.post(request),
+    privateHosts: input.config.webhookPrivateHosts,
+    logger: input.logger.child({ component: "webhooks" }),
+  });
+  deliverer.start();
+  input.closers.add("webhook deliveries", () => deliverer.stop());
 }
 
 /** The node's catalog: SQLite alone, or in a cluster the shared PostgreSQL, scoped to this node. */

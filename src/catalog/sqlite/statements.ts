@@ -76,6 +76,50 @@ function lifecycleListing({ ascending, team, sandbox }: LifecycleListing): strin
     ORDER BY e.at ${order}, e.id ${order} LIMIT @limit OFFSET @offset`;
 }
 
+type Prepare = <R = unknown>(sql: string) => Database.Statement<[(Params | string)?], R>;
+
+/** The events' statements: history, lifecycle listings, purge, webhook deliveries queued. */
+function eventStatements(q: Prepare) {
+  const prepared = new Map<
+    string,
+    Database.Statement<[(Params | string)?], LifecycleEventRecord>
+  >();
+  return {
+    // A lifecycle event takes its sandbox's team now: the team lists it by that column.
+    insertEvent: q(`
+        INSERT INTO events (sandbox_id, at, kind, detail, lifecycle, event_id, team_id)
+        VALUES (@sandboxId, @at, @kind, @detail, @lifecycle, @eventId,
+          CASE WHEN @lifecycle IS NOT NULL
+            THEN (SELECT team_id FROM sandboxes WHERE id = @sandboxId) END)`),
+    // The inner query keeps the newest `limit`; the outer one puts them oldest first.
+    listEvents: q<EventRecord>(`
+        SELECT sandbox_id, at, kind, detail, lifecycle FROM (
+          SELECT id, sandbox_id, at, kind, detail, lifecycle FROM events
+          WHERE sandbox_id = @sandboxId AND (@since IS NULL OR at >= @since)
+          ORDER BY at DESC, id DESC LIMIT @limit
+        ) ORDER BY at, id`),
+    /** One statement per shape, prepared on first use. */
+    listLifecycleEvents: (shape: LifecycleListing) => {
+      const key = JSON.stringify(shape);
+      let statement = prepared.get(key);
+      if (!statement) {
+        statement = q<LifecycleEventRecord>(lifecycleListing(shape));
+        prepared.set(key, statement);
+      }
+      return statement;
+    },
+    purgeEvents: q("DELETE FROM events WHERE at < ?"),
+    // A delivery of the event just recorded for every enabled webhook of its team that
+    // lists its type: in the event's own transaction, so neither is kept without the other.
+    enqueueDeliveries: q(`
+        INSERT INTO webhook_deliveries (webhook_id, event_id, sandbox_id, queued_at, due_at)
+        SELECT w.id, e.event_id, e.sandbox_id, e.at, e.at
+        FROM events e JOIN webhooks w ON w.team_id = e.team_id
+        WHERE e.event_id = ? AND w.enabled = 1
+          AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value = e.lifecycle)`),
+  };
+}
+
 export function prepareStatements(db: Database.Database) {
   const cols = SANDBOX_COLUMNS.map(([c]) => c).join(", ");
   const params = SANDBOX_COLUMNS.map(([, p]) => `@${p}`).join(", ");
@@ -171,40 +215,7 @@ export function prepareStatements(db: Database.Database) {
     snapshotSandboxes: q<string>(
       "SELECT id FROM sandboxes WHERE snapshot_id = ? AND state <> 'killed' ORDER BY id",
     ).pluck(),
-    // A lifecycle event takes its sandbox's team now: the team lists it by that column.
-    insertEvent: q(`
-        INSERT INTO events (sandbox_id, at, kind, detail, lifecycle, event_id, team_id)
-        VALUES (@sandboxId, @at, @kind, @detail, @lifecycle, @eventId,
-          CASE WHEN @lifecycle IS NOT NULL
-            THEN (SELECT team_id FROM sandboxes WHERE id = @sandboxId) END)`),
-    // The inner query keeps the newest `limit`; the outer one puts them oldest first.
-    listEvents: q<EventRecord>(`
-        SELECT sandbox_id, at, kind, detail, lifecycle FROM (
-          SELECT id, sandbox_id, at, kind, detail, lifecycle FROM events
-          WHERE sandbox_id = @sandboxId AND (@since IS NULL OR at >= @since)
-          ORDER BY at DESC, id DESC LIMIT @limit
-        ) ORDER BY at, id`),
-    listLifecycleEvents: (() => {
-      const prepared = new Map<string, ReturnType<typeof q<LifecycleEventRecord>>>();
-      return (shape: LifecycleListing) => {
-        const key = JSON.stringify(shape);
-        let statement = prepared.get(key);
-        if (!statement) {
-          statement = q<LifecycleEventRecord>(lifecycleListing(shape));
-          prepared.set(key, statement);
-        }
-        return statement;
-      };
-    })(),
-    purgeEvents: q("DELETE FROM events WHERE at < ?"),
-    // A delivery of the event just recorded for every enabled webhook of its team that
-    // lists its type: in the event's own transaction, so neither is kept without the other.
-    enqueueDeliveries: q(`
-        INSERT INTO webhook_deliveries (webhook_id, event_id, sandbox_id, queued_at, due_at)
-        SELECT w.id, e.event_id, e.sandbox_id, e.at, e.at
-        FROM events e JOIN webhooks w ON w.team_id = e.team_id
-        WHERE e.event_id = ? AND w.enabled = 1
-          AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value = e.lifecycle)`),
+    ...eventStatements(q),
   };
 }
 
