@@ -88,13 +88,24 @@ export class Deliverer {
   async #attempt(delivery: WebhookDelivery, timeoutMs: number): Promise<void> {
     const { catalog, logger } = this.#o;
     const body = JSON.stringify(toWebhookPayload(delivery.event));
+    let secret: string;
+    try {
+      secret = this.#o.secretOf(delivery.webhook);
+    } catch {
+      // Sealed under another key (this node's changed): no attempt could ever be signed.
+      const at = new Date().toISOString();
+      const error = "its signature secret cannot be opened on this node: set it again";
+      await catalog.settleDelivery(delivery.id, { at, delivered: false, error });
+      logger.warn({ webhook: delivery.webhook.id, error }, "webhook.given_up");
+      return;
+    }
     const result = await this.#o.post({
       url: delivery.webhook.url,
       headers: {
         [WEBHOOK_HEADERS.webhookId]: delivery.webhook.id,
         [WEBHOOK_HEADERS.deliveryId]: randomUUID(),
         [WEBHOOK_HEADERS.signatureVersion]: "v1",
-        [WEBHOOK_HEADERS.signature]: webhookSignature(this.#o.secretOf(delivery.webhook), body),
+        [WEBHOOK_HEADERS.signature]: webhookSignature(secret, body),
         "user-agent": "warren-webhooks",
       },
       body,

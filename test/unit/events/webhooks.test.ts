@@ -172,3 +172,19 @@ it("delivers each event signed, in order per sandbox; retries a failure, then gi
   assert.deepEqual([failed.lastDelivery?.status, failed.failures], [404, 1]);
   assert.equal(posts.length, 6);
 });
+
+it("gives a delivery up at once when its secret cannot be opened here, sending nothing", async (t) => {
+  const { catalog, webhooks, deliverer, posts } = await rig(t);
+  const hook = await webhooks.create("team-a", valid);
+  // Sealed elsewhere (another node's key): what a node with the wrong key file sees.
+  await catalog.webhooks.updateWebhook("team-a", hook.id, { sealedSecret: "v2::AAAA" });
+  await catalog.insertSandbox(sandboxRow({ id: "sb1" }));
+  const at = new Date(Date.now() - 1_000).toISOString();
+  await catalog.recordEvent({ at, sandboxId: "sb1", kind: "sandbox.created", lifecycle: CREATED });
+  assert.equal(await deliverer.deliverDue(), 1);
+  assert.equal(await deliverer.deliverDue(), 0, "not queued again");
+  assert.equal(posts.length, 0);
+  const after = await webhooks.get("team-a", hook.id);
+  assert.match(after.lastDelivery?.error ?? "", /signature secret cannot be opened/);
+  assert.equal(after.failures, 1);
+});
