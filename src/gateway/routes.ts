@@ -33,6 +33,7 @@ const NODE_ACTION = /^\/nodes\/([^/]+)\/([a-z]+)$/;
 const TEMPLATE_PATH = /^\/(?:v[23]\/)?templates(?:\/|$)/;
 const SIGNED_UPLOAD = /^\/templates\/[^/]+\/files\/[^/]+$/;
 const VOLUME_PATH = /^\/(volumes|volumecontent)(?:\/|$)/;
+const SNAPSHOT_FORK = /^\/snapshots\/[^/]+\/fork$/;
 /** A team's secrets and lifecycle events: rows of the shared catalog, not of one node. */
 const TEAM_CATALOG_PATH = /^\/(?:secrets|events)(?:\/|$)/;
 
@@ -75,6 +76,11 @@ export function classify(req: IncomingMessage, domain: string | undefined): Gate
     };
   }
   if (path === "/snapshots" && method === "GET") return { kind: "snapshots" };
+  // A stored snapshot's fork: its children start on the node it is relayed to (the template
+  // node), its capture fetched from the shared store.
+  if (SNAPSHOT_FORK.test(path) && method === "POST") {
+    return { kind: "templates", signedUpload: false };
+  }
   if (TEMPLATE_PATH.test(path)) {
     // The upload link the build API hands out carries its own signature, not the API key.
     return { kind: "templates", signedUpload: method === "PUT" && SIGNED_UPLOAD.test(path) };

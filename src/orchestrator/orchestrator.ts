@@ -413,6 +413,15 @@ export class Orchestrator
     return this.#p.forks.fork(sandboxId, input);
   }
 
+  forkSnapshot(
+    snapshot: string,
+    teamId: string | undefined,
+    input: ForkInput,
+  ): Promise<ForkResult[]> {
+    assertReady(this.#status);
+    return this.#p.forks.forkSnapshot(snapshot, teamId, input);
+  }
+
   async forkSpilling(sandboxId: string, input: SpillingForkInput): Promise<SpillingForkResult[]> {
     assertReady(this.#status);
     return this.#p.forks.forkSpilling(sandboxId, input);

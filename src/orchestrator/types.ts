@@ -292,6 +292,11 @@ export interface SandboxService {
    * not_found for the source; each child's failure is reported in its own result.
    */
   fork(sandboxId: string, input: ForkInput): Promise<ForkResult[]>;
+  /**
+   * `count` children of a persistent snapshot (by id or name, as `teamId` sees it), each as a
+   * fork's child from its capture: no live parent needed. template_not_found when it is none.
+   */
+  forkSnapshot(snapshot: string, teamId: string | undefined, input: ForkInput): Promise<ForkResult[]>;
   /** A persistent snapshot of the sandbox, usable as a template. */
   createSnapshot(sandboxId: string, input: { name?: string }): Promise<SnapshotInfo>;
   /** Persistent snapshots, oldest first; `teamId`: only that team's. */

@@ -227,4 +227,40 @@ describe("snapshots", () => {
       await source.kill();
     }
   });
+
+  it("a stored snapshot forks ×8 with its source gone: each child has its files and process", async () => {
+    const source = await Sandbox.create();
+    await startCounter(source);
+    await source.files.write("/home/user/kept.txt", "from the snapshot");
+    const { snapshotId } = await source.createSnapshot();
+    await source.kill();
+    const children: string[] = [];
+    try {
+      const res = await api(server, "POST", `/snapshots/${encodeURIComponent(snapshotId)}/fork`, {
+        count: 8,
+      });
+      assert.equal(res.status, 201, JSON.stringify(res.body));
+      const results = res.body as { sandbox?: { sandboxID: string }; error?: unknown }[];
+      assert.equal(results.length, 8);
+      for (const result of results) {
+        assert.ok(result.sandbox, `a child failed: ${JSON.stringify(result.error)}`);
+        children.push(result.sandbox.sandboxID);
+      }
+      assert.equal(new Set(children).size, 8);
+      for (const id of children) {
+        const child = await Sandbox.connect(id);
+        assert.equal(await child.files.read("/home/user/kept.txt"), "from the snapshot");
+        assert.equal(
+          await counter(child, "/inc"),
+          "43",
+          `${id}: the snapshot's process, its own now`,
+        );
+      }
+      const unknown = await api(server, "POST", "/snapshots/nosuchsnapshot/fork", { count: 1 });
+      assert.equal(unknown.status, 404);
+    } finally {
+      await Promise.all(children.map((id) => Sandbox.kill(id)));
+      await Sandbox.deleteSnapshot(snapshotId);
+    }
+  });
 });

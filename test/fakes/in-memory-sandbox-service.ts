@@ -55,6 +55,16 @@ export interface InMemorySandboxServiceOptions {
 
 const SNAPSHOT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
+/** What a fork child starts as when its source is not here (another node's, or gone). */
+const STAND_IN_SOURCE = {
+  templateId: "base",
+  alias: "base",
+  metadata: {},
+  network: { allowOut: [], denyOut: [], allowPublicTraffic: true },
+  allowInternetAccess: true,
+  lifecycle: { onTimeout: "kill", autoResume: false },
+} as const;
+
 /** Every method a test may look for in `calls`. */
 type Method = keyof SandboxService | keyof ClusterNodeService;
 
@@ -345,6 +355,24 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
     return this.#children(sandboxId, this.find(sandboxId), input, input.count);
   }
 
+  async forkSnapshot(
+    snapshot: string,
+    teamId: string | undefined,
+    input: ForkInput,
+  ): Promise<ForkResult[]> {
+    this.record("forkSnapshot", snapshot, teamId, input);
+    this.#checkCount(input);
+    const name = snapshot.replace(/:default$/, "");
+    const found = this.snapshots.find(
+      (s) =>
+        (s.templateId === name || s.names.includes(`${name}:default`)) &&
+        (teamId === undefined || (s.teamId ?? DEFAULT_TEAM_ID) === teamId),
+    );
+    if (!found) throw new WarrenError("template_not_found", `snapshot '${snapshot}' not found`);
+    // Its sandbox may be long gone: the children start as its stand-in, from `base`.
+    return this.#children(found.sandboxId ?? found.templateId, STAND_IN_SOURCE, input, input.count);
+  }
+
   async forkSpilling(sandboxId: string, input: SpillingForkInput): Promise<SpillingForkResult[]> {
     this.record("forkSpilling", sandboxId, input);
     this.#checkCount(input);
@@ -369,15 +397,7 @@ export class InMemorySandboxService implements SandboxService, ClusterNodeServic
     this.record("forkFromCapture", sandboxId, snapshotId, input);
     this.#checkCount(input);
     // The source is another node's: its children start as its stand-in, from `base`.
-    const source = {
-      templateId: "base",
-      alias: "base",
-      metadata: {},
-      network: { allowOut: [], denyOut: [], allowPublicTraffic: true },
-      allowInternetAccess: true,
-      lifecycle: { onTimeout: "kill", autoResume: false },
-    } as const;
-    return this.#children(sandboxId, source, input, input.count);
+    return this.#children(sandboxId, STAND_IN_SOURCE, input, input.count);
   }
 
   async adopt(sandboxId: string): Promise<void> {

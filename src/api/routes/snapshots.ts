@@ -35,6 +35,19 @@ export function registerSnapshotRoutes(app: FastifyInstance, context: ApiContext
     },
   );
 
+  // E2B's proposed fork of a stored snapshot: `snapshotID` is a snapshot's id or name (as
+  // `GET /snapshots` lists it, `:default` allowed), URL-encoded.
+  app.post<{ Params: { snapshotID: string }; Body: ForkBody | null }>(
+    "/snapshots/:snapshotID/fork",
+    { schema: { body: forkSchema } },
+    async (request, reply) => {
+      const input = forkInput(request.body, maxTimeoutMs);
+      const { snapshotID } = request.params;
+      const results = await service().forkSnapshot(snapshotID, callerOf(request).teamId, input);
+      return reply.code(201).send(results.map((result) => forkResultJson(result, domain)));
+    },
+  );
+
   app.post<{ Params: SandboxParams; Body: SnapshotBody | null }>(
     "/sandboxes/:sandboxID/snapshots",
     { schema: { body: snapshotSchema } },

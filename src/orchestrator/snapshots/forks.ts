@@ -151,6 +151,31 @@ export class Forks {
     return results;
   }
 
+  /**
+   * Children of a persistent snapshot, no live parent needed (E2B's proposed
+   * `POST /snapshots/{id}/fork`): each as a fork's child, from the snapshot's capture, with
+   * the env, metadata (plus `input.metadata`) and network of the sandbox it was taken of.
+   * template_not_found for a name or id the team has no snapshot under.
+   */
+  async forkSnapshot(
+    reference: string,
+    teamId: string | undefined,
+    input: ForkInput,
+  ): Promise<ForkResult[]> {
+    const { catalog } = this.#o;
+    this.#checkCount(input.count);
+    const template = await findTemplate(catalog, reference, { teamId });
+    const capture = await catalog.getSnapshot(template.snapshotId);
+    const source = capture?.sandboxId && (await catalog.findSandbox(capture.sandboxId));
+    if (template.kind !== "snapshot" || !source) {
+      throw new WarrenError(
+        "template_not_found",
+        `snapshot '${reference}' not found (a template made by POST /sandboxes/{id}/snapshots forks; a built template is created from)`,
+      );
+    }
+    return this.#children(source, template.snapshotId, input, input.count);
+  }
+
   #children(
     row: SandboxRow,
     snapshotId: string,

@@ -55,3 +55,24 @@ test("snapshots: create, list with pagination, delete by snapshot id", async () 
   const again = await call("DELETE", `/templates/${encodeURIComponent("warm:default")}`);
   assert.equal(again.statusCode, 404);
 });
+
+test("a stored snapshot forks: 201 with one result per child, its id URL-encoded; unknown is 404", async () => {
+  const { call, service } = useApi();
+  const source = service.seed();
+  await call("POST", `/sandboxes/${source.sandboxId}/snapshots`, { body: { name: "warm" } });
+  await service.kill(source.sandboxId);
+  const res = await call("POST", `/snapshots/${encodeURIComponent("warm:default")}/fork`, {
+    body: { count: 3, timeout: 60 },
+  });
+  assert.equal(res.statusCode, 201, res.body);
+  const body = res.json() as { sandbox: { sandboxID: string } }[];
+  assert.equal(body.length, 3);
+  assert.equal(new Set(body.map((r) => r.sandbox.sandboxID)).size, 3);
+  assert.deepEqual(service.callsOf("forkSnapshot"), [
+    ["warm:default", "default", { count: 3, timeoutMs: 60_000, metadata: undefined }],
+  ]);
+  const unknown = await call("POST", "/snapshots/nosuch/fork", { body: { count: 1 } });
+  assert.equal(unknown.statusCode, 404);
+  const bad = await call("POST", "/snapshots/warm/fork", { body: { count: 0 } });
+  assert.equal(bad.statusCode, 400);
+});

@@ -154,6 +154,35 @@ describe("Orchestrator (on fakes)", () => {
       }
     });
 
+    it("a stored snapshot forks with its source gone: children from its capture, its team's only", async (t) => {
+      const node = await startNode(t);
+      const source = await node.orchestrator.create(
+        createInput("base", { secure: true, teamId: "team-a", metadata: { run: "r1" } }),
+      );
+      vmOf(node, source.sandboxId).guest.memory.progress = "step 41";
+      await node.orchestrator.createSnapshot(source.sandboxId, { name: "ready" });
+      await node.orchestrator.kill(source.sandboxId);
+      const results = await node.orchestrator.forkSnapshot("ready", "team-a", { count: 3 });
+      const children = results.map((r) =>
+        "sandbox" in r ? r.sandbox : assert.fail(`child failed: ${JSON.stringify(r)}`),
+      );
+      assert.equal(new Set(children.map((c) => c.envdAccessToken)).size, 3);
+      for (const child of children) {
+        assert.equal(vmOf(node, child.sandboxId).guest.memory.progress, "step 41");
+        assert.deepEqual(child.metadata, { run: "r1" });
+        assert.equal(child.teamId, "team-a");
+        const init = node.agent.inits.find((i) => i.body.accessToken === child.envdAccessToken);
+        assert.equal(init?.token, source.envdAccessToken, "/init proved the captured token");
+      }
+      await assert.rejects(node.orchestrator.forkSnapshot("ready", "team-b", { count: 1 }), {
+        reason: "template_not_found",
+      });
+      await assert.rejects(node.orchestrator.forkSnapshot("base", "team-a", { count: 1 }), {
+        reason: "template_not_found",
+      });
+      for (const child of children) await node.orchestrator.kill(child.sandboxId);
+    });
+
     it("a resume continues where the pause left off", async (t) => {
       const node = await startNode(t);
       const info = await node.orchestrator.create(createInput("base"));
