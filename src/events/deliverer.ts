@@ -6,6 +6,9 @@ import { toWebhookPayload } from "./event-body.js";
 import type { PostRequest, PostResult } from "./post.js";
 import { webhookSignature } from "./signature.js";
 
+/** How soon a look follows an event recorded on this node (wake). */
+const WAKE_MS = 50;
+
 /** Waits before each retry of a delivery: ~10 min in all, then it is given up. */
 export const RETRY_DELAYS_MS: readonly number[] = [5_000, 15_000, 45_000, 135_000, 405_000];
 
@@ -38,6 +41,8 @@ export interface DelivererOptions {
 export class Deliverer {
   readonly #o: DelivererOptions;
   #timer: NodeJS.Timeout | undefined;
+  /** When the next look is due (epoch ms); undefined while one runs. */
+  #nextAt: number | undefined;
   #running: Promise<void> | undefined;
   #stopped = false;
 
@@ -47,6 +52,17 @@ export class Deliverer {
 
   start(): void {
     this.#schedule(0);
+  }
+
+  /**
+   * An event was just recorded here: look soon rather than at the next poll (a moment later,
+   * so that its catalog write, which follows the event's listeners, is done).
+   */
+  wake(): void {
+    if (this.#nextAt !== undefined && this.#nextAt > Date.now() + WAKE_MS) {
+      clearTimeout(this.#timer);
+      this.#schedule(WAKE_MS);
+    }
   }
 
   /** No more looks; resolves once the attempts under way are settled. */
@@ -75,7 +91,9 @@ export class Deliverer {
 
   #schedule(ms: number): void {
     if (this.#stopped) return;
+    this.#nextAt = Date.now() + ms;
     this.#timer = setTimeout(() => {
+      this.#nextAt = undefined;
       this.#running = this.deliverDue()
         .catch((err: unknown) => {
           this.#o.logger.warn({ err }, "webhook.claim_failed");

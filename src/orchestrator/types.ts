@@ -296,7 +296,11 @@ export interface SandboxService {
    * `count` children of a persistent snapshot (by id or name, as `teamId` sees it), each as a
    * fork's child from its capture: no live parent needed. template_not_found when it is none.
    */
-  forkSnapshot(snapshot: string, teamId: string | undefined, input: ForkInput): Promise<ForkResult[]>;
+  forkSnapshot(
+    snapshot: string,
+    teamId: string | undefined,
+    input: ForkInput,
+  ): Promise<ForkResult[]>;
   /** A persistent snapshot of the sandbox, usable as a template. */
   createSnapshot(sandboxId: string, input: { name?: string }): Promise<SnapshotInfo>;
   /** Persistent snapshots, oldest first; `teamId`: only that team's. */

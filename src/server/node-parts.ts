@@ -26,6 +26,7 @@ import {
 import {
   type CapacityLimits,
   EnvdGuestAgent,
+  type EventSource,
   type GuestAgent,
   mountedVolumeIds,
   Orchestrator,
@@ -170,7 +171,6 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   input.volumes.bind(volumes);
   input.step("starting the guest services");
   const services = simulated ? undefined : await startGuestServices(input, ids);
-  if (services) startDeliveries(input, catalogs.webhooks, webhooks, services);
   const host = hostResources();
   const limits = capacityLimits(config, host);
   const started = newOrchestrator(input, {
@@ -188,6 +188,7 @@ export async function startNodeParts(input: NodePartsInput): Promise<void> {
   orchestrator = started;
   closers.add("orchestrator", () => started.close());
   input.metrics.follow(started);
+  if (services) startDeliveries(input, catalogs.webhooks, webhooks, services, started);
   input.step("preparing the base template");
   await started.start();
   const purge = startKilledPurge(catalog, {
@@ -315,6 +316,7 @@ function startDeliveries(
   catalog: WebhookCatalog,
   webhooks: Webhooks,
   services: GuestServices,
+  events: EventSource,
 ): void {
   const deliverer = new Deliverer({
     catalog,
@@ -324,7 +326,14 @@ function startDeliveries(
     logger: input.logger.child({ component: "webhooks" }),
   });
   deliverer.start();
-  input.closers.add("webhook deliveries", () => deliverer.stop());
+  // A sandbox's event here is delivered at once, not at the next poll.
+  const unfollow = events.onEvent((event) => {
+    if (event.name.startsWith("sandbox.")) deliverer.wake();
+  });
+  input.closers.add("webhook deliveries", () => {
+    unfollow();
+    return deliverer.stop();
+  });
 }
 
 /** The node's catalog: SQLite alone, or in a cluster the shared PostgreSQL, scoped to this node. */

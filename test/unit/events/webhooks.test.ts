@@ -23,7 +23,7 @@ import { RecordingLogger } from "../../fakes/fake-node.js";
 const CREATED = "sandbox.lifecycle.created";
 const KILLED = "sandbox.lifecycle.killed";
 
-async function rig(t: TestContext, privateHosts: string[] = []) {
+async function rig(t: TestContext, privateHosts: string[] = [], pollMs?: number) {
   const dir = await mkdtemp(join(tmpdir(), "warren-webhooks-"));
   const catalog = await SqliteCatalog.open(join(dir, "catalog.db"));
   t.after(async () => {
@@ -51,6 +51,7 @@ async function rig(t: TestContext, privateHosts: string[] = []) {
     privateHosts,
     logger: new RecordingLogger(),
     retryDelaysMs: [0, 0],
+    ...(pollMs !== undefined && { pollMs }),
   });
   const answer = (...next: PostResult[]) => {
     answers = next;
@@ -187,4 +188,22 @@ it("gives a delivery up at once when its secret cannot be opened here, sending n
   const after = await webhooks.get("team-a", hook.id);
   assert.match(after.lastDelivery?.error ?? "", /signature secret cannot be opened/);
   assert.equal(after.failures, 1);
+});
+
+it("looks at once when woken by an event, not at the next poll", async (t) => {
+  const { catalog, webhooks, deliverer, posts } = await rig(t, [], 60_000);
+  await webhooks.create("team-a", valid);
+  await catalog.insertSandbox(sandboxRow({ id: "sb1" }));
+  deliverer.start();
+  t.after(() => deliverer.stop());
+  await new Promise((resolve) => setTimeout(resolve, 100)); // its first look: nothing due
+  const at = new Date().toISOString();
+  await catalog.recordEvent({ at, sandboxId: "sb1", kind: "sandbox.created", lifecycle: CREATED });
+  const woken = Date.now();
+  deliverer.wake();
+  while (posts.length === 0 && Date.now() - woken < 5_000) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  assert.equal(posts.length, 1);
+  assert.ok(Date.now() - woken < 2_000, "well before the 60 s poll");
 });
