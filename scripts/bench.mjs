@@ -35,6 +35,7 @@ const BENCHES = {
   tti: ["tti.ts", true],
   density: ["density.ts", true],
   "idle-guest": ["idle-guest.ts", true],
+  webhooks: ["webhooks.ts", true],
 };
 
 const name = process.argv[2];

@@ -116,6 +116,8 @@ export class NetnsAgent {
       headers: Record<string, string>;
       local: string;
       body?: string;
+      /** When a listenHttp server received it (epoch ms). */
+      at?: number;
     }[]
   > {
     const reply = await this.#request({ op: "seen" });
