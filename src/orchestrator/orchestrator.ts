@@ -216,11 +216,10 @@ export class Orchestrator
     });
     const start = await templateStart(catalog, template, (id) => this.#p.snapshots.localDir(id));
     // A build VM starts once from its layer: no demand to learn from, no pool to take from.
-    return this.#p.lifecycle.launch(
-      row,
-      start.presentToken,
-      input.internal ? undefined : start.pool,
-    );
+    return this.#p.lifecycle.launch(row, {
+      presentToken: start.presentToken,
+      template: input.internal ? undefined : start.pool,
+    });
   }
 
   get(sandboxId: string): SandboxInfo {

@@ -83,6 +83,19 @@ it("refuses waiters the growing estimate no longer gets through, before their bo
   assert.equal(queue.queued, 0);
 });
 
+it("never sheds a patient waiter (a fork's child) on the estimate, only at its bound", async () => {
+  const queue = new StartQueue(1, { maxQueued: 100, maxWaitMs: 1_500 });
+  const holder = await queue.enter().turn();
+  const patient = Array.from({ length: 5 }, () => queue.enter({ patient: true }));
+  const impatient = queue.enter();
+  // The estimate would shed all but the first by now (the test above): the patient wait on.
+  await assert.rejects(impatient.turn(), /busier than estimated/);
+  assert.equal(queue.queued, 5);
+  holder.release();
+  for (const ticket of patient) (await ticket.turn()).release();
+  assert.equal(queue.queued, 0);
+});
+
 it("refuses a start that waited its whole bound, and forgets it", async () => {
   const queue = new StartQueue(1, { maxQueued: 10, maxWaitMs: 50 });
   const holder = await queue.enter().turn();

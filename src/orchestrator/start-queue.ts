@@ -35,6 +35,8 @@ interface Waiter {
   readonly timer: NodeJS.Timeout;
   /** When it took its place (performance.now()). */
   readonly since: number;
+  /** Not shed on the estimate (see enter). */
+  readonly patient: boolean;
 }
 
 /** Weight of the newest permit's hold time in the running estimate. */
@@ -88,8 +90,11 @@ export class StartQueue {
     return this.#waitAt(this.#waiting.length + 1);
   }
 
-  /** Takes a place, or throws 429 start_queue_full when the queue is full or too slow. */
-  enter(): StartTicket {
+  /**
+   * Takes a place, or throws 429 start_queue_full when the queue is full or too slow. A
+   * `patient` waiter (a fork's child) is never shed on the estimate, only at its bound.
+   */
+  enter(options: { readonly patient?: boolean } = {}): StartTicket {
     if (this.#free > 0 && this.#waiting.length === 0) {
       this.#free -= 1;
       return this.#granted(this.#permit());
@@ -120,6 +125,7 @@ export class StartQueue {
         waiter.refuse(this.#timedOut());
       }, this.settings.maxWaitMs),
       since: performance.now(),
+      patient: options.patient === true,
     };
     this.#waiting.push(waiter);
     this.#recheck ??= setInterval(() => this.#shed(), RECHECK_MS).unref();
@@ -165,7 +171,7 @@ export class StartQueue {
     for (const waiter of [...this.#waiting]) {
       const left = this.settings.maxWaitMs - (now - waiter.since);
       const waitMs = this.#waitAt(position + 1);
-      if (waitMs <= left) {
+      if (waitMs <= left || waiter.patient) {
         position += 1;
         continue;
       }

@@ -78,13 +78,15 @@ export class Lifecycle {
    * kill meanwhile aborts the start, which then cleans up and fails with sandbox_killed.
    * `presentToken`: the token the captured envd still holds (a fork child's source's).
    * `template`: a create from a template, its demand for the warm pool (fork children start
-   * from one-off captures, never pooled).
+   * from one-off captures, never pooled). `patient`: a fork's child — its capture is paid
+   * for and its client asked for all of them, so the start queue never sheds it on an
+   * estimate, only at its bound.
    */
   async launch(
     fresh: SandboxRow,
-    presentToken?: string,
-    template?: PoolTemplate,
+    how: { presentToken?: string; template?: PoolTemplate; patient?: boolean } = {},
   ): Promise<SandboxInfo> {
+    const { presentToken, template } = how;
     const { catalog, table, capacity, pool, quotas } = this.#o;
     const snapshotId = fresh.snapshotId as string;
     this.#o.disk.admit("creating a sandbox");
@@ -105,7 +107,7 @@ export class Lifecycle {
     }
     try {
       // Its place in the start queue is taken now, in the order creates arrived.
-      ticket = warm ? undefined : this.#starts.enter();
+      ticket = warm ? undefined : this.#starts.enter({ patient: how.patient === true });
     } catch (err) {
       releaseTeam();
       releaseNode();

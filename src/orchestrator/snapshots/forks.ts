@@ -196,7 +196,10 @@ export class Forks {
             timeoutMs: input.timeoutMs ?? this.#o.defaultTimeoutMs,
             snapshotId,
           });
-          return { sandbox: await this.#o.lifecycle.launch(child, row.envdAccessToken) };
+          const presentToken = row.envdAccessToken;
+          return {
+            sandbox: await this.#o.lifecycle.launch(child, { presentToken, patient: true }),
+          };
         } catch (err) {
           const error = toWarrenError(err);
           return { error: { reason: error.reason, message: error.message } };
