@@ -390,7 +390,13 @@ type Crashed = { made: Made; vmmsBefore: ProcessId[] } | string[];
 /** Starts a server to die at `at`, sets the operation up and runs it until the server dies. */
 async function crashInOperation(op: Operation, at: CrashAt): Promise<Crashed> {
   const run = await startRun(op, { WARREN_CRASH_AT: crashAtValue(at) });
-  await op.setup(run);
+  try {
+    await op.setup(run);
+  } catch (err) {
+    // Stopped here, or it would hold the run's keeper and fail every later point too.
+    await resetAndStop(run.server).catch(() => {});
+    throw err;
+  }
   assert.equal(run.server.process.exitCode ?? run.server.process.signalCode, null, "setup ran");
   run.mark = (await readTrace(run.trace)).length;
   const vmmsBefore = await vmmProcesses(run.server.dataDir);
