@@ -58,9 +58,6 @@ const SQL = {
       sealed_secret = COALESCE($7, sealed_secret), updated_at = now()
     WHERE team_id = $1 AND id = $2 RETURNING *`,
   delete: "DELETE FROM webhooks WHERE team_id = $1 AND id = $2 RETURNING id",
-  orphans: `
-    DELETE FROM webhook_deliveries d
-    WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.event_id = d.event_id)`,
   // The oldest of each webhook and sandbox only, due and not leased (in order per sandbox);
   // SKIP LOCKED: nodes claiming at once each get others.
   lease: `
@@ -163,7 +160,6 @@ export class PostgresWebhooks implements WebhookCatalog {
 
   claimDeliveries(limit: number, leaseMs: number): Promise<WebhookDelivery[]> {
     return this.#db.transaction("claim webhook deliveries", async (client) => {
-      await client.query(SQL.orphans);
       const leased = await rowsOf<{ id: string }>(client, SQL.lease, [limit, leaseMs]);
       if (leased.length === 0) return [];
       const records = await rowsOf<DeliveryRecord>(client, SQL.claimed, [

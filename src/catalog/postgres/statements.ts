@@ -172,6 +172,9 @@ export const SQL = {
     ) newest ORDER BY at, id`,
   listLifecycleEventsNewestFirst: lifecycleListing("DESC"),
   listLifecycleEventsOldestFirst: lifecycleListing("ASC"),
+  // What the purged events owed goes with them (a delivery of a gone event can never be sent).
   purgeEvents: `
-    WITH gone AS (DELETE FROM events WHERE at < $1 RETURNING 1) SELECT count(*) AS n FROM gone`,
+    WITH gone AS (DELETE FROM events WHERE at < $1 RETURNING event_id),
+      owed AS (DELETE FROM webhook_deliveries WHERE event_id IN (SELECT event_id FROM gone))
+    SELECT count(*) AS n FROM gone`,
 } as const;

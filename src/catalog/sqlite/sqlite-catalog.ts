@@ -334,7 +334,13 @@ export class SqliteCatalog implements Catalog {
   }
 
   purgeEvents(before: string): Promise<number> {
-    return this.#run("purge events", () => this.#sql.purgeEvents.run(before).changes);
+    return this.#run("purge events", () =>
+      this.#db.transaction(() => {
+        const { changes } = this.#sql.purgeEvents.run(before);
+        this.#sql.purgeDeliveries.run();
+        return changes;
+      })(),
+    );
   }
 
   listEvents(

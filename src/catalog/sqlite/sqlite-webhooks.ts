@@ -76,10 +76,6 @@ function prepare(db: Database.Database) {
         AND d.id = (SELECT min(o.id) FROM webhook_deliveries o
           WHERE o.webhook_id = d.webhook_id AND o.sandbox_id = d.sandbox_id)
       ORDER BY d.due_at, d.id LIMIT @limit`),
-    // A delivery whose event is gone (purged) can never be sent.
-    orphans: q(`
-      DELETE FROM webhook_deliveries
-      WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.event_id = webhook_deliveries.event_id)`),
     lease: q("UPDATE webhook_deliveries SET leased_until = @until WHERE id = @id"),
     retry: q(`
       UPDATE webhook_deliveries SET attempts = attempts + 1, due_at = @retryAt,
@@ -151,7 +147,6 @@ export class SqliteWebhooks implements WebhookCatalog {
   claimDeliveries(limit: number, leaseMs: number): Promise<WebhookDelivery[]> {
     return this.#run("claim webhook deliveries", () =>
       this.#db.transaction(() => {
-        this.#sql.orphans.run();
         const now = new Date();
         const until = new Date(now.getTime() + leaseMs).toISOString();
         const due = this.#sql.due.all({ now: now.toISOString(), limit });

@@ -109,6 +109,10 @@ function eventStatements(q: Prepare) {
       return statement;
     },
     purgeEvents: q("DELETE FROM events WHERE at < ?"),
+    // What purged events owed (a delivery of a gone event can never be sent): with the purge.
+    purgeDeliveries: q(`
+        DELETE FROM webhook_deliveries
+        WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.event_id = webhook_deliveries.event_id)`),
     // A delivery of the event just recorded for every enabled webhook of its team that
     // lists its type: in the event's own transaction, so neither is kept without the other.
     enqueueDeliveries: q(`
